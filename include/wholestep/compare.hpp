@@ -1,0 +1,50 @@
+// The comparison: the same model, data, seed and optimizer trained in each
+// mode, step by step in round robin (so machine noise falls on every mode
+// alike), with time, counters and agreement after the last step.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wholestep/step.hpp"
+
+namespace ws {
+
+// Everything one run needs; made fresh (same seed) for every mode.
+struct TrainSetup {
+  std::unique_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  LossFn loss_fn;
+};
+
+struct CompareConfig {
+  StepMode mode;
+  bool aliasing = true;
+};
+
+struct CompareRow {
+  CompareConfig config;
+  double ms_per_step = 0;  // median over the timed steps
+  StepCounters counters;
+  double final_loss = 0;
+  // Largest over parameters of max|p - p_ref| / max|p_ref|, against the first
+  // configuration after the last step.
+  double max_rel_diff = 0;
+};
+
+std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_setup,
+                                      const std::vector<CompareConfig>& configs,
+                                      const std::vector<std::vector<Tensor>>& batches,
+                                      int64_t warmup_steps);
+
+// A table: mode, ms/step, speedup over the first row, graphs/step,
+// kernels/step, bytes copied/step, materialized between graphs, peak memory,
+// max relative difference.
+std::string format_comparison(const std::vector<CompareRow>& rows);
+
+// Largest |a - b| over the largest |b|, as the test of agreement uses.
+double max_rel_diff(const Tensor& a, const Tensor& b);
+
+}  // namespace ws

@@ -1,0 +1,85 @@
+// Data sets: the IDX format (optionally gzip-compressed) and Fashion-MNIST.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "wholestep/tensor.hpp"
+
+namespace ws::data {
+
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+inline constexpr const char* kFashionMnistPackage = "dataset-fashion-mnist";
+
+// An IDX file: unsigned-byte element type only (the type Fashion-MNIST uses).
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> values;
+};
+
+// Reads an IDX file, gzip-compressed or not. A missing file, bad magic, an
+// unsupported element type, or a truncated body throws ws::Error naming the
+// path and the problem; `package` (when given) is named in the missing-file
+// message as the Debian package to install.
+IdxArray read_idx(const std::string& path, const std::string& package = "");
+
+struct Batch {
+  Tensor images;  // f32 [B, 784], normalized
+  Tensor labels;  // i64 [B]
+};
+
+class FashionMnist {
+ public:
+  // split: "train" (60000) or "test" (10000). Images are scaled to [0, 1] and
+  // normalized with the training set's mean 0.2860 and std 0.3530.
+  explicit FashionMnist(const std::string& split, const std::string& dir = kFashionMnistDir);
+
+  int64_t size() const { return int64_t(labels_.size()); }
+  static constexpr int64_t kPixels = 28 * 28;
+  static constexpr int64_t kClasses = 10;
+
+  // The examples at `indices`, in that order.
+  Batch batch(std::span<const int64_t> indices) const;
+
+  // One epoch in batches of `batch_size`, shuffled with `shuffle_seed` (the
+  // same seed gives the same order), the last short batch kept unless
+  // `drop_last`.
+  std::vector<std::vector<int64_t>> epoch_indices(int64_t batch_size, uint64_t shuffle_seed,
+                                                  bool drop_last = false) const;
+
+  class Batches;
+  Batches batches(int64_t batch_size, uint64_t shuffle_seed, bool drop_last = false) const;
+
+ private:
+  std::vector<float> images_;  // normalized, [N*784]
+  std::vector<int64_t> labels_;
+};
+
+// A lazy range over one epoch's batches.
+class FashionMnist::Batches {
+ public:
+  Batches(const FashionMnist& ds, std::vector<std::vector<int64_t>> idx) : ds_(ds), idx_(std::move(idx)) {}
+  struct iterator {
+    const Batches* b;
+    size_t i;
+    Batch operator*() const { return b->ds_.batch(b->idx_[i]); }
+    iterator& operator++() { return ++i, *this; }
+    bool operator!=(const iterator& o) const { return i != o.i; }
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, idx_.size()}; }
+  size_t size() const { return idx_.size(); }
+
+ private:
+  const FashionMnist& ds_;
+  std::vector<std::vector<int64_t>> idx_;
+};
+
+inline FashionMnist::Batches FashionMnist::batches(int64_t batch_size, uint64_t shuffle_seed,
+                                                   bool drop_last) const {
+  return Batches(*this, epoch_indices(batch_size, shuffle_seed, drop_last));
+}
+
+}  // namespace ws::data

@@ -1,0 +1,61 @@
+// Errors. A `ws::Error` is the user's mistake: it names the operation, the
+// shapes involved and the user's source location. A `ws::InternalError` is a
+// broken invariant inside wholestep (a bug in wholestep, never the user's).
+#pragma once
+
+#include <source_location>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ws {
+
+// Where in the user's program a value was made. Empty when unknown.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+
+  static SourceLoc from(const std::source_location& l) { return {l.file_name(), int(l.line())}; }
+  bool known() const { return !file.empty(); }
+  // "file.cpp:12", or "" when unknown.
+  std::string str() const;
+  friend bool operator==(const SourceLoc&, const SourceLoc&) = default;
+};
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+// Appends " (at file:line)" when the location is known.
+std::string at(const SourceLoc& loc);
+
+namespace detail {
+class CheckFailure {
+ public:
+  CheckFailure(const char* file, int line, const char* cond);
+  CheckFailure(const CheckFailure&) = delete;
+  [[noreturn]] ~CheckFailure() noexcept(false);
+  template <class T>
+  CheckFailure& operator<<(const T& v) {
+    msg_ << v;
+    return *this;
+  }
+
+ private:
+  std::ostringstream msg_;
+};
+}  // namespace detail
+
+}  // namespace ws
+
+// Internal invariant: `WS_CHECK(n > 0) << "n=" << n;` throws ws::InternalError.
+#define WS_CHECK(cond) \
+  if (cond) {          \
+  } else               \
+    ::ws::detail::CheckFailure(__FILE__, __LINE__, #cond)

@@ -1,0 +1,114 @@
+// Compiling a whole training step: forward, backward and the optimizer
+// update, run per call with parameters updated where they live.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "wholestep/nn.hpp"
+#include "wholestep/optim.hpp"
+#include "wholestep/tensor.hpp"
+
+namespace ws {
+
+enum class StepMode {
+  interpret,     // the step graph node by node on reference kernels (the oracle)
+  three_graph,   // forward, backward and optimizer Programs, as AOTAutograd + eager optimizer
+  single_graph,  // one Program: forward, backward and updates together
+};
+
+const char* mode_name(StepMode m);
+// Parses "interpret", "three_graph" or "single_graph"; throws ws::Error otherwise.
+StepMode parse_mode(const std::string& s);
+
+struct StepOptions {
+  StepMode mode = StepMode::single_graph;
+  // Update parameters and optimizer state in their own storage. Off (for
+  // comparison only): the step keeps its own copy and copies in and out.
+  bool aliasing = true;
+  // A warning is printed when one step has been traced more often than this
+  // (each new input signature traces again).
+  int recompile_warning = 8;
+};
+
+struct StepCounters {
+  int64_t graphs = 0;           // Programs (or interpreted graphs) launched
+  int64_t kernels = 0;          // kernels (or interpreted nodes) run
+  int64_t bytes_copied = 0;     // bytes of parameter/state copies
+  int64_t interface_bytes = 0;  // values materialized between graphs (saved + grads)
+  int64_t arena_bytes = 0;      // temporaries
+  int64_t persistent_bytes = 0; // parameters, buffers, optimizer state
+  int64_t peak_bytes = 0;       // persistent + interface + temporaries (+ copies)
+};
+
+struct StepResult {
+  double loss = 0;
+  int64_t step = 0;  // the optimizer's step count after this step
+  StepCounters counters;
+};
+
+// Threads for compiled steps (our loops and OpenBLAS); 0 means all cores.
+void set_num_threads(int n);
+
+using LossFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+class TrainStep {
+ public:
+  TrainStep(nn::Module& model, optim::Optimizer& opt, LossFn loss_fn, StepOptions opts = {});
+  ~TrainStep();
+  TrainStep(TrainStep&&) noexcept;
+  TrainStep& operator=(TrainStep&&) noexcept;
+
+  // One step on this batch: returns the loss before the update.
+  StepResult run(const std::vector<Tensor>& data, Loc loc = Loc::current());
+  template <class... T>
+  StepResult operator()(const T&... data) {
+    return run(std::vector<Tensor>{data...});
+  }
+
+  const StepOptions& options() const;
+  // How many times the loss function was traced (once per input signature).
+  int64_t traces() const;
+  // The IR of the graphs of the last compiled signature, as text.
+  std::string graphs_text() const;
+  // The lowered Programs of the last compiled signature, as listings.
+  std::string programs_text() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+namespace detail {
+template <class F>
+LossFn adapt_loss_fn(F&& f) {
+  using Fn = std::decay_t<F>;
+  if constexpr (std::is_invocable_v<Fn&, const std::vector<Tensor>&>) {
+    return LossFn(std::forward<F>(f));
+  } else if constexpr (std::is_invocable_v<Fn&, const Tensor&>) {
+    return [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable { return f(d.at(0)); };
+  } else if constexpr (std::is_invocable_v<Fn&, const Tensor&, const Tensor&>) {
+    return [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable { return f(d.at(0), d.at(1)); };
+  } else {
+    static_assert(std::is_invocable_v<Fn&, const Tensor&, const Tensor&, const Tensor&>,
+                  "the loss function must take 1 to 3 tensors or a std::vector<Tensor>");
+    return [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable {
+      return f(d.at(0), d.at(1), d.at(2));
+    };
+  }
+}
+}  // namespace detail
+
+// Compiles `loss_fn` (taking the batch tensors, returning a 0-d loss) with
+// `opt`'s update into a training step. Tracing happens on the first call for
+// each input signature.
+template <class F>
+TrainStep compile_train_step(nn::Module& model, optim::Optimizer& opt, F&& loss_fn,
+                             StepOptions opts = {}) {
+  return TrainStep(model, opt, detail::adapt_loss_fn(std::forward<F>(loss_fn)), opts);
+}
+
+}  // namespace ws

@@ -1,0 +1,133 @@
+// ws::Tensor: a small handle to a typed, shaped array.
+//
+// A concrete tensor owns (shares) storage and computes eagerly with the
+// reference kernels. While a function is being traced, the same calls record
+// graph nodes instead and return traced tensors, which have a type but no
+// values: reading one (item(), to_vector(), data()) throws a ws::Error that
+// says why and where. The same user code runs both ways.
+//
+// Binary operations broadcast numpy-style. Every operation records the user's
+// source location, so errors and graph nodes point at the user's line.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "wholestep/dtype.hpp"
+#include "wholestep/error.hpp"
+
+namespace ws {
+
+namespace detail {
+struct TensorImpl;
+}
+
+using Loc = std::source_location;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+  static Tensor scalar(double value, DType dtype = DType::f32) { return full({}, value, dtype); }
+  static Tensor from_vector(const std::vector<float>& v, const Shape& shape);
+  static Tensor from_vector(const std::vector<double>& v, const Shape& shape);
+  static Tensor from_vector(const std::vector<int64_t>& v, const Shape& shape);
+
+  bool defined() const { return impl_ != nullptr; }
+  bool is_traced() const;
+  const Shape& shape() const;
+  DType dtype() const;
+  int64_t dim() const { return int64_t(shape().size()); }
+  int64_t size(int64_t d) const;
+  int64_t numel() const { return ws::numel(shape()); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype()); }
+  std::string str() const;  // "f32[2,3]"
+
+  // Element access on concrete tensors. T must match dtype() (bool: uint8_t).
+  template <class T>
+  T* data(Loc loc = Loc::current());
+  template <class T>
+  const T* data(Loc loc = Loc::current()) const;
+  double item(Loc loc = Loc::current()) const;
+  std::vector<double> to_vector(Loc loc = Loc::current()) const;
+
+  Tensor clone(Loc loc = Loc::current()) const;
+  // Copies `src`'s values into this tensor's storage (same type).
+  void copy_(const Tensor& src, Loc loc = Loc::current());
+
+  Tensor reshape(const Shape& shape, Loc loc = Loc::current()) const;
+  Tensor t(Loc loc = Loc::current()) const;  // 2-d transpose
+  Tensor sum(std::vector<int64_t> axes, Loc loc = Loc::current()) const;
+  Tensor mean(std::vector<int64_t> axes, Loc loc = Loc::current()) const;
+  Tensor max(std::vector<int64_t> axes, Loc loc = Loc::current()) const;
+
+  detail::TensorImpl* impl() const { return impl_.get(); }
+
+ private:
+  std::shared_ptr<detail::TensorImpl> impl_;
+};
+
+// An operand of an operator that remembers the user's source line: operators
+// cannot take a defaulted location, but a converting constructor can.
+struct Arg {
+  Arg(const Tensor& t, Loc loc = Loc::current()) : t(t), loc(loc) {}  // NOLINT: implicit
+  const Tensor& t;
+  Loc loc;
+};
+
+Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor neg(const Tensor& x, Loc loc = Loc::current());
+Tensor exp(const Tensor& x, Loc loc = Loc::current());
+Tensor log(const Tensor& x, Loc loc = Loc::current());
+Tensor relu(const Tensor& x, Loc loc = Loc::current());
+// a @ b, with either operand transposed first. 2-d.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
+              Loc loc = Loc::current());
+Tensor sum(const Tensor& x, std::vector<int64_t> axes, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, std::vector<int64_t> axes, Loc loc = Loc::current());
+Tensor max(const Tensor& x, std::vector<int64_t> axes, Loc loc = Loc::current());
+Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc = Loc::current());
+Tensor reshape(const Tensor& x, const Shape& shape, Loc loc = Loc::current());
+Tensor transpose(const Tensor& x, std::vector<int64_t> perm, Loc loc = Loc::current());
+// i64 labels [..] -> one-hot [.., num_classes] of `dtype`.
+Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype = DType::f32,
+               Loc loc = Loc::current());
+Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor ne(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor lt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor le(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor gt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor ge(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// cond ? a : b, elementwise (broadcast).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
+
+Tensor operator+(const Tensor& a, Arg b);
+Tensor operator-(const Tensor& a, Arg b);
+Tensor operator*(const Tensor& a, Arg b);
+Tensor operator/(const Tensor& a, Arg b);
+Tensor operator-(Arg a);
+// With a scalar of the tensor's dtype.
+Tensor operator+(Arg a, double b);
+Tensor operator-(Arg a, double b);
+Tensor operator*(Arg a, double b);
+Tensor operator/(Arg a, double b);
+Tensor operator*(double a, Arg b);
+
+// Random numbers for initialization, from a seeded generator.
+void manual_seed(uint64_t seed);
+Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype = DType::f32);
+Tensor randn(const Shape& shape, double mean = 0, double std = 1, DType dtype = DType::f32);
+
+}  // namespace ws

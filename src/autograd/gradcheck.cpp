@@ -1,0 +1,74 @@
+#include "autograd/gradcheck.hpp"
+
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "autograd/reverse.hpp"
+#include "exec/interpreter.hpp"
+
+namespace ws::autograd {
+
+ir::Graph promote_to_f64(const ir::Graph& g) {
+  ir::Graph out = g;
+  for (ir::Node& n : out.nodes) {
+    if (n.type.dtype == DType::f32) n.type.dtype = DType::f64;
+    if (n.attrs.has("dtype") && n.attrs.s("dtype") == "f32") n.attrs.set("dtype", std::string("f64"));
+  }
+  return out;
+}
+
+check::GradcheckResult gradcheck_graph(const ir::Graph& forward, const std::vector<ir::ValueId>& wrt,
+                                       const std::vector<Tensor>& values,
+                                       const check::GradcheckOptions& opts) {
+  ir::Graph fwd = promote_to_f64(forward);
+  WS_CHECK(!fwd.outputs.empty()) << "gradcheck needs a loss output";
+  fwd.outputs.resize(1);
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : values)
+    inputs.push_back(t.dtype() == DType::f32 ? cast(t, DType::f64).clone() : t.clone());
+
+  ir::Graph joint = fwd;
+  std::vector<ir::ValueId> grads = append_backward(joint, fwd.outputs[0].value, wrt);
+  for (ir::ValueId d : grads) joint.outputs.push_back(ir::Output{ir::OutputRole::grad, d, ir::kNoValue, ""});
+  std::vector<Tensor> analytic = exec::interpret(joint, inputs);
+
+  check::GradcheckResult r;
+  std::mt19937_64 gen(0);
+  auto loss_at = [&]() { return exec::interpret(fwd, inputs)[0].item(); };
+  for (size_t w = 0; w < wrt.size(); ++w) {
+    const int idx = fwd.input_index(wrt[w]);
+    WS_CHECK(idx >= 0) << "gradcheck: %" << wrt[w] << " is not an input";
+    Tensor& x = inputs[size_t(idx)];
+    double* xd = x.data<double>();
+    const double* gd = analytic[w + 1].data<double>();
+    const int64_t n = x.numel();
+    std::vector<int64_t> elems;
+    if (n <= opts.max_elements) {
+      for (int64_t i = 0; i < n; ++i) elems.push_back(i);
+    } else {
+      for (int64_t i = 0; i < opts.max_elements; ++i) elems.push_back(int64_t(gen() % uint64_t(n)));
+    }
+    for (int64_t i : elems) {
+      const double saved = xd[i];
+      xd[i] = saved + opts.eps;
+      const double up = loss_at();
+      xd[i] = saved - opts.eps;
+      const double down = loss_at();
+      xd[i] = saved;
+      const double numeric = (up - down) / (2 * opts.eps), err = std::abs(numeric - gd[i]);
+      ++r.checked;
+      r.max_abs_error = std::max(r.max_abs_error, err);
+      if (!(err <= opts.atol + opts.rtol * std::abs(numeric))) {
+        if (r.ok || std::count(r.report.begin(), r.report.end(), '\n') < 20)
+          r.report += fmt::format("{}[{}]: analytic {:.10g}, numeric {:.10g}, error {:.3g}\n",
+                                  fwd.input_name(wrt[w]), i, gd[i], numeric, err);
+        r.ok = false;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace ws::autograd

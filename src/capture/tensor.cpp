@@ -1,0 +1,290 @@
+// The public Tensor API on top of capture::apply: numpy broadcasting, scalar
+// operands, reductions and random initialization.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "capture/tracer.hpp"
+#include "exec/reference.hpp"
+
+namespace ws {
+namespace {
+
+using capture::apply;
+using ir::Attrs;
+using ir::Op;
+
+SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
+
+const detail::TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc) {
+  if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined{}", what, at(sl(loc))));
+  return *t.impl();
+}
+
+const detail::TensorImpl& concrete(const Tensor& t, const char* what, const Loc& loc) {
+  const detail::TensorImpl& impl = impl_of(t, what, loc);
+  if (impl.tracer)
+    throw Error(fmt::format(
+        "{}: cannot read the value of traced tensor {}{}: while wholestep traces a function, "
+        "tensors have a type but no values. Return the value from the function (the compiled "
+        "step reports it) instead of reading it inside",
+        what, impl.type.str(), at(sl(loc))));
+  return impl;
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
+  return DType::b8;
+}
+
+template <class T>
+Tensor from_values(const std::vector<T>& v, const Shape& shape) {
+  if (int64_t(v.size()) != numel(shape))
+    throw Error(fmt::format("Tensor::from_vector: {} values do not fill shape {} ({} elements)",
+                            v.size(), shape_str(shape), numel(shape)));
+  auto impl = detail::make_concrete(ir::Type{dtype_of<T>(), shape});
+  if (!v.empty()) std::memcpy(impl->storage->data, v.data(), v.size() * sizeof(T));
+  return Tensor(std::move(impl));
+}
+
+// Broadcasts both operands to their common shape, naming `op` on failure.
+Tensor binary(Op op, const Tensor& a, const Tensor& b, const Loc& loc) {
+  const auto &ia = impl_of(a, "operand", loc), &ib = impl_of(b, "operand", loc);
+  Shape s;
+  if (!ir::broadcast_shapes(ia.type.shape, ib.type.shape, &s))
+    throw Error(fmt::format("{}: shapes {} and {} cannot be broadcast together{}",
+                            ir::op_name(op), ia.type.str(), ib.type.str(), at(sl(loc))));
+  Tensor ba = broadcast_to(a, s, loc), bb = broadcast_to(b, s, loc);
+  return apply(op, {&ba, &bb}, {}, loc);
+}
+
+Tensor scalar_like(const Tensor& t, double v, const Loc& loc) {
+  return Tensor::scalar(v, impl_of(t, "operand", loc).type.dtype);
+}
+
+std::mt19937_64& generator() {
+  static std::mt19937_64 gen(0);
+  return gen;
+}
+
+// Uniform in [0, 1) from 53 random bits: the same on every standard library.
+double uniform01() { return double(generator()() >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+bool Tensor::is_traced() const { return impl_ && impl_->tracer != nullptr; }
+const Shape& Tensor::shape() const { return impl_of(*this, "shape", Loc::current()).type.shape; }
+DType Tensor::dtype() const { return impl_of(*this, "dtype", Loc::current()).type.dtype; }
+int64_t Tensor::size(int64_t d) const {
+  int64_t r = dim();
+  if (d < -r || d >= r) throw Error(fmt::format("size({}): tensor {} has {} dims", d, str(), r));
+  return shape()[size_t(d < 0 ? d + r : d)];
+}
+std::string Tensor::str() const { return impl_ ? impl_->type.str() : "undefined"; }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  return Tensor(detail::make_concrete(ir::Type{dtype, shape}));
+}
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return empty(shape, dtype); }
+Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  ir::Type t{dtype, shape};
+  auto impl = detail::make_concrete(t);
+  exec::run_reference(Op::full, Attrs{{"value", value}}, {}, nullptr, t, impl->storage->data);
+  return Tensor(std::move(impl));
+}
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& s) { return from_values(v, s); }
+Tensor Tensor::from_vector(const std::vector<double>& v, const Shape& s) { return from_values(v, s); }
+Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& s) { return from_values(v, s); }
+
+template <class T>
+T* Tensor::data(Loc loc) {
+  const detail::TensorImpl& impl = concrete(*this, "data()", loc);
+  if (impl.type.dtype != dtype_of<T>())
+    throw Error(fmt::format("data<{}>(): the tensor is {}{}", dtype_name(dtype_of<T>()),
+                            impl.type.str(), at(sl(loc))));
+  return static_cast<T*>(impl.storage->data);
+}
+template <class T>
+const T* Tensor::data(Loc loc) const {
+  return const_cast<Tensor*>(this)->data<T>(loc);
+}
+template float* Tensor::data<float>(Loc);
+template double* Tensor::data<double>(Loc);
+template int64_t* Tensor::data<int64_t>(Loc);
+template uint8_t* Tensor::data<uint8_t>(Loc);
+template const float* Tensor::data<float>(Loc) const;
+template const double* Tensor::data<double>(Loc) const;
+template const int64_t* Tensor::data<int64_t>(Loc) const;
+template const uint8_t* Tensor::data<uint8_t>(Loc) const;
+
+std::vector<double> Tensor::to_vector(Loc loc) const {
+  const detail::TensorImpl& impl = concrete(*this, "to_vector()", loc);
+  const int64_t n = impl.type.numel();
+  std::vector<double> out(static_cast<size_t>(n));
+  const void* p = impl.storage->data;
+  for (int64_t i = 0; i < n; ++i) {
+    switch (impl.type.dtype) {
+      case DType::f32: out[size_t(i)] = static_cast<const float*>(p)[i]; break;
+      case DType::f64: out[size_t(i)] = static_cast<const double*>(p)[i]; break;
+      case DType::i64: out[size_t(i)] = double(static_cast<const int64_t*>(p)[i]); break;
+      case DType::b8: out[size_t(i)] = static_cast<const uint8_t*>(p)[i]; break;
+    }
+  }
+  return out;
+}
+
+double Tensor::item(Loc loc) const {
+  const detail::TensorImpl& impl = concrete(*this, "item()", loc);
+  if (impl.type.numel() != 1)
+    throw Error(fmt::format("item(): tensor {} has {} elements, not one{}", impl.type.str(),
+                            impl.type.numel(), at(sl(loc))));
+  return to_vector(loc)[0];
+}
+
+Tensor Tensor::clone(Loc loc) const {
+  const detail::TensorImpl& impl = concrete(*this, "clone()", loc);
+  auto c = detail::make_concrete(impl.type);
+  std::memcpy(c->storage->data, impl.storage->data, impl.type.bytes());
+  return Tensor(std::move(c));
+}
+
+void Tensor::copy_(const Tensor& src, Loc loc) {
+  const detail::TensorImpl& d = concrete(*this, "copy_()", loc);
+  const detail::TensorImpl& s = concrete(src, "copy_()", loc);
+  if (d.type != s.type)
+    throw Error(fmt::format("copy_(): destination {} and source {} differ{}", d.type.str(),
+                            s.type.str(), at(sl(loc))));
+  std::memmove(d.storage->data, s.storage->data, d.type.bytes());
+}
+
+Tensor Tensor::reshape(const Shape& s, Loc loc) const { return ws::reshape(*this, s, loc); }
+Tensor Tensor::t(Loc loc) const { return transpose(*this, {1, 0}, loc); }
+Tensor Tensor::sum(std::vector<int64_t> axes, Loc loc) const { return ws::sum(*this, axes, loc); }
+Tensor Tensor::mean(std::vector<int64_t> axes, Loc loc) const { return ws::mean(*this, axes, loc); }
+Tensor Tensor::max(std::vector<int64_t> axes, Loc loc) const { return ws::max(*this, axes, loc); }
+
+Tensor add(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::add, a, b, loc); }
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::sub, a, b, loc); }
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::mul, a, b, loc); }
+Tensor div(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::div, a, b, loc); }
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::maximum, a, b, loc); }
+Tensor eq(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::eq, a, b, loc); }
+Tensor ne(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::ne, a, b, loc); }
+Tensor lt(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::lt, a, b, loc); }
+Tensor le(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::le, a, b, loc); }
+Tensor gt(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::gt, a, b, loc); }
+Tensor ge(const Tensor& a, const Tensor& b, Loc loc) { return binary(Op::ge, a, b, loc); }
+Tensor neg(const Tensor& x, Loc loc) { return apply(Op::neg, {&x}, {}, loc); }
+Tensor exp(const Tensor& x, Loc loc) { return apply(Op::exp, {&x}, {}, loc); }
+Tensor log(const Tensor& x, Loc loc) { return apply(Op::log, {&x}, {}, loc); }
+
+Tensor relu(const Tensor& x, Loc loc) {
+  Tensor zero = scalar_like(x, 0, loc);
+  return where(gt(x, zero, loc), x, zero, loc);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {
+  const auto &ic = impl_of(cond, "where", loc), &ia = impl_of(a, "where", loc),
+             &ib = impl_of(b, "where", loc);
+  Shape s, s2;
+  if (!ir::broadcast_shapes(ia.type.shape, ib.type.shape, &s) ||
+      !ir::broadcast_shapes(ic.type.shape, s, &s2))
+    throw Error(fmt::format("select: shapes {}, {} and {} cannot be broadcast together{}",
+                            ic.type.str(), ia.type.str(), ib.type.str(), at(sl(loc))));
+  Tensor bc = broadcast_to(cond, s2, loc), ba = broadcast_to(a, s2, loc),
+         bb = broadcast_to(b, s2, loc);
+  return apply(Op::select, {&bc, &ba, &bb}, {}, loc);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, Loc loc) {
+  Attrs attrs;
+  if (ta) attrs.set("transpose_a", int64_t(1));
+  if (tb) attrs.set("transpose_b", int64_t(1));
+  return apply(Op::matmul, {&a, &b}, attrs, loc);
+}
+
+Tensor sum(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
+  return apply(Op::reduce_sum, {&x}, Attrs{{"axes", axes}}, loc);
+}
+
+Tensor max(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
+  return apply(Op::reduce_max, {&x}, Attrs{{"axes", axes}}, loc);
+}
+
+Tensor mean(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
+  const Shape& s = impl_of(x, "mean", loc).type.shape;
+  int64_t count = 1;
+  for (int64_t a : axes) {
+    int64_t r = int64_t(s.size()), d = a < 0 ? a + r : a;
+    if (d >= 0 && d < r) count *= s[size_t(d)];
+  }
+  Tensor total = sum(x, axes, loc);  // validates the axes
+  return mul(total, scalar_like(x, 1.0 / double(count), loc), loc);
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc) {
+  const Shape& s = impl_of(x, "broadcast_to", loc).type.shape;
+  if (s == shape) return x;
+  if (s.size() > shape.size())
+    throw Error(fmt::format("broadcast: cannot broadcast {} to {}{}", x.str(), shape_str(shape),
+                            at(sl(loc))));
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < s.size(); ++i) dims.push_back(int64_t(shape.size() - s.size() + i));
+  return apply(Op::broadcast, {&x}, Attrs{{"dims", dims}, {"shape", shape}}, loc);
+}
+
+Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
+  if (impl_of(x, "reshape", loc).type.shape == shape) return x;
+  return apply(Op::reshape, {&x}, Attrs{{"shape", shape}}, loc);
+}
+
+Tensor transpose(const Tensor& x, std::vector<int64_t> perm, Loc loc) {
+  return apply(Op::transpose, {&x}, Attrs{{"perm", perm}}, loc);
+}
+
+Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype, Loc loc) {
+  return apply(Op::one_hot, {&labels},
+               Attrs{{"dtype", std::string(dtype_name(dtype))}, {"num_classes", num_classes}}, loc);
+}
+
+Tensor cast(const Tensor& x, DType dtype, Loc loc) {
+  if (impl_of(x, "cast", loc).type.dtype == dtype) return x;
+  return apply(Op::convert, {&x}, Attrs{{"dtype", std::string(dtype_name(dtype))}}, loc);
+}
+
+Tensor operator+(const Tensor& a, Arg b) { return add(a, b.t, b.loc); }
+Tensor operator-(const Tensor& a, Arg b) { return sub(a, b.t, b.loc); }
+Tensor operator*(const Tensor& a, Arg b) { return mul(a, b.t, b.loc); }
+Tensor operator/(const Tensor& a, Arg b) { return div(a, b.t, b.loc); }
+Tensor operator-(Arg a) { return neg(a.t, a.loc); }
+Tensor operator+(Arg a, double b) { return add(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator-(Arg a, double b) { return sub(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator*(Arg a, double b) { return mul(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator/(Arg a, double b) { return div(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator*(double a, Arg b) { return mul(scalar_like(b.t, a, b.loc), b.t, b.loc); }
+
+void manual_seed(uint64_t seed) { generator().seed(seed); }
+
+Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype) {
+  std::vector<double> v(size_t(numel(shape)));
+  for (double& x : v) x = lo + (hi - lo) * uniform01();
+  return cast(Tensor::from_vector(v, shape), dtype);
+}
+
+Tensor randn(const Shape& shape, double mean, double std, DType dtype) {
+  std::vector<double> v(size_t(numel(shape)));
+  for (size_t i = 0; i < v.size(); i += 2) {  // Box-Muller, two at a time
+    double u1 = 1.0 - uniform01(), u2 = uniform01();
+    double r = std::sqrt(-2.0 * std::log(u1));
+    v[i] = mean + std * r * std::cos(2 * M_PI * u2);
+    if (i + 1 < v.size()) v[i + 1] = mean + std * r * std::sin(2 * M_PI * u2);
+  }
+  return cast(Tensor::from_vector(v, shape), dtype);
+}
+
+}  // namespace ws

@@ -1,0 +1,58 @@
+// The tracer: while active on a thread, Tensor operations append nodes to its
+// graph instead of computing.
+//
+// Concrete tensors met while tracing become graph values: a tensor registered
+// with `lift` (a parameter, buffer or optimizer state) becomes that graph
+// input; any other concrete tensor becomes a constant (0-d ones a `full`).
+#pragma once
+
+#include <unordered_map>
+
+#include "capture/tensor_impl.hpp"
+#include "ir/builder.hpp"
+
+namespace ws::capture {
+
+class Tracer {
+ public:
+  explicit Tracer(ir::Graph& g) : builder_(g) {}
+
+  // The tracer active on this thread, or nullptr.
+  static Tracer* current();
+
+  ir::Builder& builder() { return builder_; }
+  ir::Graph& graph() { return builder_.graph(); }
+
+  // Makes `t` a graph input with this role and name; tensors sharing storage
+  // (tied parameters) map to one input.
+  ir::ValueId lift(const Tensor& t, ir::InputRole role, const std::string& name);
+  // A new data input, returned as a traced tensor.
+  Tensor data_input(const std::string& name, const ir::Type& type);
+  // The graph value for `t` (traced, lifted, or a new constant).
+  ir::ValueId value_of(const Tensor& t, const SourceLoc& loc);
+  // A traced tensor for value `v`.
+  Tensor wrap(ir::ValueId v);
+
+ private:
+  ir::Builder builder_;
+  std::unordered_map<const detail::Storage*, ir::ValueId> lifted_;
+};
+
+// Activates a tracer on this thread for its lifetime.
+class TraceScope {
+ public:
+  explicit TraceScope(Tracer& t);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  Tracer* prev_;
+};
+
+// Applies `op` to tensors: records a node when tracing, else computes with
+// the reference kernels. Operands must already have matching shapes.
+Tensor apply(ir::Op op, std::initializer_list<const Tensor*> args, ir::Attrs attrs,
+             const std::source_location& loc);
+
+}  // namespace ws::capture

@@ -1,0 +1,306 @@
+#include "exec/kernels.hpp"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "exec/reference.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace ws::exec {
+namespace {
+
+using ir::Op;
+
+template <class T>
+T* at(void* const* s, int32_t i) {
+  return static_cast<T*>(s[i]);
+}
+
+void k_reference(const Kernel& k, void* const* s) {
+  const void* in[4];
+  for (size_t i = 0; i < k.in.size(); ++i) in[i] = s[k.in[i]];
+  run_reference(k.op, k.attrs, k.in_types, in, k.out_type, s[k.out], k.loc);
+}
+
+void k_copy(const Kernel& k, void* const* s) {
+  if (s[k.out] != s[k.in[0]]) std::memcpy(s[k.out], s[k.in[0]], size_t(k.p[0]));
+}
+
+template <class T>
+void k_fill(const Kernel& k, void* const* s) {
+  std::fill_n(at<T>(s, k.out), k.p[0], T(k.attrs.f("value")));
+}
+
+template <class T, Op op>
+void k_unary(const Kernel& k, void* const* s) {
+  const T* x = at<T>(s, k.in[0]);
+  T* y = at<T>(s, k.out);
+  const int64_t n = k.p[0];
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (op == Op::neg) y[i] = -x[i];
+    if constexpr (op == Op::exp) y[i] = std::exp(x[i]);
+    if constexpr (op == Op::log) y[i] = std::log(x[i]);
+  }
+}
+
+template <class T, Op op>
+inline auto binop(T a, T b) {
+  if constexpr (op == Op::add) return T(a + b);
+  if constexpr (op == Op::sub) return T(a - b);
+  if constexpr (op == Op::mul) return T(a * b);
+  if constexpr (op == Op::div) return T(a / b);
+  if constexpr (op == Op::maximum) return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
+  if constexpr (op == Op::eq) return uint8_t(a == b);
+  if constexpr (op == Op::ne) return uint8_t(a != b);
+  if constexpr (op == Op::lt) return uint8_t(a < b);
+  if constexpr (op == Op::le) return uint8_t(a <= b);
+  if constexpr (op == Op::gt) return uint8_t(a > b);
+  if constexpr (op == Op::ge) return uint8_t(a >= b);
+}
+
+// p[1], p[2]: 1 when the operand is an array, 0 when it is one value.
+template <class T, Op op>
+void k_binary(const Kernel& k, void* const* s) {
+  using R = decltype(binop<T, op>(T{}, T{}));
+  const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
+  R* y = at<R>(s, k.out);
+  const int64_t n = k.p[0];
+  if (k.p[1] && k.p[2]) {
+    for (int64_t i = 0; i < n; ++i) y[i] = binop<T, op>(a[i], b[i]);
+  } else if (k.p[1]) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) y[i] = binop<T, op>(a[i], bv);
+  } else if (k.p[2]) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) y[i] = binop<T, op>(av, b[i]);
+  } else {
+    const R v = binop<T, op>(*a, *b);
+    for (int64_t i = 0; i < n; ++i) y[i] = v;
+  }
+}
+
+template <class T>
+void k_select(const Kernel& k, void* const* s) {
+  const uint8_t* c = at<uint8_t>(s, k.in[0]);
+  const T *a = at<T>(s, k.in[1]), *b = at<T>(s, k.in[2]);
+  T* y = at<T>(s, k.out);
+  const int64_t n = k.p[0], sc = k.p[1], sa = k.p[2], sb = k.p[3];
+  for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+}
+
+// p = {m, n, k, transpose_a, transpose_b}
+void k_sgemm(const Kernel& k, void* const* s) {
+  const int64_t m = k.p[0], n = k.p[1], kk = k.p[2];
+  const bool ta = k.p[3], tb = k.p[4];
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(kk), 1.0f, at<float>(s, k.in[0]), ta ? int(m) : int(kk),
+              at<float>(s, k.in[1]), tb ? int(kk) : int(n), 0.0f, at<float>(s, k.out), int(n));
+}
+
+void k_dgemm(const Kernel& k, void* const* s) {
+  const int64_t m = k.p[0], n = k.p[1], kk = k.p[2];
+  const bool ta = k.p[3], tb = k.p[4];
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(kk), 1.0, at<double>(s, k.in[0]), ta ? int(m) : int(kk),
+              at<double>(s, k.in[1]), tb ? int(kk) : int(n), 0.0, at<double>(s, k.out), int(n));
+}
+
+// Broadcast of a vector along leading rows: [n] -> [rows, n]. p = {rows, n}
+template <class T>
+void k_broadcast_rows(const Kernel& k, void* const* s) {
+  const T* x = at<T>(s, k.in[0]);
+  T* y = at<T>(s, k.out);
+  for (int64_t r = 0; r < k.p[0]; ++r) std::memcpy(y + r * k.p[1], x, size_t(k.p[1]) * sizeof(T));
+}
+
+// Strided gather for broadcast and transpose with precomputed strides.
+template <class T>
+void k_strided(const Kernel& k, void* const* s) {
+  const T* x = at<T>(s, k.in[0]);
+  T* y = at<T>(s, k.out);
+  strided_walk(k.out_type.shape, k.strides, [&](int64_t i, int64_t o) { y[i] = x[o]; });
+}
+
+// Sum of a [rows, cols] matrix over rows (p[2] = 0: result [cols]) or over
+// columns (p[2] = 1: result [rows]).
+template <class T>
+void k_sum_2d(const Kernel& k, void* const* s) {
+  const T* x = at<T>(s, k.in[0]);
+  T* y = at<T>(s, k.out);
+  const int64_t rows = k.p[0], cols = k.p[1];
+  if (k.p[2] == 0) {
+    std::fill_n(y, cols, T(0));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) y[c] += x[r * cols + c];
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      T acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += x[r * cols + c];
+      y[r] = acc;
+    }
+  }
+}
+
+template <class T>
+KernelFn binary_fn(Op op) {
+  switch (op) {
+    case Op::add: return k_binary<T, Op::add>;
+    case Op::sub: return k_binary<T, Op::sub>;
+    case Op::mul: return k_binary<T, Op::mul>;
+    case Op::div: return k_binary<T, Op::div>;
+    case Op::maximum: return k_binary<T, Op::maximum>;
+    case Op::eq: return k_binary<T, Op::eq>;
+    case Op::ne: return k_binary<T, Op::ne>;
+    case Op::lt: return k_binary<T, Op::lt>;
+    case Op::le: return k_binary<T, Op::le>;
+    case Op::gt: return k_binary<T, Op::gt>;
+    case Op::ge: return k_binary<T, Op::ge>;
+    default: return nullptr;
+  }
+}
+
+template <class T>
+KernelFn unary_fn(Op op) {
+  switch (op) {
+    case Op::neg: return k_unary<T, Op::neg>;
+    case Op::exp: return k_unary<T, Op::exp>;
+    case Op::log: return k_unary<T, Op::log>;
+    default: return nullptr;
+  }
+}
+
+template <class T>
+bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
+  const Op op = k.op;
+  k.p[0] = k.out_type.numel();
+  if (KernelFn f = binary_fn<T>(op)) {
+    k.fn = f;
+    k.name = ir::op_name(op).data();
+    k.p[1] = !scalar[0];
+    k.p[2] = !scalar[1];
+    return true;
+  }
+  if (KernelFn f = unary_fn<T>(op); f && !scalar[0]) {
+    k.fn = f;
+    k.name = ir::op_name(op).data();
+    return true;
+  }
+  switch (op) {
+    case Op::select:
+      k.fn = k_select<T>;
+      k.name = "select";
+      k.p[1] = !scalar[0], k.p[2] = !scalar[1], k.p[3] = !scalar[2];
+      return true;
+    case Op::full:
+      k.fn = k_fill<T>;
+      k.name = "fill";
+      return true;
+    case Op::matmul:
+      if constexpr (std::is_floating_point_v<T>) {
+        const Shape &as = k.in_types[0].shape, &bs = k.in_types[1].shape;
+        const bool ta = k.attrs.i_or("transpose_a", 0), tb = k.attrs.i_or("transpose_b", 0);
+        k.p = {ta ? as[1] : as[0], tb ? bs[0] : bs[1], ta ? as[0] : as[1], ta, tb};
+        k.fn = std::is_same_v<T, float> ? k_sgemm : k_dgemm;
+        k.name = std::is_same_v<T, float> ? "sgemm" : "dgemm";
+        return true;
+      }
+      return false;
+    case Op::broadcast: {
+      const Shape& in = k.in_types[0].shape;
+      const std::vector<int64_t>& dims = k.attrs.ints("dims");
+      const Shape& out = k.out_type.shape;
+      if (in.size() == 1 && out.size() == 2 && dims[0] == 1 && in[0] == out[1]) {
+        k.p = {out[0], out[1]};
+        k.fn = k_broadcast_rows<T>;
+        k.name = "broadcast_rows";
+      } else {
+        k.strides = broadcast_source_strides(in, out, dims);
+        k.fn = k_strided<T>;
+        k.name = "broadcast";
+      }
+      return true;
+    }
+    case Op::transpose:
+      k.strides = transpose_source_strides(k.in_types[0].shape, k.attrs.ints("perm"));
+      k.fn = k_strided<T>;
+      k.name = "transpose";
+      return true;
+    case Op::reduce_sum: {
+      const Shape& in = k.in_types[0].shape;
+      const std::vector<int64_t>& axes = k.attrs.ints("axes");
+      if (in.size() == 2 && axes.size() == 1) {
+        k.p = {in[0], in[1], axes[0] == 1 || axes[0] == -1};
+        k.fn = k_sum_2d<T>;
+        k.name = "sum_2d";
+        return true;
+      }
+      if (axes.size() == in.size()) {  // everything: one row
+        k.p = {1, k.in_types[0].numel(), 1};
+        k.fn = k_sum_2d<T>;
+        k.name = "sum_all";
+        return true;
+      }
+      return false;
+    }
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool takes_scalar_operands(Op op, DType dt) {
+  if (dt != DType::f32 && dt != DType::f64) return false;
+  return op == Op::select || binary_fn<float>(op) != nullptr;
+}
+
+void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
+  if (k.op == Op::reshape) {
+    k.p[0] = int64_t(k.out_type.bytes());
+    k.fn = k_copy;
+    k.name = "copy";
+    return;
+  }
+  DType dt = k.in_types.empty() ? k.out_type.dtype : k.in_types.back().dtype;
+  bool done = false;
+  if (dt == DType::f32) done = choose_typed<float>(k, scalar);
+  if (dt == DType::f64) done = choose_typed<double>(k, scalar);
+  if (!done) {
+    for (bool sc : scalar) WS_CHECK(!sc) << "no scalar-operand kernel for " << ir::op_name(k.op);
+    k.fn = k_reference;
+    k.name = "reference";
+  }
+}
+
+Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type) {
+  Kernel k;
+  k.fn = k_copy;
+  k.name = "copy";
+  k.op = Op::reshape;
+  k.in = {from};
+  k.in_types = {type};
+  k.out = to;
+  k.out_type = type;
+  k.p[0] = int64_t(type.bytes());
+  return k;
+}
+
+namespace {
+int g_threads = 0;
+}
+
+void set_num_threads(int n) {
+  if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
+  g_threads = n;
+  openblas_set_num_threads(n);
+}
+
+int num_threads() {
+  if (g_threads == 0) set_num_threads(0);
+  return g_threads;
+}
+
+}  // namespace ws::exec

@@ -1,0 +1,28 @@
+// Optimized kernels for Programs, and the choice of implementation per node.
+// Anything without a specialized kernel runs its reference kernel.
+#pragma once
+
+#include <vector>
+
+#include "exec/program.hpp"
+
+namespace ws::exec {
+
+// True when `op` on `dt` has a kernel that can read an operand as a single
+// value broadcast to the result shape (a stride-0 operand), so a `full` or a
+// broadcast scalar never has to be materialized.
+bool takes_scalar_operands(ir::Op op, DType dt);
+
+// Fills k.fn, k.name and k.p from k.op, k.in_types, k.out_type and k.attrs.
+// scalar[i]: operand i is a single value (only where takes_scalar_operands).
+void choose_kernel(Kernel& k, const std::vector<bool>& scalar);
+
+// A kernel copying `bytes` from slot `from` to slot `to`.
+Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type);
+
+// Threads used by our loops and by OpenBLAS (never both pools at once: our
+// loops are single-threaded for now, OpenBLAS gets all of them).
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace ws::exec

@@ -1,0 +1,80 @@
+#include "exec/program.hpp"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace ws::exec {
+
+std::string Program::str() const {
+  auto slot = [&](int32_t s) {
+    const Slot& sl = slots[size_t(s)];
+    switch (sl.kind) {
+      case SlotKind::input: return fmt::format("in{}", sl.index);
+      case SlotKind::output: return fmt::format("out{}", sl.index);
+      case SlotKind::constant: return fmt::format("const+{}", sl.index);
+      case SlotKind::arena: return fmt::format("arena+{}", sl.index);
+    }
+    return std::string("?");
+  };
+  std::string s = fmt::format("program {} ({} kernels, arena {} bytes, max live {} bytes)\n", name,
+                              kernels.size(), arena_bytes, max_live_bytes);
+  for (const Kernel& k : kernels) {
+    std::vector<std::string> ins;
+    for (int32_t i : k.in) ins.push_back(slot(i));
+    s += fmt::format("  {} = {}({}) : {}\n", slot(k.out), k.name, fmt::join(ins, ", "),
+                     k.out_type.str());
+  }
+  return s;
+}
+
+Executable::Executable(Program p)
+    : prog_(std::move(p)),
+      arena_(static_cast<std::byte*>(std::aligned_alloc(64, size_t((prog_.arena_bytes + 63) / 64 * 64 + 64))),
+             std::free),
+      inputs_(prog_.inputs.size(), nullptr),
+      outputs_(prog_.outputs.size(), nullptr),
+      slot_ptrs_(prog_.slots.size(), nullptr) {
+  WS_CHECK(arena_) << "out of memory for a " << prog_.arena_bytes << "-byte arena";
+}
+
+void Executable::bind_input(size_t i, void* data) {
+  WS_CHECK(i < inputs_.size()) << "input " << i;
+  inputs_[i] = data;
+  resolved_ = false;
+}
+
+void Executable::bind_output(size_t i, void* data) {
+  WS_CHECK(i < outputs_.size()) << "output " << i;
+  outputs_[i] = data;
+  resolved_ = false;
+}
+
+void Executable::resolve() {
+  for (size_t s = 0; s < prog_.slots.size(); ++s) {
+    const Slot& sl = prog_.slots[s];
+    switch (sl.kind) {
+      case SlotKind::input:
+        WS_CHECK(inputs_[size_t(sl.index)]) << prog_.name << ": input " << sl.index << " ("
+                                            << prog_.inputs[size_t(sl.index)].name << ") is unbound";
+        slot_ptrs_[s] = inputs_[size_t(sl.index)];
+        break;
+      case SlotKind::output:
+        WS_CHECK(outputs_[size_t(sl.index)]) << prog_.name << ": output " << sl.index << " ("
+                                             << prog_.outputs[size_t(sl.index)].name << ") is unbound";
+        slot_ptrs_[s] = outputs_[size_t(sl.index)];
+        break;
+      case SlotKind::constant: slot_ptrs_[s] = prog_.constants.data() + sl.index; break;
+      case SlotKind::arena: slot_ptrs_[s] = arena_.get() + sl.index; break;
+    }
+  }
+  resolved_ = true;
+}
+
+void Executable::run() {
+  if (!resolved_) resolve();
+  void* const* slots = slot_ptrs_.data();
+  for (const Kernel& k : prog_.kernels) k.fn(k, slots);
+}
+
+}  // namespace ws::exec

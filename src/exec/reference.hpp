@@ -1,0 +1,50 @@
+// Reference kernels: one obviously-correct kernel per op, for every dtype the
+// op takes. They are the oracle for the optimized kernels, the eager Tensor
+// path, the interpreter (mode `interpret`) and the f64 gradient checks.
+#pragma once
+
+#include <span>
+
+#include "ir/graph.hpp"
+
+namespace ws::exec {
+
+// Computes `op` over operands `in[i]` of types `in_types[i]` into `out`, which
+// has type `out_type` and does not overlap the operands.
+void run_reference(ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
+                   const void* const* in, const ir::Type& out_type, void* out,
+                   const SourceLoc& loc = {});
+
+// Row-major strides of a shape, in elements.
+std::vector<int64_t> row_major_strides(const Shape& shape);
+
+// Visits every element of `shape` in row-major order, calling f(flat, offset)
+// where offset = sum(index[d] * strides[d]).
+template <class F>
+void strided_walk(const Shape& shape, const std::vector<int64_t>& strides, F&& f) {
+  const int64_t r = int64_t(shape.size());
+  const int64_t n = numel(shape);
+  if (n == 0) return;
+  std::vector<int64_t> idx(size_t(r), 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    f(i, off);
+    for (int64_t d = r - 1; d >= 0; --d) {
+      off += strides[size_t(d)];
+      if (++idx[size_t(d)] < shape[size_t(d)]) break;
+      off -= strides[size_t(d)] * shape[size_t(d)];
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+// Strides (in the operand) for walking the result of a broadcast, transpose or
+// reduction in row-major order.
+std::vector<int64_t> broadcast_source_strides(const Shape& in, const Shape& out,
+                                              const std::vector<int64_t>& dims);
+std::vector<int64_t> transpose_source_strides(const Shape& in, const std::vector<int64_t>& perm);
+// For a reduction: strides into the result for walking the operand (0 on
+// reduced axes).
+std::vector<int64_t> reduce_result_strides(const Shape& in, const std::vector<int64_t>& axes);
+
+}  // namespace ws::exec

@@ -1,0 +1,89 @@
+#include "ir/builder.hpp"
+
+#include <algorithm>
+
+namespace ws::ir {
+
+ValueId Builder::append(Node n) {
+  g_.nodes.push_back(std::move(n));
+  return ValueId(g_.nodes.size() - 1);
+}
+
+ValueId Builder::input(InputRole role, const std::string& name, Type t, SourceLoc l) {
+  ValueId v = append(Node{Op::input, {}, Attrs{{"name", name}, {"role", std::string(role_name(role))}},
+                          std::move(t), std::move(l)});
+  g_.inputs.push_back(v);
+  return v;
+}
+
+ValueId Builder::add(Op op, std::vector<ValueId> args, Attrs attrs) {
+  return add(op, std::move(args), std::move(attrs), loc);
+}
+
+ValueId Builder::add(Op op, std::vector<ValueId> args, Attrs attrs, const SourceLoc& l) {
+  std::vector<Type> types;
+  for (ValueId a : args) {
+    WS_CHECK(a >= 0 && a < g_.size()) << "bad operand %" << a;
+    types.push_back(g_.type(a));
+  }
+  Type t = infer_type(op, types, attrs, l);
+  return append(Node{op, std::move(args), std::move(attrs), std::move(t), l});
+}
+
+ValueId Builder::full(double value, const Type& t) {
+  return append(Node{Op::full, {}, Attrs{{"value", value}}, t, loc});
+}
+
+ValueId Builder::constant(std::vector<double> values, const Type& t) {
+  WS_CHECK(int64_t(values.size()) == t.numel()) << "constant has " << values.size() << " values";
+  return append(Node{Op::constant, {}, Attrs{{"value", std::move(values)}}, t, loc});
+}
+
+ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
+  const Shape& s = type(x).shape;
+  if (s == shape) return x;
+  WS_CHECK(s.size() <= shape.size()) << "broadcast_to " << shape_str(s) << " -> " << shape_str(shape);
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < s.size(); ++i) dims.push_back(int64_t(shape.size() - s.size() + i));
+  return add(Op::broadcast, {x}, Attrs{{"dims", dims}, {"shape", shape}});
+}
+
+ValueId Builder::sum_to(ValueId x, const Shape& shape) {
+  const Shape& s = type(x).shape;
+  if (s == shape) return x;
+  WS_CHECK(shape.size() <= s.size()) << "sum_to " << shape_str(s) << " -> " << shape_str(shape);
+  size_t lead = s.size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && s[i] != 1)) axes.push_back(int64_t(i));
+  ValueId r = axes.empty() ? x : reduce(Op::reduce_sum, x, axes);
+  return type(r).shape == shape ? r : reshape(r, shape);
+}
+
+ValueId Builder::scale(ValueId x, ValueId s) {
+  return binary(Op::mul, x, broadcast_to(s, type(x).shape));
+}
+
+ValueId Builder::reshape(ValueId x, const Shape& shape) {
+  if (type(x).shape == shape) return x;
+  return add(Op::reshape, {x}, Attrs{{"shape", shape}});
+}
+
+ValueId Builder::reduce(Op op, ValueId x, std::vector<int64_t> axes) {
+  std::sort(axes.begin(), axes.end());
+  return add(op, {x}, Attrs{{"axes", axes}});
+}
+
+ValueId Builder::matmul(ValueId a, ValueId b, bool ta, bool tb) {
+  Attrs attrs;
+  if (ta) attrs.set("transpose_a", int64_t(1));
+  if (tb) attrs.set("transpose_b", int64_t(1));
+  return add(Op::matmul, {a, b}, attrs);
+}
+
+ValueId Builder::convert(ValueId x, DType dt) {
+  if (type(x).dtype == dt) return x;
+  return add(Op::convert, {x}, Attrs{{"dtype", std::string(dtype_name(dt))}});
+}
+
+}  // namespace ws::ir

@@ -1,0 +1,55 @@
+// Appending nodes to a Graph, with shape inference and user-facing errors.
+#pragma once
+
+#include "ir/graph.hpp"
+
+namespace ws::ir {
+
+// The result type of `op` applied to operands of `args` types, or a ws::Error
+// naming the op, the shapes and `loc`. Source ops (input, full, constant)
+// carry their type explicitly and are not inferred.
+Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const SourceLoc& loc);
+
+class Builder {
+ public:
+  explicit Builder(Graph& g) : g_(g) {}
+
+  Graph& graph() { return g_; }
+  const Type& type(ValueId v) const { return g_.type(v); }
+
+  // Location stamped on nodes added without one (autograd uses the forward
+  // node's location, so backward errors point at the user's line).
+  SourceLoc loc;
+
+  ValueId input(InputRole role, const std::string& name, Type t, SourceLoc l = {});
+  ValueId add(Op op, std::vector<ValueId> args, Attrs attrs = {});
+  ValueId add(Op op, std::vector<ValueId> args, Attrs attrs, const SourceLoc& l);
+  // A tensor of type `t` filled with `value`.
+  ValueId full(double value, const Type& t);
+  // A 0-d tensor.
+  ValueId scalar(double value, DType dt = DType::f32) { return full(value, Type{dt, {}}); }
+  ValueId constant(std::vector<double> values, const Type& t);
+
+  // Numpy-style broadcast of `x` to `shape` (trailing dimensions aligned).
+  ValueId broadcast_to(ValueId x, const Shape& shape);
+  // Sums `x` down to `shape`: undoes broadcast_to.
+  ValueId sum_to(ValueId x, const Shape& shape);
+  // x * s where s is a 0-d value, broadcast.
+  ValueId scale(ValueId x, ValueId s);
+  ValueId reshape(ValueId x, const Shape& shape);
+  ValueId reduce(Op op, ValueId x, std::vector<int64_t> axes);
+  ValueId matmul(ValueId a, ValueId b, bool ta, bool tb);
+  ValueId convert(ValueId x, DType dt);
+
+  ValueId binary(Op op, ValueId a, ValueId b) { return add(op, {a, b}); }
+  ValueId unary(Op op, ValueId a) { return add(op, {a}); }
+
+ private:
+  ValueId append(Node n);
+  Graph& g_;
+};
+
+// Numpy broadcasting of two shapes, or nullopt-like failure: returns false.
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
+
+}  // namespace ws::ir

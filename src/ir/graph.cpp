@@ -1,0 +1,153 @@
+#include "ir/graph.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace ws {
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i64: return "i64";
+    case DType::b8: return "bool";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i64: return 8;
+    case DType::b8: return 1;
+  }
+  return 0;
+}
+
+bool is_floating(DType d) { return d == DType::f32 || d == DType::f64; }
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+
+std::string SourceLoc::str() const { return known() ? fmt::format("{}:{}", file, line) : ""; }
+
+std::string at(const SourceLoc& loc) { return loc.known() ? " (at " + loc.str() + ")" : ""; }
+
+namespace detail {
+CheckFailure::CheckFailure(const char* file, int line, const char* cond) {
+  msg_ << "internal error in wholestep at " << file << ":" << line << ": check failed: " << cond
+       << ". ";
+}
+CheckFailure::~CheckFailure() noexcept(false) { throw InternalError(msg_.str()); }
+}  // namespace detail
+
+namespace ir {
+
+std::string Type::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
+
+Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
+  for (auto& [k, v] : kv) set(k, v);
+}
+
+void Attrs::set(const std::string& name, AttrValue v) {
+  auto it = std::lower_bound(kv_.begin(), kv_.end(), name,
+                             [](const auto& p, const std::string& n) { return p.first < n; });
+  if (it != kv_.end() && it->first == name)
+    it->second = std::move(v);
+  else
+    kv_.insert(it, {name, std::move(v)});
+}
+
+bool Attrs::has(const std::string& name) const {
+  for (auto& [k, v] : kv_)
+    if (k == name) return true;
+  return false;
+}
+
+const AttrValue& Attrs::get(const std::string& name) const {
+  for (auto& [k, v] : kv_)
+    if (k == name) return v;
+  WS_CHECK(false) << "missing attribute '" << name << "'";
+  throw;  // unreachable
+}
+
+template <class T>
+static const T& typed(const Attrs& a, const std::string& name) {
+  const T* p = std::get_if<T>(&a.get(name));
+  WS_CHECK(p) << "attribute '" << name << "' has the wrong kind";
+  return *p;
+}
+
+int64_t Attrs::i(const std::string& n) const { return typed<int64_t>(*this, n); }
+double Attrs::f(const std::string& n) const { return typed<double>(*this, n); }
+const std::vector<int64_t>& Attrs::ints(const std::string& n) const {
+  return typed<std::vector<int64_t>>(*this, n);
+}
+const std::string& Attrs::s(const std::string& n) const { return typed<std::string>(*this, n); }
+const std::vector<double>& Attrs::floats(const std::string& n) const {
+  return typed<std::vector<double>>(*this, n);
+}
+
+static constexpr const char* kInputRoles[] = {"param", "buffer", "opt_state", "hyper",
+                                              "rng",   "data",   "saved",     "grad"};
+static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", "update"};
+
+const char* role_name(InputRole r) { return kInputRoles[size_t(r)]; }
+const char* role_name(OutputRole r) { return kOutputRoles[size_t(r)]; }
+
+bool parse_role(std::string_view s, InputRole* out) {
+  for (size_t i = 0; i < std::size(kInputRoles); ++i)
+    if (s == kInputRoles[i]) return *out = InputRole(i), true;
+  return false;
+}
+bool parse_role(std::string_view s, OutputRole* out) {
+  for (size_t i = 0; i < std::size(kOutputRoles); ++i)
+    if (s == kOutputRoles[i]) return *out = OutputRole(i), true;
+  return false;
+}
+
+InputRole Graph::input_role(ValueId v) const {
+  const Node& n = node(v);
+  WS_CHECK(n.op == Op::input) << "%" << v << " is not an input";
+  InputRole r{};
+  WS_CHECK(parse_role(n.attrs.s("role"), &r)) << "bad role " << n.attrs.s("role");
+  return r;
+}
+
+const std::string& Graph::input_name(ValueId v) const { return node(v).attrs.s("name"); }
+
+int Graph::input_index(ValueId v) const {
+  auto it = std::find(inputs.begin(), inputs.end(), v);
+  return it == inputs.end() ? -1 : int(it - inputs.begin());
+}
+
+std::vector<ValueId> Graph::inputs_with_role(InputRole r) const {
+  std::vector<ValueId> out;
+  for (ValueId v : inputs)
+    if (input_role(v) == r) out.push_back(v);
+  return out;
+}
+
+const Output* Graph::output_with_role(OutputRole r) const {
+  for (const Output& o : outputs)
+    if (o.role == r) return &o;
+  return nullptr;
+}
+
+std::vector<int> use_counts(const Graph& g) {
+  std::vector<int> uses(g.nodes.size(), 0);
+  for (const Node& n : g.nodes)
+    for (ValueId a : n.args) ++uses[size_t(a)];
+  for (const Output& o : g.outputs) ++uses[size_t(o.value)];
+  return uses;
+}
+
+}  // namespace ir
+}  // namespace ws

@@ -1,0 +1,120 @@
+// The graph IR.
+//
+// A Graph is a list of Nodes in topological order. Each node produces exactly
+// one value, so a node's index is its value id (SSA). A node has an op from
+// ops.def, argument ids (always smaller than its own id), attributes, a result
+// Type (dtype + static shape) and the user source location that made it.
+//
+// Semantics worth knowing:
+//  - Elementwise ops take operands of one shape; broadcasting is explicit
+//    (`broadcast`), which keeps kernels, fusion and VJP rules simple.
+//  - Graph inputs are `input` nodes with a role and a name; parameters come
+//    first, in named_parameters() order.
+//  - Graph outputs carry a role and, for updates, the input value they
+//    overwrite in place. That alias table is the whole in-place contract.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/op.hpp"
+#include "wholestep/dtype.hpp"
+#include "wholestep/error.hpp"
+
+namespace ws::ir {
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;
+
+struct Type {
+  DType dtype = DType::f32;
+  Shape shape;
+
+  int64_t rank() const { return int64_t(shape.size()); }
+  int64_t numel() const { return ws::numel(shape); }
+  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+  std::string str() const;  // "f32[128,784]"
+  friend bool operator==(const Type&, const Type&) = default;
+};
+
+// Attribute values: integers (also flags), floats, integer lists, strings,
+// float lists (constant data).
+using AttrValue = std::variant<int64_t, double, std::vector<int64_t>, std::string, std::vector<double>>;
+
+// A small ordered map from attribute name to value, kept sorted by name so the
+// printed form is canonical.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv);
+
+  void set(const std::string& name, AttrValue v);
+  bool has(const std::string& name) const;
+  const AttrValue& get(const std::string& name) const;  // WS_CHECKs presence
+  int64_t i(const std::string& name) const;
+  double f(const std::string& name) const;
+  const std::vector<int64_t>& ints(const std::string& name) const;
+  const std::string& s(const std::string& name) const;
+  const std::vector<double>& floats(const std::string& name) const;
+  int64_t i_or(const std::string& name, int64_t dflt) const { return has(name) ? i(name) : dflt; }
+
+  const std::vector<std::pair<std::string, AttrValue>>& items() const { return kv_; }
+  bool empty() const { return kv_.empty(); }
+  friend bool operator==(const Attrs&, const Attrs&) = default;
+
+ private:
+  std::vector<std::pair<std::string, AttrValue>> kv_;
+};
+
+enum class InputRole : uint8_t { param, buffer, opt_state, hyper, rng, data, saved, grad };
+enum class OutputRole : uint8_t { loss, user, grad, saved, update };
+
+const char* role_name(InputRole r);
+const char* role_name(OutputRole r);
+bool parse_role(std::string_view s, InputRole* out);
+bool parse_role(std::string_view s, OutputRole* out);
+
+struct Node {
+  Op op;
+  std::vector<ValueId> args;
+  Attrs attrs;
+  Type type;
+  SourceLoc loc;
+};
+
+struct Output {
+  OutputRole role;
+  ValueId value;
+  // For role `update`: the input node this output overwrites in place.
+  ValueId aliased_input = kNoValue;
+  std::string name;
+  friend bool operator==(const Output&, const Output&) = default;
+};
+
+struct Graph {
+  std::string name = "g";
+  std::vector<Node> nodes;
+  std::vector<ValueId> inputs;  // ids of `input` nodes, in order
+  std::vector<Output> outputs;
+
+  const Node& node(ValueId v) const { return nodes.at(size_t(v)); }
+  const Type& type(ValueId v) const { return node(v).type; }
+  int64_t size() const { return int64_t(nodes.size()); }
+
+  // Role and name of an input node.
+  InputRole input_role(ValueId v) const;
+  const std::string& input_name(ValueId v) const;
+  // Position of an input node in `inputs`, or -1.
+  int input_index(ValueId v) const;
+  // Ids of inputs with this role, in order.
+  std::vector<ValueId> inputs_with_role(InputRole r) const;
+  // First output with this role, or nullptr.
+  const Output* output_with_role(OutputRole r) const;
+};
+
+// Number of users of each value (graph outputs count as users).
+std::vector<int> use_counts(const Graph& g);
+
+}  // namespace ws::ir

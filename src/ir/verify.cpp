@@ -1,0 +1,180 @@
+// The graph verifier (see verify.hpp). It never trusts an id before checking
+// its range, so it reports, rather than trips over, any malformed graph.
+#include "ir/verify.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "ir/builder.hpp"
+
+namespace ws::ir {
+namespace {
+
+template <class T>
+const T* attr(const Node& n, const std::string& name) {
+  return n.attrs.has(name) ? std::get_if<T>(&n.attrs.get(name)) : nullptr;
+}
+
+// "%12 = add %3, %4 : f32[2]": enough to find the node in a printed graph.
+std::string describe(const Graph& g, ValueId id) {
+  const Node& n = g.nodes[size_t(id)];
+  std::string s = fmt::format("%{} = {}", id, op_name(n.op));
+  const std::string* role = attr<std::string>(n, "role");
+  const std::string* name = attr<std::string>(n, "name");
+  if (n.op == Op::input && role && name) s += fmt::format(" {} \"{}\"", *role, *name);
+  for (size_t i = 0; i < n.args.size(); ++i) s += fmt::format("{}%{}", i ? ", " : " ", n.args[i]);
+  return s + " : " + n.type.str() + at(n.loc);
+}
+
+[[noreturn]] void fail(const Graph& g, const std::string& what) {
+  throw InternalError(fmt::format("invalid graph '{}': {}", g.name, what));
+}
+
+[[noreturn]] void fail_node(const Graph& g, ValueId id, const std::string& rule) {
+  fail(g, fmt::format("{}: {}", describe(g, id), rule));
+}
+
+bool in_range(const Graph& g, ValueId v) {
+  return v >= 0 && v < g.size();
+}
+
+bool is_input(const Graph& g, ValueId v) {
+  return in_range(g, v) && g.node(v).op == Op::input;
+}
+
+// Source ops carry their type; check the attributes their kernels rely on.
+void check_source(const Graph& g, ValueId id) {
+  const Node& n = g.node(id);
+  if (n.op == Op::input) {
+    const std::string* role = attr<std::string>(n, "role");
+    const std::string* name = attr<std::string>(n, "name");
+    InputRole r{};
+    if (!role || !parse_role(*role, &r))
+      fail_node(g, id, "an input needs a string attribute 'role' naming a known input role");
+    if (!name || name->empty())
+      fail_node(g, id, "an input needs a non-empty string attribute 'name'");
+  } else if (n.op == Op::full) {
+    if (!attr<double>(n, "value")) fail_node(g, id, "full needs a float attribute 'value'");
+  } else if (n.op == Op::constant) {
+    const std::vector<double>* values = attr<std::vector<double>>(n, "value");
+    if (!values) fail_node(g, id, "constant needs a float-list attribute 'value'");
+    if (int64_t(values->size()) != n.type.numel())
+      fail_node(
+          g, id,
+          fmt::format("constant has {} values for {} elements", values->size(), n.type.numel()));
+  } else {
+    fail_node(g, id, "unknown source op");
+  }
+}
+
+void check_node(const Graph& g, ValueId id) {
+  const Node& n = g.node(id);
+  if (size_t(n.op) >= size_t(kNumOps))
+    fail(g, fmt::format("%{} has an invalid op {}", id, int(n.op)));
+  for (int64_t d : n.type.shape)
+    if (d < 0) fail_node(g, id, "the type has a negative dimension");
+  const OpInfo& info = op_info(n.op);
+  if (info.arity >= 0 && int64_t(n.args.size()) != info.arity)
+    fail_node(g, id,
+              fmt::format("{} takes {} operands, got {}", info.name, info.arity, n.args.size()));
+  for (ValueId a : n.args) {
+    if (a == id) fail_node(g, id, "the node uses itself");
+    if (a > id && a < g.size())
+      fail_node(g, id, fmt::format("operand %{} is defined later (forward reference)", a));
+    if (!in_range(g, a)) fail_node(g, id, fmt::format("operand %{} does not exist", a));
+  }
+  if (info.category == OpCategory::source) return check_source(g, id);
+
+  std::vector<Type> arg_types;
+  for (ValueId a : n.args) arg_types.push_back(g.type(a));
+  Type inferred;
+  try {
+    inferred = infer_type(n.op, arg_types, n.attrs, n.loc);
+  } catch (const Error& e) {
+    fail_node(g, id, fmt::format("operands or attributes do not fit: {}", e.what()));
+  } catch (const InternalError& e) {
+    fail_node(g, id, fmt::format("type inference failed: {}", e.what()));
+  }
+  if (inferred != n.type)
+    fail_node(
+        g, id,
+        fmt::format("the type {} differs from the inferred type {}", n.type.str(), inferred.str()));
+}
+
+void check_inputs(const Graph& g) {
+  std::vector<int> listed(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    ValueId v = g.inputs[i];
+    if (!is_input(g, v)) fail(g, fmt::format("inputs[{}] = %{} is not an input node", i, v));
+    if (listed[size_t(v)]++) fail(g, fmt::format("input %{} is listed twice in inputs", v));
+  }
+  for (ValueId v = 0; v < g.size(); ++v)
+    if (g.node(v).op == Op::input && !listed[size_t(v)])
+      fail_node(g, v, "this input node is missing from the graph's inputs list");
+}
+
+void check_outputs(const Graph& g) {
+  std::vector<int> aliased_by(g.nodes.size(), -1);
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const Output& o = g.outputs[i];
+    std::string what = fmt::format("output {} \"{}\"", i, o.name);
+    if (size_t(o.role) > size_t(OutputRole::update))
+      fail(g, fmt::format("{} has an invalid role {}", what, int(o.role)));
+    what = fmt::format("output {} ({} %{} \"{}\")", i, role_name(o.role), o.value, o.name);
+    if (!in_range(g, o.value)) fail(g, what + " refers to a value that does not exist");
+    if (o.role != OutputRole::update) {
+      if (o.aliased_input != kNoValue)
+        fail(g, fmt::format("{} aliases %{}, but only update outputs alias inputs", what,
+                            o.aliased_input));
+      continue;
+    }
+    ValueId a = o.aliased_input;
+    if (a == kNoValue) fail(g, what + " is an update but names no aliased input");
+    if (!is_input(g, a))
+      fail(g, fmt::format("{} aliases %{}, which is not an input node", what, a));
+    if (g.type(a) != g.type(o.value))
+      fail(g, fmt::format("{} has type {} but aliases input %{} of type {}", what,
+                          g.type(o.value).str(), a, g.type(a).str()));
+    if (aliased_by[size_t(a)] >= 0)
+      fail(g,
+           fmt::format("{} and output {} both update input %{}", what, aliased_by[size_t(a)], a));
+    aliased_by[size_t(a)] = int(i);
+  }
+}
+
+bool initially_enabled() {
+  const char* env = std::getenv("WS_VERIFY");
+  if (env && std::string_view(env) == "1") return true;
+#ifdef NDEBUG
+  return false;
+#else
+  return true;
+#endif
+}
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> flag{initially_enabled()};
+  return flag;
+}
+
+}  // namespace
+
+void verify(const Graph& g) {
+  for (ValueId id = 0; id < g.size(); ++id) check_node(g, id);
+  check_inputs(g);
+  check_outputs(g);
+}
+
+bool verify_enabled() {
+  return enabled_flag().load(std::memory_order_relaxed);
+}
+
+void set_verify_enabled(bool on) {
+  enabled_flag().store(on, std::memory_order_relaxed);
+}
+
+}  // namespace ws::ir

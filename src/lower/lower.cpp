@@ -1,0 +1,230 @@
+// The lowering pipeline, in order:
+//  1. simplify      CSE and DCE, so no kernel computes a dead or repeated value.
+//  2. operands      decide which operands a kernel reads as one value (a `full`
+//                   or a broadcast 0-d value): those are never materialized.
+//  3. kernels       one kernel per value that is still needed, in graph order
+//                   (forward, backward, then updates: every read of an old
+//                   parameter precedes its update).
+//  4. alias         updates written into their inputs' storage when safe.
+//  5. plan memory   arena offsets for everything else.
+//  6. emit          slots and kernel implementations.
+#include "lower/lower.hpp"
+
+#include <cstring>
+
+#include "exec/kernels.hpp"
+#include "ir/verify.hpp"
+#include "lower/alias.hpp"
+#include "lower/plan_memory.hpp"
+#include "lower/simplify.hpp"
+
+namespace ws::lower {
+namespace {
+
+using exec::Slot;
+using exec::SlotKind;
+using ir::Op;
+using ir::ValueId;
+
+// A kernel before slots are assigned: it writes `out` (a value) or, for a
+// copy, reads `ins[0]` and writes `copy_to` (a slot).
+struct Pending {
+  ValueId out = ir::kNoValue;
+  std::vector<ValueId> ins;
+  std::vector<bool> scalar;  // operand read as one value
+  int32_t copy_to = -1;
+};
+
+// The value supplying v's single value when v is a `full` or a broadcast of a
+// one-element value, else kNoValue.
+std::vector<ValueId> scalar_sources(const ir::Graph& g) {
+  std::vector<ValueId> src(g.nodes.size(), ir::kNoValue);
+  for (ValueId v = 0; v < g.size(); ++v) {
+    const ir::Node& n = g.node(v);
+    if (n.op == Op::full) src[size_t(v)] = v;
+    if (n.op == Op::broadcast && g.type(n.args[0]).numel() == 1) {
+      ValueId a = n.args[0];
+      src[size_t(v)] = src[size_t(a)] != ir::kNoValue ? src[size_t(a)] : a;
+    }
+  }
+  return src;
+}
+
+class Lowering {
+ public:
+  Lowering(const ir::Graph& g, const LowerOptions& opts) : g_(g), opts_(opts) {}
+
+  exec::Program run() {
+    p_.name = g_.name;
+    for (ValueId v : g_.inputs)
+      p_.inputs.push_back({g_.input_name(v), g_.input_role(v), g_.type(v)});
+    for (const ir::Output& o : g_.outputs)
+      p_.outputs.push_back({o.name, o.role, g_.type(o.value),
+                            o.aliased_input == ir::kNoValue ? -1 : g_.input_index(o.aliased_input)});
+    slot_.assign(g_.nodes.size(), -1);
+    const_slot_.assign(g_.nodes.size(), -1);
+    for (size_t i = 0; i < g_.inputs.size(); ++i)
+      slot_[size_t(g_.inputs[i])] = new_slot(SlotKind::input, int64_t(i), g_.type(g_.inputs[i]).bytes());
+    collect_kernels();
+    assign_outputs();
+    plan_arena();
+    emit();
+    return std::move(p_);
+  }
+
+ private:
+  int32_t new_slot(SlotKind k, int64_t index, size_t bytes) {
+    p_.slots.push_back(Slot{k, index, int64_t(bytes)});
+    return int32_t(p_.slots.size() - 1);
+  }
+
+  // Steps 2 and 3: walk back from the outputs marking what must exist.
+  void collect_kernels() {
+    const std::vector<ValueId> src = scalar_sources(g_);
+    std::vector<bool> needed(g_.nodes.size(), false);
+    for (const ir::Output& o : g_.outputs) needed[size_t(o.value)] = true;
+    std::vector<std::vector<bool>> scalar(g_.nodes.size());
+    for (ValueId v = g_.size() - 1; v >= 0; --v) {
+      const ir::Node& n = g_.node(v);
+      if (!needed[size_t(v)] || n.op == Op::input) continue;
+      const bool folds = exec::takes_scalar_operands(n.op, n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype);
+      for (ValueId a : n.args) {
+        const bool sc = folds && src[size_t(a)] != ir::kNoValue;
+        scalar[size_t(v)].push_back(sc);
+        ValueId read = sc ? src[size_t(a)] : a;
+        if (sc && g_.node(read).op == Op::full) {
+          if (const_slot_[size_t(read)] < 0) const_slot_[size_t(read)] = new_constant(read);
+        } else {
+          needed[size_t(read)] = true;
+        }
+      }
+    }
+    pos_.assign(g_.nodes.size(), -1);
+    for (ValueId v = 0; v < g_.size(); ++v) {
+      if (!needed[size_t(v)] || g_.node(v).op == Op::input) continue;
+      Pending k{v, {}, scalar[size_t(v)], -1};
+      const ir::Node& n = g_.node(v);
+      for (size_t i = 0; i < n.args.size(); ++i)
+        k.ins.push_back(k.scalar[i] ? src[size_t(n.args[i])] : n.args[i]);
+      pos_[size_t(v)] = int64_t(kernels_.size());
+      kernels_.push_back(std::move(k));
+    }
+  }
+
+  int32_t new_constant(ValueId v) {
+    const ir::Type one{g_.type(v).dtype, {}};
+    int64_t off = int64_t((p_.constants.size() + 7) / 8 * 8);
+    p_.constants.resize(size_t(off) + 8);
+    const double value = g_.node(v).attrs.f("value");
+    switch (one.dtype) {
+      case DType::f32: { float f = float(value); std::memcpy(&p_.constants[size_t(off)], &f, 4); break; }
+      case DType::f64: std::memcpy(&p_.constants[size_t(off)], &value, 8); break;
+      case DType::i64: { int64_t i = int64_t(value); std::memcpy(&p_.constants[size_t(off)], &i, 8); break; }
+      case DType::b8: p_.constants[size_t(off)] = std::byte(value != 0); break;
+    }
+    return new_slot(SlotKind::constant, off, one.bytes());
+  }
+
+  // Step 4: updates first (so a value that is both an update and another
+  // output lives in the parameter), then the other outputs.
+  void assign_outputs() {
+    std::vector<std::vector<int64_t>> readers(g_.nodes.size());
+    for (size_t k = 0; k < kernels_.size(); ++k)
+      for (ValueId a : kernels_[k].ins) readers[size_t(a)].push_back(int64_t(k));
+    const int64_t end = int64_t(kernels_.size());
+    for (const ir::Output& o : g_.outputs)  // outputs are read after every kernel
+      readers[size_t(o.value)].push_back(end);
+
+    std::vector<std::pair<ValueId, int32_t>> copies;
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      const ir::Output& o = g_.outputs[i];
+      if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
+      const int32_t dest = slot_[size_t(o.aliased_input)];
+      const int64_t at = pos_[size_t(o.value)];
+      UpdateCandidate c{at, false, at >= 0 && ir::op_info(g_.node(o.value).op).category == ir::OpCategory::elementwise, {}};
+      for (int64_t r : readers[size_t(o.aliased_input)]) {
+        if (r == at) c.producer_reads_old = true;
+        else c.old_reader_pos.push_back(r);
+      }
+      if (opts_.in_place_updates && slot_[size_t(o.value)] < 0 && can_update_in_place(c)) {
+        slot_[size_t(o.value)] = dest;
+      } else {
+        copies.emplace_back(o.value, dest);
+        p_.copy_bytes += int64_t(g_.type(o.value).bytes());
+      }
+    }
+    for (size_t i = 0; i < g_.outputs.size(); ++i) {
+      const ir::Output& o = g_.outputs[i];
+      if (o.role == ir::OutputRole::update) continue;
+      int32_t dest = new_slot(SlotKind::output, int64_t(i), g_.type(o.value).bytes());
+      if (slot_[size_t(o.value)] < 0 && g_.node(o.value).op != Op::input)
+        slot_[size_t(o.value)] = dest;
+      else
+        copies.emplace_back(o.value, dest);
+    }
+    for (auto& [v, dest] : copies) kernels_.push_back(Pending{ir::kNoValue, {v}, {false}, dest});
+  }
+
+  // Step 5.
+  void plan_arena() {
+    std::vector<int64_t> last(g_.nodes.size(), -1);
+    for (size_t k = 0; k < kernels_.size(); ++k)
+      for (ValueId a : kernels_[k].ins) last[size_t(a)] = int64_t(k);
+    std::vector<ValueId> values;
+    std::vector<LiveRange> ranges;
+    for (const Pending& k : kernels_) {
+      if (k.out == ir::kNoValue || slot_[size_t(k.out)] >= 0) continue;
+      const int64_t def = pos_[size_t(k.out)];
+      values.push_back(k.out);
+      ranges.push_back({int64_t(g_.type(k.out).bytes()), def, std::max(def, last[size_t(k.out)])});
+    }
+    MemoryPlan plan = plan_memory(ranges);
+    for (size_t i = 0; i < values.size(); ++i)
+      slot_[size_t(values[i])] = new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
+    p_.arena_bytes = plan.arena_bytes;
+    p_.max_live_bytes = plan.max_live;
+  }
+
+  // Step 6.
+  void emit() {
+    for (const Pending& pk : kernels_) {
+      if (pk.out == ir::kNoValue) {
+        ValueId v = pk.ins[0];
+        p_.kernels.push_back(exec::copy_kernel(slot_[size_t(v)], pk.copy_to, g_.type(v)));
+        continue;
+      }
+      const ir::Node& n = g_.node(pk.out);
+      exec::Kernel k;
+      k.op = n.op;
+      k.attrs = n.attrs;
+      k.out_type = n.type;
+      k.loc = n.loc;
+      k.out = slot_[size_t(pk.out)];
+      for (size_t i = 0; i < pk.ins.size(); ++i) {
+        ValueId a = pk.ins[i];
+        k.in.push_back(pk.scalar[i] && const_slot_[size_t(a)] >= 0 ? const_slot_[size_t(a)] : slot_[size_t(a)]);
+        k.in_types.push_back(g_.type(n.args[i]));
+        WS_CHECK(k.in.back() >= 0) << "operand %" << a << " of %" << pk.out << " has no storage";
+      }
+      exec::choose_kernel(k, pk.scalar);
+      p_.kernels.push_back(std::move(k));
+    }
+  }
+
+  const ir::Graph& g_;
+  const LowerOptions& opts_;
+  exec::Program p_;
+  std::vector<int32_t> slot_, const_slot_;
+  std::vector<int64_t> pos_;
+  std::vector<Pending> kernels_;
+};
+
+}  // namespace
+
+exec::Program lower(const ir::Graph& g, const LowerOptions& opts) {
+  ir::Graph s = simplify(g);
+  if (ir::verify_enabled()) ir::verify(s);
+  return Lowering(s, opts).run();
+}
+
+}  // namespace ws::lower

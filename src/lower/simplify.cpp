@@ -1,0 +1,74 @@
+#include "lower/simplify.hpp"
+
+#include <map>
+#include <tuple>
+
+namespace ws::lower {
+namespace {
+
+using ir::ValueId;
+
+// Nodes that some output depends on, plus every input.
+std::vector<bool> live_nodes(const ir::Graph& g) {
+  std::vector<bool> live(g.nodes.size(), false);
+  for (const ir::Output& o : g.outputs) {
+    live[size_t(o.value)] = true;
+    if (o.aliased_input != ir::kNoValue) live[size_t(o.aliased_input)] = true;
+  }
+  for (ValueId v : g.inputs) live[size_t(v)] = true;
+  for (ValueId v = ValueId(g.nodes.size()) - 1; v >= 0; --v)
+    if (live[size_t(v)])
+      for (ValueId a : g.node(v).args) live[size_t(a)] = true;
+  return live;
+}
+
+// A printable key for CSE: attributes are compared through their values.
+struct Key {
+  ir::Op op;
+  std::vector<ValueId> args;
+  ir::Attrs attrs;
+  ir::Type type;
+  bool operator<(const Key& o) const {
+    if (op != o.op) return op < o.op;
+    if (args != o.args) return args < o.args;
+    if (type.dtype != o.type.dtype) return type.dtype < o.type.dtype;
+    if (type.shape != o.type.shape) return type.shape < o.type.shape;
+    return attrs.items() < o.attrs.items();
+  }
+};
+
+}  // namespace
+
+ir::Graph simplify(const ir::Graph& g) {
+  std::vector<bool> live = live_nodes(g);
+  ir::Graph out;
+  out.name = g.name;
+  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
+  std::map<Key, ValueId> seen;
+  for (ValueId v = 0; v < ValueId(g.nodes.size()); ++v) {
+    if (!live[size_t(v)]) continue;
+    ir::Node n = g.node(v);
+    for (ValueId& a : n.args) a = map[size_t(a)];
+    if (n.op != ir::Op::input) {
+      Key key{n.op, n.args, n.attrs, n.type};
+      if (auto it = seen.find(key); it != seen.end()) {
+        map[size_t(v)] = it->second;
+        continue;
+      }
+      out.nodes.push_back(std::move(n));
+      map[size_t(v)] = seen[key] = ValueId(out.nodes.size() - 1);
+    } else {
+      out.nodes.push_back(std::move(n));
+      map[size_t(v)] = ValueId(out.nodes.size() - 1);
+    }
+  }
+  for (ValueId v : g.inputs) out.inputs.push_back(map[size_t(v)]);
+  for (ir::Output o : g.outputs) {
+    o.value = map[size_t(o.value)];
+    if (o.aliased_input != ir::kNoValue) o.aliased_input = map[size_t(o.aliased_input)];
+    out.outputs.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace ws::lower

@@ -1,0 +1,125 @@
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "wholestep/nn.hpp"
+
+namespace ws::nn {
+namespace {
+void check_name(const std::string& kind, const std::string& name) {
+  if (name.empty() || name.find('.') != std::string::npos)
+    throw Error(fmt::format("register_{}: name '{}' must be non-empty and contain no '.'", kind, name));
+}
+}  // namespace
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t) {
+  check_name("parameter", name);
+  if (!t.defined() || t.is_traced() || !is_floating(t.dtype()))
+    throw Error(fmt::format("register_parameter('{}'): a parameter must be a concrete floating-point "
+                            "tensor, got {}", name, t.defined() && !t.is_traced() ? t.str() : "a traced or undefined tensor"));
+  for (auto& [n, p] : params_)
+    if (n == name) throw Error(fmt::format("register_parameter: '{}' is already registered", name));
+  params_.emplace_back(name, std::move(t));
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  check_name("buffer", name);
+  if (!t.defined() || t.is_traced())
+    throw Error(fmt::format("register_buffer('{}'): a buffer must be a concrete tensor", name));
+  buffers_.emplace_back(name, std::move(t));
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, Module* m, std::shared_ptr<Module> owned) {
+  check_name("module", name);
+  if (m == this) throw Error(fmt::format("register_module('{}'): a module cannot contain itself", name));
+  for (auto& [n, c] : children_)
+    if (n == name) throw Error(fmt::format("register_module: '{}' is already registered", name));
+  children_.emplace_back(name, m);
+  if (owned) owned_.push_back(std::move(owned));
+}
+
+void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
+  for (auto& [n, t] : params ? params_ : buffers_) out.emplace_back(prefix + n, t);
+  for (auto& [n, c] : children_) c->collect(prefix + n + ".", params, out);
+}
+
+static NamedTensors dedupe(NamedTensors all) {
+  std::unordered_set<const void*> seen;
+  NamedTensors out;
+  for (auto& nt : all)
+    if (seen.insert(nt.second.impl()).second) out.push_back(std::move(nt));
+  return out;
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors all;
+  collect("", true, all);
+  return dedupe(std::move(all));
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors all;
+  collect("", false, all);
+  return dedupe(std::move(all));
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_children() const { return children_; }
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
+  if (in <= 0 || out <= 0)
+    throw Error(fmt::format("Linear({}, {}): feature counts must be positive", in, out));
+  double bound = 1.0 / std::sqrt(double(in));
+  weight = register_parameter("weight", rand_uniform({out, in}, -bound, bound));
+  if (with_bias) bias = register_parameter("bias", rand_uniform({out}, -bound, bound));
+}
+
+Tensor Linear::forward(const Tensor& x, Loc loc) {
+  if (x.dim() < 1 || x.size(-1) != in_features)
+    throw Error(fmt::format("Linear({}, {}): input {} must have {} features in its last dim{}",
+                            in_features, out_features, x.str(), in_features,
+                            at(SourceLoc::from(loc))));
+  Tensor x2 = x.dim() == 2 ? x : x.reshape({x.numel() / in_features, in_features}, loc);
+  Tensor y = matmul(x2, weight, false, true, loc);
+  if (bias.defined()) y = add(y, bias, loc);
+  if (x.dim() == 2) return y;
+  Shape s = x.shape();
+  s.back() = out_features;
+  return y.reshape(s, loc);
+}
+
+Tensor log_softmax(const Tensor& x, Loc loc) {
+  int64_t last = x.dim() - 1;
+  Shape keep = x.shape();
+  keep.back() = 1;
+  Tensor m = max(x, {last}, loc).reshape(keep, loc);
+  Tensor s = sub(x, m, loc);
+  Tensor lse = log(sum(exp(s, loc), {last}, loc), loc).reshape(keep, loc);
+  return sub(s, lse, loc);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc) {
+  if (logits.dim() != 2 || labels.dim() != 1 || labels.dtype() != DType::i64 ||
+      labels.size(0) != logits.size(0))
+    throw Error(fmt::format("cross_entropy: expected logits [N, C] and i64 labels [N], got {} and {}{}",
+                            logits.str(), labels.str(), at(SourceLoc::from(loc))));
+  Tensor logp = log_softmax(logits, loc);
+  Tensor picked = sum(mul(logp, one_hot(labels, logits.size(1), logits.dtype(), loc), loc), {1}, loc);
+  return neg(mean(picked, {0}, loc), loc);
+}
+
+}  // namespace ws::nn

@@ -1,0 +1,137 @@
+#include "partition/partition.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace ws::partition {
+namespace {
+
+using ir::Graph;
+using ir::Op;
+using ir::ValueId;
+
+constexpr int kGlobal = -1;  // graph inputs: imported where read
+constexpr int kSource = -2;  // full / constant: recomputed where read
+enum Stage { kForward = 0, kBackward = 1, kOptimizer = 2 };
+
+int stage_of(const JointGraph& j, ValueId v) {
+  Op op = j.graph.node(v).op;
+  if (op == Op::input) return kGlobal;
+  if (op == Op::full || op == Op::constant) return kSource;
+  if (v < j.forward_end) return kForward;
+  return v < j.backward_end ? kBackward : kOptimizer;
+}
+
+std::string interface_name(const Graph& g, ValueId v, int producer) {
+  if (producer == kBackward) {
+    for (const ir::Output& o : g.outputs)
+      if (o.role == ir::OutputRole::grad && o.value == v) return "grad." + o.name;
+  }
+  return fmt::format("saved.%{}", v);
+}
+
+// The subgraph of stage `s`: its nodes, the inputs and sources they read,
+// interface inputs for values from other stages, and as outputs the joint
+// outputs it produces plus values other stages read from it.
+Graph extract(const JointGraph& j, int s, const std::string& name) {
+  const Graph& g = j.graph;
+  const int64_t n = g.size();
+  std::vector<int> stage(static_cast<size_t>(n));
+  for (ValueId v = 0; v < n; ++v) stage[size_t(v)] = stage_of(j, v);
+
+  // Which values of other stages does each stage read, and which sources?
+  std::vector<bool> imported(static_cast<size_t>(n), false), exported(static_cast<size_t>(n), false);
+  std::vector<bool> source_needed(static_cast<size_t>(n), false);
+  for (ValueId v = 0; v < n; ++v) {
+    const int sv = stage[size_t(v)];
+    if (sv < 0) continue;
+    for (ValueId a : g.node(v).args) {
+      const int sa = stage[size_t(a)];
+      if (sa == sv) continue;
+      if (sa == kSource) {
+        if (sv == s) source_needed[size_t(a)] = true;
+      } else if (sv == s) {
+        imported[size_t(a)] = true;
+      } else if (sa == s) {
+        exported[size_t(a)] = true;
+      }
+    }
+  }
+  // Updates land in the optimizer graph even when their value comes from
+  // elsewhere (an unchanged parameter, say).
+  for (const ir::Output& o : g.outputs) {
+    if (o.role == ir::OutputRole::grad) continue;
+    int home = o.role == ir::OutputRole::update ? kOptimizer : kForward;
+    int sv = stage[size_t(o.value)];
+    if (home != s) {
+      if (sv == s) exported[size_t(o.value)] = true;
+      continue;
+    }
+    if (sv == kSource) source_needed[size_t(o.value)] = true;
+    else if (sv != s) imported[size_t(o.value)] = true;
+    if (o.aliased_input != ir::kNoValue) imported[size_t(o.aliased_input)] = true;
+  }
+
+  Graph out;
+  out.name = name;
+  std::vector<ValueId> map(static_cast<size_t>(n), ir::kNoValue);
+  auto push = [&](ir::Node node) {
+    for (ValueId& a : node.args) a = map[size_t(a)];
+    out.nodes.push_back(std::move(node));
+    return ValueId(out.nodes.size() - 1);
+  };
+  // Graph inputs keep their joint order (parameters first); interface inputs
+  // follow in producer order.
+  for (ValueId v : g.inputs)
+    if (imported[size_t(v)]) {
+      map[size_t(v)] = push(g.node(v));
+      out.inputs.push_back(map[size_t(v)]);
+    }
+  for (ValueId v = 0; v < n; ++v) {
+    if (!imported[size_t(v)] || stage[size_t(v)] < 0) continue;
+    const int producer = stage[size_t(v)];
+    ir::InputRole role = producer == kBackward ? ir::InputRole::grad : ir::InputRole::saved;
+    ir::Node in{Op::input, {}, ir::Attrs{{"name", interface_name(g, v, producer)},
+                                         {"role", std::string(ir::role_name(role))}},
+                g.type(v), g.node(v).loc};
+    map[size_t(v)] = push(std::move(in));
+    out.inputs.push_back(map[size_t(v)]);
+  }
+  for (ValueId v = 0; v < n; ++v)
+    if (stage[size_t(v)] == s || (stage[size_t(v)] == kSource && source_needed[size_t(v)]))
+      map[size_t(v)] = push(g.node(v));
+
+  for (const ir::Output& o : g.outputs) {
+    if (o.role == ir::OutputRole::grad) continue;
+    int home = o.role == ir::OutputRole::update ? kOptimizer : kForward;
+    if (home != s) continue;
+    ir::Output r = o;
+    r.value = map[size_t(o.value)];
+    if (o.aliased_input != ir::kNoValue) r.aliased_input = map[size_t(o.aliased_input)];
+    out.outputs.push_back(r);
+  }
+  for (ValueId v = 0; v < n; ++v)
+    if (exported[size_t(v)]) {
+      ir::OutputRole role = s == kBackward ? ir::OutputRole::grad : ir::OutputRole::saved;
+      out.outputs.push_back(ir::Output{role, map[size_t(v)], ir::kNoValue, interface_name(g, v, s)});
+    }
+  return out;
+}
+
+}  // namespace
+
+Graph single_graph(const JointGraph& joint) {
+  Graph g = joint.graph;
+  g.name = "step";
+  std::erase_if(g.outputs, [](const ir::Output& o) { return o.role == ir::OutputRole::grad; });
+  return g;
+}
+
+ThreeGraphs three_graphs(const JointGraph& joint) {
+  return ThreeGraphs{extract(joint, kForward, "forward"), extract(joint, kBackward, "backward"),
+                     extract(joint, kOptimizer, "optimizer")};
+}
+
+}  // namespace ws::partition

@@ -1,0 +1,128 @@
+#include "step/capture_step.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "autograd/reverse.hpp"
+#include "capture/tracer.hpp"
+#include "ir/text.hpp"
+#include "ir/verify.hpp"
+#include "optim/update.hpp"
+
+namespace ws::step {
+
+void after_stage(const ir::Graph& g, const std::string& stage) {
+  if (ir::verify_enabled()) ir::verify(g);
+  static std::atomic<int> counter{0};
+  if (const char* dir = std::getenv("WS_DUMP"); dir && *dir) {
+    std::string path = fmt::format("{}/{:03d}-{}.ir", dir, counter++, stage);
+    std::ofstream out(path);
+    if (!out) throw Error("WS_DUMP: cannot write " + path);
+    out << ir::print(g);
+  }
+}
+
+CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const LossFn& loss_fn,
+                           const std::vector<ir::Type>& data_types, const SourceLoc& loc) {
+  CapturedStep out;
+  ir::Graph& g = out.joint.graph;
+  g.name = "joint";
+  capture::Tracer tracer(g);
+
+  // Inputs, parameters first: params, buffers, optimizer state, hypers, data.
+  const nn::NamedTensors params = model.named_parameters();
+  std::vector<ir::ValueId> param_ids;
+  for (auto& [name, t] : params) {
+    param_ids.push_back(tracer.lift(t, ir::InputRole::param, name));
+    out.persistent.emplace_back(name, t);
+  }
+  for (auto& [name, t] : opt ? opt->params() : nn::NamedTensors{}) {
+    bool found = false;
+    for (auto& [n2, t2] : params) found = found || t2.impl() == t.impl();
+    if (!found)
+      throw Error(fmt::format("the optimizer updates '{}', which is not a parameter of the model "
+                              "being compiled", name));
+  }
+  for (auto& [name, t] : model.named_buffers()) {
+    tracer.lift(t, ir::InputRole::buffer, name);
+    out.persistent.emplace_back(name, t);
+  }
+  for (auto& [name, t] : opt ? opt->state() : nn::NamedTensors{}) {
+    tracer.lift(t, ir::InputRole::opt_state, name);
+    out.persistent.emplace_back(name, t);
+  }
+  for (const std::string& h : opt ? opt->spec().hyper_names : std::vector<std::string>{}) {
+    tracer.builder().input(ir::InputRole::hyper, h, ir::Type{DType::f32, {}});
+    out.hyper_names.push_back(h);
+  }
+  std::vector<Tensor> data;
+  for (size_t i = 0; i < data_types.size(); ++i) {
+    out.data_names.push_back(fmt::format("input.{}", i));
+    data.push_back(tracer.data_input(out.data_names.back(), data_types[i]));
+  }
+
+  Tensor loss;
+  {
+    capture::TraceScope scope(tracer);
+    loss = loss_fn(data);
+  }
+  if (!loss.defined() || !loss.is_traced() || loss.impl()->tracer != &tracer)
+    throw Error("the loss function must return a tensor computed from its inputs or the model's "
+                "parameters" + at(loc));
+  if (loss.dim() != 0 || !is_floating(loss.dtype()))
+    throw Error(fmt::format("the loss function must return a 0-d floating-point tensor, got {}{}",
+                            loss.str(), at(g.node(loss.impl()->value).loc)));
+  const ir::ValueId loss_id = loss.impl()->value;
+  g.outputs.push_back(ir::Output{ir::OutputRole::loss, loss_id, ir::kNoValue, "loss"});
+  out.joint.forward_end = g.size();
+  after_stage(g, "forward");
+  return out;
+}
+
+CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,
+                          const std::vector<ir::Type>& data_types, const SourceLoc& loc) {
+  CapturedStep out = trace_forward(model, &opt, loss_fn, data_types, loc);
+  ir::Graph& g = out.joint.graph;
+  const ir::ValueId loss_id = g.outputs[0].value;
+  const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
+  const std::vector<ir::ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
+  const std::vector<ir::ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
+  const optim::UpdateSpec spec = opt.spec();
+  const nn::NamedTensors params = model.named_parameters();
+
+  std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
+  out.joint.backward_end = g.size();
+
+  // The optimizer's parameters, in its order, with their state slots.
+  std::vector<optim::ParamValues> in;
+  const size_t slots = spec.state_slots.size();
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    optim::ParamValues pv;
+    for (size_t j = 0; j < params.size(); ++j)
+      if (params[j].second.impl() == opt.params()[i].second.impl()) {
+        pv.param = param_ids[j];
+        pv.grad = grads[j];
+      }
+    for (size_t s = 0; s < slots; ++s) pv.state.push_back(state_ids[i * slots + s]);
+    in.push_back(std::move(pv));
+  }
+  ir::Builder b(g);
+  std::vector<optim::ParamValues> updated = optim::build_updates(b, spec, in, hyper_ids);
+
+  for (size_t j = 0; j < params.size(); ++j)
+    g.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue, params[j].first});
+  for (size_t i = 0; i < in.size(); ++i) {
+    g.outputs.push_back(ir::Output{ir::OutputRole::update, updated[i].param, in[i].param,
+                                   g.input_name(in[i].param)});
+    for (size_t s = 0; s < slots; ++s)
+      g.outputs.push_back(ir::Output{ir::OutputRole::update, updated[i].state[s], in[i].state[s],
+                                     g.input_name(in[i].state[s])});
+  }
+  after_stage(g, "joint");
+  return out;
+}
+
+}  // namespace ws::step

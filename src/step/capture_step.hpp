@@ -1,0 +1,36 @@
+// Capture of a training step into its joint graph: trace the loss function,
+// differentiate, append the optimizer update. The result names every input so
+// the runner can bind it; nothing after this reads Modules or Tensors except
+// through those names.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "partition/partition.hpp"
+#include "wholestep/step.hpp"
+
+namespace ws::step {
+
+struct CapturedStep {
+  partition::JointGraph joint;
+  // Tensors behind persistent inputs, by input name (params, buffers, state).
+  std::vector<std::pair<std::string, Tensor>> persistent;
+  std::vector<std::string> hyper_names;  // hyper inputs, in optimizer order
+  std::vector<std::string> data_names;   // data inputs, in argument order
+};
+
+// The forward graph alone: inputs params, buffers, optimizer state and
+// hypers (when `opt` is given), data; one output, the loss.
+CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const LossFn& loss_fn,
+                           const std::vector<ir::Type>& data_types, const SourceLoc& loc);
+
+// The joint graph: forward, backward, and `opt`'s updates.
+CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,
+                          const std::vector<ir::Type>& data_types, const SourceLoc& loc);
+
+// Writes `g` as text to $WS_DUMP/<index>-<stage>.ir when WS_DUMP is set, and
+// verifies it when verification is on.
+void after_stage(const ir::Graph& g, const std::string& stage);
+
+}  // namespace ws::step

@@ -1,0 +1,74 @@
+#include "wholestep/compare.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace ws {
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  WS_CHECK(va.size() == vb.size()) << "comparing " << a.str() << " with " << b.str();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    diff = std::max(diff, std::abs(va[i] - vb[i]));
+    scale = std::max(scale, std::abs(vb[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_setup,
+                                      const std::vector<CompareConfig>& configs,
+                                      const std::vector<std::vector<Tensor>>& batches,
+                                      int64_t warmup_steps) {
+  std::vector<TrainSetup> setups;
+  std::vector<TrainStep> steps;
+  for (const CompareConfig& c : configs) {
+    setups.push_back(make_setup());
+    TrainSetup& s = setups.back();
+    steps.emplace_back(*s.model, *s.opt, s.loss_fn, StepOptions{.mode = c.mode, .aliasing = c.aliasing});
+  }
+  std::vector<CompareRow> rows(configs.size());
+  std::vector<std::vector<double>> times(configs.size());
+  for (size_t b = 0; b < batches.size(); ++b)
+    for (size_t i = 0; i < configs.size(); ++i) {  // round robin
+      auto t0 = std::chrono::steady_clock::now();
+      StepResult r = steps[i].run(batches[b]);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (int64_t(b) >= warmup_steps) times[i].push_back(ms);
+      rows[i].counters = r.counters;
+      rows[i].final_loss = r.loss;
+    }
+  const nn::NamedTensors ref = setups[0].model->named_parameters();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    rows[i].config = configs[i];
+    std::vector<double>& t = times[i];
+    if (!t.empty()) {
+      std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
+      rows[i].ms_per_step = t[t.size() / 2];
+    }
+    const nn::NamedTensors ps = setups[i].model->named_parameters();
+    for (size_t p = 0; p < ps.size(); ++p)
+      rows[i].max_rel_diff = std::max(rows[i].max_rel_diff, max_rel_diff(ps[p].second, ref[p].second));
+  }
+  return rows;
+}
+
+std::string format_comparison(const std::vector<CompareRow>& rows) {
+  auto mib = [](int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); };
+  std::string s = fmt::format("{:<22} {:>9} {:>8} {:>7} {:>8} {:>12} {:>12} {:>10} {:>10}\n", "mode",
+                              "ms/step", "speedup", "graphs", "kernels", "copied/step", "between",
+                              "peak", "max diff");
+  for (const CompareRow& r : rows) {
+    std::string name = std::string(mode_name(r.config.mode)) + (r.config.aliasing ? "" : " (no alias)");
+    s += fmt::format("{:<22} {:>9.2f} {:>7.2f}x {:>7} {:>8} {:>12} {:>12} {:>10} {:>10.2e}\n", name,
+                     r.ms_per_step, rows[0].ms_per_step / r.ms_per_step, r.counters.graphs,
+                     r.counters.kernels, mib(r.counters.bytes_copied), mib(r.counters.interface_bytes),
+                     mib(r.counters.peak_bytes), r.max_rel_diff);
+  }
+  return s;
+}
+
+}  // namespace ws

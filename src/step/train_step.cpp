@@ -1,0 +1,298 @@
+// TrainStep: the pipeline of DESIGN.md in one place, and the per-call runner.
+//
+//   capture   trace loss_fn once per input signature -> forward graph
+//   autograd  joint graph (loss and every parameter's gradient)
+//   optim     update nodes appended; updates alias their inputs
+//   partition one step graph, or forward / backward / optimizer graphs
+//   lower     each graph to a Program
+//   exec      bind persistent storage once; per call bind data and run
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "capture/tensor_impl.hpp"
+#include "exec/interpreter.hpp"
+#include "exec/kernels.hpp"
+#include "exec/program.hpp"
+#include "ir/text.hpp"
+#include "lower/lower.hpp"
+#include "step/capture_step.hpp"
+
+namespace ws {
+
+const char* mode_name(StepMode m) {
+  switch (m) {
+    case StepMode::interpret: return "interpret";
+    case StepMode::three_graph: return "three_graph";
+    case StepMode::single_graph: return "single_graph";
+  }
+  return "?";
+}
+
+StepMode parse_mode(const std::string& s) {
+  for (StepMode m : {StepMode::interpret, StepMode::three_graph, StepMode::single_graph})
+    if (s == mode_name(m)) return m;
+  throw Error(fmt::format("unknown step mode '{}': expected interpret, three_graph or single_graph", s));
+}
+
+void set_num_threads(int n) { exec::set_num_threads(n); }
+
+namespace {
+
+enum class Bind { persistent, hyper, data, owned };
+
+struct Binding {
+  Bind kind;
+  size_t index = 0;     // data argument or hyper number
+  void* ptr = nullptr;  // persistent and owned storage
+};
+
+// Storage the step owns: values between graphs, the loss, and (aliasing off)
+// its own copy of the persistent state.
+struct Owned {
+  std::map<std::string, std::shared_ptr<detail::Storage>> by_name;
+  void* get(const std::string& name, size_t bytes) {
+    auto& s = by_name[name];
+    if (!s) s = std::make_shared<detail::Storage>(bytes);
+    WS_CHECK(s->bytes == bytes) << name << " bound with two sizes";
+    return s->data;
+  }
+};
+
+struct Copy {
+  void* user;
+  void* own;
+  size_t bytes;
+};
+
+struct Compiled {
+  std::vector<ir::Graph> graphs;
+  ir::Graph step_graph;  // interpret
+  std::vector<exec::Executable> programs;
+  std::vector<std::vector<Binding>> inputs;
+  std::vector<std::string> input_names;  // interpret: per step-graph input
+  Owned owned;
+  std::vector<Copy> shadows;  // aliasing off
+  float* loss = nullptr;
+  StepCounters counters;
+};
+
+}  // namespace
+
+struct TrainStep::Impl {
+  nn::Module& model;
+  optim::Optimizer& opt;
+  LossFn loss_fn;
+  StepOptions opts;
+  int64_t traces = 0;
+  std::map<std::string, std::unique_ptr<Compiled>> cache;
+  Compiled* last = nullptr;
+  std::vector<float> hypers;
+
+  Impl(nn::Module& m, optim::Optimizer& o, LossFn f, StepOptions s)
+      : model(m), opt(o), loss_fn(std::move(f)), opts(s) {
+    // Sized once: compiled programs keep pointers into it.
+    hypers.assign(opt.spec().hyper_names.size(), 0.0f);
+  }
+
+  std::unique_ptr<Compiled> compile(const std::vector<ir::Type>& types, const SourceLoc& loc);
+  void bind_program(Compiled& c, exec::Executable& exe, const step::CapturedStep& cap);
+};
+
+std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& types,
+                                                   const SourceLoc& loc) {
+  step::CapturedStep cap = step::capture_step(model, opt, loss_fn, types, loc);
+  auto c = std::make_unique<Compiled>();
+  for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());
+  WS_CHECK(hypers.size() == cap.hyper_names.size()) << "the optimizer's hyperparameters changed";
+
+  if (opts.mode == StepMode::interpret) {
+    c->step_graph = partition::single_graph(cap.joint);
+    step::after_stage(c->step_graph, "step");
+    c->graphs = {c->step_graph};
+    c->counters.graphs = 1;
+    for (const ir::Node& n : c->step_graph.nodes) c->counters.kernels += n.op != ir::Op::input;
+    for (const ir::Output& o : c->step_graph.outputs)
+      if (o.role == ir::OutputRole::update) c->counters.bytes_copied += int64_t(c->step_graph.type(o.value).bytes());
+    return c;
+  }
+  if (opts.mode == StepMode::single_graph) {
+    c->graphs = {partition::single_graph(cap.joint)};
+  } else {
+    partition::ThreeGraphs three = partition::three_graphs(cap.joint);
+    c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
+  }
+  // Aliasing off: the step keeps its own copy of every tensor it updates.
+  if (!opts.aliasing) {
+    for (const ir::Graph& g : c->graphs)
+      for (const ir::Output& o : g.outputs)
+        if (o.role == ir::OutputRole::update)
+          for (auto& [name, t] : cap.persistent)
+            if (name == g.input_name(o.aliased_input))
+              c->shadows.push_back({t.impl()->storage->data, c->owned.get("shadow." + name, t.nbytes()), t.nbytes()});
+  }
+  for (const ir::Graph& g : c->graphs) {
+    step::after_stage(g, g.name);
+    c->programs.emplace_back(lower::lower(g));
+    bind_program(*c, c->programs.back(), cap);
+  }
+  StepCounters& k = c->counters;
+  k.graphs = int64_t(c->programs.size());
+  for (const exec::Executable& e : c->programs) {
+    k.kernels += int64_t(e.program().kernels.size());
+    k.bytes_copied += e.program().copy_bytes;
+    k.arena_bytes += e.program().arena_bytes;
+  }
+  for (const Copy& s : c->shadows) k.bytes_copied += 2 * int64_t(s.bytes);
+  for (auto& [name, s] : c->owned.by_name)
+    if (name.rfind("saved.", 0) == 0 || name.rfind("grad.", 0) == 0) k.interface_bytes += int64_t(s->bytes);
+  int64_t shadow_bytes = 0;
+  for (const Copy& s : c->shadows) shadow_bytes += int64_t(s.bytes);
+  k.peak_bytes = k.persistent_bytes + k.interface_bytes + k.arena_bytes + shadow_bytes;
+  return c;
+}
+
+void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe, const step::CapturedStep& cap) {
+  const exec::Program& p = exe.program();
+  std::vector<Binding> binds;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const exec::ProgramInput& in = p.inputs[i];
+    Binding b{Bind::owned};
+    switch (in.role) {
+      case ir::InputRole::param:
+      case ir::InputRole::buffer:
+      case ir::InputRole::opt_state:
+        b.kind = Bind::persistent;
+        for (auto& [name, t] : cap.persistent)
+          if (name == in.name) b.ptr = t.impl()->storage->data;
+        for (const Copy& s : c.shadows)
+          if (s.user == b.ptr) b.ptr = s.own;
+        WS_CHECK(b.ptr) << "no storage for " << in.name;
+        break;
+      case ir::InputRole::hyper:
+        b.kind = Bind::hyper;
+        for (size_t h = 0; h < cap.hyper_names.size(); ++h)
+          if (cap.hyper_names[h] == in.name) b.index = h;
+        b.ptr = &hypers[b.index];
+        break;
+      case ir::InputRole::data:
+        b.kind = Bind::data;
+        for (size_t d = 0; d < cap.data_names.size(); ++d)
+          if (cap.data_names[d] == in.name) b.index = d;
+        break;
+      case ir::InputRole::rng:
+        WS_CHECK(false) << "rng inputs are not supported yet";
+        break;
+      case ir::InputRole::saved:
+      case ir::InputRole::grad:
+        b.ptr = c.owned.get(in.name, in.type.bytes());
+        break;
+    }
+    if (b.ptr) exe.bind_input(i, b.ptr);
+    binds.push_back(b);
+  }
+  c.inputs.push_back(std::move(binds));
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    const exec::ProgramOutput& o = p.outputs[i];
+    if (o.role == ir::OutputRole::update) continue;
+    void* ptr = c.owned.get(o.role == ir::OutputRole::loss ? "loss" : o.name, o.type.bytes());
+    if (o.role == ir::OutputRole::loss) c.loss = static_cast<float*>(ptr);
+    exe.bind_output(i, ptr);
+  }
+}
+
+TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, LossFn fn, StepOptions opts)
+    : impl_(std::make_unique<Impl>(model, opt, std::move(fn), opts)) {}
+TrainStep::~TrainStep() = default;
+TrainStep::TrainStep(TrainStep&&) noexcept = default;
+TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
+
+const StepOptions& TrainStep::options() const { return impl_->opts; }
+int64_t TrainStep::traces() const { return impl_->traces; }
+
+std::string TrainStep::graphs_text() const {
+  std::string s;
+  if (impl_->last)
+    for (const ir::Graph& g : impl_->last->graphs) s += ir::print(g, {.locations = false});
+  return s;
+}
+
+std::string TrainStep::programs_text() const {
+  std::string s;
+  if (impl_->last)
+    for (const exec::Executable& e : impl_->last->programs) s += e.program().str();
+  return s;
+}
+
+StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
+  Impl& m = *impl_;
+  const SourceLoc loc = SourceLoc::from(sloc);
+  std::vector<ir::Type> types;
+  std::string key;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (!data[i].defined() || data[i].is_traced())
+      throw Error(fmt::format("train step: argument {} must be a concrete tensor{}", i, at(loc)));
+    types.push_back(data[i].impl()->type);
+    key += types.back().str() + ";";
+  }
+  auto it = m.cache.find(key);
+  if (it == m.cache.end()) {
+    it = m.cache.emplace(key, m.compile(types, loc)).first;
+    if (++m.traces > m.opts.recompile_warning)
+      std::fprintf(stderr, "wholestep: warning: the train step has been traced %lld times (new input "
+                   "signature %s); each new shape compiles again\n", (long long)m.traces, key.c_str());
+  }
+  Compiled& c = *it->second;
+  m.last = &c;
+
+  const std::vector<double> hv = m.opt.hyper_values();
+  for (size_t i = 0; i < hv.size(); ++i) m.hypers[i] = float(hv[i]);
+
+  StepResult r;
+  if (m.opts.mode == StepMode::interpret) {
+    const ir::Graph& g = c.step_graph;
+    std::vector<Tensor> inputs;
+    std::map<std::string, Tensor> persistent;
+    for (auto& [n, t] : m.model.named_parameters()) persistent[n] = t;
+    for (auto& [n, t] : m.model.named_buffers()) persistent[n] = t;
+    for (auto& [n, t] : m.opt.state()) persistent[n] = t;
+    const optim::UpdateSpec spec = m.opt.spec();
+    for (ir::ValueId v : g.inputs) {
+      const std::string& name = g.input_name(v);
+      switch (g.input_role(v)) {
+        case ir::InputRole::data: inputs.push_back(data.at(std::stoul(name.substr(6)))); break;
+        case ir::InputRole::hyper:
+          for (size_t h = 0; h < spec.hyper_names.size(); ++h)
+            if (spec.hyper_names[h] == name) inputs.push_back(Tensor::scalar(m.hypers[h]));
+          break;
+        default: inputs.push_back(persistent.at(name)); break;
+      }
+    }
+    exec::InterpretStats stats;
+    std::vector<Tensor> outs = exec::interpret(g, inputs, &stats);
+    c.counters.peak_bytes = c.counters.persistent_bytes + stats.peak_bytes;
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      const ir::Output& o = g.outputs[i];
+      if (o.role == ir::OutputRole::loss) r.loss = outs[i].item();
+      if (o.role == ir::OutputRole::update) inputs[size_t(g.input_index(o.aliased_input))].copy_(outs[i]);
+    }
+  } else {
+    for (const Copy& s : c.shadows) std::memcpy(s.own, s.user, s.bytes);
+    for (size_t p = 0; p < c.programs.size(); ++p) {
+      for (size_t i = 0; i < c.inputs[p].size(); ++i)
+        if (c.inputs[p][i].kind == Bind::data)
+          c.programs[p].bind_input(i, data[c.inputs[p][i].index].impl()->storage->data);
+      c.programs[p].run();
+    }
+    for (const Copy& s : c.shadows) std::memcpy(s.user, s.own, s.bytes);
+    r.loss = *c.loss;
+  }
+  m.opt.advance();
+  r.step = m.opt.step_count();
+  r.counters = c.counters;
+  return r;
+}
+
+}  // namespace ws

@@ -1,0 +1,183 @@
+// One finite-difference gradient check per differentiable op, and a walk of
+// the op table so an op added without a case (or without a rule) fails.
+#include <functional>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "autograd/gradcheck.hpp"
+#include "autograd/vjp.hpp"
+#include "ir/builder.hpp"
+#include "ir/verify.hpp"
+#include "test_util.hpp"
+
+namespace ws {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+struct Range {
+  double lo = -1, hi = 1;
+};
+
+// Builds loss = sum(op(inputs...) * fixed weights) over f32 inputs (checked in
+// f64), with inputs drawn from their ranges.
+class OpCase {
+ public:
+  ValueId input(const Shape& s, Range r = {}) {
+    ranges_.push_back(r);
+    return b_.input(ir::InputRole::param, "x" + std::to_string(ranges_.size()), ir::Type{DType::f32, s});
+  }
+  ir::Builder& b() { return b_; }
+
+  check::GradcheckResult check(ValueId out) {
+    std::mt19937_64 gen(7);
+    auto uni = [&](Range r) { return r.lo + (r.hi - r.lo) * double(gen() >> 11) * 0x1.0p-53; };
+    const ir::Type t = g_.type(out);  // a copy: appending moves the nodes
+    std::vector<double> w(size_t(t.numel()));
+    for (double& x : w) x = uni({-1, 1});
+    ValueId weights = b_.constant(w, ir::Type{t.dtype, t.shape});
+    std::vector<int64_t> axes;
+    for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
+    ValueId prod = b_.binary(Op::mul, out, weights);
+    ValueId loss = axes.empty() ? prod : b_.reduce(Op::reduce_sum, prod, axes);
+    g_.outputs.push_back(ir::Output{ir::OutputRole::loss, loss, ir::kNoValue, "loss"});
+    ir::verify(g_);
+    testing::expect_round_trip(g_);
+    std::vector<Tensor> values;
+    for (size_t i = 0; i < g_.inputs.size(); ++i) {
+      std::vector<double> v(size_t(g_.type(g_.inputs[i]).numel()));
+      for (double& x : v) x = uni(ranges_[i]);
+      values.push_back(cast(Tensor::from_vector(v, g_.type(g_.inputs[i]).shape), DType::f32));
+    }
+    return autograd::gradcheck_graph(g_, g_.inputs, values, {});
+  }
+
+ private:
+  ir::Graph g_;
+  ir::Builder b_{g_};
+  std::vector<Range> ranges_;
+};
+
+using CaseFn = std::function<check::GradcheckResult()>;
+
+std::map<Op, std::vector<CaseFn>> cases() {
+  std::map<Op, std::vector<CaseFn>> m;
+  for (Op op : {Op::add, Op::sub, Op::mul, Op::maximum})
+    m[op].push_back([op] {
+      OpCase c;
+      ValueId a = c.input({2, 3}), b = c.input({2, 3});
+      return c.check(c.b().binary(op, a, b));
+    });
+  m[Op::div].push_back([] {
+    OpCase c;
+    ValueId a = c.input({2, 3}), b = c.input({2, 3}, {0.5, 2});
+    return c.check(c.b().binary(Op::div, a, b));
+  });
+  m[Op::neg].push_back([] { OpCase c; return c.check(c.b().unary(Op::neg, c.input({4}))); });
+  m[Op::exp].push_back([] { OpCase c; return c.check(c.b().unary(Op::exp, c.input({4}))); });
+  m[Op::log].push_back([] { OpCase c; return c.check(c.b().unary(Op::log, c.input({4}, {0.5, 2}))); });
+  m[Op::select].push_back([] {
+    OpCase c;
+    ValueId k = c.input({5}), a = c.input({5}), b = c.input({5});
+    ValueId cond = c.b().binary(Op::gt, k, c.b().full(0.0, c.b().type(k)));
+    return c.check(c.b().add(Op::select, {cond, a, b}));
+  });
+  m[Op::convert].push_back([] {
+    OpCase c;
+    ValueId x = c.input({3});
+    return c.check(c.b().convert(c.b().unary(Op::exp, c.b().convert(x, DType::f64)), DType::f32));
+  });
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      m[Op::matmul].push_back([ta, tb] {
+        OpCase c;
+        ValueId a = c.input(ta ? Shape{4, 2} : Shape{2, 4}), b = c.input(tb ? Shape{3, 4} : Shape{4, 3});
+        return c.check(c.b().matmul(a, b, ta, tb));
+      });
+  for (std::vector<int64_t> axes : {std::vector<int64_t>{0}, {1}, {0, 1}}) {
+    m[Op::reduce_sum].push_back([axes] {
+      OpCase c;
+      return c.check(c.b().reduce(Op::reduce_sum, c.input({3, 4}), axes));
+    });
+    m[Op::reduce_max].push_back([axes] {
+      OpCase c;
+      return c.check(c.b().reduce(Op::reduce_max, c.input({3, 4}), axes));
+    });
+  }
+  m[Op::broadcast].push_back([] {
+    OpCase c;
+    return c.check(c.b().broadcast_to(c.input({3}), {2, 3}));
+  });
+  m[Op::broadcast].push_back([] {
+    OpCase c;
+    ValueId x = c.input({2, 1});
+    return c.check(c.b().add(Op::broadcast, {x}, ir::Attrs{{"dims", std::vector<int64_t>{0, 1}},
+                                                          {"shape", Shape{2, 3}}}));
+  });
+  m[Op::reshape].push_back([] { OpCase c; return c.check(c.b().reshape(c.input({2, 3}), {3, 2})); });
+  m[Op::transpose].push_back([] {
+    OpCase c;
+    return c.check(c.b().add(Op::transpose, {c.input({2, 3, 4})},
+                             ir::Attrs{{"perm", std::vector<int64_t>{2, 0, 1}}}));
+  });
+  return m;
+}
+
+TEST(GradcheckOps, EveryDifferentiableOpHasARuleAndPassingCases) {
+  const auto all = cases();
+  for (const ir::OpInfo& info : ir::kOpTable) {
+    SCOPED_TRACE(std::string(info.name));
+    if (!info.differentiable) {
+      EXPECT_EQ(autograd::vjp_rule(info.op), nullptr) << "non-differentiable op has a VJP rule";
+      EXPECT_EQ(all.count(info.op), 0u);
+      continue;
+    }
+    EXPECT_NE(autograd::vjp_rule(info.op), nullptr) << "differentiable op without a VJP rule";
+    auto it = all.find(info.op);
+    ASSERT_NE(it, all.end()) << "differentiable op " << info.name << " has no gradcheck case";
+    for (size_t i = 0; i < it->second.size(); ++i) {
+      check::GradcheckResult r = it->second[i]();
+      EXPECT_TRUE(r.ok) << "case " << i << ":\n" << r.report;
+      EXPECT_GT(r.checked, 0);
+    }
+  }
+}
+
+TEST(GradcheckOps, DetectsAWrongGradient) {
+  // The check must be able to fail: with a huge step, central differences of
+  // exp are far from its derivative, and tight tolerances must say so.
+  ir::Graph g;
+  ir::Builder b(g);
+  ValueId in = b.input(ir::InputRole::param, "x", ir::Type{DType::f32, {3}});
+  ValueId loss = b.reduce(Op::reduce_sum, b.unary(Op::exp, in), {0});
+  g.outputs.push_back(ir::Output{ir::OutputRole::loss, loss, ir::kNoValue, "loss"});
+  check::GradcheckOptions opts;
+  opts.eps = 0.5;  // a step this large makes central differences visibly wrong for exp
+  opts.atol = 1e-9;
+  opts.rtol = 1e-9;
+  check::GradcheckResult r = autograd::gradcheck_graph(
+      g, {in}, {Tensor::from_vector(std::vector<float>{0.1f, 0.2f, 0.3f}, {3})}, opts);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.report.find("x["), std::string::npos);
+}
+
+TEST(GradcheckOps, UnusedInputGetsZeroGradientAndIntegerInputsNone) {
+  ir::Graph g;
+  ir::Builder b(g);
+  ValueId used = b.input(ir::InputRole::param, "used", ir::Type{DType::f32, {2}});
+  ValueId unused = b.input(ir::InputRole::param, "unused", ir::Type{DType::f32, {2}});
+  ValueId loss = b.reduce(Op::reduce_sum, b.binary(Op::mul, used, used), {0});
+  g.outputs.push_back(ir::Output{ir::OutputRole::loss, loss, ir::kNoValue, "loss"});
+  check::GradcheckResult r = autograd::gradcheck_graph(
+      g, {used, unused},
+      {Tensor::from_vector(std::vector<float>{1, 2}, {2}), Tensor::from_vector(std::vector<float>{3, 4}, {2})},
+      {});
+  EXPECT_TRUE(r.ok) << r.report;
+  EXPECT_EQ(r.checked, 4);
+}
+
+}  // namespace
+}  // namespace ws

@@ -1,0 +1,208 @@
+// The verifier: each structural rule, broken on purpose, is reported as an
+// InternalError naming the node or output and the rule.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ir/builder.hpp"
+#include "ir/verify.hpp"
+
+namespace ws::ir {
+namespace {
+
+::testing::AssertionResult Contains(const std::string& s, const std::string& sub) {
+  if (s.find(sub) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << sub << "' not found in: " << s;
+}
+
+// The message of the InternalError verify() throws, or "" (and a failure).
+std::string VerifyError(const Graph& g) {
+  try {
+    verify(g);
+  } catch (const InternalError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "verify threw something other than InternalError: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "verify accepted an invalid graph";
+  return "";
+}
+
+const Type kMat{DType::f32, {2, 3}};
+
+// %0 = input param "w", %1 = input data "x", %2 = add %1, %0, %3 = neg %2.
+Graph SmallGraph() {
+  Graph g;
+  Builder b(g);
+  ValueId w = b.input(InputRole::param, "w", kMat);
+  ValueId x = b.input(InputRole::data, "x", kMat);
+  ValueId y = b.binary(Op::add, x, w);
+  ValueId z = b.unary(Op::neg, y);
+  g.outputs.push_back({OutputRole::user, z, kNoValue, "z"});
+  return g;
+}
+
+TEST(IrVerify, AcceptsBuilderGraphs) {
+  Graph g = SmallGraph();
+  Builder b(g);
+  ValueId s = b.reduce(Op::reduce_sum, 3, {0, 1});
+  ValueId c = b.constant({1, 2, 3, 4, 5, 6}, kMat);
+  ValueId u = b.binary(Op::sub, 0, c);
+  g.outputs.push_back({OutputRole::loss, s, kNoValue, "loss"});
+  g.outputs.push_back({OutputRole::update, u, 0, "w"});
+  EXPECT_NO_THROW(verify(g));
+  EXPECT_NO_THROW(verify(Graph{}));
+}
+
+TEST(IrVerify, RejectsForwardReference) {
+  Graph g = SmallGraph();
+  g.nodes[2].args = {3, 0};
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%2 = add %3, %0"));
+  EXPECT_TRUE(Contains(msg, "forward reference"));
+}
+
+TEST(IrVerify, RejectsSelfReferenceAndMissingOperand) {
+  Graph g = SmallGraph();
+  g.nodes[3].args = {3};
+  EXPECT_TRUE(Contains(VerifyError(g), "uses itself"));
+  g.nodes[3].args = {-4};
+  EXPECT_TRUE(Contains(VerifyError(g), "operand %-4 does not exist"));
+  g.nodes[3].args = {17};
+  EXPECT_TRUE(Contains(VerifyError(g), "operand %17 does not exist"));
+}
+
+TEST(IrVerify, RejectsWrongType) {
+  Graph g = SmallGraph();
+  g.nodes[3].type = Type{DType::f64, {2, 3}};
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%3 = neg %2 : f64[2,3]"));
+  EXPECT_TRUE(Contains(msg, "differs from the inferred type f32[2,3]"));
+}
+
+TEST(IrVerify, RejectsWrongArity) {
+  Graph g = SmallGraph();
+  g.nodes[2].args = {1};
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%2 = add %1"));
+  EXPECT_TRUE(Contains(msg, "add takes 2 operands, got 1"));
+  g = SmallGraph();
+  g.nodes[0].args = {};
+  g.nodes[1].args = {0};
+  EXPECT_TRUE(Contains(VerifyError(g), "input takes 0 operands, got 1"));
+}
+
+TEST(IrVerify, ReportsOperandErrorsAsInternalErrorsNamingTheNode) {
+  Graph g = SmallGraph();
+  g.nodes[1].type = Type{DType::f32, {3}};
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%2 = add %1, %0"));
+  EXPECT_TRUE(Contains(msg, "operand shapes differ"));
+}
+
+TEST(IrVerify, ReportsMissingAttributesNamingTheNode) {
+  Graph g = SmallGraph();
+  g.nodes.push_back(Node{Op::reduce_sum, {3}, {}, Type{DType::f32, {}}, {"m.cpp", 5}});
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%4 = reduce_sum %3 : f32[] (at m.cpp:5)"));
+  EXPECT_TRUE(Contains(msg, "missing attribute 'axes'"));
+}
+
+TEST(IrVerify, RejectsUpdateAliasingANonInput) {
+  Graph g = SmallGraph();
+  g.outputs.push_back({OutputRole::update, 3, 2, "w"});
+  EXPECT_TRUE(Contains(VerifyError(g), "aliases %2, which is not an input node"));
+  g.outputs.back().aliased_input = 99;
+  EXPECT_TRUE(Contains(VerifyError(g), "aliases %99, which is not an input node"));
+  g.outputs.back().aliased_input = kNoValue;
+  EXPECT_TRUE(Contains(VerifyError(g), "names no aliased input"));
+}
+
+TEST(IrVerify, RejectsAliasTypeMismatch) {
+  Graph g = SmallGraph();
+  Builder b(g);
+  ValueId s = b.reduce(Op::reduce_sum, 3, {0});
+  g.outputs.push_back({OutputRole::update, s, 0, "w"});
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "has type f32[3] but aliases input %0 of type f32[2,3]"));
+}
+
+TEST(IrVerify, RejectsTwoUpdatesAliasingOneInput) {
+  Graph g = SmallGraph();
+  g.outputs.push_back({OutputRole::update, 3, 0, "w"});
+  g.outputs.push_back({OutputRole::update, 2, 0, "w again"});
+  EXPECT_TRUE(Contains(VerifyError(g), "both update input %0"));
+}
+
+TEST(IrVerify, RejectsAliasOnANonUpdateOutput) {
+  Graph g = SmallGraph();
+  g.outputs[0].aliased_input = 0;
+  EXPECT_TRUE(Contains(VerifyError(g), "only update outputs alias inputs"));
+}
+
+TEST(IrVerify, RejectsOutputOfAMissingValue) {
+  Graph g = SmallGraph();
+  g.outputs.push_back({OutputRole::loss, 4, kNoValue, "loss"});
+  EXPECT_TRUE(Contains(VerifyError(g), "refers to a value that does not exist"));
+}
+
+TEST(IrVerify, RejectsInputNodeMissingFromInputsList) {
+  Graph g = SmallGraph();
+  g.inputs = {0};
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%1 = input data \"x\" : f32[2,3]"));
+  EXPECT_TRUE(Contains(msg, "missing from the graph's inputs list"));
+}
+
+TEST(IrVerify, RejectsBadInputsList) {
+  Graph g = SmallGraph();
+  g.inputs = {0, 1, 2};
+  EXPECT_TRUE(Contains(VerifyError(g), "inputs[2] = %2 is not an input node"));
+  g.inputs = {0, 1, 0};
+  EXPECT_TRUE(Contains(VerifyError(g), "input %0 is listed twice"));
+  g.inputs = {1, 0};
+  EXPECT_NO_THROW(verify(g));
+}
+
+TEST(IrVerify, RejectsInputWithoutRoleOrName) {
+  Graph g = SmallGraph();
+  g.nodes[1].attrs.set("role", std::string("weights"));
+  EXPECT_TRUE(Contains(VerifyError(g), "known input role"));
+  g = SmallGraph();
+  g.nodes[1].attrs = Attrs{{"role", std::string("data")}};
+  EXPECT_TRUE(Contains(VerifyError(g), "'name'"));
+}
+
+TEST(IrVerify, RejectsMalformedSources) {
+  Graph g = SmallGraph();
+  Builder b(g);
+  b.constant({1, 2}, Type{DType::f32, {2}});
+  g.nodes.back().type = Type{DType::f32, {3}};
+  EXPECT_TRUE(Contains(VerifyError(g), "constant has 2 values for 3 elements"));
+  g = SmallGraph();
+  g.nodes.push_back(Node{Op::full, {}, Attrs{{"value", int64_t(1)}}, Type{}, {}});
+  EXPECT_TRUE(Contains(VerifyError(g), "float attribute 'value'"));
+  g = SmallGraph();
+  g.nodes[0].type = Type{DType::f32, {-1, 3}};
+  EXPECT_TRUE(Contains(VerifyError(g), "negative dimension"));
+}
+
+TEST(IrVerify, MessagesNameTheGraph) {
+  Graph g = SmallGraph();
+  g.name = "train_step";
+  g.nodes[3].type = Type{};
+  EXPECT_TRUE(Contains(VerifyError(g), "invalid graph 'train_step'"));
+}
+
+TEST(IrVerify, EnabledFlagCanBeToggled) {
+  EXPECT_TRUE(verify_enabled());  // test_main turns it on
+  set_verify_enabled(false);
+  EXPECT_FALSE(verify_enabled());
+  set_verify_enabled(true);
+  EXPECT_TRUE(verify_enabled());
+}
+
+}  // namespace
+}  // namespace ws::ir

@@ -1,0 +1,184 @@
+// The compiled training step: modes agree, updates are in place, hypers are
+// inputs, errors are clear.
+#include <gtest/gtest.h>
+
+#include "step/mlp_fixture.hpp"
+#include "test_util.hpp"
+
+namespace ws {
+namespace {
+
+using testing::SmallMlp;
+
+struct Config {
+  StepMode mode;
+  bool aliasing;
+};
+
+const Config kConfigs[] = {{StepMode::interpret, true},     {StepMode::three_graph, true},
+                           {StepMode::single_graph, true},  {StepMode::three_graph, false},
+                           {StepMode::single_graph, false}};
+
+void expect_modes_agree(optim::SgdOptions sgd) {
+  auto batches = testing::random_batches(20, 11);
+  std::vector<std::unique_ptr<SmallMlp>> runs;
+  for (const Config& c : kConfigs) {
+    runs.push_back(std::make_unique<SmallMlp>(3, sgd));
+    TrainStep step(*runs.back()->model, *runs.back()->opt, runs.back()->loss_fn(),
+                   {.mode = c.mode, .aliasing = c.aliasing});
+    for (auto& b : batches) step.run(b);
+    EXPECT_EQ(runs.back()->opt->step_count(), 20);
+  }
+  const SmallMlp& ref = *runs[0];
+  for (size_t r = 1; r < runs.size(); ++r) {
+    SCOPED_TRACE(std::string(mode_name(kConfigs[r].mode)) + (kConfigs[r].aliasing ? "" : " no alias"));
+    auto ps = runs[r]->model->named_parameters(), pr = ref.model->named_parameters();
+    ASSERT_EQ(ps.size(), pr.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_LT(max_rel_diff(ps[i].second, pr[i].second), 1e-5) << ps[i].first;
+      EXPECT_GT(max_rel_diff(ps[i].second, SmallMlp(3, sgd).model->named_parameters()[i].second), 1e-3)
+          << ps[i].first << " did not train";
+    }
+    auto ss = runs[r]->opt->state(), sr = ref.opt->state();
+    ASSERT_EQ(ss.size(), sr.size());
+    for (size_t i = 0; i < ss.size(); ++i)
+      EXPECT_LT(max_rel_diff(ss[i].second, sr[i].second), 1e-5) << ss[i].first;
+  }
+}
+
+TEST(TrainStep, ModesAgreeAfter20MomentumSteps) {
+  expect_modes_agree({.lr = 0.1, .momentum = 0.9});
+}
+
+TEST(TrainStep, ModesAgreeWithDampeningWeightDecayAndNesterov) {
+  expect_modes_agree({.lr = 0.05, .momentum = 0.8, .dampening = 0.1, .weight_decay = 0.01});
+  expect_modes_agree({.lr = 0.05, .momentum = 0.8, .weight_decay = 0.01, .nesterov = true});
+}
+
+TEST(TrainStep, SgdMatchesPyTorchFormulaOnOneParameter) {
+  // loss = sum(w * x) has gradient x, so the update can be written by hand.
+  struct Lin : nn::Module {
+    Tensor w = register_parameter("w", Tensor::from_vector(std::vector<float>{1, -2, 3}, {3}));
+  } m;
+  optim::SGD opt(m, {.lr = 0.5, .momentum = 0.9, .dampening = 0.25, .weight_decay = 0.1});
+  TrainStep step = compile_train_step(m, opt, [&](const Tensor& x) { return sum(mul(m.w, x), {0}); });
+  std::vector<double> w = {1, -2, 3}, buf = {0, 0, 0}, x = {0.5, 1, -1};
+  for (int s = 0; s < 3; ++s) {
+    step(Tensor::from_vector(std::vector<float>{0.5f, 1.f, -1.f}, {3}));
+    for (int i = 0; i < 3; ++i) {
+      double d = x[size_t(i)] + 0.1 * w[size_t(i)];
+      buf[size_t(i)] = s == 0 ? d : 0.9 * buf[size_t(i)] + 0.75 * d;
+      w[size_t(i)] -= 0.5 * buf[size_t(i)];
+    }
+    std::vector<double> got = m.w.to_vector();
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[size_t(i)], w[size_t(i)], 1e-5) << "step " << s;
+  }
+}
+
+TEST(TrainStep, InPlaceUpdatesKeepStorageAndCopyNothing) {
+  for (StepMode mode : {StepMode::single_graph, StepMode::three_graph}) {
+    SmallMlp run(5);
+    std::vector<const void*> ptrs;
+    std::vector<Tensor> before;
+    for (auto& [n, p] : run.model->named_parameters()) {
+      ptrs.push_back(p.data<float>());
+      before.push_back(p.clone());
+    }
+    TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = mode});
+    for (auto& b : testing::random_batches(3, 1)) {
+      StepResult r = step.run(b);
+      EXPECT_EQ(r.counters.bytes_copied, 0);
+    }
+    auto params = run.model->named_parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(params[i].second.data<float>(), ptrs[i]) << params[i].first;
+      EXPECT_GT(max_rel_diff(params[i].second, before[i]), 0) << params[i].first << " unchanged";
+    }
+  }
+}
+
+TEST(TrainStep, WithoutAliasingCopiesTwiceTheUpdatedState) {
+  for (StepMode mode : {StepMode::single_graph, StepMode::three_graph}) {
+    SmallMlp run(5);
+    int64_t state_bytes = 0;
+    for (auto& [n, p] : run.model->named_parameters()) state_bytes += int64_t(p.nbytes());
+    for (auto& [n, s] : run.opt->state()) state_bytes += int64_t(s.nbytes());
+    TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = mode, .aliasing = false});
+    StepResult r = step.run(testing::random_batches(1, 1)[0]);
+    EXPECT_EQ(r.counters.bytes_copied, 2 * state_bytes);
+  }
+}
+
+TEST(TrainStep, CountersReportGraphsAndKernels) {
+  SmallMlp a(1), b(1);
+  TrainStep one(*a.model, *a.opt, a.loss_fn(), {.mode = StepMode::single_graph});
+  TrainStep three(*b.model, *b.opt, b.loss_fn(), {.mode = StepMode::three_graph});
+  auto batch = testing::random_batches(1, 2)[0];
+  StepResult r1 = one.run(batch), r3 = three.run(batch);
+  EXPECT_EQ(r1.counters.graphs, 1);
+  EXPECT_EQ(r3.counters.graphs, 3);
+  EXPECT_GT(r1.counters.kernels, 0);
+  EXPECT_EQ(r1.counters.interface_bytes, 0);
+  EXPECT_GT(r3.counters.interface_bytes, 0);
+  EXPECT_DOUBLE_EQ(r1.loss, r3.loss);
+}
+
+TEST(TrainStep, ChangingTheLearningRateDoesNotTraceAgain) {
+  SmallMlp run(2);
+  TrainStep step(*run.model, *run.opt, run.loss_fn());
+  auto batches = testing::random_batches(3, 4);
+  step.run(batches[0]);
+  EXPECT_EQ(step.traces(), 1);
+  run.opt->set_lr(0);
+  run.opt->set_momentum(0.5);
+  std::vector<Tensor> before;
+  for (auto& [n, p] : run.model->named_parameters()) before.push_back(p.clone());
+  step.run(batches[1]);  // lr 0: parameters must not move
+  auto params = run.model->named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(max_rel_diff(params[i].second, before[i]), 0);
+  run.opt->set_lr(0.2);
+  step.run(batches[2]);
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_GT(max_rel_diff(params[i].second, before[i]), 0);
+  EXPECT_EQ(step.traces(), 1);
+}
+
+TEST(TrainStep, NewInputShapeTracesAgain) {
+  SmallMlp run(2);
+  TrainStep step(*run.model, *run.opt, run.loss_fn());
+  step.run(testing::random_batches(1, 4)[0]);
+  step(randn({3, SmallMlp::kIn}), Tensor::from_vector(std::vector<int64_t>{0, 1, 2}, {3}));
+  step.run(testing::random_batches(1, 5)[0]);
+  EXPECT_EQ(step.traces(), 2);
+}
+
+TEST(TrainStep, LossMustBeAScalar) {
+  SmallMlp run(2);
+  models::Mlp* m = run.model.get();
+  TrainStep step(*run.model, *run.opt, [m](const std::vector<Tensor>& d) { return m->forward(d[0]); });
+  std::string msg = testing::error_of([&] { step.run(testing::random_batches(1, 4)[0]); });
+  EXPECT_NE(msg.find("0-d"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("f32[8,5]"), std::string::npos) << msg;
+}
+
+TEST(TrainStep, ReadingATracedValueNamesTheLine) {
+  SmallMlp run(2);
+  models::Mlp* m = run.model.get();
+  const int line = __LINE__ + 2;
+  TrainStep step(*run.model, *run.opt, [m](const std::vector<Tensor>& d) {
+    double v = m->forward(d[0]).sum({0, 1}).item();
+    return d[0].sum({0, 1}) * v;
+  });
+  std::string msg = testing::error_of([&] { step.run(testing::random_batches(1, 4)[0]); });
+  EXPECT_NE(msg.find("item()"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("traced"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train_step_test.cpp:" + std::to_string(line)), std::string::npos) << msg;
+}
+
+TEST(TrainStep, MomentumCannotBeSwitchedOnAfterConstruction) {
+  SmallMlp run(2, {.lr = 0.1});
+  std::string msg = testing::error_of([&] { run.opt->set_momentum(0.9); });
+  EXPECT_NE(msg.find("momentum"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace ws
