@@ -16,9 +16,11 @@ void BM_MlpStep(benchmark::State& state) {
   auto model = ws::models::make(spec);
   ws::optim::SGD opt(*model, {.lr = 0.01, .momentum = 0.9});
   auto* m = model.get();
-  ws::TrainStep step = ws::compile_train_step(
-      *model, opt, [m](const ws::Tensor& x, const ws::Tensor& y) { return ws::nn::cross_entropy(m->forward(x), y); },
-      {.mode = mode, .aliasing = aliasing});
+  ws::TrainStep step = ws::compile_train_step(*model, opt,
+                                              [m](const ws::Tensor& x, const ws::Tensor& y) {
+                                                return ws::nn::cross_entropy(m->forward(x), y);
+                                              },
+                                              {.mode = mode, .aliasing = aliasing});
   ws::Tensor x = ws::randn({spec.batch, spec.sizes[0]});
   std::vector<int64_t> labels(size_t(spec.batch));
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i % 10);

@@ -45,8 +45,8 @@ inline void expect_golden(const std::string& text, const std::string& file) {
     std::ofstream(path) << text;
     return;
   }
-  EXPECT_EQ(text, read_file(path)) << "golden file " << path
-                                   << " differs (WS_UPDATE_GOLDEN=1 rewrites it)";
+  EXPECT_EQ(text, read_file(path))
+      << "golden file " << path << " differs (WS_UPDATE_GOLDEN=1 rewrites it)";
 }
 
 }  // namespace ws::testing

@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "wholestep/wholestep.hpp"
 
@@ -34,8 +34,11 @@ ws::TrainSetup make_setup(const Common& c) {
   auto model = ws::models::make(ws::models::spec(c.model));
   ws::models::Mlp* m = model.get();
   s.opt = std::make_unique<ws::optim::SGD>(
-      *model, ws::optim::SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
-  s.loss_fn = [m](const std::vector<ws::Tensor>& d) { return ws::nn::cross_entropy(m->forward(d[0]), d[1]); };
+      *model,
+      ws::optim::SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  s.loss_fn = [m](const std::vector<ws::Tensor>& d) {
+    return ws::nn::cross_entropy(m->forward(d[0]), d[1]);
+  };
   s.model = std::move(model);
   return s;
 }
@@ -63,13 +66,15 @@ int train(const Common& c, int epochs, const std::string& mode, int64_t max_step
   auto& model = static_cast<ws::models::Mlp&>(*s.model);
   const int64_t batch = ws::models::spec(c.model).batch;
   ws::TrainStep step(model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
-  fmt::print("training {} on Fashion-MNIST: {} epoch(s), batch {}, SGD lr {} momentum {}, mode {}\n",
-             c.model, epochs, batch, c.lr, c.momentum, mode);
+  fmt::print(
+      "training {} on Fashion-MNIST: {} epoch(s), batch {}, SGD lr {} momentum {}, mode {}\n",
+      c.model, epochs, batch, c.lr, c.momentum, mode);
   auto t0 = std::chrono::steady_clock::now();
   int64_t steps = 0;
   double loss = 0;
   for (int e = 0; e < epochs; ++e) {
-    for (const ws::data::Batch& b : train_set.batches(batch, c.seed + uint64_t(e), /*drop_last=*/true)) {
+    for (const ws::data::Batch& b :
+         train_set.batches(batch, c.seed + uint64_t(e), /*drop_last=*/true)) {
       ws::StepResult r = step(b.images, b.labels);
       loss = r.loss;
       if (++steps % 50 == 0 || steps == 1) {
@@ -95,16 +100,16 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
     if (int64_t(batches.size()) >= steps + warmup) break;
     batches.push_back({b.images, b.labels});
   }
-  std::vector<ws::CompareConfig> configs = {{ws::StepMode::interpret},
-                                            {ws::StepMode::three_graph},
-                                            {ws::StepMode::single_graph}};
+  std::vector<ws::CompareConfig> configs = {
+      {ws::StepMode::interpret}, {ws::StepMode::three_graph}, {ws::StepMode::single_graph}};
   if (no_alias_rows) {
     configs.push_back({ws::StepMode::three_graph, false});
     configs.push_back({ws::StepMode::single_graph, false});
   }
-  fmt::print("comparing modes on {} (batch {}, SGD momentum): {} timed steps after {} warm-up, "
-             "round robin, median ms/step; max diff is parameters vs interpret after the last step\n",
-             c.model, batch, steps, warmup);
+  fmt::print(
+      "comparing modes on {} (batch {}, SGD momentum): {} timed steps after {} warm-up, "
+      "round robin, median ms/step; max diff is parameters vs interpret after the last step\n",
+      c.model, batch, steps, warmup);
   auto rows = ws::compare_modes([&] { return make_setup(c); }, configs, batches, warmup);
   fmt::print("{}", ws::format_comparison(rows));
   return 0;
@@ -114,7 +119,8 @@ int dump(const Common& c, const std::string& mode) {
   ws::TrainSetup s = make_setup(c);
   const ws::models::Spec spec = ws::models::spec(c.model);
   ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
-  step(ws::Tensor::zeros({spec.batch, spec.sizes[0]}), ws::Tensor::zeros({spec.batch}, ws::DType::i64));
+  step(ws::Tensor::zeros({spec.batch, spec.sizes[0]}),
+       ws::Tensor::zeros({spec.batch}, ws::DType::i64));
   fmt::print("{}\n{}", step.graphs_text(), step.programs_text());
   return 0;
 }
@@ -136,7 +142,8 @@ int main(int argc, char** argv) {
   tr->add_option("--mode", mode, "interpret | three_graph | single_graph")->capture_default_str();
   tr->add_option("--max-steps", max_steps, "stop after this many steps (0: no limit)");
 
-  auto* cmp = app.add_subcommand("compare", "train in every mode and compare time, memory, agreement");
+  auto* cmp =
+      app.add_subcommand("compare", "train in every mode and compare time, memory, agreement");
   add_common(cmp, c);
   cmp->add_option("--steps", steps, "timed steps")->capture_default_str();
   cmp->add_option("--warmup", warmup, "untimed first steps")->capture_default_str();

@@ -22,8 +22,8 @@ struct GradcheckOptions {
 struct GradcheckResult {
   bool ok = true;
   double max_abs_error = 0;
-  int64_t checked = 0;   // elements compared
-  std::string report;    // one line per mismatch (at most 20), empty when ok
+  int64_t checked = 0;  // elements compared
+  std::string report;   // one line per mismatch (at most 20), empty when ok
 };
 
 // Checks d loss_fn(inputs) / d p for every parameter p of `model`. The

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wholestep/tensor.hpp"
@@ -36,7 +38,7 @@ class FashionMnist {
   // normalized with the training set's mean 0.2860 and std 0.3530.
   explicit FashionMnist(const std::string& split, const std::string& dir = kFashionMnistDir);
 
-  int64_t size() const { return int64_t(labels_.size()); }
+  int64_t size() const { return int64_t(d_->labels.size()); }
   static constexpr int64_t kPixels = 28 * 28;
   static constexpr int64_t kClasses = 10;
 
@@ -53,14 +55,20 @@ class FashionMnist {
   Batches batches(int64_t batch_size, uint64_t shuffle_seed, bool drop_last = false) const;
 
  private:
-  std::vector<float> images_;  // normalized, [N*784]
-  std::vector<int64_t> labels_;
+  // Shared, so copies are cheap and a batch range keeps its data set alive
+  // (`for (auto& b : FashionMnist("train").batches(...))` is safe).
+  struct Data {
+    std::vector<float> images;  // normalized, [N*784]
+    std::vector<int64_t> labels;
+  };
+  std::shared_ptr<Data> d_ = std::make_shared<Data>();
 };
 
 // A lazy range over one epoch's batches.
 class FashionMnist::Batches {
  public:
-  Batches(const FashionMnist& ds, std::vector<std::vector<int64_t>> idx) : ds_(ds), idx_(std::move(idx)) {}
+  Batches(FashionMnist ds, std::vector<std::vector<int64_t>> idx)
+      : ds_(std::move(ds)), idx_(std::move(idx)) {}
   struct iterator {
     const Batches* b;
     size_t i;
@@ -73,7 +81,7 @@ class FashionMnist::Batches {
   size_t size() const { return idx_.size(); }
 
  private:
-  const FashionMnist& ds_;
+  FashionMnist ds_;
   std::vector<std::vector<int64_t>> idx_;
 };
 

@@ -14,10 +14,10 @@ namespace ws::optim {
 // What the compiled graph depends on: the update rule and which terms exist.
 // Hyperparameter values are not part of it.
 struct UpdateSpec {
-  std::string kind;                       // "sgd"
+  std::string kind;  // "sgd"
   bool momentum = false, nesterov = false, weight_decay = false;
-  std::vector<std::string> state_slots;   // per-parameter state, e.g. "momentum_buffer"
-  std::vector<std::string> hyper_names;   // 0-d inputs, in order
+  std::vector<std::string> state_slots;  // per-parameter state, e.g. "momentum_buffer"
+  std::vector<std::string> hyper_names;  // 0-d inputs, in order
   friend bool operator==(const UpdateSpec&, const UpdateSpec&) = default;
 };
 

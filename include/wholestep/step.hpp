@@ -35,13 +35,13 @@ struct StepOptions {
 };
 
 struct StepCounters {
-  int64_t graphs = 0;           // Programs (or interpreted graphs) launched
-  int64_t kernels = 0;          // kernels (or interpreted nodes) run
-  int64_t bytes_copied = 0;     // bytes of parameter/state copies
-  int64_t interface_bytes = 0;  // values materialized between graphs (saved + grads)
-  int64_t arena_bytes = 0;      // temporaries
-  int64_t persistent_bytes = 0; // parameters, buffers, optimizer state
-  int64_t peak_bytes = 0;       // persistent + interface + temporaries (+ copies)
+  int64_t graphs = 0;            // Programs (or interpreted graphs) launched
+  int64_t kernels = 0;           // kernels (or interpreted nodes) run
+  int64_t bytes_copied = 0;      // bytes of parameter/state copies
+  int64_t interface_bytes = 0;   // values materialized between graphs (saved + grads)
+  int64_t arena_bytes = 0;       // temporaries
+  int64_t persistent_bytes = 0;  // parameters, buffers, optimizer state
+  int64_t peak_bytes = 0;        // persistent + interface + temporaries (+ copies)
 };
 
 struct StepResult {
@@ -89,9 +89,12 @@ LossFn adapt_loss_fn(F&& f) {
   if constexpr (std::is_invocable_v<Fn&, const std::vector<Tensor>&>) {
     return LossFn(std::forward<F>(f));
   } else if constexpr (std::is_invocable_v<Fn&, const Tensor&>) {
-    return [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable { return f(d.at(0)); };
+    return
+        [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable { return f(d.at(0)); };
   } else if constexpr (std::is_invocable_v<Fn&, const Tensor&, const Tensor&>) {
-    return [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable { return f(d.at(0), d.at(1)); };
+    return [f = Fn(std::forward<F>(f))](const std::vector<Tensor>& d) mutable {
+      return f(d.at(0), d.at(1));
+    };
   } else {
     static_assert(std::is_invocable_v<Fn&, const Tensor&, const Tensor&, const Tensor&>,
                   "the loss function must take 1 to 3 tensors or a std::vector<Tensor>");

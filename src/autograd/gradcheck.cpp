@@ -14,12 +14,14 @@ ir::Graph promote_to_f64(const ir::Graph& g) {
   ir::Graph out = g;
   for (ir::Node& n : out.nodes) {
     if (n.type.dtype == DType::f32) n.type.dtype = DType::f64;
-    if (n.attrs.has("dtype") && n.attrs.s("dtype") == "f32") n.attrs.set("dtype", std::string("f64"));
+    if (n.attrs.has("dtype") && n.attrs.s("dtype") == "f32")
+      n.attrs.set("dtype", std::string("f64"));
   }
   return out;
 }
 
-check::GradcheckResult gradcheck_graph(const ir::Graph& forward, const std::vector<ir::ValueId>& wrt,
+check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
+                                       const std::vector<ir::ValueId>& wrt,
                                        const std::vector<Tensor>& values,
                                        const check::GradcheckOptions& opts) {
   ir::Graph fwd = promote_to_f64(forward);
@@ -31,7 +33,8 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward, const std::vect
 
   ir::Graph joint = fwd;
   std::vector<ir::ValueId> grads = append_backward(joint, fwd.outputs[0].value, wrt);
-  for (ir::ValueId d : grads) joint.outputs.push_back(ir::Output{ir::OutputRole::grad, d, ir::kNoValue, ""});
+  for (ir::ValueId d : grads)
+    joint.outputs.push_back(ir::Output{ir::OutputRole::grad, d, ir::kNoValue, ""});
   std::vector<Tensor> analytic = exec::interpret(joint, inputs);
 
   check::GradcheckResult r;

@@ -15,7 +15,8 @@ ir::Graph promote_to_f64(const ir::Graph& g);
 
 // `forward` has a 0-d loss as its first output; `values[i]` binds
 // forward.inputs[i]; `wrt` lists the inputs to check.
-check::GradcheckResult gradcheck_graph(const ir::Graph& forward, const std::vector<ir::ValueId>& wrt,
+check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
+                                       const std::vector<ir::ValueId>& wrt,
                                        const std::vector<Tensor>& values,
                                        const check::GradcheckOptions& opts);
 

@@ -48,7 +48,8 @@ std::vector<ValueId> append_backward(ir::Graph& g, ValueId loss, const std::vect
     rule(VjpContext{b, node, v, grad[size_t(v)], want}, dargs);
     for (size_t i = 0; i < node.args.size(); ++i) {
       if (!want[i]) continue;
-      WS_CHECK(dargs[i] != ir::kNoValue) << "rule for " << ir::op_name(node.op) << " gave no gradient for operand " << i;
+      WS_CHECK(dargs[i] != ir::kNoValue)
+          << "rule for " << ir::op_name(node.op) << " gave no gradient for operand " << i;
       WS_CHECK(g.type(dargs[i]) == g.type(node.args[i]))
           << ir::op_name(node.op) << " rule: gradient " << g.type(dargs[i]).str() << " for operand "
           << g.type(node.args[i]).str();

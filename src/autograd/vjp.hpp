@@ -9,9 +9,9 @@ namespace ws::autograd {
 
 struct VjpContext {
   ir::Builder& b;
-  const ir::Node& node;      // the forward node (a copy: safe while appending)
-  ir::ValueId out;           // its value
-  ir::ValueId dy;            // gradient of the loss w.r.t. `out`
+  const ir::Node& node;           // the forward node (a copy: safe while appending)
+  ir::ValueId out;                // its value
+  ir::ValueId dy;                 // gradient of the loss w.r.t. `out`
   const std::vector<bool>& want;  // want[i]: operand i needs a gradient
 };
 

@@ -26,7 +26,7 @@ struct Storage {
 
 struct TensorImpl {
   ir::Type type;
-  std::shared_ptr<Storage> storage;  // concrete tensors
+  std::shared_ptr<Storage> storage;   // concrete tensors
   capture::Tracer* tracer = nullptr;  // traced tensors
   ir::ValueId value = ir::kNoValue;
 };

@@ -73,20 +73,20 @@ FashionMnist::FashionMnist(const std::string& split, const std::string& dir) {
         dims_str(labels.dims)));
   }
 
-  labels_.reserve(labels.values.size());
+  d_->labels.reserve(labels.values.size());
   for (size_t i = 0; i < labels.values.size(); ++i) {
     uint8_t v = labels.values[i];
     if (v >= kClasses) {
       throw Error(fmt::format("FashionMnist: {}: label {} at index {} is out of range [0, {})",
                               labels_path, v, i, kClasses));
     }
-    labels_.push_back(v);
+    d_->labels.push_back(v);
   }
 
   std::array<float, 256> table;
   for (int p = 0; p < 256; ++p) table[p] = (float(p) / 255.0f - kMean) / kStd;
-  images_.resize(images.values.size());
-  for (size_t i = 0; i < images.values.size(); ++i) images_[i] = table[images.values[i]];
+  d_->images.resize(images.values.size());
+  for (size_t i = 0; i < images.values.size(); ++i) d_->images[i] = table[images.values[i]];
 }
 
 Batch FashionMnist::batch(std::span<const int64_t> indices) const {
@@ -102,8 +102,8 @@ Batch FashionMnist::batch(std::span<const int64_t> indices) const {
           "examples",
           i, k, n));
     }
-    std::copy_n(images_.begin() + i * kPixels, kPixels, images.begin() + k * kPixels);
-    labels[k] = labels_[i];
+    std::copy_n(d_->images.begin() + i * kPixels, kPixels, images.begin() + k * kPixels);
+    labels[k] = d_->labels[i];
   }
   return Batch{Tensor::from_vector(images, {b, kPixels}), Tensor::from_vector(labels, {b})};
 }

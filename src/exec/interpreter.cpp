@@ -10,8 +10,8 @@ namespace ws::exec {
 std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inputs,
                               InterpretStats* stats) {
   if (inputs.size() != g.inputs.size())
-    throw Error(fmt::format("graph '{}' takes {} inputs, got {}", g.name, g.inputs.size(),
-                            inputs.size()));
+    throw Error(
+        fmt::format("graph '{}' takes {} inputs, got {}", g.name, g.inputs.size(), inputs.size()));
   std::vector<Tensor> values(g.nodes.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::Type& want = g.type(g.inputs[i]);

@@ -10,10 +10,14 @@ std::string Program::str() const {
   auto slot = [&](int32_t s) {
     const Slot& sl = slots[size_t(s)];
     switch (sl.kind) {
-      case SlotKind::input: return fmt::format("in{}", sl.index);
-      case SlotKind::output: return fmt::format("out{}", sl.index);
-      case SlotKind::constant: return fmt::format("const+{}", sl.index);
-      case SlotKind::arena: return fmt::format("arena+{}", sl.index);
+      case SlotKind::input:
+        return fmt::format("in{}", sl.index);
+      case SlotKind::output:
+        return fmt::format("out{}", sl.index);
+      case SlotKind::constant:
+        return fmt::format("const+{}", sl.index);
+      case SlotKind::arena:
+        return fmt::format("arena+{}", sl.index);
     }
     return std::string("?");
   };
@@ -30,7 +34,8 @@ std::string Program::str() const {
 
 Executable::Executable(Program p)
     : prog_(std::move(p)),
-      arena_(static_cast<std::byte*>(std::aligned_alloc(64, size_t((prog_.arena_bytes + 63) / 64 * 64 + 64))),
+      arena_(static_cast<std::byte*>(
+                 std::aligned_alloc(64, size_t((prog_.arena_bytes + 63) / 64 * 64 + 64))),
              std::free),
       inputs_(prog_.inputs.size(), nullptr),
       outputs_(prog_.outputs.size(), nullptr),
@@ -55,17 +60,23 @@ void Executable::resolve() {
     const Slot& sl = prog_.slots[s];
     switch (sl.kind) {
       case SlotKind::input:
-        WS_CHECK(inputs_[size_t(sl.index)]) << prog_.name << ": input " << sl.index << " ("
-                                            << prog_.inputs[size_t(sl.index)].name << ") is unbound";
+        WS_CHECK(inputs_[size_t(sl.index)])
+            << prog_.name << ": input " << sl.index << " (" << prog_.inputs[size_t(sl.index)].name
+            << ") is unbound";
         slot_ptrs_[s] = inputs_[size_t(sl.index)];
         break;
       case SlotKind::output:
-        WS_CHECK(outputs_[size_t(sl.index)]) << prog_.name << ": output " << sl.index << " ("
-                                             << prog_.outputs[size_t(sl.index)].name << ") is unbound";
+        WS_CHECK(outputs_[size_t(sl.index)])
+            << prog_.name << ": output " << sl.index << " (" << prog_.outputs[size_t(sl.index)].name
+            << ") is unbound";
         slot_ptrs_[s] = outputs_[size_t(sl.index)];
         break;
-      case SlotKind::constant: slot_ptrs_[s] = prog_.constants.data() + sl.index; break;
-      case SlotKind::arena: slot_ptrs_[s] = arena_.get() + sl.index; break;
+      case SlotKind::constant:
+        slot_ptrs_[s] = prog_.constants.data() + sl.index;
+        break;
+      case SlotKind::arena:
+        slot_ptrs_[s] = arena_.get() + sl.index;
+        break;
     }
   }
   resolved_ = true;

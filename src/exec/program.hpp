@@ -30,8 +30,8 @@ struct Kernel {
   KernelFn fn = nullptr;
   const char* name = "";  // the implementation, for listings and profiles
   ir::Op op{};
-  int32_t out = -1;              // slot written
-  std::vector<int32_t> in;       // slots read
+  int32_t out = -1;         // slot written
+  std::vector<int32_t> in;  // slots read
   std::vector<ir::Type> in_types;
   ir::Type out_type;
   ir::Attrs attrs;

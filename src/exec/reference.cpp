@@ -16,10 +16,14 @@ using ir::Op;
 template <class F>
 void dispatch(DType dt, F&& f) {
   switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i64: return f(int64_t{});
-    case DType::b8: return f(uint8_t{});
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::b8:
+      return f(uint8_t{});
   }
 }
 
@@ -27,10 +31,17 @@ template <class T>
 void unary(Op op, const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     switch (op) {
-      case Op::neg: y[i] = T(-x[i]); break;
-      case Op::exp: y[i] = T(std::exp(double(x[i]))); break;
-      case Op::log: y[i] = T(std::log(double(x[i]))); break;
-      default: WS_CHECK(false) << "not unary: " << ir::op_name(op);
+      case Op::neg:
+        y[i] = T(-x[i]);
+        break;
+      case Op::exp:
+        y[i] = T(std::exp(double(x[i])));
+        break;
+      case Op::log:
+        y[i] = T(std::log(double(x[i])));
+        break;
+      default:
+        WS_CHECK(false) << "not unary: " << ir::op_name(op);
     }
   }
 }
@@ -38,9 +49,12 @@ void unary(Op op, const T* x, T* y, int64_t n) {
 template <class T>
 T binary_one(Op op, T a, T b) {
   switch (op) {
-    case Op::add: return T(a + b);
-    case Op::sub: return T(a - b);
-    case Op::mul: return T(a * b);
+    case Op::add:
+      return T(a + b);
+    case Op::sub:
+      return T(a - b);
+    case Op::mul:
+      return T(a * b);
     case Op::div:
       if constexpr (std::is_integral_v<T>) {
         if (b == 0) throw Error("div: integer division by zero");
@@ -50,20 +64,30 @@ T binary_one(Op op, T a, T b) {
       if constexpr (std::is_floating_point_v<T>)
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
       return std::max(a, b);
-    default: WS_CHECK(false) << "not binary: " << ir::op_name(op); return T{};
+    default:
+      WS_CHECK(false) << "not binary: " << ir::op_name(op);
+      return T{};
   }
 }
 
 template <class T>
 uint8_t compare_one(Op op, T a, T b) {
   switch (op) {
-    case Op::eq: return a == b;
-    case Op::ne: return a != b;
-    case Op::lt: return a < b;
-    case Op::le: return a <= b;
-    case Op::gt: return a > b;
-    case Op::ge: return a >= b;
-    default: WS_CHECK(false) << "not a comparison"; return 0;
+    case Op::eq:
+      return a == b;
+    case Op::ne:
+      return a != b;
+    case Op::lt:
+      return a < b;
+    case Op::le:
+      return a <= b;
+    case Op::gt:
+      return a > b;
+    case Op::ge:
+      return a >= b;
+    default:
+      WS_CHECK(false) << "not a comparison";
+      return 0;
   }
 }
 
@@ -202,7 +226,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         std::fill_n(y, n, is_max ? std::numeric_limits<T>::lowest() : T(0));
         if constexpr (std::is_floating_point_v<T>)
           if (is_max) std::fill_n(y, n, -std::numeric_limits<T>::infinity());
-        strided_walk(in_types[0].shape, reduce_result_strides(in_types[0].shape, attrs.ints("axes")),
+        strided_walk(in_types[0].shape,
+                     reduce_result_strides(in_types[0].shape, attrs.ints("axes")),
                      [&](int64_t i, int64_t o) {
                        if (!is_max) {
                          y[o] += x[i];

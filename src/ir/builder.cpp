@@ -10,8 +10,11 @@ ValueId Builder::append(Node n) {
 }
 
 ValueId Builder::input(InputRole role, const std::string& name, Type t, SourceLoc l) {
-  ValueId v = append(Node{Op::input, {}, Attrs{{"name", name}, {"role", std::string(role_name(role))}},
-                          std::move(t), std::move(l)});
+  ValueId v = append(Node{Op::input,
+                          {},
+                          Attrs{{"name", name}, {"role", std::string(role_name(role))}},
+                          std::move(t),
+                          std::move(l)});
   g_.inputs.push_back(v);
   return v;
 }
@@ -42,7 +45,8 @@ ValueId Builder::constant(std::vector<double> values, const Type& t) {
 ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
   const Shape& s = type(x).shape;
   if (s == shape) return x;
-  WS_CHECK(s.size() <= shape.size()) << "broadcast_to " << shape_str(s) << " -> " << shape_str(shape);
+  WS_CHECK(s.size() <= shape.size())
+      << "broadcast_to " << shape_str(s) << " -> " << shape_str(shape);
   std::vector<int64_t> dims;
   for (size_t i = 0; i < s.size(); ++i) dims.push_back(int64_t(shape.size() - s.size() + i));
   return add(Op::broadcast, {x}, Attrs{{"dims", dims}, {"shape", shape}});

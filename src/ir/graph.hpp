@@ -41,7 +41,8 @@ struct Type {
 
 // Attribute values: integers (also flags), floats, integer lists, strings,
 // float lists (constant data).
-using AttrValue = std::variant<int64_t, double, std::vector<int64_t>, std::string, std::vector<double>>;
+using AttrValue =
+    std::variant<int64_t, double, std::vector<int64_t>, std::string, std::vector<double>>;
 
 // A small ordered map from attribute name to value, kept sorted by name so the
 // printed form is canonical.

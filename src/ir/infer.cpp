@@ -30,8 +30,9 @@ DType parse_dtype_attr(Op op, const Attrs& a, const SourceLoc& loc) {
 void check_same(Op op, const std::vector<Type>& args, const SourceLoc& loc) {
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i].dtype != args[0].dtype)
-      fail(op, fmt::format("operand dtypes differ: {} (mixed dtypes must be converted explicitly)",
-                           types_str(args)),
+      fail(op,
+           fmt::format("operand dtypes differ: {} (mixed dtypes must be converted explicitly)",
+                       types_str(args)),
            loc);
     if (args[i].shape != args[0].shape)
       fail(op, fmt::format("operand shapes differ: {}", types_str(args)), loc);
@@ -64,7 +65,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::div:
     case Op::maximum:
       check_same(op, args, loc);
-      if (args[0].dtype == DType::b8) fail(op, "does not take bool operands: " + types_str(args), loc);
+      if (args[0].dtype == DType::b8)
+        fail(op, "does not take bool operands: " + types_str(args), loc);
       return args[0];
     case Op::neg:
       if (args[0].dtype == DType::b8) fail(op, "does not take a bool operand", loc);
@@ -85,9 +87,10 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::select:
       if (args[0].dtype != DType::b8) fail(op, "condition must be bool, got " + args[0].str(), loc);
       if (args[0].shape != args[1].shape)
-        fail(op, fmt::format("condition {} and values {} differ in shape", args[0].str(),
-                             args[1].str()),
-             loc);
+        fail(
+            op,
+            fmt::format("condition {} and values {} differ in shape", args[0].str(), args[1].str()),
+            loc);
       check_same(op, {args[1], args[2]}, loc);
       return args[1];
     case Op::convert:
@@ -113,7 +116,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::reduce_max: {
       const Type& x = args[0];
       std::vector<bool> drop(size_t(x.rank()), false);
-      for (int64_t ax : attrs.ints("axes")) drop[size_t(norm_axis(op, ax, x.rank(), x, loc))] = true;
+      for (int64_t ax : attrs.ints("axes"))
+        drop[size_t(norm_axis(op, ax, x.rank(), x, loc))] = true;
       Shape out;
       for (int64_t d = 0; d < x.rank(); ++d)
         if (!drop[size_t(d)]) out.push_back(x.shape[size_t(d)]);
@@ -132,7 +136,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       if (int64_t(dims.size()) != x.rank())
         fail(op, fmt::format("dims has {} entries for operand {}", dims.size(), x.str()), loc);
       for (size_t i = 0; i < dims.size(); ++i) {
-        bool ok = dims[i] >= 0 && dims[i] < int64_t(shape.size()) && (i == 0 || dims[i] > dims[i - 1]);
+        bool ok =
+            dims[i] >= 0 && dims[i] < int64_t(shape.size()) && (i == 0 || dims[i] > dims[i - 1]);
         if (!ok || (x.shape[i] != 1 && x.shape[i] != shape[size_t(dims[i])]))
           fail(op, fmt::format("cannot broadcast {} to {}", x.str(), shape_str(shape)), loc);
       }
@@ -155,7 +160,11 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       std::sort(sorted.begin(), sorted.end());
       bool ok = int64_t(perm.size()) == x.rank();
       for (size_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == int64_t(i);
-      if (!ok) fail(op, fmt::format("perm {} is not a permutation of the axes of {}", shape_str(perm), x.str()), loc);
+      if (!ok)
+        fail(
+            op,
+            fmt::format("perm {} is not a permutation of the axes of {}", shape_str(perm), x.str()),
+            loc);
       Shape out;
       for (int64_t p : perm) out.push_back(x.shape[size_t(p)]);
       return Type{x.dtype, out};

@@ -14,8 +14,8 @@
 namespace ws::lower {
 
 struct UpdateCandidate {
-  int64_t producer_pos;                 // kernel computing the new value
-  bool producer_reads_old;              // that kernel reads the old value too
+  int64_t producer_pos;     // kernel computing the new value
+  bool producer_reads_old;  // that kernel reads the old value too
   bool producer_elementwise;
   std::vector<int64_t> old_reader_pos;  // every other reader of the old value
 };

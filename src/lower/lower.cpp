@@ -59,12 +59,14 @@ class Lowering {
     for (ValueId v : g_.inputs)
       p_.inputs.push_back({g_.input_name(v), g_.input_role(v), g_.type(v)});
     for (const ir::Output& o : g_.outputs)
-      p_.outputs.push_back({o.name, o.role, g_.type(o.value),
-                            o.aliased_input == ir::kNoValue ? -1 : g_.input_index(o.aliased_input)});
+      p_.outputs.push_back(
+          {o.name, o.role, g_.type(o.value),
+           o.aliased_input == ir::kNoValue ? -1 : g_.input_index(o.aliased_input)});
     slot_.assign(g_.nodes.size(), -1);
     const_slot_.assign(g_.nodes.size(), -1);
     for (size_t i = 0; i < g_.inputs.size(); ++i)
-      slot_[size_t(g_.inputs[i])] = new_slot(SlotKind::input, int64_t(i), g_.type(g_.inputs[i]).bytes());
+      slot_[size_t(g_.inputs[i])] =
+          new_slot(SlotKind::input, int64_t(i), g_.type(g_.inputs[i]).bytes());
     collect_kernels();
     assign_outputs();
     plan_arena();
@@ -87,7 +89,8 @@ class Lowering {
     for (ValueId v = g_.size() - 1; v >= 0; --v) {
       const ir::Node& n = g_.node(v);
       if (!needed[size_t(v)] || n.op == Op::input) continue;
-      const bool folds = exec::takes_scalar_operands(n.op, n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype);
+      const bool folds = exec::takes_scalar_operands(
+          n.op, n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype);
       for (ValueId a : n.args) {
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;
         scalar[size_t(v)].push_back(sc);
@@ -117,10 +120,22 @@ class Lowering {
     p_.constants.resize(size_t(off) + 8);
     const double value = g_.node(v).attrs.f("value");
     switch (one.dtype) {
-      case DType::f32: { float f = float(value); std::memcpy(&p_.constants[size_t(off)], &f, 4); break; }
-      case DType::f64: std::memcpy(&p_.constants[size_t(off)], &value, 8); break;
-      case DType::i64: { int64_t i = int64_t(value); std::memcpy(&p_.constants[size_t(off)], &i, 8); break; }
-      case DType::b8: p_.constants[size_t(off)] = std::byte(value != 0); break;
+      case DType::f32: {
+        float f = float(value);
+        std::memcpy(&p_.constants[size_t(off)], &f, 4);
+        break;
+      }
+      case DType::f64:
+        std::memcpy(&p_.constants[size_t(off)], &value, 8);
+        break;
+      case DType::i64: {
+        int64_t i = int64_t(value);
+        std::memcpy(&p_.constants[size_t(off)], &i, 8);
+        break;
+      }
+      case DType::b8:
+        p_.constants[size_t(off)] = std::byte(value != 0);
+        break;
     }
     return new_slot(SlotKind::constant, off, one.bytes());
   }
@@ -141,10 +156,16 @@ class Lowering {
       if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
       const int32_t dest = slot_[size_t(o.aliased_input)];
       const int64_t at = pos_[size_t(o.value)];
-      UpdateCandidate c{at, false, at >= 0 && ir::op_info(g_.node(o.value).op).category == ir::OpCategory::elementwise, {}};
+      UpdateCandidate c{
+          at,
+          false,
+          at >= 0 && ir::op_info(g_.node(o.value).op).category == ir::OpCategory::elementwise,
+          {}};
       for (int64_t r : readers[size_t(o.aliased_input)]) {
-        if (r == at) c.producer_reads_old = true;
-        else c.old_reader_pos.push_back(r);
+        if (r == at)
+          c.producer_reads_old = true;
+        else
+          c.old_reader_pos.push_back(r);
       }
       if (opts_.in_place_updates && slot_[size_t(o.value)] < 0 && can_update_in_place(c)) {
         slot_[size_t(o.value)] = dest;
@@ -180,7 +201,8 @@ class Lowering {
     }
     MemoryPlan plan = plan_memory(ranges);
     for (size_t i = 0; i < values.size(); ++i)
-      slot_[size_t(values[i])] = new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
+      slot_[size_t(values[i])] =
+          new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
     p_.arena_bytes = plan.arena_bytes;
     p_.max_live_bytes = plan.max_live;
   }
@@ -202,7 +224,8 @@ class Lowering {
       k.out = slot_[size_t(pk.out)];
       for (size_t i = 0; i < pk.ins.size(); ++i) {
         ValueId a = pk.ins[i];
-        k.in.push_back(pk.scalar[i] && const_slot_[size_t(a)] >= 0 ? const_slot_[size_t(a)] : slot_[size_t(a)]);
+        k.in.push_back(pk.scalar[i] && const_slot_[size_t(a)] >= 0 ? const_slot_[size_t(a)]
+                                                                   : slot_[size_t(a)]);
         k.in_types.push_back(g_.type(n.args[i]));
         WS_CHECK(k.in.back() >= 0) << "operand %" << a << " of %" << pk.out << " has no storage";
       }

@@ -10,7 +10,9 @@ namespace ws::lower {
 MemoryPlan plan_memory(const std::vector<LiveRange>& ranges, int64_t alignment) {
   MemoryPlan plan;
   plan.offsets.assign(ranges.size(), -1);
-  auto rounded = [&](int64_t b) { return std::max<int64_t>(alignment, (b + alignment - 1) / alignment * alignment); };
+  auto rounded = [&](int64_t b) {
+    return std::max<int64_t>(alignment, (b + alignment - 1) / alignment * alignment);
+  };
 
   // Events by position: allocate at def, free after last.
   std::vector<size_t> by_def(ranges.size());
@@ -21,8 +23,8 @@ MemoryPlan plan_memory(const std::vector<LiveRange>& ranges, int64_t alignment) 
   std::stable_sort(by_def.begin(), by_def.end(),
                    [&](size_t a, size_t b) { return ranges[a].def < ranges[b].def; });
 
-  std::map<int64_t, int64_t> free_blocks;         // offset -> size
-  std::multimap<int64_t, size_t> pending_free;   // last position -> range
+  std::map<int64_t, int64_t> free_blocks;       // offset -> size
+  std::multimap<int64_t, size_t> pending_free;  // last position -> range
   int64_t live = 0;
   auto release = [&](size_t r) {
     int64_t off = plan.offsets[r], size = rounded(ranges[r].bytes);

@@ -10,15 +10,18 @@ namespace ws::nn {
 namespace {
 void check_name(const std::string& kind, const std::string& name) {
   if (name.empty() || name.find('.') != std::string::npos)
-    throw Error(fmt::format("register_{}: name '{}' must be non-empty and contain no '.'", kind, name));
+    throw Error(
+        fmt::format("register_{}: name '{}' must be non-empty and contain no '.'", kind, name));
 }
 }  // namespace
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   check_name("parameter", name);
   if (!t.defined() || t.is_traced() || !is_floating(t.dtype()))
-    throw Error(fmt::format("register_parameter('{}'): a parameter must be a concrete floating-point "
-                            "tensor, got {}", name, t.defined() && !t.is_traced() ? t.str() : "a traced or undefined tensor"));
+    throw Error(fmt::format(
+        "register_parameter('{}'): a parameter must be a concrete floating-point "
+        "tensor, got {}",
+        name, t.defined() && !t.is_traced() ? t.str() : "a traced or undefined tensor"));
   for (auto& [n, p] : params_)
     if (n == name) throw Error(fmt::format("register_parameter: '{}' is already registered", name));
   params_.emplace_back(name, std::move(t));
@@ -35,7 +38,8 @@ Tensor& Module::register_buffer(const std::string& name, Tensor t) {
 
 void Module::add_child(const std::string& name, Module* m, std::shared_ptr<Module> owned) {
   check_name("module", name);
-  if (m == this) throw Error(fmt::format("register_module('{}'): a module cannot contain itself", name));
+  if (m == this)
+    throw Error(fmt::format("register_module('{}'): a module cannot contain itself", name));
   for (auto& [n, c] : children_)
     if (n == name) throw Error(fmt::format("register_module: '{}' is already registered", name));
   children_.emplace_back(name, m);
@@ -73,7 +77,9 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
-std::vector<std::pair<std::string, Module*>> Module::named_children() const { return children_; }
+std::vector<std::pair<std::string, Module*>> Module::named_children() const {
+  return children_;
+}
 
 void Module::train(bool on) {
   training_ = on;
@@ -115,10 +121,12 @@ Tensor log_softmax(const Tensor& x, Loc loc) {
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc) {
   if (logits.dim() != 2 || labels.dim() != 1 || labels.dtype() != DType::i64 ||
       labels.size(0) != logits.size(0))
-    throw Error(fmt::format("cross_entropy: expected logits [N, C] and i64 labels [N], got {} and {}{}",
-                            logits.str(), labels.str(), at(SourceLoc::from(loc))));
+    throw Error(
+        fmt::format("cross_entropy: expected logits [N, C] and i64 labels [N], got {} and {}{}",
+                    logits.str(), labels.str(), at(SourceLoc::from(loc))));
   Tensor logp = log_softmax(logits, loc);
-  Tensor picked = sum(mul(logp, one_hot(labels, logits.size(1), logits.dtype(), loc), loc), {1}, loc);
+  Tensor picked =
+      sum(mul(logp, one_hot(labels, logits.size(1), logits.dtype(), loc), loc), {1}, loc);
   return neg(mean(picked, {0}, loc), loc);
 }
 

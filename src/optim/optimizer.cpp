@@ -14,14 +14,16 @@ void Optimizer::set_lr(double lr) {
 }
 
 void Optimizer::add_state(const std::string& slot) {
-  for (auto& [name, p] : params_) state_.emplace_back(name + "." + slot, Tensor::zeros(p.shape(), p.dtype()));
+  for (auto& [name, p] : params_)
+    state_.emplace_back(name + "." + slot, Tensor::zeros(p.shape(), p.dtype()));
 }
 
 SGD::SGD(const nn::Module& model, SgdOptions o) : Optimizer(model), opts_(o) {
   set_lr(o.lr);
   if (o.momentum < 0 || o.weight_decay < 0 || o.dampening < 0 || o.dampening > 1)
-    throw Error(fmt::format("SGD: momentum {} and weight_decay {} must be >= 0, dampening {} in [0, 1]",
-                            o.momentum, o.weight_decay, o.dampening));
+    throw Error(
+        fmt::format("SGD: momentum {} and weight_decay {} must be >= 0, dampening {} in [0, 1]",
+                    o.momentum, o.weight_decay, o.dampening));
   if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
     throw Error("SGD: Nesterov momentum requires a momentum > 0 and zero dampening");
   // State is interleaved per parameter: param-major, slot-minor.
@@ -45,24 +47,28 @@ std::vector<double> SGD::hyper_values() const {
   std::vector<double> v = {lr_};
   // The buffer starts at zero, so a first-step factor of 1 makes buf = d,
   // exactly PyTorch's first step.
-  if (opts_.momentum > 0) v.insert(v.end(), {opts_.momentum, step_ == 0 ? 1.0 : 1.0 - opts_.dampening});
+  if (opts_.momentum > 0)
+    v.insert(v.end(), {opts_.momentum, step_ == 0 ? 1.0 : 1.0 - opts_.dampening});
   if (opts_.weight_decay > 0) v.push_back(opts_.weight_decay);
   return v;
 }
 
 void SGD::set_momentum(double m) {
   if ((m > 0) != (opts_.momentum > 0) || m < 0)
-    throw Error(fmt::format("SGD::set_momentum({}): momentum was {} at construction; it cannot change "
-                            "between zero and non-zero (the compiled step would need a momentum "
-                            "buffer). Construct SGD with the momentum you need",
-                            m, opts_.momentum));
+    throw Error(
+        fmt::format("SGD::set_momentum({}): momentum was {} at construction; it cannot change "
+                    "between zero and non-zero (the compiled step would need a momentum "
+                    "buffer). Construct SGD with the momentum you need",
+                    m, opts_.momentum));
   opts_.momentum = m;
 }
 
 void SGD::set_weight_decay(double wd) {
   if ((wd > 0) != (opts_.weight_decay > 0) || wd < 0)
-    throw Error(fmt::format("SGD::set_weight_decay({}): weight decay was {} at construction; it "
-                            "cannot change between zero and non-zero", wd, opts_.weight_decay));
+    throw Error(
+        fmt::format("SGD::set_weight_decay({}): weight decay was {} at construction; it "
+                    "cannot change between zero and non-zero",
+                    wd, opts_.weight_decay));
   opts_.weight_decay = wd;
 }
 

@@ -22,8 +22,8 @@ ParamValues sgd(ir::Builder& b, const UpdateSpec& spec, const ParamValues& in,
   ValueId d = in.grad;
   if (spec.weight_decay) d = b.binary(Op::add, d, b.scale(in.param, hv("weight_decay")));
   if (spec.momentum) {
-    ValueId buf = b.binary(Op::add, b.scale(in.state[0], hv("momentum")),
-                           b.scale(d, hv("dampening_factor")));
+    ValueId buf =
+        b.binary(Op::add, b.scale(in.state[0], hv("momentum")), b.scale(d, hv("dampening_factor")));
     out.state.push_back(buf);
     d = spec.nesterov ? b.binary(Op::add, d, b.scale(buf, hv("momentum"))) : buf;
   }

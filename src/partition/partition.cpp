@@ -42,7 +42,8 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
   for (ValueId v = 0; v < n; ++v) stage[size_t(v)] = stage_of(j, v);
 
   // Which values of other stages does each stage read, and which sources?
-  std::vector<bool> imported(static_cast<size_t>(n), false), exported(static_cast<size_t>(n), false);
+  std::vector<bool> imported(static_cast<size_t>(n), false),
+      exported(static_cast<size_t>(n), false);
   std::vector<bool> source_needed(static_cast<size_t>(n), false);
   for (ValueId v = 0; v < n; ++v) {
     const int sv = stage[size_t(v)];
@@ -69,8 +70,10 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
       if (sv == s) exported[size_t(o.value)] = true;
       continue;
     }
-    if (sv == kSource) source_needed[size_t(o.value)] = true;
-    else if (sv != s) imported[size_t(o.value)] = true;
+    if (sv == kSource)
+      source_needed[size_t(o.value)] = true;
+    else if (sv != s)
+      imported[size_t(o.value)] = true;
     if (o.aliased_input != ir::kNoValue) imported[size_t(o.aliased_input)] = true;
   }
 
@@ -93,9 +96,12 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
     if (!imported[size_t(v)] || stage[size_t(v)] < 0) continue;
     const int producer = stage[size_t(v)];
     ir::InputRole role = producer == kBackward ? ir::InputRole::grad : ir::InputRole::saved;
-    ir::Node in{Op::input, {}, ir::Attrs{{"name", interface_name(g, v, producer)},
-                                         {"role", std::string(ir::role_name(role))}},
-                g.type(v), g.node(v).loc};
+    ir::Node in{Op::input,
+                {},
+                ir::Attrs{{"name", interface_name(g, v, producer)},
+                          {"role", std::string(ir::role_name(role))}},
+                g.type(v),
+                g.node(v).loc};
     map[size_t(v)] = push(std::move(in));
     out.inputs.push_back(map[size_t(v)]);
   }
@@ -115,7 +121,8 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
   for (ValueId v = 0; v < n; ++v)
     if (exported[size_t(v)]) {
       ir::OutputRole role = s == kBackward ? ir::OutputRole::grad : ir::OutputRole::saved;
-      out.outputs.push_back(ir::Output{role, map[size_t(v)], ir::kNoValue, interface_name(g, v, s)});
+      out.outputs.push_back(
+          ir::Output{role, map[size_t(v)], ir::kNoValue, interface_name(g, v, s)});
     }
   return out;
 }

@@ -43,8 +43,10 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
     bool found = false;
     for (auto& [n2, t2] : params) found = found || t2.impl() == t.impl();
     if (!found)
-      throw Error(fmt::format("the optimizer updates '{}', which is not a parameter of the model "
-                              "being compiled", name));
+      throw Error(
+          fmt::format("the optimizer updates '{}', which is not a parameter of the model "
+                      "being compiled",
+                      name));
   }
   for (auto& [name, t] : model.named_buffers()) {
     tracer.lift(t, ir::InputRole::buffer, name);
@@ -70,8 +72,10 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
     loss = loss_fn(data);
   }
   if (!loss.defined() || !loss.is_traced() || loss.impl()->tracer != &tracer)
-    throw Error("the loss function must return a tensor computed from its inputs or the model's "
-                "parameters" + at(loc));
+    throw Error(
+        "the loss function must return a tensor computed from its inputs or the model's "
+        "parameters" +
+        at(loc));
   if (loss.dim() != 0 || !is_floating(loss.dtype()))
     throw Error(fmt::format("the loss function must return a 0-d floating-point tensor, got {}{}",
                             loss.str(), at(g.node(loss.impl()->value).loc)));

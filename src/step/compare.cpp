@@ -28,7 +28,8 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
   for (const CompareConfig& c : configs) {
     setups.push_back(make_setup());
     TrainSetup& s = setups.back();
-    steps.emplace_back(*s.model, *s.opt, s.loss_fn, StepOptions{.mode = c.mode, .aliasing = c.aliasing});
+    steps.emplace_back(*s.model, *s.opt, s.loss_fn,
+                       StepOptions{.mode = c.mode, .aliasing = c.aliasing});
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size());
@@ -36,7 +37,8 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     for (size_t i = 0; i < configs.size(); ++i) {  // round robin
       auto t0 = std::chrono::steady_clock::now();
       StepResult r = steps[i].run(batches[b]);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (int64_t(b) >= warmup_steps) times[i].push_back(ms);
       rows[i].counters = r.counters;
       rows[i].final_loss = r.loss;
@@ -51,22 +53,24 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     }
     const nn::NamedTensors ps = setups[i].model->named_parameters();
     for (size_t p = 0; p < ps.size(); ++p)
-      rows[i].max_rel_diff = std::max(rows[i].max_rel_diff, max_rel_diff(ps[p].second, ref[p].second));
+      rows[i].max_rel_diff =
+          std::max(rows[i].max_rel_diff, max_rel_diff(ps[p].second, ref[p].second));
   }
   return rows;
 }
 
 std::string format_comparison(const std::vector<CompareRow>& rows) {
   auto mib = [](int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); };
-  std::string s = fmt::format("{:<22} {:>9} {:>8} {:>7} {:>8} {:>12} {:>12} {:>10} {:>10}\n", "mode",
-                              "ms/step", "speedup", "graphs", "kernels", "copied/step", "between",
-                              "peak", "max diff");
+  std::string s =
+      fmt::format("{:<22} {:>9} {:>8} {:>7} {:>8} {:>12} {:>12} {:>10} {:>10}\n", "mode", "ms/step",
+                  "speedup", "graphs", "kernels", "copied/step", "between", "peak", "max diff");
   for (const CompareRow& r : rows) {
-    std::string name = std::string(mode_name(r.config.mode)) + (r.config.aliasing ? "" : " (no alias)");
+    std::string name =
+        std::string(mode_name(r.config.mode)) + (r.config.aliasing ? "" : " (no alias)");
     s += fmt::format("{:<22} {:>9.2f} {:>7.2f}x {:>7} {:>8} {:>12} {:>12} {:>10} {:>10.2e}\n", name,
                      r.ms_per_step, rows[0].ms_per_step / r.ms_per_step, r.counters.graphs,
-                     r.counters.kernels, mib(r.counters.bytes_copied), mib(r.counters.interface_bytes),
-                     mib(r.counters.peak_bytes), r.max_rel_diff);
+                     r.counters.kernels, mib(r.counters.bytes_copied),
+                     mib(r.counters.interface_bytes), mib(r.counters.peak_bytes), r.max_rel_diff);
   }
   return s;
 }

@@ -24,9 +24,12 @@ namespace ws {
 
 const char* mode_name(StepMode m) {
   switch (m) {
-    case StepMode::interpret: return "interpret";
-    case StepMode::three_graph: return "three_graph";
-    case StepMode::single_graph: return "single_graph";
+    case StepMode::interpret:
+      return "interpret";
+    case StepMode::three_graph:
+      return "three_graph";
+    case StepMode::single_graph:
+      return "single_graph";
   }
   return "?";
 }
@@ -34,10 +37,13 @@ const char* mode_name(StepMode m) {
 StepMode parse_mode(const std::string& s) {
   for (StepMode m : {StepMode::interpret, StepMode::three_graph, StepMode::single_graph})
     if (s == mode_name(m)) return m;
-  throw Error(fmt::format("unknown step mode '{}': expected interpret, three_graph or single_graph", s));
+  throw Error(
+      fmt::format("unknown step mode '{}': expected interpret, three_graph or single_graph", s));
 }
 
-void set_num_threads(int n) { exec::set_num_threads(n); }
+void set_num_threads(int n) {
+  exec::set_num_threads(n);
+}
 
 namespace {
 
@@ -115,7 +121,8 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     c->counters.graphs = 1;
     for (const ir::Node& n : c->step_graph.nodes) c->counters.kernels += n.op != ir::Op::input;
     for (const ir::Output& o : c->step_graph.outputs)
-      if (o.role == ir::OutputRole::update) c->counters.bytes_copied += int64_t(c->step_graph.type(o.value).bytes());
+      if (o.role == ir::OutputRole::update)
+        c->counters.bytes_copied += int64_t(c->step_graph.type(o.value).bytes());
     return c;
   }
   if (opts.mode == StepMode::single_graph) {
@@ -131,7 +138,8 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
         if (o.role == ir::OutputRole::update)
           for (auto& [name, t] : cap.persistent)
             if (name == g.input_name(o.aliased_input))
-              c->shadows.push_back({t.impl()->storage->data, c->owned.get("shadow." + name, t.nbytes()), t.nbytes()});
+              c->shadows.push_back({t.impl()->storage->data,
+                                    c->owned.get("shadow." + name, t.nbytes()), t.nbytes()});
   }
   for (const ir::Graph& g : c->graphs) {
     step::after_stage(g, g.name);
@@ -147,14 +155,16 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
   }
   for (const Copy& s : c->shadows) k.bytes_copied += 2 * int64_t(s.bytes);
   for (auto& [name, s] : c->owned.by_name)
-    if (name.rfind("saved.", 0) == 0 || name.rfind("grad.", 0) == 0) k.interface_bytes += int64_t(s->bytes);
+    if (name.rfind("saved.", 0) == 0 || name.rfind("grad.", 0) == 0)
+      k.interface_bytes += int64_t(s->bytes);
   int64_t shadow_bytes = 0;
   for (const Copy& s : c->shadows) shadow_bytes += int64_t(s.bytes);
   k.peak_bytes = k.persistent_bytes + k.interface_bytes + k.arena_bytes + shadow_bytes;
   return c;
 }
 
-void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe, const step::CapturedStep& cap) {
+void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
+                                   const step::CapturedStep& cap) {
   const exec::Program& p = exe.program();
   std::vector<Binding> binds;
   for (size_t i = 0; i < p.inputs.size(); ++i) {
@@ -209,8 +219,12 @@ TrainStep::~TrainStep() = default;
 TrainStep::TrainStep(TrainStep&&) noexcept = default;
 TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
 
-const StepOptions& TrainStep::options() const { return impl_->opts; }
-int64_t TrainStep::traces() const { return impl_->traces; }
+const StepOptions& TrainStep::options() const {
+  return impl_->opts;
+}
+int64_t TrainStep::traces() const {
+  return impl_->traces;
+}
 
 std::string TrainStep::graphs_text() const {
   std::string s;
@@ -241,8 +255,10 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   if (it == m.cache.end()) {
     it = m.cache.emplace(key, m.compile(types, loc)).first;
     if (++m.traces > m.opts.recompile_warning)
-      std::fprintf(stderr, "wholestep: warning: the train step has been traced %lld times (new input "
-                   "signature %s); each new shape compiles again\n", (long long)m.traces, key.c_str());
+      std::fprintf(stderr,
+                   "wholestep: warning: the train step has been traced %lld times (new input "
+                   "signature %s); each new shape compiles again\n",
+                   (long long)m.traces, key.c_str());
   }
   Compiled& c = *it->second;
   m.last = &c;
@@ -262,12 +278,16 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
     for (ir::ValueId v : g.inputs) {
       const std::string& name = g.input_name(v);
       switch (g.input_role(v)) {
-        case ir::InputRole::data: inputs.push_back(data.at(std::stoul(name.substr(6)))); break;
+        case ir::InputRole::data:
+          inputs.push_back(data.at(std::stoul(name.substr(6))));
+          break;
         case ir::InputRole::hyper:
           for (size_t h = 0; h < spec.hyper_names.size(); ++h)
             if (spec.hyper_names[h] == name) inputs.push_back(Tensor::scalar(m.hypers[h]));
           break;
-        default: inputs.push_back(persistent.at(name)); break;
+        default:
+          inputs.push_back(persistent.at(name));
+          break;
       }
     }
     exec::InterpretStats stats;
@@ -276,7 +296,8 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       const ir::Output& o = g.outputs[i];
       if (o.role == ir::OutputRole::loss) r.loss = outs[i].item();
-      if (o.role == ir::OutputRole::update) inputs[size_t(g.input_index(o.aliased_input))].copy_(outs[i]);
+      if (o.role == ir::OutputRole::update)
+        inputs[size_t(g.input_index(o.aliased_input))].copy_(outs[i]);
     }
   } else {
     for (const Copy& s : c.shadows) std::memcpy(s.own, s.user, s.bytes);

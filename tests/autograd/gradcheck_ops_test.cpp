@@ -28,7 +28,8 @@ class OpCase {
  public:
   ValueId input(const Shape& s, Range r = {}) {
     ranges_.push_back(r);
-    return b_.input(ir::InputRole::param, "x" + std::to_string(ranges_.size()), ir::Type{DType::f32, s});
+    return b_.input(ir::InputRole::param, "x" + std::to_string(ranges_.size()),
+                    ir::Type{DType::f32, s});
   }
   ir::Builder& b() { return b_; }
 
@@ -76,9 +77,18 @@ std::map<Op, std::vector<CaseFn>> cases() {
     ValueId a = c.input({2, 3}), b = c.input({2, 3}, {0.5, 2});
     return c.check(c.b().binary(Op::div, a, b));
   });
-  m[Op::neg].push_back([] { OpCase c; return c.check(c.b().unary(Op::neg, c.input({4}))); });
-  m[Op::exp].push_back([] { OpCase c; return c.check(c.b().unary(Op::exp, c.input({4}))); });
-  m[Op::log].push_back([] { OpCase c; return c.check(c.b().unary(Op::log, c.input({4}, {0.5, 2}))); });
+  m[Op::neg].push_back([] {
+    OpCase c;
+    return c.check(c.b().unary(Op::neg, c.input({4})));
+  });
+  m[Op::exp].push_back([] {
+    OpCase c;
+    return c.check(c.b().unary(Op::exp, c.input({4})));
+  });
+  m[Op::log].push_back([] {
+    OpCase c;
+    return c.check(c.b().unary(Op::log, c.input({4}, {0.5, 2})));
+  });
   m[Op::select].push_back([] {
     OpCase c;
     ValueId k = c.input({5}), a = c.input({5}), b = c.input({5});
@@ -94,7 +104,8 @@ std::map<Op, std::vector<CaseFn>> cases() {
     for (int tb = 0; tb < 2; ++tb)
       m[Op::matmul].push_back([ta, tb] {
         OpCase c;
-        ValueId a = c.input(ta ? Shape{4, 2} : Shape{2, 4}), b = c.input(tb ? Shape{3, 4} : Shape{4, 3});
+        ValueId a = c.input(ta ? Shape{4, 2} : Shape{2, 4}),
+                b = c.input(tb ? Shape{3, 4} : Shape{4, 3});
         return c.check(c.b().matmul(a, b, ta, tb));
       });
   for (std::vector<int64_t> axes : {std::vector<int64_t>{0}, {1}, {0, 1}}) {
@@ -114,10 +125,14 @@ std::map<Op, std::vector<CaseFn>> cases() {
   m[Op::broadcast].push_back([] {
     OpCase c;
     ValueId x = c.input({2, 1});
-    return c.check(c.b().add(Op::broadcast, {x}, ir::Attrs{{"dims", std::vector<int64_t>{0, 1}},
-                                                          {"shape", Shape{2, 3}}}));
+    return c.check(
+        c.b().add(Op::broadcast, {x},
+                  ir::Attrs{{"dims", std::vector<int64_t>{0, 1}}, {"shape", Shape{2, 3}}}));
   });
-  m[Op::reshape].push_back([] { OpCase c; return c.check(c.b().reshape(c.input({2, 3}), {3, 2})); });
+  m[Op::reshape].push_back([] {
+    OpCase c;
+    return c.check(c.b().reshape(c.input({2, 3}), {3, 2}));
+  });
   m[Op::transpose].push_back([] {
     OpCase c;
     return c.check(c.b().add(Op::transpose, {c.input({2, 3, 4})},
@@ -171,10 +186,11 @@ TEST(GradcheckOps, UnusedInputGetsZeroGradientAndIntegerInputsNone) {
   ValueId unused = b.input(ir::InputRole::param, "unused", ir::Type{DType::f32, {2}});
   ValueId loss = b.reduce(Op::reduce_sum, b.binary(Op::mul, used, used), {0});
   g.outputs.push_back(ir::Output{ir::OutputRole::loss, loss, ir::kNoValue, "loss"});
-  check::GradcheckResult r = autograd::gradcheck_graph(
-      g, {used, unused},
-      {Tensor::from_vector(std::vector<float>{1, 2}, {2}), Tensor::from_vector(std::vector<float>{3, 4}, {2})},
-      {});
+  check::GradcheckResult r =
+      autograd::gradcheck_graph(g, {used, unused},
+                                {Tensor::from_vector(std::vector<float>{1, 2}, {2}),
+                                 Tensor::from_vector(std::vector<float>{3, 4}, {2})},
+                                {});
   EXPECT_TRUE(r.ok) << r.report;
   EXPECT_EQ(r.checked, 4);
 }

@@ -9,7 +9,9 @@ namespace {
 
 using testing::error_of;
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST(TensorErrors, MatmulShapeMismatchNamesBothShapesAndLine) {
   Tensor a = Tensor::zeros({4, 3}), b = Tensor::zeros({5, 2});

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+
+#include "test_util.hpp"
 #include <unistd.h>
 #include <zlib.h>
 
@@ -86,13 +88,7 @@ inline std::string read_all(const std::string& path) {
 // it throws nothing. Other exception types propagate and fail the test.
 template <class F>
 std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ws::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ws::Error, but nothing was thrown";
-  return "";
+  return ws::testing::error_of(std::forward<F>(f));
 }
 
 inline ::testing::AssertionResult contains_all(const std::string& msg,

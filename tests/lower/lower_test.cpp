@@ -153,7 +153,8 @@ TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
       for (size_t i = 0; i < got.size(); ++i) e.bind_output(i, got[i].data<float>());
       e.run();
       for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_LT(max_rel_diff(got[i], want[i]), 1e-5) << ir::op_name(op) << " side " << scalar_side;
+        EXPECT_LT(max_rel_diff(got[i], want[i]), 1e-5)
+            << ir::op_name(op) << " side " << scalar_side;
     }
   }
 }

@@ -57,7 +57,8 @@ TEST(StepGraphs, ThreeGraphSplitRoundTripsAndConnectsByName) {
     return false;
   };
   for (ir::ValueId v : three.backward.inputs_with_role(ir::InputRole::saved))
-    EXPECT_TRUE(outputs_named(three.forward, three.backward.input_name(v))) << three.backward.input_name(v);
+    EXPECT_TRUE(outputs_named(three.forward, three.backward.input_name(v)))
+        << three.backward.input_name(v);
   for (ir::ValueId v : three.optimizer.inputs_with_role(ir::InputRole::grad))
     EXPECT_TRUE(outputs_named(three.backward, three.optimizer.input_name(v)));
   EXPECT_EQ(three.optimizer.inputs_with_role(ir::InputRole::grad).size(), 4u);
@@ -70,7 +71,8 @@ TEST(StepGraphs, ThreeGraphSplitRoundTripsAndConnectsByName) {
 TEST(StepGraphs, MlpLossGradientMatchesFiniteDifferences) {
   testing::SmallMlp run(9);
   auto batch = testing::random_batches(1, 3)[0];
-  check::GradcheckResult r = check::gradcheck(*run.model, run.loss_fn(), batch, {.max_elements = 40});
+  check::GradcheckResult r =
+      check::gradcheck(*run.model, run.loss_fn(), batch, {.max_elements = 40});
   EXPECT_TRUE(r.ok) << r.report;
   int64_t expected = 0;  // every parameter of the three layers, up to 40 elements each
   for (auto& [n, p] : run.model->named_parameters()) expected += std::min<int64_t>(40, p.numel());

@@ -28,7 +28,8 @@ inline std::vector<std::vector<Tensor>> random_batches(int n, uint64_t seed) {
   std::vector<std::vector<Tensor>> out;
   for (int i = 0; i < n; ++i) {
     Tensor x = randn({SmallMlp::kBatch, SmallMlp::kIn});
-    std::vector<double> u = rand_uniform({SmallMlp::kBatch}, 0, double(SmallMlp::kClasses)).to_vector();
+    std::vector<double> u =
+        rand_uniform({SmallMlp::kBatch}, 0, double(SmallMlp::kClasses)).to_vector();
     std::vector<int64_t> y;
     for (double v : u) y.push_back(std::min<int64_t>(int64_t(v), SmallMlp::kClasses - 1));
     out.push_back({x, Tensor::from_vector(y, {SmallMlp::kBatch})});

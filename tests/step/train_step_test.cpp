@@ -15,8 +15,10 @@ struct Config {
   bool aliasing;
 };
 
-const Config kConfigs[] = {{StepMode::interpret, true},     {StepMode::three_graph, true},
-                           {StepMode::single_graph, true},  {StepMode::three_graph, false},
+const Config kConfigs[] = {{StepMode::interpret, true},
+                           {StepMode::three_graph, true},
+                           {StepMode::single_graph, true},
+                           {StepMode::three_graph, false},
                            {StepMode::single_graph, false}};
 
 void expect_modes_agree(optim::SgdOptions sgd) {
@@ -31,12 +33,14 @@ void expect_modes_agree(optim::SgdOptions sgd) {
   }
   const SmallMlp& ref = *runs[0];
   for (size_t r = 1; r < runs.size(); ++r) {
-    SCOPED_TRACE(std::string(mode_name(kConfigs[r].mode)) + (kConfigs[r].aliasing ? "" : " no alias"));
+    SCOPED_TRACE(std::string(mode_name(kConfigs[r].mode)) +
+                 (kConfigs[r].aliasing ? "" : " no alias"));
     auto ps = runs[r]->model->named_parameters(), pr = ref.model->named_parameters();
     ASSERT_EQ(ps.size(), pr.size());
     for (size_t i = 0; i < ps.size(); ++i) {
       EXPECT_LT(max_rel_diff(ps[i].second, pr[i].second), 1e-5) << ps[i].first;
-      EXPECT_GT(max_rel_diff(ps[i].second, SmallMlp(3, sgd).model->named_parameters()[i].second), 1e-3)
+      EXPECT_GT(max_rel_diff(ps[i].second, SmallMlp(3, sgd).model->named_parameters()[i].second),
+                1e-3)
           << ps[i].first << " did not train";
     }
     auto ss = runs[r]->opt->state(), sr = ref.opt->state();
@@ -61,7 +65,8 @@ TEST(TrainStep, SgdMatchesPyTorchFormulaOnOneParameter) {
     Tensor w = register_parameter("w", Tensor::from_vector(std::vector<float>{1, -2, 3}, {3}));
   } m;
   optim::SGD opt(m, {.lr = 0.5, .momentum = 0.9, .dampening = 0.25, .weight_decay = 0.1});
-  TrainStep step = compile_train_step(m, opt, [&](const Tensor& x) { return sum(mul(m.w, x), {0}); });
+  TrainStep step =
+      compile_train_step(m, opt, [&](const Tensor& x) { return sum(mul(m.w, x), {0}); });
   std::vector<double> w = {1, -2, 3}, buf = {0, 0, 0}, x = {0.5, 1, -1};
   for (int s = 0; s < 3; ++s) {
     step(Tensor::from_vector(std::vector<float>{0.5f, 1.f, -1.f}, {3}));
@@ -135,10 +140,12 @@ TEST(TrainStep, ChangingTheLearningRateDoesNotTraceAgain) {
   for (auto& [n, p] : run.model->named_parameters()) before.push_back(p.clone());
   step.run(batches[1]);  // lr 0: parameters must not move
   auto params = run.model->named_parameters();
-  for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(max_rel_diff(params[i].second, before[i]), 0);
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_EQ(max_rel_diff(params[i].second, before[i]), 0);
   run.opt->set_lr(0.2);
   step.run(batches[2]);
-  for (size_t i = 0; i < params.size(); ++i) EXPECT_GT(max_rel_diff(params[i].second, before[i]), 0);
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_GT(max_rel_diff(params[i].second, before[i]), 0);
   EXPECT_EQ(step.traces(), 1);
 }
 
@@ -154,7 +161,8 @@ TEST(TrainStep, NewInputShapeTracesAgain) {
 TEST(TrainStep, LossMustBeAScalar) {
   SmallMlp run(2);
   models::Mlp* m = run.model.get();
-  TrainStep step(*run.model, *run.opt, [m](const std::vector<Tensor>& d) { return m->forward(d[0]); });
+  TrainStep step(*run.model, *run.opt,
+                 [m](const std::vector<Tensor>& d) { return m->forward(d[0]); });
   std::string msg = testing::error_of([&] { step.run(testing::random_batches(1, 4)[0]); });
   EXPECT_NE(msg.find("0-d"), std::string::npos) << msg;
   EXPECT_NE(msg.find("f32[8,5]"), std::string::npos) << msg;
