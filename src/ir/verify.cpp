@@ -2,6 +2,8 @@
 // its range, so it reports, rather than trips over, any malformed graph.
 #include "ir/verify.hpp"
 
+#include "ir/text.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -175,6 +177,13 @@ bool verify_enabled() {
 
 void set_verify_enabled(bool on) {
   enabled_flag().store(on, std::memory_order_relaxed);
+}
+
+void verify_with_round_trip(const Graph& g) {
+  verify(g);
+  const std::string text = print(g);
+  WS_CHECK(print(parse(text)) == text)
+      << "graph '" << g.name << "' does not survive a text round trip";
 }
 
 }  // namespace ws::ir

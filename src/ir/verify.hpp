@@ -14,6 +14,10 @@ namespace ws::ir {
 // same type, no two updates alias one input, and only updates alias.
 void verify(const Graph& g);
 
+// verify(), plus: printing, parsing and printing again gives the same text.
+// What the pipeline runs after each stage when verification is on.
+void verify_with_round_trip(const Graph& g);
+
 // True when verification runs after every pass (tests, debug builds, or the
 // WS_VERIFY=1 environment variable).
 bool verify_enabled();

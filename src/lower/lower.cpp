@@ -246,7 +246,7 @@ class Lowering {
 
 exec::Program lower(const ir::Graph& g, const LowerOptions& opts) {
   ir::Graph s = simplify(g);
-  if (ir::verify_enabled()) ir::verify(s);
+  if (ir::verify_enabled()) ir::verify_with_round_trip(s);
   return Lowering(s, opts).run();
 }
 

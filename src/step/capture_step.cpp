@@ -15,7 +15,7 @@
 namespace ws::step {
 
 void after_stage(const ir::Graph& g, const std::string& stage) {
-  if (ir::verify_enabled()) ir::verify(g);
+  if (ir::verify_enabled()) ir::verify_with_round_trip(g);
   static std::atomic<int> counter{0};
   if (const char* dir = std::getenv("WS_DUMP"); dir && *dir) {
     std::string path = fmt::format("{}/{:03d}-{}.ir", dir, counter++, stage);
