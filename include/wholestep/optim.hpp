@@ -4,6 +4,7 @@
 // only the optimizer's structure (which terms exist) is baked into the graph.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,9 @@ class Optimizer {
   // "<param>.<slot>" ("fc1.weight.momentum_buffer").
   const nn::NamedTensors& state() const { return state_; }
   virtual UpdateSpec spec() const = 0;
-  // Hyperparameter values for the next step, in spec().hyper_names order.
-  virtual std::vector<double> hyper_values() const = 0;
+  // Writes the hyperparameter values for the next step, in spec().hyper_names
+  // order, into `out` (sized to match). Called every step: no allocation.
+  virtual void hyper_values(std::span<double> out) const = 0;
 
   double lr() const { return lr_; }
   void set_lr(double lr);
@@ -63,7 +65,7 @@ class SGD : public Optimizer {
  public:
   SGD(const nn::Module& model, SgdOptions opts);
   UpdateSpec spec() const override;
-  std::vector<double> hyper_values() const override;
+  void hyper_values(std::span<double> out) const override;
   const SgdOptions& options() const { return opts_; }
   // Momentum and weight decay may change between steps, but not between zero
   // and non-zero: that would change the graph (which terms exist).

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "exec/reference.hpp"
@@ -146,6 +147,21 @@ void k_sum_2d(const Kernel& k, void* const* s) {
   }
 }
 
+// Any reduction, walking the operand with precomputed result strides.
+template <class T, bool is_max>
+void k_reduce(const Kernel& k, void* const* s) {
+  const T* x = at<T>(s, k.in[0]);
+  T* y = at<T>(s, k.out);
+  std::fill_n(y, k.p[0], is_max ? -std::numeric_limits<T>::infinity() : T(0));
+  strided_walk(k.in_types[0].shape, k.strides, [&](int64_t i, int64_t o) {
+    if constexpr (is_max) {
+      if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
+    } else {
+      y[o] += x[i];
+    }
+  });
+}
+
 template <class T>
 KernelFn binary_fn(Op op) {
   switch (op) {
@@ -261,8 +277,16 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
         k.name = "sum_all";
         return true;
       }
-      return false;
+      k.strides = reduce_result_strides(in, axes);
+      k.fn = k_reduce<T, false>;
+      k.name = "reduce_sum";
+      return true;
     }
+    case Op::reduce_max:
+      k.strides = reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes"));
+      k.fn = k_reduce<T, true>;
+      k.name = "reduce_max";
+      return true;
     default:
       return false;
   }

@@ -20,20 +20,23 @@ std::vector<int64_t> row_major_strides(const Shape& shape);
 
 // Visits every element of `shape` in row-major order, calling f(flat, offset)
 // where offset = sum(index[d] * strides[d]).
+constexpr int64_t kMaxRank = 8;
+
 template <class F>
 void strided_walk(const Shape& shape, const std::vector<int64_t>& strides, F&& f) {
   const int64_t r = int64_t(shape.size());
   const int64_t n = numel(shape);
   if (n == 0) return;
-  std::vector<int64_t> idx(size_t(r), 0);
+  WS_CHECK(r <= kMaxRank) << "rank " << r << " is above the supported " << kMaxRank;
+  int64_t idx[kMaxRank] = {};  // no allocation: kernels call this every step
   int64_t off = 0;
   for (int64_t i = 0; i < n; ++i) {
     f(i, off);
     for (int64_t d = r - 1; d >= 0; --d) {
       off += strides[size_t(d)];
-      if (++idx[size_t(d)] < shape[size_t(d)]) break;
+      if (++idx[d] < shape[size_t(d)]) break;
       off -= strides[size_t(d)] * shape[size_t(d)];
-      idx[size_t(d)] = 0;
+      idx[d] = 0;
     }
   }
 }

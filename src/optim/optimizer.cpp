@@ -43,14 +43,18 @@ UpdateSpec SGD::spec() const {
   return s;
 }
 
-std::vector<double> SGD::hyper_values() const {
-  std::vector<double> v = {lr_};
-  // The buffer starts at zero, so a first-step factor of 1 makes buf = d,
-  // exactly PyTorch's first step.
-  if (opts_.momentum > 0)
-    v.insert(v.end(), {opts_.momentum, step_ == 0 ? 1.0 : 1.0 - opts_.dampening});
-  if (opts_.weight_decay > 0) v.push_back(opts_.weight_decay);
-  return v;
+void SGD::hyper_values(std::span<double> out) const {
+  const size_t n = 1 + (opts_.momentum > 0 ? 2 : 0) + (opts_.weight_decay > 0 ? 1 : 0);
+  WS_CHECK(out.size() == n) << "hyper_values: " << out.size() << " slots for " << n << " values";
+  size_t i = 0;
+  out[i++] = lr_;
+  if (opts_.momentum > 0) {
+    out[i++] = opts_.momentum;
+    // The buffer starts at zero, so a first-step factor of 1 makes buf = d,
+    // exactly PyTorch's first step.
+    out[i++] = step_ == 0 ? 1.0 : 1.0 - opts_.dampening;
+  }
+  if (opts_.weight_decay > 0) out[i++] = opts_.weight_decay;
 }
 
 void SGD::set_momentum(double m) {

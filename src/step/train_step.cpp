@@ -74,6 +74,7 @@ struct Copy {
 };
 
 struct Compiled {
+  std::vector<ir::Type> signature;
   std::vector<ir::Graph> graphs;
   ir::Graph step_graph;  // interpret
   std::vector<exec::Executable> programs;
@@ -96,13 +97,16 @@ struct TrainStep::Impl {
   std::map<std::string, std::unique_ptr<Compiled>> cache;
   Compiled* last = nullptr;
   std::vector<float> hypers;
+  std::vector<double> hyper_scratch;
 
   Impl(nn::Module& m, optim::Optimizer& o, LossFn f, StepOptions s)
       : model(m), opt(o), loss_fn(std::move(f)), opts(s) {
     // Sized once: compiled programs keep pointers into it.
     hypers.assign(opt.spec().hyper_names.size(), 0.0f);
+    hyper_scratch.assign(hypers.size(), 0.0);
   }
 
+  Compiled& lookup(const std::vector<Tensor>& data, Loc sloc);
   std::unique_ptr<Compiled> compile(const std::vector<ir::Type>& types, const SourceLoc& loc);
   void bind_program(Compiled& c, exec::Executable& exe, const step::CapturedStep& cap);
 };
@@ -240,31 +244,42 @@ std::string TrainStep::programs_text() const {
   return s;
 }
 
-StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
-  Impl& m = *impl_;
-  const SourceLoc loc = SourceLoc::from(sloc);
-  std::vector<ir::Type> types;
-  std::string key;
+// The compiled step for this batch's signature. The common case, the same
+// signature as the last call, is checked without allocating.
+Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
+  bool same = last && last->signature.size() == data.size();
   for (size_t i = 0; i < data.size(); ++i) {
     if (!data[i].defined() || data[i].is_traced())
-      throw Error(fmt::format("train step: argument {} must be a concrete tensor{}", i, at(loc)));
-    types.push_back(data[i].impl()->type);
+      throw Error(fmt::format("train step: argument {} must be a concrete tensor{}", i,
+                              at(SourceLoc::from(sloc))));
+    same = same && last->signature[i] == data[i].impl()->type;
+  }
+  if (same) return *last;
+  std::vector<ir::Type> types;
+  std::string key;
+  for (const Tensor& t : data) {
+    types.push_back(t.impl()->type);
     key += types.back().str() + ";";
   }
-  auto it = m.cache.find(key);
-  if (it == m.cache.end()) {
-    it = m.cache.emplace(key, m.compile(types, loc)).first;
-    if (++m.traces > m.opts.recompile_warning)
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    it = cache.emplace(key, compile(types, SourceLoc::from(sloc))).first;
+    it->second->signature = types;
+    if (++traces > opts.recompile_warning)
       std::fprintf(stderr,
                    "wholestep: warning: the train step has been traced %lld times (new input "
                    "signature %s); each new shape compiles again\n",
-                   (long long)m.traces, key.c_str());
+                   (long long)traces, key.c_str());
   }
-  Compiled& c = *it->second;
-  m.last = &c;
+  last = it->second.get();
+  return *last;
+}
 
-  const std::vector<double> hv = m.opt.hyper_values();
-  for (size_t i = 0; i < hv.size(); ++i) m.hypers[i] = float(hv[i]);
+StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
+  Impl& m = *impl_;
+  Compiled& c = m.lookup(data, sloc);
+  m.opt.hyper_values(m.hyper_scratch);
+  for (size_t i = 0; i < m.hypers.size(); ++i) m.hypers[i] = float(m.hyper_scratch[i]);
 
   StepResult r;
   if (m.opts.mode == StepMode::interpret) {

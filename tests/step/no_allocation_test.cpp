@@ -1,0 +1,55 @@
+// A compiled step allocates nothing on the heap once it is compiled: every
+// operator new in this test binary is counted.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include <gtest/gtest.h>
+
+#include "step/mlp_fixture.hpp"
+
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}
+
+void* operator new(size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+
+namespace ws {
+namespace {
+
+TEST(NoAllocation, CompiledStepsAllocateNothingPerStep) {
+  for (StepMode mode : {StepMode::single_graph, StepMode::three_graph}) {
+    for (bool aliasing : {true, false}) {
+      testing::SmallMlp run(1);
+      TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = mode, .aliasing = aliasing});
+      auto batches = testing::random_batches(4, 2);
+      step.run(batches[0]);  // traces and compiles
+      step.run(batches[1]);
+      const int64_t before = g_allocations.load();
+      step.run(batches[2]);
+      step.run(batches[3]);
+      EXPECT_EQ(g_allocations.load() - before, 0)
+          << mode_name(mode) << (aliasing ? "" : " no alias");
+    }
+  }
+}
+
+TEST(NoAllocation, CounterSeesAllocations) {
+  const int64_t before = g_allocations.load();
+  auto* v = new std::vector<int>(100);
+  delete v;
+  EXPECT_GE(g_allocations.load() - before, 2);
+}
+
+}  // namespace
+}  // namespace ws
