@@ -73,6 +73,8 @@ class SGD : public Optimizer {
   void set_weight_decay(double wd);
 
  private:
+  template <class F>
+  void for_each_hyper(F&& f) const;
   SgdOptions opts_;
 };
 

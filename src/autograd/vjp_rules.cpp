@@ -12,16 +12,10 @@ using ir::Op;
 using ir::ValueId;
 using Dargs = std::vector<ValueId>;
 
-ValueId arg(const VjpContext& c, int i) {
-  return c.node.args[size_t(i)];
-}
-ValueId zeros_like(const VjpContext& c, ValueId v) {
-  return c.b.full(0.0, c.b.type(v));
-}
+ValueId arg(const VjpContext& c, int i) { return c.node.args[size_t(i)]; }
+ValueId zeros_like(const VjpContext& c, ValueId v) { return c.b.full(0.0, c.b.type(v)); }
 
-void vjp_add(const VjpContext& c, Dargs& d) {
-  d[0] = d[1] = c.dy;
-}
+void vjp_add(const VjpContext& c, Dargs& d) { d[0] = d[1] = c.dy; }
 
 void vjp_sub(const VjpContext& c, Dargs& d) {
   d[0] = c.dy;
@@ -39,15 +33,9 @@ void vjp_div(const VjpContext& c, Dargs& d) {
     d[1] = c.b.unary(Op::neg, c.b.binary(Op::div, c.b.binary(Op::mul, c.dy, c.out), arg(c, 1)));
 }
 
-void vjp_neg(const VjpContext& c, Dargs& d) {
-  d[0] = c.b.unary(Op::neg, c.dy);
-}
-void vjp_exp(const VjpContext& c, Dargs& d) {
-  d[0] = c.b.binary(Op::mul, c.dy, c.out);
-}
-void vjp_log(const VjpContext& c, Dargs& d) {
-  d[0] = c.b.binary(Op::div, c.dy, arg(c, 0));
-}
+void vjp_neg(const VjpContext& c, Dargs& d) { d[0] = c.b.unary(Op::neg, c.dy); }
+void vjp_exp(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::mul, c.dy, c.out); }
+void vjp_log(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::div, c.dy, arg(c, 0)); }
 
 // Ties split the gradient evenly, as PyTorch's maximum does.
 void vjp_maximum(const VjpContext& c, Dargs& d) {
@@ -97,9 +85,7 @@ ValueId broadcast_back(const VjpContext& c, ValueId v) {
       ir::Attrs{{"dims", kept_axes(x.rank(), c.node.attrs.ints("axes"))}, {"shape", x.shape}});
 }
 
-void vjp_reduce_sum(const VjpContext& c, Dargs& d) {
-  d[0] = broadcast_back(c, c.dy);
-}
+void vjp_reduce_sum(const VjpContext& c, Dargs& d) { d[0] = broadcast_back(c, c.dy); }
 
 // The gradient goes to every maximal element, split evenly among ties.
 void vjp_reduce_max(const VjpContext& c, Dargs& d) {
@@ -140,38 +126,22 @@ void vjp_transpose(const VjpContext& c, Dargs& d) {
 
 VjpRule vjp_rule(Op op) {
   switch (op) {
-    case Op::add:
-      return vjp_add;
-    case Op::broadcast:
-      return vjp_broadcast;
-    case Op::convert:
-      return vjp_convert;
-    case Op::div:
-      return vjp_div;
-    case Op::exp:
-      return vjp_exp;
-    case Op::log:
-      return vjp_log;
-    case Op::matmul:
-      return vjp_matmul;
-    case Op::maximum:
-      return vjp_maximum;
-    case Op::mul:
-      return vjp_mul;
-    case Op::neg:
-      return vjp_neg;
-    case Op::reduce_max:
-      return vjp_reduce_max;
-    case Op::reduce_sum:
-      return vjp_reduce_sum;
-    case Op::reshape:
-      return vjp_reshape;
-    case Op::select:
-      return vjp_select;
-    case Op::sub:
-      return vjp_sub;
-    case Op::transpose:
-      return vjp_transpose;
+    case Op::add: return vjp_add;
+    case Op::broadcast: return vjp_broadcast;
+    case Op::convert: return vjp_convert;
+    case Op::div: return vjp_div;
+    case Op::exp: return vjp_exp;
+    case Op::log: return vjp_log;
+    case Op::matmul: return vjp_matmul;
+    case Op::maximum: return vjp_maximum;
+    case Op::mul: return vjp_mul;
+    case Op::neg: return vjp_neg;
+    case Op::reduce_max: return vjp_reduce_max;
+    case Op::reduce_sum: return vjp_reduce_sum;
+    case Op::reshape: return vjp_reshape;
+    case Op::select: return vjp_select;
+    case Op::sub: return vjp_sub;
+    case Op::transpose: return vjp_transpose;
     // Not differentiable: sources, comparisons, indexing by integers.
     case Op::constant:
     case Op::eq:
@@ -182,8 +152,7 @@ VjpRule vjp_rule(Op op) {
     case Op::le:
     case Op::lt:
     case Op::ne:
-    case Op::one_hot:
-      return nullptr;
+    case Op::one_hot: return nullptr;
   }
   return nullptr;
 }

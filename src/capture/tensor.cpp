@@ -16,9 +16,7 @@ using capture::apply;
 using ir::Attrs;
 using ir::Op;
 
-SourceLoc sl(const Loc& l) {
-  return SourceLoc::from(l);
-}
+SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
 
 const detail::TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc) {
   if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined{}", what, at(sl(loc))));
@@ -75,36 +73,24 @@ std::mt19937_64& generator() {
 }
 
 // Uniform in [0, 1) from 53 random bits: the same on every standard library.
-double uniform01() {
-  return double(generator()() >> 11) * 0x1.0p-53;
-}
+double uniform01() { return double(generator()() >> 11) * 0x1.0p-53; }
 
 }  // namespace
 
-bool Tensor::is_traced() const {
-  return impl_ && impl_->tracer != nullptr;
-}
-const Shape& Tensor::shape() const {
-  return impl_of(*this, "shape", Loc::current()).type.shape;
-}
-DType Tensor::dtype() const {
-  return impl_of(*this, "dtype", Loc::current()).type.dtype;
-}
+bool Tensor::is_traced() const { return impl_ && impl_->tracer != nullptr; }
+const Shape& Tensor::shape() const { return impl_of(*this, "shape", Loc::current()).type.shape; }
+DType Tensor::dtype() const { return impl_of(*this, "dtype", Loc::current()).type.dtype; }
 int64_t Tensor::size(int64_t d) const {
   int64_t r = dim();
   if (d < -r || d >= r) throw Error(fmt::format("size({}): tensor {} has {} dims", d, str(), r));
   return shape()[size_t(d < 0 ? d + r : d)];
 }
-std::string Tensor::str() const {
-  return impl_ ? impl_->type.str() : "undefined";
-}
+std::string Tensor::str() const { return impl_ ? impl_->type.str() : "undefined"; }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   return Tensor(detail::make_concrete(ir::Type{dtype, shape}));
 }
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  return empty(shape, dtype);
-}
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return empty(shape, dtype); }
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   ir::Type t{dtype, shape};
   auto impl = detail::make_concrete(t);
@@ -149,18 +135,10 @@ std::vector<double> Tensor::to_vector(Loc loc) const {
   const void* p = impl.storage->data;
   for (int64_t i = 0; i < n; ++i) {
     switch (impl.type.dtype) {
-      case DType::f32:
-        out[size_t(i)] = static_cast<const float*>(p)[i];
-        break;
-      case DType::f64:
-        out[size_t(i)] = static_cast<const double*>(p)[i];
-        break;
-      case DType::i64:
-        out[size_t(i)] = double(static_cast<const int64_t*>(p)[i]);
-        break;
-      case DType::b8:
-        out[size_t(i)] = static_cast<const uint8_t*>(p)[i];
-        break;
+      case DType::f32: out[size_t(i)] = static_cast<const float*>(p)[i]; break;
+      case DType::f64: out[size_t(i)] = static_cast<const double*>(p)[i]; break;
+      case DType::i64: out[size_t(i)] = double(static_cast<const int64_t*>(p)[i]); break;
+      case DType::b8: out[size_t(i)] = static_cast<const uint8_t*>(p)[i]; break;
     }
   }
   return out;
@@ -190,21 +168,11 @@ void Tensor::copy_(const Tensor& src, Loc loc) {
   std::memmove(d.storage->data, s.storage->data, d.type.bytes());
 }
 
-Tensor Tensor::reshape(const Shape& s, Loc loc) const {
-  return ws::reshape(*this, s, loc);
-}
-Tensor Tensor::t(Loc loc) const {
-  return transpose(*this, {1, 0}, loc);
-}
-Tensor Tensor::sum(std::vector<int64_t> axes, Loc loc) const {
-  return ws::sum(*this, axes, loc);
-}
-Tensor Tensor::mean(std::vector<int64_t> axes, Loc loc) const {
-  return ws::mean(*this, axes, loc);
-}
-Tensor Tensor::max(std::vector<int64_t> axes, Loc loc) const {
-  return ws::max(*this, axes, loc);
-}
+Tensor Tensor::reshape(const Shape& s, Loc loc) const { return ws::reshape(*this, s, loc); }
+Tensor Tensor::t(Loc loc) const { return transpose(*this, {1, 0}, loc); }
+Tensor Tensor::sum(std::vector<int64_t> axes, Loc loc) const { return ws::sum(*this, axes, loc); }
+Tensor Tensor::mean(std::vector<int64_t> axes, Loc loc) const { return ws::mean(*this, axes, loc); }
+Tensor Tensor::max(std::vector<int64_t> axes, Loc loc) const { return ws::max(*this, axes, loc); }
 
 // The binary operations: numpy broadcasting, then one node.
 #define WS_BINARY(name) \
@@ -222,15 +190,9 @@ WS_BINARY(gt)
 WS_BINARY(ge)
 #undef WS_BINARY
 
-Tensor neg(const Tensor& x, Loc loc) {
-  return apply(Op::neg, {&x}, {}, loc);
-}
-Tensor exp(const Tensor& x, Loc loc) {
-  return apply(Op::exp, {&x}, {}, loc);
-}
-Tensor log(const Tensor& x, Loc loc) {
-  return apply(Op::log, {&x}, {}, loc);
-}
+Tensor neg(const Tensor& x, Loc loc) { return apply(Op::neg, {&x}, {}, loc); }
+Tensor exp(const Tensor& x, Loc loc) { return apply(Op::exp, {&x}, {}, loc); }
+Tensor log(const Tensor& x, Loc loc) { return apply(Op::log, {&x}, {}, loc); }
 
 Tensor relu(const Tensor& x, Loc loc) {
   Tensor zero = scalar_like(x, 0, loc);
@@ -306,40 +268,18 @@ Tensor cast(const Tensor& x, DType dtype, Loc loc) {
   return apply(Op::convert, {&x}, Attrs{{"dtype", std::string(dtype_name(dtype))}}, loc);
 }
 
-Tensor operator+(const Tensor& a, Arg b) {
-  return add(a, b.t, b.loc);
-}
-Tensor operator-(const Tensor& a, Arg b) {
-  return sub(a, b.t, b.loc);
-}
-Tensor operator*(const Tensor& a, Arg b) {
-  return mul(a, b.t, b.loc);
-}
-Tensor operator/(const Tensor& a, Arg b) {
-  return div(a, b.t, b.loc);
-}
-Tensor operator-(Arg a) {
-  return neg(a.t, a.loc);
-}
-Tensor operator+(Arg a, double b) {
-  return add(a.t, scalar_like(a.t, b, a.loc), a.loc);
-}
-Tensor operator-(Arg a, double b) {
-  return sub(a.t, scalar_like(a.t, b, a.loc), a.loc);
-}
-Tensor operator*(Arg a, double b) {
-  return mul(a.t, scalar_like(a.t, b, a.loc), a.loc);
-}
-Tensor operator/(Arg a, double b) {
-  return div(a.t, scalar_like(a.t, b, a.loc), a.loc);
-}
-Tensor operator*(double a, Arg b) {
-  return mul(scalar_like(b.t, a, b.loc), b.t, b.loc);
-}
+Tensor operator+(const Tensor& a, Arg b) { return add(a, b.t, b.loc); }
+Tensor operator-(const Tensor& a, Arg b) { return sub(a, b.t, b.loc); }
+Tensor operator*(const Tensor& a, Arg b) { return mul(a, b.t, b.loc); }
+Tensor operator/(const Tensor& a, Arg b) { return div(a, b.t, b.loc); }
+Tensor operator-(Arg a) { return neg(a.t, a.loc); }
+Tensor operator+(Arg a, double b) { return add(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator-(Arg a, double b) { return sub(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator*(Arg a, double b) { return mul(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator/(Arg a, double b) { return div(a.t, scalar_like(a.t, b, a.loc), a.loc); }
+Tensor operator*(double a, Arg b) { return mul(scalar_like(b.t, a, b.loc), b.t, b.loc); }
 
-void manual_seed(uint64_t seed) {
-  generator().seed(seed);
-}
+void manual_seed(uint64_t seed) { generator().seed(seed); }
 
 Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype) {
   std::vector<double> v(size_t(numel(shape)));

@@ -16,9 +16,7 @@ Storage::Storage(size_t n) : data(nullptr), bytes(n) {
   std::memset(data, 0, rounded == 0 ? 64 : rounded);
 }
 
-Storage::~Storage() {
-  std::free(data);
-}
+Storage::~Storage() { std::free(data); }
 
 }  // namespace ws::detail
 
@@ -27,16 +25,10 @@ namespace {
 thread_local Tracer* g_current = nullptr;
 }
 
-Tracer* Tracer::current() {
-  return g_current;
-}
+Tracer* Tracer::current() { return g_current; }
 
-TraceScope::TraceScope(Tracer& t) : prev_(g_current) {
-  g_current = &t;
-}
-TraceScope::~TraceScope() {
-  g_current = prev_;
-}
+TraceScope::TraceScope(Tracer& t) : prev_(g_current) { g_current = &t; }
+TraceScope::~TraceScope() { g_current = prev_; }
 
 ir::ValueId Tracer::lift(const Tensor& t, ir::InputRole role, const std::string& name) {
   WS_CHECK(t.defined() && !t.is_traced()) << "lifting " << name;

@@ -33,20 +33,13 @@ constexpr size_t kChunk = size_t{1} << 20;
 
 const char* idx_type_name(uint8_t type) {
   switch (type) {
-    case 0x08:
-      return "unsigned byte";
-    case 0x09:
-      return "signed byte";
-    case 0x0B:
-      return "int16";
-    case 0x0C:
-      return "int32";
-    case 0x0D:
-      return "float32";
-    case 0x0E:
-      return "float64";
-    default:
-      return nullptr;
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "int16";
+    case 0x0C: return "int32";
+    case 0x0D: return "float32";
+    case 0x0E: return "float64";
+    default: return nullptr;
   }
 }
 

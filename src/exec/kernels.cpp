@@ -165,44 +165,28 @@ void k_reduce(const Kernel& k, void* const* s) {
 template <class T>
 KernelFn binary_fn(Op op) {
   switch (op) {
-    case Op::add:
-      return k_binary<T, Op::add>;
-    case Op::sub:
-      return k_binary<T, Op::sub>;
-    case Op::mul:
-      return k_binary<T, Op::mul>;
-    case Op::div:
-      return k_binary<T, Op::div>;
-    case Op::maximum:
-      return k_binary<T, Op::maximum>;
-    case Op::eq:
-      return k_binary<T, Op::eq>;
-    case Op::ne:
-      return k_binary<T, Op::ne>;
-    case Op::lt:
-      return k_binary<T, Op::lt>;
-    case Op::le:
-      return k_binary<T, Op::le>;
-    case Op::gt:
-      return k_binary<T, Op::gt>;
-    case Op::ge:
-      return k_binary<T, Op::ge>;
-    default:
-      return nullptr;
+    case Op::add: return k_binary<T, Op::add>;
+    case Op::sub: return k_binary<T, Op::sub>;
+    case Op::mul: return k_binary<T, Op::mul>;
+    case Op::div: return k_binary<T, Op::div>;
+    case Op::maximum: return k_binary<T, Op::maximum>;
+    case Op::eq: return k_binary<T, Op::eq>;
+    case Op::ne: return k_binary<T, Op::ne>;
+    case Op::lt: return k_binary<T, Op::lt>;
+    case Op::le: return k_binary<T, Op::le>;
+    case Op::gt: return k_binary<T, Op::gt>;
+    case Op::ge: return k_binary<T, Op::ge>;
+    default: return nullptr;
   }
 }
 
 template <class T>
 KernelFn unary_fn(Op op) {
   switch (op) {
-    case Op::neg:
-      return k_unary<T, Op::neg>;
-    case Op::exp:
-      return k_unary<T, Op::exp>;
-    case Op::log:
-      return k_unary<T, Op::log>;
-    default:
-      return nullptr;
+    case Op::neg: return k_unary<T, Op::neg>;
+    case Op::exp: return k_unary<T, Op::exp>;
+    case Op::log: return k_unary<T, Op::log>;
+    default: return nullptr;
   }
 }
 
@@ -287,8 +271,7 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
       k.fn = k_reduce<T, true>;
       k.name = "reduce_max";
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 

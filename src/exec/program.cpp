@@ -10,14 +10,10 @@ std::string Program::str() const {
   auto slot = [&](int32_t s) {
     const Slot& sl = slots[size_t(s)];
     switch (sl.kind) {
-      case SlotKind::input:
-        return fmt::format("in{}", sl.index);
-      case SlotKind::output:
-        return fmt::format("out{}", sl.index);
-      case SlotKind::constant:
-        return fmt::format("const+{}", sl.index);
-      case SlotKind::arena:
-        return fmt::format("arena+{}", sl.index);
+      case SlotKind::input: return fmt::format("in{}", sl.index);
+      case SlotKind::output: return fmt::format("out{}", sl.index);
+      case SlotKind::constant: return fmt::format("const+{}", sl.index);
+      case SlotKind::arena: return fmt::format("arena+{}", sl.index);
     }
     return std::string("?");
   };
@@ -71,12 +67,8 @@ void Executable::resolve() {
             << ") is unbound";
         slot_ptrs_[s] = outputs_[size_t(sl.index)];
         break;
-      case SlotKind::constant:
-        slot_ptrs_[s] = prog_.constants.data() + sl.index;
-        break;
-      case SlotKind::arena:
-        slot_ptrs_[s] = arena_.get() + sl.index;
-        break;
+      case SlotKind::constant: slot_ptrs_[s] = prog_.constants.data() + sl.index; break;
+      case SlotKind::arena: slot_ptrs_[s] = arena_.get() + sl.index; break;
     }
   }
   resolved_ = true;

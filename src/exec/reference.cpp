@@ -16,14 +16,10 @@ using ir::Op;
 template <class F>
 void dispatch(DType dt, F&& f) {
   switch (dt) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::i64:
-      return f(int64_t{});
-    case DType::b8:
-      return f(uint8_t{});
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i64: return f(int64_t{});
+    case DType::b8: return f(uint8_t{});
   }
 }
 
@@ -31,17 +27,10 @@ template <class T>
 void unary(Op op, const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     switch (op) {
-      case Op::neg:
-        y[i] = T(-x[i]);
-        break;
-      case Op::exp:
-        y[i] = T(std::exp(double(x[i])));
-        break;
-      case Op::log:
-        y[i] = T(std::log(double(x[i])));
-        break;
-      default:
-        WS_CHECK(false) << "not unary: " << ir::op_name(op);
+      case Op::neg: y[i] = T(-x[i]); break;
+      case Op::exp: y[i] = T(std::exp(double(x[i]))); break;
+      case Op::log: y[i] = T(std::log(double(x[i]))); break;
+      default: WS_CHECK(false) << "not unary: " << ir::op_name(op);
     }
   }
 }
@@ -49,12 +38,9 @@ void unary(Op op, const T* x, T* y, int64_t n) {
 template <class T>
 T binary_one(Op op, T a, T b) {
   switch (op) {
-    case Op::add:
-      return T(a + b);
-    case Op::sub:
-      return T(a - b);
-    case Op::mul:
-      return T(a * b);
+    case Op::add: return T(a + b);
+    case Op::sub: return T(a - b);
+    case Op::mul: return T(a * b);
     case Op::div:
       if constexpr (std::is_integral_v<T>) {
         if (b == 0) throw Error("div: integer division by zero");
@@ -64,30 +50,20 @@ T binary_one(Op op, T a, T b) {
       if constexpr (std::is_floating_point_v<T>)
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
       return std::max(a, b);
-    default:
-      WS_CHECK(false) << "not binary: " << ir::op_name(op);
-      return T{};
+    default: WS_CHECK(false) << "not binary: " << ir::op_name(op); return T{};
   }
 }
 
 template <class T>
 uint8_t compare_one(Op op, T a, T b) {
   switch (op) {
-    case Op::eq:
-      return a == b;
-    case Op::ne:
-      return a != b;
-    case Op::lt:
-      return a < b;
-    case Op::le:
-      return a <= b;
-    case Op::gt:
-      return a > b;
-    case Op::ge:
-      return a >= b;
-    default:
-      WS_CHECK(false) << "not a comparison";
-      return 0;
+    case Op::eq: return a == b;
+    case Op::ne: return a != b;
+    case Op::lt: return a < b;
+    case Op::le: return a <= b;
+    case Op::gt: return a > b;
+    case Op::ge: return a >= b;
+    default: WS_CHECK(false) << "not a comparison"; return 0;
   }
 }
 
@@ -146,9 +122,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
                    const SourceLoc& loc) {
   const int64_t n = out_type.numel();
   switch (op) {
-    case Op::input:
-      WS_CHECK(false) << "inputs have no kernel";
-      return;
+    case Op::input: WS_CHECK(false) << "inputs have no kernel"; return;
     case Op::full:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
@@ -250,9 +224,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
                 : transpose_source_strides(in_types[0].shape, attrs.ints("perm"));
         strided_walk(out_type.shape, strides, [&](int64_t i, int64_t o) { y[i] = x[o]; });
       });
-    case Op::reshape:
-      std::memcpy(out, in[0], out_type.bytes());
-      return;
+    case Op::reshape: std::memcpy(out, in[0], out_type.bytes()); return;
     case Op::one_hot:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);

@@ -8,35 +8,25 @@ namespace ws {
 
 const char* dtype_name(DType d) {
   switch (d) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::i64:
-      return "i64";
-    case DType::b8:
-      return "bool";
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i64: return "i64";
+    case DType::b8: return "bool";
   }
   return "?";
 }
 
 size_t dtype_size(DType d) {
   switch (d) {
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-    case DType::i64:
-      return 8;
-    case DType::b8:
-      return 1;
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i64: return 8;
+    case DType::b8: return 1;
   }
   return 0;
 }
 
-bool is_floating(DType d) {
-  return d == DType::f32 || d == DType::f64;
-}
+bool is_floating(DType d) { return d == DType::f32 || d == DType::f64; }
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
@@ -44,33 +34,23 @@ int64_t numel(const Shape& s) {
   return n;
 }
 
-std::string shape_str(const Shape& s) {
-  return fmt::format("[{}]", fmt::join(s, ","));
-}
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
 
-std::string SourceLoc::str() const {
-  return known() ? fmt::format("{}:{}", file, line) : "";
-}
+std::string SourceLoc::str() const { return known() ? fmt::format("{}:{}", file, line) : ""; }
 
-std::string at(const SourceLoc& loc) {
-  return loc.known() ? " (at " + loc.str() + ")" : "";
-}
+std::string at(const SourceLoc& loc) { return loc.known() ? " (at " + loc.str() + ")" : ""; }
 
 namespace detail {
 CheckFailure::CheckFailure(const char* file, int line, const char* cond) {
   msg_ << "internal error in wholestep at " << file << ":" << line << ": check failed: " << cond
        << ". ";
 }
-CheckFailure::~CheckFailure() noexcept(false) {
-  throw InternalError(msg_.str());
-}
+CheckFailure::~CheckFailure() noexcept(false) { throw InternalError(msg_.str()); }
 }  // namespace detail
 
 namespace ir {
 
-std::string Type::str() const {
-  return std::string(dtype_name(dtype)) + shape_str(shape);
-}
+std::string Type::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
 Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
   for (auto& [k, v] : kv) set(k, v);
@@ -105,18 +85,12 @@ static const T& typed(const Attrs& a, const std::string& name) {
   return *p;
 }
 
-int64_t Attrs::i(const std::string& n) const {
-  return typed<int64_t>(*this, n);
-}
-double Attrs::f(const std::string& n) const {
-  return typed<double>(*this, n);
-}
+int64_t Attrs::i(const std::string& n) const { return typed<int64_t>(*this, n); }
+double Attrs::f(const std::string& n) const { return typed<double>(*this, n); }
 const std::vector<int64_t>& Attrs::ints(const std::string& n) const {
   return typed<std::vector<int64_t>>(*this, n);
 }
-const std::string& Attrs::s(const std::string& n) const {
-  return typed<std::string>(*this, n);
-}
+const std::string& Attrs::s(const std::string& n) const { return typed<std::string>(*this, n); }
 const std::vector<double>& Attrs::floats(const std::string& n) const {
   return typed<std::vector<double>>(*this, n);
 }
@@ -125,12 +99,8 @@ static constexpr const char* kInputRoles[] = {"param", "buffer", "opt_state", "h
                                               "rng",   "data",   "saved",     "grad"};
 static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", "update"};
 
-const char* role_name(InputRole r) {
-  return kInputRoles[size_t(r)];
-}
-const char* role_name(OutputRole r) {
-  return kOutputRoles[size_t(r)];
-}
+const char* role_name(InputRole r) { return kInputRoles[size_t(r)]; }
+const char* role_name(OutputRole r) { return kOutputRoles[size_t(r)]; }
 
 bool parse_role(std::string_view s, InputRole* out) {
   for (size_t i = 0; i < std::size(kInputRoles); ++i)
@@ -151,9 +121,7 @@ InputRole Graph::input_role(ValueId v) const {
   return r;
 }
 
-const std::string& Graph::input_name(ValueId v) const {
-  return node(v).attrs.s("name");
-}
+const std::string& Graph::input_name(ValueId v) const { return node(v).attrs.s("name"); }
 
 int Graph::input_index(ValueId v) const {
   auto it = std::find(inputs.begin(), inputs.end(), v);

@@ -81,9 +81,7 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::lt:
     case Op::le:
     case Op::gt:
-    case Op::ge:
-      check_same(op, args, loc);
-      return Type{DType::b8, args[0].shape};
+    case Op::ge: check_same(op, args, loc); return Type{DType::b8, args[0].shape};
     case Op::select:
       if (args[0].dtype != DType::b8) fail(op, "condition must be bool, got " + args[0].str(), loc);
       if (args[0].shape != args[1].shape)
@@ -93,8 +91,7 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
             loc);
       check_same(op, {args[1], args[2]}, loc);
       return args[1];
-    case Op::convert:
-      return Type{parse_dtype_attr(op, attrs, loc), args[0].shape};
+    case Op::convert: return Type{parse_dtype_attr(op, attrs, loc), args[0].shape};
 
     case Op::matmul: {
       const Type &a = args[0], &b = args[1];

@@ -10,24 +10,15 @@ std::optional<Op> op_from_name(std::string_view name) {
 
 std::string_view category_name(OpCategory c) {
   switch (c) {
-    case OpCategory::source:
-      return "source";
-    case OpCategory::elementwise:
-      return "elementwise";
-    case OpCategory::reduction:
-      return "reduction";
-    case OpCategory::shape:
-      return "shape";
-    case OpCategory::contraction:
-      return "contraction";
-    case OpCategory::convolution:
-      return "convolution";
-    case OpCategory::indexing:
-      return "indexing";
-    case OpCategory::random:
-      return "random";
-    case OpCategory::opaque:
-      return "opaque";
+    case OpCategory::source: return "source";
+    case OpCategory::elementwise: return "elementwise";
+    case OpCategory::reduction: return "reduction";
+    case OpCategory::shape: return "shape";
+    case OpCategory::contraction: return "contraction";
+    case OpCategory::convolution: return "convolution";
+    case OpCategory::indexing: return "indexing";
+    case OpCategory::random: return "random";
+    case OpCategory::opaque: return "opaque";
   }
   return "?";
 }

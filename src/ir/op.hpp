@@ -46,12 +46,8 @@ inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
 #undef WS_OP
 }};
 
-inline constexpr const OpInfo& op_info(Op op) {
-  return kOpTable[size_t(op)];
-}
-inline constexpr std::string_view op_name(Op op) {
-  return op_info(op).name;
-}
+inline constexpr const OpInfo& op_info(Op op) { return kOpTable[size_t(op)]; }
+inline constexpr std::string_view op_name(Op op) { return op_info(op).name; }
 std::optional<Op> op_from_name(std::string_view name);
 std::string_view category_name(OpCategory c);
 

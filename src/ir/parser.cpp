@@ -31,28 +31,19 @@ struct Token {
 std::string describe(const Token& t) {
   std::string text = t.text.size() > 24 ? t.text.substr(0, 24) + "..." : t.text;
   switch (t.kind) {
-    case Tok::end:
-      return "end of input";
-    case Tok::newline:
-      return "end of line";
-    case Tok::value:
-      return "'%" + text + "'";
-    case Tok::string:
-      return "string \"" + text + "\"";
-    default:
-      return "'" + text + "'";
+    case Tok::end: return "end of input";
+    case Tok::newline: return "end of line";
+    case Tok::value: return "'%" + text + "'";
+    case Tok::string: return "string \"" + text + "\"";
+    default: return "'" + text + "'";
   }
 }
 
-bool is_ident_start(char c) {
-  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
-}
+bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool is_ident_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
 }
-bool is_digit(char c) {
-  return c >= '0' && c <= '9';
-}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 class Lexer {
  public:

@@ -40,13 +40,9 @@ std::string describe(const Graph& g, ValueId id) {
   fail(g, fmt::format("{}: {}", describe(g, id), rule));
 }
 
-bool in_range(const Graph& g, ValueId v) {
-  return v >= 0 && v < g.size();
-}
+bool in_range(const Graph& g, ValueId v) { return v >= 0 && v < g.size(); }
 
-bool is_input(const Graph& g, ValueId v) {
-  return in_range(g, v) && g.node(v).op == Op::input;
-}
+bool is_input(const Graph& g, ValueId v) { return in_range(g, v) && g.node(v).op == Op::input; }
 
 // Source ops carry their type; check the attributes their kernels rely on.
 void check_source(const Graph& g, ValueId id) {
@@ -171,13 +167,9 @@ void verify(const Graph& g) {
   check_outputs(g);
 }
 
-bool verify_enabled() {
-  return enabled_flag().load(std::memory_order_relaxed);
-}
+bool verify_enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 
-void set_verify_enabled(bool on) {
-  enabled_flag().store(on, std::memory_order_relaxed);
-}
+void set_verify_enabled(bool on) { enabled_flag().store(on, std::memory_order_relaxed); }
 
 void verify_with_round_trip(const Graph& g) {
   verify(g);

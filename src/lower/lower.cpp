@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "exec/kernels.hpp"
+#include "exec/reference.hpp"
 #include "ir/verify.hpp"
 #include "lower/alias.hpp"
 #include "lower/plan_memory.hpp"
@@ -118,25 +119,8 @@ class Lowering {
     const ir::Type one{g_.type(v).dtype, {}};
     int64_t off = int64_t((p_.constants.size() + 7) / 8 * 8);
     p_.constants.resize(size_t(off) + 8);
-    const double value = g_.node(v).attrs.f("value");
-    switch (one.dtype) {
-      case DType::f32: {
-        float f = float(value);
-        std::memcpy(&p_.constants[size_t(off)], &f, 4);
-        break;
-      }
-      case DType::f64:
-        std::memcpy(&p_.constants[size_t(off)], &value, 8);
-        break;
-      case DType::i64: {
-        int64_t i = int64_t(value);
-        std::memcpy(&p_.constants[size_t(off)], &i, 8);
-        break;
-      }
-      case DType::b8:
-        p_.constants[size_t(off)] = std::byte(value != 0);
-        break;
-    }
+    // The reference `full` kernel writes the value in the node's dtype.
+    exec::run_reference(Op::full, g_.node(v).attrs, {}, nullptr, one, &p_.constants[size_t(off)]);
     return new_slot(SlotKind::constant, off, one.bytes());
   }
 

@@ -25,8 +25,6 @@ Spec spec(const std::string& name) {
   throw Error(fmt::format("unknown model '{}': this build knows 'mlp'", name));
 }
 
-std::unique_ptr<Mlp> make(const Spec& s) {
-  return std::make_unique<Mlp>(s.sizes);
-}
+std::unique_ptr<Mlp> make(const Spec& s) { return std::make_unique<Mlp>(s.sizes); }
 
 }  // namespace ws::models

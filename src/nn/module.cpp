@@ -77,9 +77,7 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
-std::vector<std::pair<std::string, Module*>> Module::named_children() const {
-  return children_;
-}
+std::vector<std::pair<std::string, Module*>> Module::named_children() const { return children_; }
 
 void Module::train(bool on) {
   training_ = on;

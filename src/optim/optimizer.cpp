@@ -30,6 +30,20 @@ SGD::SGD(const nn::Module& model, SgdOptions o) : Optimizer(model), opts_(o) {
   if (o.momentum > 0) add_state("momentum_buffer");
 }
 
+// The hyperparameters in graph-input order, as (name, value): the one place
+// that order is written, for both spec() and hyper_values().
+template <class F>
+void SGD::for_each_hyper(F&& f) const {
+  f("lr", lr_);
+  if (opts_.momentum > 0) {
+    f("momentum", opts_.momentum);
+    // The buffer starts at zero, so a first-step factor of 1 makes buf = d,
+    // exactly PyTorch's first step.
+    f("dampening_factor", step_ == 0 ? 1.0 : 1.0 - opts_.dampening);
+  }
+  if (opts_.weight_decay > 0) f("weight_decay", opts_.weight_decay);
+}
+
 UpdateSpec SGD::spec() const {
   UpdateSpec s;
   s.kind = "sgd";
@@ -37,24 +51,17 @@ UpdateSpec SGD::spec() const {
   s.nesterov = opts_.nesterov;
   s.weight_decay = opts_.weight_decay > 0;
   if (s.momentum) s.state_slots = {"momentum_buffer"};
-  s.hyper_names = {"lr"};
-  if (s.momentum) s.hyper_names.insert(s.hyper_names.end(), {"momentum", "dampening_factor"});
-  if (s.weight_decay) s.hyper_names.push_back("weight_decay");
+  for_each_hyper([&](const char* name, double) { s.hyper_names.push_back(name); });
   return s;
 }
 
 void SGD::hyper_values(std::span<double> out) const {
-  const size_t n = 1 + (opts_.momentum > 0 ? 2 : 0) + (opts_.weight_decay > 0 ? 1 : 0);
-  WS_CHECK(out.size() == n) << "hyper_values: " << out.size() << " slots for " << n << " values";
   size_t i = 0;
-  out[i++] = lr_;
-  if (opts_.momentum > 0) {
-    out[i++] = opts_.momentum;
-    // The buffer starts at zero, so a first-step factor of 1 makes buf = d,
-    // exactly PyTorch's first step.
-    out[i++] = step_ == 0 ? 1.0 : 1.0 - opts_.dampening;
-  }
-  if (opts_.weight_decay > 0) out[i++] = opts_.weight_decay;
+  for_each_hyper([&](const char* name, double v) {
+    WS_CHECK(i < out.size()) << "hyper_values: no slot for " << name;
+    out[i++] = v;
+  });
+  WS_CHECK(i == out.size()) << "hyper_values: " << out.size() << " slots for " << i << " values";
 }
 
 void SGD::set_momentum(double m) {

@@ -24,12 +24,9 @@ namespace ws {
 
 const char* mode_name(StepMode m) {
   switch (m) {
-    case StepMode::interpret:
-      return "interpret";
-    case StepMode::three_graph:
-      return "three_graph";
-    case StepMode::single_graph:
-      return "single_graph";
+    case StepMode::interpret: return "interpret";
+    case StepMode::three_graph: return "three_graph";
+    case StepMode::single_graph: return "single_graph";
   }
   return "?";
 }
@@ -41,9 +38,7 @@ StepMode parse_mode(const std::string& s) {
       fmt::format("unknown step mode '{}': expected interpret, three_graph or single_graph", s));
 }
 
-void set_num_threads(int n) {
-  exec::set_num_threads(n);
-}
+void set_num_threads(int n) { exec::set_num_threads(n); }
 
 namespace {
 
@@ -196,13 +191,9 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
         for (size_t d = 0; d < cap.data_names.size(); ++d)
           if (cap.data_names[d] == in.name) b.index = d;
         break;
-      case ir::InputRole::rng:
-        WS_CHECK(false) << "rng inputs are not supported yet";
-        break;
+      case ir::InputRole::rng: WS_CHECK(false) << "rng inputs are not supported yet"; break;
       case ir::InputRole::saved:
-      case ir::InputRole::grad:
-        b.ptr = c.owned.get(in.name, in.type.bytes());
-        break;
+      case ir::InputRole::grad: b.ptr = c.owned.get(in.name, in.type.bytes()); break;
     }
     if (b.ptr) exe.bind_input(i, b.ptr);
     binds.push_back(b);
@@ -223,12 +214,8 @@ TrainStep::~TrainStep() = default;
 TrainStep::TrainStep(TrainStep&&) noexcept = default;
 TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
 
-const StepOptions& TrainStep::options() const {
-  return impl_->opts;
-}
-int64_t TrainStep::traces() const {
-  return impl_->traces;
-}
+const StepOptions& TrainStep::options() const { return impl_->opts; }
+int64_t TrainStep::traces() const { return impl_->traces; }
 
 std::string TrainStep::graphs_text() const {
   std::string s;
@@ -293,16 +280,12 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
     for (ir::ValueId v : g.inputs) {
       const std::string& name = g.input_name(v);
       switch (g.input_role(v)) {
-        case ir::InputRole::data:
-          inputs.push_back(data.at(std::stoul(name.substr(6))));
-          break;
+        case ir::InputRole::data: inputs.push_back(data.at(std::stoul(name.substr(6)))); break;
         case ir::InputRole::hyper:
           for (size_t h = 0; h < spec.hyper_names.size(); ++h)
             if (spec.hyper_names[h] == name) inputs.push_back(Tensor::scalar(m.hypers[h]));
           break;
-        default:
-          inputs.push_back(persistent.at(name));
-          break;
+        default: inputs.push_back(persistent.at(name)); break;
       }
     }
     exec::InterpretStats stats;

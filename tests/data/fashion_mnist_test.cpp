@@ -25,15 +25,9 @@ using test_util::write_gzip;
 
 constexpr int kPix = 28 * 28;
 
-uint8_t pixel(int64_t image, int64_t k) {
-  return uint8_t((image * 31 + k * 7) % 256);
-}
-uint8_t label(int64_t image) {
-  return uint8_t((image * 3 + 1) % 10);
-}
-float normalized(uint8_t p) {
-  return (float(p) / 255.0f - 0.2860f) / 0.3530f;
-}
+uint8_t pixel(int64_t image, int64_t k) { return uint8_t((image * 31 + k * 7) % 256); }
+uint8_t label(int64_t image) { return uint8_t((image * 3 + 1) % 10); }
+float normalized(uint8_t p) { return (float(p) / 255.0f - 0.2860f) / 0.3530f; }
 
 // Writes `prefix`-images/labels files for `n` synthetic examples into `dir`.
 void write_split(const ScratchDir& dir, const std::string& prefix, uint32_t n) {

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.hpp"
 #include <unistd.h>
 #include <zlib.h>
+#include "test_util.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -19,9 +19,7 @@ namespace {
 }
 
 // Doubles compare by bit pattern, so -0.0 differs from 0.0 and nan equals nan.
-bool SameBits(double a, double b) {
-  return std::memcmp(&a, &b, sizeof(double)) == 0;
-}
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
 bool SameAttrValue(const AttrValue& a, const AttrValue& b) {
   if (a.index() != b.index()) return false;
