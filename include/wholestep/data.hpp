@@ -90,4 +90,68 @@ inline FashionMnist::Batches FashionMnist::batches(int64_t batch_size, uint64_t 
   return Batches(*this, epoch_indices(batch_size, shuffle_seed, drop_last));
 }
 
+// ---------------------------------------------------------------------------
+// Byte-level text: a file read as raw bytes (vocabulary 256) for training a
+// character/byte language model.
+
+inline constexpr const char* kDefaultTextFile = "/usr/share/common-licenses/GPL-3";
+
+struct TextBatch {
+  Tensor inputs;   // i64 [B, T], byte values in [0, 256)
+  Tensor targets;  // i64 [B, T], the byte after each input byte
+};
+
+class ByteText {
+ public:
+  // Reads the whole file as bytes. A missing or unreadable file, a directory,
+  // or a file of fewer than 2 bytes throws ws::Error naming the path.
+  explicit ByteText(const std::string& path = kDefaultTextFile);
+
+  int64_t size() const { return len_; }  // bytes in this view
+  static constexpr int64_t kVocab = 256;
+  const std::string& path() const { return d_->path; }
+  // "" for the whole file, else "train" or "val".
+  const std::string& which() const { return which_; }
+
+  // A split by position: "train" is the first (1 - holdout) of the bytes,
+  // "val" the rest; holdout must lie in (0, 1). Both views share this one's
+  // data. An unknown name, a bad holdout, or a part of fewer than 2 bytes
+  // throws ws::Error.
+  ByteText split(const std::string& which, double holdout = 0.1) const;
+
+  // `batch` windows of `context` + 1 consecutive bytes; inputs are each
+  // window's first `context` bytes, targets its last `context`. The window
+  // offsets are uniform over the view, drawn with splitmix64 keyed by
+  // (seed, step): the same seed and step give the same batch on every
+  // platform and standard library. Needs batch > 0, context > 0, step >= 0
+  // and context + 1 <= size().
+  TextBatch sample(int64_t batch, int64_t context, uint64_t seed, int64_t step) const;
+
+  // The window offsets sample(batch, context, seed, step) uses, relative to
+  // this view (for tests and debugging).
+  std::vector<int64_t> offsets(int64_t batch, int64_t context, uint64_t seed, int64_t step) const;
+
+  // `len` bytes from `begin` (relative to this view) as a string.
+  std::string text(int64_t begin, int64_t len) const;
+  // Byte values (e.g. a row of sampled tokens) back to a string; each must
+  // lie in [0, 256).
+  static std::string decode(std::span<const int64_t> tokens);
+
+ private:
+  struct Data {
+    std::string path;
+    std::string bytes;
+  };
+  ByteText(std::shared_ptr<const Data> d, int64_t begin, int64_t len, std::string which)
+      : d_(std::move(d)), begin_(begin), len_(len), which_(std::move(which)) {}
+  // The path, plus the split name for a split view: for error messages.
+  std::string where() const;
+
+  // Shared, so copies and splits are cheap.
+  std::shared_ptr<const Data> d_;
+  int64_t begin_ = 0;
+  int64_t len_ = 0;
+  std::string which_;
+};
+
 }  // namespace ws::data

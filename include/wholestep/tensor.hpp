@@ -59,7 +59,9 @@ class Tensor {
   std::vector<double> to_vector(Loc loc = Loc::current()) const;
 
   Tensor clone(Loc loc = Loc::current()) const;
-  // Copies `src`'s values into this tensor's storage (same type).
+  // Copies `src`'s values into this tensor's storage (same type). While a
+  // step is traced, copying into a registered buffer records the mutation:
+  // the buffer becomes an output aliased to its input (running statistics).
   void copy_(const Tensor& src, Loc loc = Loc::current());
 
   Tensor reshape(const Shape& shape, Loc loc = Loc::current()) const;
@@ -87,11 +89,20 @@ Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor neg(const Tensor& x, Loc loc = Loc::current());
 Tensor exp(const Tensor& x, Loc loc = Loc::current());
 Tensor log(const Tensor& x, Loc loc = Loc::current());
 Tensor relu(const Tensor& x, Loc loc = Loc::current());
-// a @ b, with either operand transposed first. 2-d.
+Tensor tanh(const Tensor& x, Loc loc = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor erf(const Tensor& x, Loc loc = Loc::current());
+// a to the power e, elementwise; pow(a, b) with a tensor exponent broadcasts.
+Tensor pow(const Tensor& a, double exponent, Loc loc = Loc::current());
+// a @ b over the last two dims, with either operand transposed first. Leading
+// (batch) dims must be equal: [..., m, k] @ [..., k, n] -> [..., m, n].
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
               Loc loc = Loc::current());
 Tensor sum(const Tensor& x, std::vector<int64_t> axes, Loc loc = Loc::current());
@@ -113,6 +124,37 @@ Tensor ge(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
 
+// Elements [start, end) of `axis`.
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, Loc loc = Loc::current());
+// Joins tensors along `axis` (all other dims equal).
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc = Loc::current());
+// Rows of `table` ([V, D...]) at i64 `indices` ([I...]) -> [I..., D...]. An
+// index outside [0, V) is an error naming it.
+Tensor gather(const Tensor& table, const Tensor& indices, Loc loc = Loc::current());
+// A tensor whose elements are their index along `axis`.
+Tensor iota(const Shape& shape, int64_t axis, DType dtype = DType::i64, Loc loc = Loc::current());
+
+// 2-d convolution of x [N, C, H, W] with w [O, C/groups, KH, KW] (no bias),
+// as torch.nn.functional.conv2d. Pairs are {height, width}.
+struct Conv2dOptions {
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& opts = {},
+              Loc loc = Loc::current());
+// Pooling over [N, C, H, W]; stride defaults to the kernel size (pass {}).
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0}, Loc loc = Loc::current());
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0}, bool count_include_pad = true,
+                  Loc loc = Loc::current());
+
+// Uniform numbers in [0, 1) from the counter-based generator: each call
+// consumes numel(shape) numbers of the stream set by manual_seed. Inside a
+// compiled step the seed and offset are graph inputs and the step advances
+// the offset, so every mode draws the same numbers.
+Tensor rand_stream(const Shape& shape, DType dtype = DType::f32, Loc loc = Loc::current());
+
 Tensor operator+(const Tensor& a, Arg b);
 Tensor operator-(const Tensor& a, Arg b);
 Tensor operator*(const Tensor& a, Arg b);
@@ -125,8 +167,11 @@ Tensor operator*(Arg a, double b);
 Tensor operator/(Arg a, double b);
 Tensor operator*(double a, Arg b);
 
-// Random numbers for initialization, from a seeded generator.
+// Seeds both generators: the one for initialization (rand_uniform, randn)
+// and the counter-based stream (rand_stream, dropout), whose offset restarts
+// at 0.
 void manual_seed(uint64_t seed);
+// Random numbers for initialization, from a seeded generator.
 Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype = DType::f32);
 Tensor randn(const Shape& shape, double mean = 0, double std = 1, DType dtype = DType::f32);
 

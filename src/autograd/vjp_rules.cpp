@@ -37,6 +37,109 @@ void vjp_neg(const VjpContext& c, Dargs& d) { d[0] = c.b.unary(Op::neg, c.dy); }
 void vjp_exp(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::mul, c.dy, c.out); }
 void vjp_log(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::div, c.dy, arg(c, 0)); }
 
+ValueId scalar_like(const VjpContext& c, double v, ValueId like) {
+  return c.b.full(v, c.b.type(like));
+}
+ValueId mul(const VjpContext& c, ValueId a, ValueId b) { return c.b.binary(Op::mul, a, b); }
+
+void vjp_tanh(const VjpContext& c, Dargs& d) {  // 1 - tanh²
+  d[0] = mul(c, c.dy, c.b.binary(Op::sub, scalar_like(c, 1, c.out), mul(c, c.out, c.out)));
+}
+void vjp_sigmoid(const VjpContext& c, Dargs& d) {  // s (1 - s)
+  ValueId one_minus = c.b.binary(Op::sub, scalar_like(c, 1, c.out), c.out);
+  d[0] = mul(c, c.dy, mul(c, c.out, one_minus));
+}
+void vjp_sqrt(const VjpContext& c, Dargs& d) {  // 1 / (2 sqrt x)
+  d[0] = c.b.binary(Op::div, mul(c, c.dy, scalar_like(c, 0.5, c.out)), c.out);
+}
+void vjp_rsqrt(const VjpContext& c, Dargs& d) {  // -x^(-3/2) / 2
+  ValueId cube = mul(c, c.out, mul(c, c.out, c.out));
+  d[0] = mul(c, c.dy, mul(c, cube, scalar_like(c, -0.5, c.out)));
+}
+void vjp_erf(const VjpContext& c, Dargs& d) {  // 2/sqrt(pi) exp(-x²)
+  ValueId x = arg(c, 0);
+  ValueId e = c.b.unary(Op::exp, c.b.unary(Op::neg, mul(c, x, x)));
+  d[0] = mul(c, c.dy, mul(c, e, scalar_like(c, 1.1283791670955126, x)));
+}
+// d/da a^b = b a^(b-1); d/db a^b = a^b log a, taken as 0 where a = 0 (as
+// PyTorch does, so 0^b with b > 0 has a finite exponent gradient).
+void vjp_pow(const VjpContext& c, Dargs& d) {
+  ValueId a = arg(c, 0), b = arg(c, 1);
+  if (c.want[0]) {
+    ValueId bm1 = c.b.binary(Op::sub, b, scalar_like(c, 1, b));
+    d[0] = mul(c, c.dy, mul(c, b, c.b.binary(Op::pow, a, bm1)));
+  }
+  if (c.want[1]) {
+    ValueId zero = zeros_like(c, a);
+    ValueId g = mul(c, c.dy, mul(c, c.out, c.b.unary(Op::log, a)));
+    d[1] = c.b.add(Op::select, {c.b.binary(Op::eq, a, zero), zero, g});
+  }
+}
+
+int64_t attr_axis(const VjpContext& c) {
+  int64_t ax = c.node.attrs.i("axis");
+  return ax < 0 ? ax + c.node.type.rank() : ax;
+}
+
+// The slice's gradient is dy placed back between zeros.
+void vjp_slice(const VjpContext& c, Dargs& d) {
+  const ir::Type x = c.b.type(arg(c, 0));
+  const int64_t ax = attr_axis(c), start = c.node.attrs.i("start"), end = c.node.attrs.i("end");
+  std::vector<ValueId> parts;
+  auto zeros = [&](int64_t len) {
+    ir::Type t = x;
+    t.shape[size_t(ax)] = len;
+    parts.push_back(c.b.full(0.0, t));
+  };
+  if (start > 0) zeros(start);
+  parts.push_back(c.dy);
+  if (end < x.shape[size_t(ax)]) zeros(x.shape[size_t(ax)] - end);
+  d[0] = parts.size() == 1 ? c.dy : c.b.add(Op::concat, parts, ir::Attrs{{"axis", ax}});
+}
+
+void vjp_concat(const VjpContext& c, Dargs& d) {
+  const int64_t ax = attr_axis(c);
+  int64_t off = 0;
+  for (size_t i = 0; i < c.node.args.size(); ++i) {
+    const int64_t len = c.b.type(c.node.args[i]).shape[size_t(ax)];
+    if (c.want[i])
+      d[i] = c.b.add(Op::slice, {c.dy},
+                     ir::Attrs{{"axis", ax}, {"end", off + len}, {"start", off}});
+    off += len;
+  }
+}
+
+void vjp_gather(const VjpContext& c, Dargs& d) {
+  const int64_t rows = c.b.type(arg(c, 0)).shape[0];
+  d[0] = c.b.add(Op::scatter_add, {arg(c, 1), c.dy}, ir::Attrs{{"rows", rows}});
+}
+
+void vjp_scatter_add(const VjpContext& c, Dargs& d) {
+  d[1] = c.b.add(Op::gather, {c.dy, arg(c, 0)});
+}
+
+// The node's attributes plus the shape of operand `i` under `key`.
+ir::Attrs with_shape(const VjpContext& c, const char* key, int i) {
+  ir::Attrs a = c.node.attrs;
+  a.set(key, c.b.type(arg(c, i)).shape);
+  return a;
+}
+
+void vjp_conv2d(const VjpContext& c, Dargs& d) {
+  if (c.want[0])
+    d[0] = c.b.add(Op::conv2d_input_grad, {c.dy, arg(c, 1)}, with_shape(c, "input_shape", 0));
+  if (c.want[1])
+    d[1] = c.b.add(Op::conv2d_weight_grad, {arg(c, 0), c.dy}, with_shape(c, "weight_shape", 1));
+}
+
+void vjp_max_pool2d(const VjpContext& c, Dargs& d) {
+  d[0] = c.b.add(Op::max_pool2d_grad, {arg(c, 0), c.dy}, c.node.attrs);
+}
+
+void vjp_avg_pool2d(const VjpContext& c, Dargs& d) {
+  d[0] = c.b.add(Op::avg_pool2d_grad, {c.dy}, with_shape(c, "input_shape", 0));
+}
+
 // Ties split the gradient evenly, as PyTorch's maximum does.
 void vjp_maximum(const VjpContext& c, Dargs& d) {
   ValueId a = arg(c, 0), b = arg(c, 1);
@@ -127,6 +230,19 @@ void vjp_transpose(const VjpContext& c, Dargs& d) {
 VjpRule vjp_rule(Op op) {
   switch (op) {
     case Op::add: return vjp_add;
+    case Op::avg_pool2d: return vjp_avg_pool2d;
+    case Op::concat: return vjp_concat;
+    case Op::conv2d: return vjp_conv2d;
+    case Op::erf: return vjp_erf;
+    case Op::gather: return vjp_gather;
+    case Op::max_pool2d: return vjp_max_pool2d;
+    case Op::pow: return vjp_pow;
+    case Op::rsqrt: return vjp_rsqrt;
+    case Op::scatter_add: return vjp_scatter_add;
+    case Op::sigmoid: return vjp_sigmoid;
+    case Op::slice: return vjp_slice;
+    case Op::sqrt: return vjp_sqrt;
+    case Op::tanh: return vjp_tanh;
     case Op::broadcast: return vjp_broadcast;
     case Op::convert: return vjp_convert;
     case Op::div: return vjp_div;
@@ -142,7 +258,14 @@ VjpRule vjp_rule(Op op) {
     case Op::select: return vjp_select;
     case Op::sub: return vjp_sub;
     case Op::transpose: return vjp_transpose;
-    // Not differentiable: sources, comparisons, indexing by integers.
+    // Not differentiable: sources, comparisons, indexing by integers,
+    // random numbers, and the gradient ops themselves (first order only).
+    case Op::avg_pool2d_grad:
+    case Op::conv2d_input_grad:
+    case Op::conv2d_weight_grad:
+    case Op::iota:
+    case Op::max_pool2d_grad:
+    case Op::random_uniform:
     case Op::constant:
     case Op::eq:
     case Op::full:

@@ -160,6 +160,11 @@ Tensor Tensor::clone(Loc loc) const {
 }
 
 void Tensor::copy_(const Tensor& src, Loc loc) {
+  if (capture::Tracer* tr = capture::Tracer::current();
+      tr && defined() && !is_traced() && src.defined()) {
+    tr->assign(*this, src, sl(loc));
+    return;
+  }
   const detail::TensorImpl& d = concrete(*this, "copy_()", loc);
   const detail::TensorImpl& s = concrete(src, "copy_()", loc);
   if (d.type != s.type)
@@ -182,6 +187,7 @@ WS_BINARY(sub)
 WS_BINARY(mul)
 WS_BINARY(div)
 WS_BINARY(maximum)
+WS_BINARY(pow)
 WS_BINARY(eq)
 WS_BINARY(ne)
 WS_BINARY(lt)
@@ -193,6 +199,104 @@ WS_BINARY(ge)
 Tensor neg(const Tensor& x, Loc loc) { return apply(Op::neg, {&x}, {}, loc); }
 Tensor exp(const Tensor& x, Loc loc) { return apply(Op::exp, {&x}, {}, loc); }
 Tensor log(const Tensor& x, Loc loc) { return apply(Op::log, {&x}, {}, loc); }
+Tensor tanh(const Tensor& x, Loc loc) { return apply(Op::tanh, {&x}, {}, loc); }
+Tensor sigmoid(const Tensor& x, Loc loc) { return apply(Op::sigmoid, {&x}, {}, loc); }
+Tensor sqrt(const Tensor& x, Loc loc) { return apply(Op::sqrt, {&x}, {}, loc); }
+Tensor rsqrt(const Tensor& x, Loc loc) { return apply(Op::rsqrt, {&x}, {}, loc); }
+Tensor erf(const Tensor& x, Loc loc) { return apply(Op::erf, {&x}, {}, loc); }
+Tensor pow(const Tensor& a, double e, Loc loc) { return pow(a, scalar_like(a, e, loc), loc); }
+
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, Loc loc) {
+  impl_of(x, "slice", loc);
+  if (start == 0 && axis >= -x.dim() && axis < x.dim() && end == x.size(axis)) return x;
+  return apply(Op::slice, {&x}, Attrs{{"axis", axis}, {"end", end}, {"start", start}}, loc);
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  if (xs.size() == 1) return xs[0];
+  if (capture::Tracer* tr = capture::Tracer::current()) {
+    std::vector<ir::ValueId> ids;
+    for (const Tensor& x : xs) ids.push_back(tr->value_of(x, sl(loc)));
+    return tr->wrap(tr->builder().add(Op::concat, ids, Attrs{{"axis", axis}}, sl(loc)));
+  }
+  std::vector<ir::Type> types;
+  std::vector<const void*> ptrs;
+  for (const Tensor& x : xs) {
+    types.push_back(concrete(x, "concat", loc).type);
+    ptrs.push_back(x.impl()->storage->data);
+  }
+  Attrs attrs{{"axis", axis}};
+  ir::Type out = ir::infer_type(Op::concat, types, attrs, sl(loc));
+  auto impl = detail::make_concrete(out);
+  exec::run_reference(Op::concat, attrs, types, ptrs.data(), out, impl->storage->data, sl(loc));
+  return Tensor(std::move(impl));
+}
+
+Tensor gather(const Tensor& table, const Tensor& indices, Loc loc) {
+  return apply(Op::gather, {&table, &indices}, {}, loc);
+}
+
+Tensor iota(const Shape& shape, int64_t axis, DType dtype, Loc loc) {
+  const int64_t r = int64_t(shape.size());
+  if (axis < -r || axis >= r)
+    throw Error(fmt::format("iota: axis {} is out of range for shape {}{}", axis, shape_str(shape),
+                            at(sl(loc))));
+  if (axis < 0) axis += r;
+  ir::Type t{dtype, shape};
+  if (capture::Tracer* tr = capture::Tracer::current()) {
+    SourceLoc saved = tr->builder().loc;
+    tr->builder().loc = sl(loc);
+    Tensor out = tr->wrap(tr->builder().iota(t, axis));
+    tr->builder().loc = saved;
+    return out;
+  }
+  auto impl = detail::make_concrete(t);
+  exec::run_reference(Op::iota, Attrs{{"axis", axis}}, {}, nullptr, t, impl->storage->data);
+  return Tensor(std::move(impl));
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
+  return apply(Op::conv2d, {&x, &w},
+               Attrs{{"dilation", o.dilation},
+                     {"groups", o.groups},
+                     {"padding", o.padding},
+                     {"stride", o.stride}},
+               loc);
+}
+
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, Loc loc) {
+  if (stride.empty()) stride = kernel;
+  return apply(Op::max_pool2d, {&x}, Attrs{{"kernel", kernel}, {"padding", padding}, {"stride", stride}},
+               loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, bool count_include_pad, Loc loc) {
+  if (stride.empty()) stride = kernel;
+  return apply(Op::avg_pool2d, {&x},
+               Attrs{{"count_include_pad", int64_t(count_include_pad)},
+                     {"kernel", kernel},
+                     {"padding", padding},
+                     {"stride", stride}},
+               loc);
+}
+
+Tensor rand_stream(const Shape& shape, DType dtype, Loc loc) {
+  const ir::Type t{dtype, shape};
+  if (!is_floating(dtype))
+    throw Error(fmt::format("rand_stream: dtype must be floating-point, got {}{}",
+                            dtype_name(dtype), at(sl(loc))));
+  const Attrs attrs{{"dtype", std::string(dtype_name(dtype))}, {"shape", shape}};
+  if (capture::Tracer* tr = capture::Tracer::current()) {
+    auto [seed, offset] = tr->take_random(t.numel(), sl(loc));
+    return tr->wrap(tr->builder().add(Op::random_uniform, {seed, offset}, attrs, sl(loc)));
+  }
+  detail::RngState& st = detail::rng_state();
+  Tensor out = apply(Op::random_uniform, {&st.seed, &st.offset}, attrs, loc);
+  *st.offset.data<int64_t>() += t.numel();
+  return out;
+}
 
 Tensor relu(const Tensor& x, Loc loc) {
   Tensor zero = scalar_like(x, 0, loc);
@@ -279,7 +383,12 @@ Tensor operator*(Arg a, double b) { return mul(a.t, scalar_like(a.t, b, a.loc), 
 Tensor operator/(Arg a, double b) { return div(a.t, scalar_like(a.t, b, a.loc), a.loc); }
 Tensor operator*(double a, Arg b) { return mul(scalar_like(b.t, a, b.loc), b.t, b.loc); }
 
-void manual_seed(uint64_t seed) { generator().seed(seed); }
+void manual_seed(uint64_t seed) {
+  generator().seed(seed);
+  detail::RngState& st = detail::rng_state();
+  *st.seed.data<int64_t>() = int64_t(seed);
+  *st.offset.data<int64_t>() = 0;
+}
 
 Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype) {
   std::vector<double> v(size_t(numel(shape)));

@@ -38,4 +38,12 @@ inline std::shared_ptr<TensorImpl> make_concrete(const ir::Type& t) {
   return impl;
 }
 
+// The counter-based random stream: a 0-d i64 seed and offset (numbers
+// consumed so far). One per process, like PyTorch's default generator; their
+// storage never moves, so compiled steps bind it as persistent state.
+struct RngState {
+  Tensor seed, offset;
+};
+RngState& rng_state();
+
 }  // namespace ws::detail

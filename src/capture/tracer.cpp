@@ -20,12 +20,74 @@ Storage::~Storage() { std::free(data); }
 
 }  // namespace ws::detail
 
+namespace ws::detail {
+
+RngState& rng_state() {
+  static RngState st{Tensor::scalar(0, DType::i64), Tensor::scalar(0, DType::i64)};
+  return st;
+}
+
+}  // namespace ws::detail
+
 namespace ws::capture {
 namespace {
 thread_local Tracer* g_current = nullptr;
 }
 
 Tracer* Tracer::current() { return g_current; }
+
+void Tracer::assign(const Tensor& dst, const Tensor& src, const SourceLoc& loc) {
+  auto it = lifted_.find(dst.impl()->storage.get());
+  if (it == lifted_.end())
+    throw Error(
+        "copy_(): while tracing, only a registered buffer of the model can be assigned "
+        "(the target is a tensor the compiled step does not own)" +
+        at(loc));
+  const ir::ValueId in = it->second;
+  if (graph().input_role(in) != ir::InputRole::buffer && graph().input_role(in) != ir::InputRole::rng)
+    throw Error(fmt::format("copy_(): '{}' is a {}, not a buffer; only buffers are assigned in "
+                            "a traced function (parameters change through the optimizer){}",
+                            graph().input_name(in), ir::role_name(graph().input_role(in)),
+                            at(loc)));
+  ir::ValueId v = value_of(src, loc);
+  if (graph().type(v) != graph().type(in))
+    throw Error(fmt::format("copy_(): destination {} and source {} differ{}",
+                            graph().type(in).str(), graph().type(v).str(), at(loc)));
+  for (auto& [input, value] : assigned_)
+    if (input == in) {
+      value = v;
+      return;
+    }
+  assigned_.emplace_back(in, v);
+}
+
+std::pair<ir::ValueId, ir::ValueId> Tracer::take_random(int64_t count, const SourceLoc& loc) {
+  detail::RngState& st = detail::rng_state();
+  if (rng_seed_ == ir::kNoValue) {
+    rng_seed_ = lift(st.seed, ir::InputRole::rng, "rng.seed");
+    rng_offset_ = lift(st.offset, ir::InputRole::rng, "rng.offset");
+  }
+  SourceLoc saved = builder_.loc;
+  builder_.loc = loc;
+  ir::ValueId off = rng_taken_ == 0
+                        ? rng_offset_
+                        : builder_.binary(ir::Op::add, rng_offset_,
+                                          builder_.scalar(double(rng_taken_), DType::i64));
+  builder_.loc = saved;
+  rng_taken_ += count;
+  return {rng_seed_, off};
+}
+
+void Tracer::finish_mutations() {
+  if (rng_taken_ > 0)
+    assigned_.emplace_back(rng_offset_,
+                           builder_.binary(ir::Op::add, rng_offset_,
+                                           builder_.scalar(double(rng_taken_), DType::i64)));
+  for (auto& [input, value] : assigned_)
+    graph().outputs.push_back(
+        ir::Output{ir::OutputRole::update, value, input, graph().input_name(input)});
+  assigned_.clear();
+}
 
 TraceScope::TraceScope(Tracer& t) : prev_(g_current) { g_current = &t; }
 TraceScope::~TraceScope() { g_current = prev_; }
@@ -60,7 +122,11 @@ ir::ValueId Tracer::value_of(const Tensor& t, const SourceLoc& loc) {
                   "; traced tensors exist only inside the function being compiled");
     return impl->value;
   }
-  if (auto it = lifted_.find(impl->storage.get()); it != lifted_.end()) return it->second;
+  if (auto it = lifted_.find(impl->storage.get()); it != lifted_.end()) {
+    for (auto& [input, value] : assigned_)
+      if (input == it->second) return value;
+    return it->second;
+  }
   // A tensor made outside the traced function and not registered with the
   // model or optimizer: its current value is baked in as a constant.
   std::vector<double> values = t.to_vector();

@@ -33,9 +33,26 @@ class Tracer {
   // A traced tensor for value `v`.
   Tensor wrap(ir::ValueId v);
 
+  // Records `dst.copy_(src)` where dst is a lifted buffer: later reads of dst
+  // in this trace see `src`, and the buffer's final value becomes an output
+  // aliased to its input.
+  void assign(const Tensor& dst, const Tensor& src, const SourceLoc& loc);
+  // The seed and the offset of the next `count` numbers of the random
+  // stream, as graph values; the first use lifts the stream's state as `rng`
+  // inputs.
+  std::pair<ir::ValueId, ir::ValueId> take_random(int64_t count, const SourceLoc& loc);
+  // Appends the outputs for assigned buffers and the advanced random offset
+  // (role update, aliased to their inputs). Call once, when tracing ends.
+  void finish_mutations();
+
+
  private:
   ir::Builder builder_;
   std::unordered_map<const detail::Storage*, ir::ValueId> lifted_;
+  // Latest value of each assigned input, in first-assignment order.
+  std::vector<std::pair<ir::ValueId, ir::ValueId>> assigned_;
+  ir::ValueId rng_seed_ = ir::kNoValue, rng_offset_ = ir::kNoValue;
+  int64_t rng_taken_ = 0;
 };
 
 // Activates a tracer on this thread for its lifetime.

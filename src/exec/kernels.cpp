@@ -7,6 +7,8 @@
 #include <limits>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "exec/reference.hpp"
 
 extern "C" void openblas_set_num_threads(int);
@@ -22,7 +24,7 @@ T* at(void* const* s, int32_t i) {
 }
 
 void k_reference(const Kernel& k, void* const* s) {
-  const void* in[4];
+  const void* in[kMaxOperands];
   for (size_t i = 0; i < k.in.size(); ++i) in[i] = s[k.in[i]];
   run_reference(k.op, k.attrs, k.in_types, in, k.out_type, s[k.out], k.loc);
 }
@@ -45,6 +47,11 @@ void k_unary(const Kernel& k, void* const* s) {
     if constexpr (op == Op::neg) y[i] = -x[i];
     if constexpr (op == Op::exp) y[i] = std::exp(x[i]);
     if constexpr (op == Op::log) y[i] = std::log(x[i]);
+    if constexpr (op == Op::tanh) y[i] = std::tanh(x[i]);
+    if constexpr (op == Op::sigmoid) y[i] = T(1) / (T(1) + std::exp(-x[i]));
+    if constexpr (op == Op::sqrt) y[i] = std::sqrt(x[i]);
+    if constexpr (op == Op::rsqrt) y[i] = T(1) / std::sqrt(x[i]);
+    if constexpr (op == Op::erf) y[i] = std::erf(x[i]);
   }
 }
 
@@ -54,6 +61,7 @@ inline auto binop(T a, T b) {
   if constexpr (op == Op::sub) return T(a - b);
   if constexpr (op == Op::mul) return T(a * b);
   if constexpr (op == Op::div) return T(a / b);
+  if constexpr (op == Op::pow) return T(std::pow(a, b));
   if constexpr (op == Op::maximum)
     return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
   if constexpr (op == Op::eq) return uint8_t(a == b);
@@ -94,21 +102,24 @@ void k_select(const Kernel& k, void* const* s) {
   for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
 }
 
-// p = {m, n, k, transpose_a, transpose_b}
-void k_sgemm(const Kernel& k, void* const* s) {
-  const int64_t m = k.p[0], n = k.p[1], kk = k.p[2];
+// p = {m, n, k, transpose_a, transpose_b, batch}: `batch` products of
+// contiguous matrices.
+template <class T>
+void k_gemm(const Kernel& k, void* const* s) {
+  const int64_t m = k.p[0], n = k.p[1], kk = k.p[2], batch = k.p[5];
   const bool ta = k.p[3], tb = k.p[4];
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(kk), 1.0f, at<float>(s, k.in[0]), ta ? int(m) : int(kk),
-              at<float>(s, k.in[1]), tb ? int(kk) : int(n), 0.0f, at<float>(s, k.out), int(n));
-}
-
-void k_dgemm(const Kernel& k, void* const* s) {
-  const int64_t m = k.p[0], n = k.p[1], kk = k.p[2];
-  const bool ta = k.p[3], tb = k.p[4];
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(kk), 1.0, at<double>(s, k.in[0]), ta ? int(m) : int(kk),
-              at<double>(s, k.in[1]), tb ? int(kk) : int(n), 0.0, at<double>(s, k.out), int(n));
+  const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
+  T* c = at<T>(s, k.out);
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  const int lda = ta ? int(m) : int(kk), ldb = tb ? int(kk) : int(n);
+  for (int64_t i = 0; i < batch; ++i, a += m * kk, b += kk * n, c += m * n) {
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(kk), 1.0f, a, lda, b, ldb, 0.0f, c,
+                  int(n));
+    else
+      cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(kk), 1.0, a, lda, b, ldb, 0.0, c,
+                  int(n));
+  }
 }
 
 // Broadcast of a vector along leading rows: [n] -> [rows, n]. p = {rows, n}
@@ -169,6 +180,7 @@ KernelFn binary_fn(Op op) {
     case Op::sub: return k_binary<T, Op::sub>;
     case Op::mul: return k_binary<T, Op::mul>;
     case Op::div: return k_binary<T, Op::div>;
+    case Op::pow: return k_binary<T, Op::pow>;
     case Op::maximum: return k_binary<T, Op::maximum>;
     case Op::eq: return k_binary<T, Op::eq>;
     case Op::ne: return k_binary<T, Op::ne>;
@@ -186,6 +198,11 @@ KernelFn unary_fn(Op op) {
     case Op::neg: return k_unary<T, Op::neg>;
     case Op::exp: return k_unary<T, Op::exp>;
     case Op::log: return k_unary<T, Op::log>;
+    case Op::tanh: return k_unary<T, Op::tanh>;
+    case Op::sigmoid: return k_unary<T, Op::sigmoid>;
+    case Op::sqrt: return k_unary<T, Op::sqrt>;
+    case Op::rsqrt: return k_unary<T, Op::rsqrt>;
+    case Op::erf: return k_unary<T, Op::erf>;
     default: return nullptr;
   }
 }
@@ -218,11 +235,11 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
       return true;
     case Op::matmul:
       if constexpr (std::is_floating_point_v<T>) {
-        const Shape &as = k.in_types[0].shape, &bs = k.in_types[1].shape;
-        const bool ta = k.attrs.i_or("transpose_a", 0), tb = k.attrs.i_or("transpose_b", 0);
-        k.p = {ta ? as[1] : as[0], tb ? bs[0] : bs[1], ta ? as[0] : as[1], ta, tb};
-        k.fn = std::is_same_v<T, float> ? k_sgemm : k_dgemm;
-        k.name = std::is_same_v<T, float> ? "sgemm" : "dgemm";
+        const MatmulDims d = matmul_dims(k.in_types[0].shape, k.in_types[1].shape, k.attrs);
+        k.p = {d.m, d.n, d.k, d.ta, d.tb, d.batch};
+        k.fn = k_gemm<T>;
+        k.name = d.batch > 1 ? (std::is_same_v<T, float> ? "sgemm_batched" : "dgemm_batched")
+                             : (std::is_same_v<T, float> ? "sgemm" : "dgemm");
         return true;
       }
       return false;
@@ -283,6 +300,9 @@ bool takes_scalar_operands(Op op, DType dt) {
 }
 
 void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
+  if (k.in.size() > kMaxOperands)
+    throw Error(fmt::format("{}: {} operands; a kernel reads at most {}{}", ir::op_name(k.op),
+                            k.in.size(), kMaxOperands, at(k.loc)));
   if (k.op == Op::reshape) {
     k.p[0] = int64_t(k.out_type.bytes());
     k.fn = k_copy;

@@ -23,6 +23,9 @@ struct Slot {
   int64_t bytes = 0;
 };
 
+// Operands a kernel may read (concat is the only variadic op).
+constexpr size_t kMaxOperands = 16;
+
 struct Kernel;
 using KernelFn = void (*)(const Kernel& k, void* const* slots);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -23,6 +24,14 @@ void dispatch(DType dt, F&& f) {
   }
 }
 
+// Calls f(T{}) with the C++ type of floating-point `dt`.
+template <class F>
+void dispatch_float(DType dt, F&& f) {
+  WS_CHECK(is_floating(dt)) << "a floating-point kernel called on " << dtype_name(dt);
+  if (dt == DType::f32) return f(float{});
+  return f(double{});
+}
+
 template <class T>
 void unary(Op op, const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -30,6 +39,11 @@ void unary(Op op, const T* x, T* y, int64_t n) {
       case Op::neg: y[i] = T(-x[i]); break;
       case Op::exp: y[i] = T(std::exp(double(x[i]))); break;
       case Op::log: y[i] = T(std::log(double(x[i]))); break;
+      case Op::tanh: y[i] = T(std::tanh(double(x[i]))); break;
+      case Op::sigmoid: y[i] = T(1.0 / (1.0 + std::exp(-double(x[i])))); break;
+      case Op::sqrt: y[i] = T(std::sqrt(double(x[i]))); break;
+      case Op::rsqrt: y[i] = T(1.0 / std::sqrt(double(x[i]))); break;
+      case Op::erf: y[i] = T(std::erf(double(x[i]))); break;
       default: WS_CHECK(false) << "not unary: " << ir::op_name(op);
     }
   }
@@ -46,6 +60,7 @@ T binary_one(Op op, T a, T b) {
         if (b == 0) throw Error("div: integer division by zero");
       }
       return T(a / b);
+    case Op::pow: return T(std::pow(double(a), double(b)));
     case Op::maximum:
       if constexpr (std::is_floating_point_v<T>)
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
@@ -67,9 +82,9 @@ uint8_t compare_one(Op op, T a, T b) {
   }
 }
 
+// One [m, k] x [k, n] product; either operand may be stored transposed.
 template <class T>
-void matmul(const T* a, const T* b, T* c, const Shape& as, const Shape& bs, bool ta, bool tb) {
-  const int64_t m = ta ? as[1] : as[0], k = ta ? as[0] : as[1], n = tb ? bs[0] : bs[1];
+void matmul(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
   // a(i,p) and b(p,j) with either operand stored transposed.
   auto A = [&](int64_t i, int64_t p) { return ta ? a[p * m + i] : a[i * k + p]; };
   auto B = [&](int64_t p, int64_t j) { return tb ? b[j * k + p] : b[p * n + j]; };
@@ -117,6 +132,58 @@ std::vector<int64_t> reduce_result_strides(const Shape& in, const std::vector<in
   return s;
 }
 
+std::pair<int64_t, int64_t> pair_of(const ir::Attrs& a, const std::string& name, int64_t dflt) {
+  if (!a.has(name)) return {dflt, dflt};
+  const std::vector<int64_t>& v = a.ints(name);
+  return {v[0], v.back()};
+}
+
+Conv2dGeom conv2d_geom(const Shape& x, const Shape& w, const ir::Attrs& attrs) {
+  Conv2dGeom g;
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.o = w[0], g.kh = w[2], g.kw = w[3];
+  std::tie(g.sh, g.sw) = pair_of(attrs, "stride", 1);
+  std::tie(g.ph, g.pw) = pair_of(attrs, "padding", 0);
+  std::tie(g.dh, g.dw) = pair_of(attrs, "dilation", 1);
+  g.groups = attrs.i_or("groups", 1);
+  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  return g;
+}
+
+Pool2dGeom pool2d_geom(const Shape& x, const ir::Attrs& attrs) {
+  Pool2dGeom g;
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  std::tie(g.kh, g.kw) = pair_of(attrs, "kernel", 1);
+  g.sh = g.kh, g.sw = g.kw;
+  if (attrs.has("stride")) std::tie(g.sh, g.sw) = pair_of(attrs, "stride", 1);
+  std::tie(g.ph, g.pw) = pair_of(attrs, "padding", 0);
+  g.count_include_pad = attrs.i_or("count_include_pad", 1);
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+MatmulDims matmul_dims(const Shape& a, const Shape& b, const ir::Attrs& attrs) {
+  const size_t r = a.size();
+  MatmulDims d;
+  d.ta = attrs.i_or("transpose_a", 0), d.tb = attrs.i_or("transpose_b", 0);
+  d.batch = numel(Shape(a.begin(), a.end() - 2));
+  d.m = a[r - 2 + d.ta], d.k = a[r - 1 - d.ta], d.n = b[r - 1 - d.tb];
+  return d;
+}
+
+SliceDims slice_dims(const Shape& x, const ir::Attrs& attrs) {
+  const int64_t axis = attrs.i("axis") < 0 ? attrs.i("axis") + int64_t(x.size()) : attrs.i("axis");
+  const int64_t inner = numel(Shape(x.begin() + axis + 1, x.end()));
+  SliceDims d;
+  d.outer = numel(Shape(x.begin(), x.begin() + axis));
+  d.in_row = x[size_t(axis)] * inner;
+  d.out_row = (attrs.i("end") - attrs.i("start")) * inner;
+  d.start = attrs.i("start") * inner;
+  return d;
+}
+
 void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
                    const void* const* in, const ir::Type& out_type, void* out,
                    const SourceLoc& loc) {
@@ -137,6 +204,11 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::neg:
     case Op::exp:
     case Op::log:
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::sqrt:
+    case Op::rsqrt:
+    case Op::erf:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         unary(op, static_cast<const T*>(in[0]), static_cast<T*>(out), n);
@@ -145,6 +217,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::sub:
     case Op::mul:
     case Op::div:
+    case Op::pow:
     case Op::maximum:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
@@ -186,9 +259,12 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       WS_CHECK(is_floating(out_type.dtype)) << "matmul on " << out_type.str();
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
-        matmul(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<T*>(out),
-               in_types[0].shape, in_types[1].shape, attrs.i_or("transpose_a", 0),
-               attrs.i_or("transpose_b", 0));
+        const MatmulDims d = matmul_dims(in_types[0].shape, in_types[1].shape, attrs);
+        const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
+        T* c = static_cast<T*>(out);
+        for (int64_t i = 0; i < d.batch; ++i)
+          matmul(a + i * d.m * d.k, b + i * d.k * d.n, c + i * d.m * d.n, d.m, d.k, d.n, d.ta,
+                 d.tb);
       });
     case Op::reduce_sum:
     case Op::reduce_max:
@@ -225,6 +301,88 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         strided_walk(out_type.shape, strides, [&](int64_t i, int64_t o) { y[i] = x[o]; });
       });
     case Op::reshape: std::memcpy(out, in[0], out_type.bytes()); return;
+    case Op::iota:
+      return dispatch(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const int64_t axis = attrs.i("axis"), size = out_type.shape[size_t(axis)];
+        const int64_t inner = numel(Shape(out_type.shape.begin() + axis + 1, out_type.shape.end()));
+        T* y = static_cast<T*>(out);
+        for (int64_t i = 0; i < n; ++i) y[i] = T((i / inner) % size);
+      });
+    case Op::slice: {
+      const size_t es = dtype_size(out_type.dtype);
+      const SliceDims d = slice_dims(in_types[0].shape, attrs);
+      for (int64_t o = 0; o < d.outer; ++o)
+        std::memcpy(static_cast<char*>(out) + size_t(o * d.out_row) * es,
+                    static_cast<const char*>(in[0]) + size_t(o * d.in_row + d.start) * es,
+                    size_t(d.out_row) * es);
+      return;
+    }
+    case Op::concat: {
+      const size_t es = dtype_size(out_type.dtype);
+      const int64_t axis = attrs.i("axis") < 0 ? attrs.i("axis") + out_type.rank() : attrs.i("axis");
+      const int64_t outer = numel(Shape(out_type.shape.begin(), out_type.shape.begin() + axis));
+      const int64_t out_row = n / std::max<int64_t>(outer, 1);
+      int64_t col = 0;
+      for (size_t a = 0; a < in_types.size(); ++a) {
+        const int64_t row = in_types[a].numel() / std::max<int64_t>(outer, 1);
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(static_cast<char*>(out) + size_t(o * out_row + col) * es,
+                      static_cast<const char*>(in[a]) + size_t(o * row) * es, size_t(row) * es);
+        col += row;
+      }
+      return;
+    }
+    case Op::gather:
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const Shape& ts = in_types[0].shape;
+        const int64_t width = numel(Shape(ts.begin() + 1, ts.end()));
+        gather_rows(static_cast<const T*>(in[0]), ts[0], width, static_cast<const int64_t*>(in[1]),
+                    in_types[1].numel(), static_cast<T*>(out), loc);
+      });
+    case Op::scatter_add:
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const int64_t rows = out_type.shape[0], width = rows == 0 ? 0 : n / rows;
+        scatter_add_rows(static_cast<const T*>(in[1]), width, static_cast<const int64_t*>(in[0]),
+                         in_types[0].numel(), rows, static_cast<T*>(out), loc);
+      });
+    case Op::random_uniform:
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        philox_uniform(uint64_t(*static_cast<const int64_t*>(in[0])),
+                       uint64_t(*static_cast<const int64_t*>(in[1])), static_cast<T*>(out), n);
+      });
+    case Op::conv2d:
+    case Op::conv2d_input_grad:
+    case Op::conv2d_weight_grad:
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
+        T* y = static_cast<T*>(out);
+        if (op == Op::conv2d)
+          conv2d_ref(conv2d_geom(in_types[0].shape, in_types[1].shape, attrs), a, b, y);
+        else if (op == Op::conv2d_input_grad)
+          conv2d_input_grad_ref(conv2d_geom(out_type.shape, in_types[1].shape, attrs), a, b, y);
+        else
+          conv2d_weight_grad_ref(conv2d_geom(in_types[0].shape, out_type.shape, attrs), a, b, y);
+      });
+    case Op::max_pool2d:
+    case Op::avg_pool2d:
+    case Op::max_pool2d_grad:
+    case Op::avg_pool2d_grad:
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const T* a = static_cast<const T*>(in[0]);
+        T* y = static_cast<T*>(out);
+        const bool grad = op == Op::max_pool2d_grad || op == Op::avg_pool2d_grad;
+        const Pool2dGeom g = pool2d_geom(grad ? out_type.shape : in_types[0].shape, attrs);
+        if (op == Op::max_pool2d) max_pool2d_ref(g, a, y);
+        if (op == Op::avg_pool2d) avg_pool2d_ref(g, a, y);
+        if (op == Op::max_pool2d_grad) max_pool2d_grad_ref(g, a, static_cast<const T*>(in[1]), y);
+        if (op == Op::avg_pool2d_grad) avg_pool2d_grad_ref(g, a, y);
+      });
     case Op::one_hot:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);

@@ -5,6 +5,7 @@
 
 #include <span>
 
+#include "exec/nn_kernels.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::exec {
@@ -49,5 +50,21 @@ std::vector<int64_t> transpose_source_strides(const Shape& in, const std::vector
 // For a reduction: strides into the result for walking the operand (0 on
 // reduced axes).
 std::vector<int64_t> reduce_result_strides(const Shape& in, const std::vector<int64_t>& axes);
+
+// Sizes of ops, from operand shapes and attributes (already validated by
+// shape inference).
+Conv2dGeom conv2d_geom(const Shape& x, const Shape& w, const ir::Attrs& attrs);
+Pool2dGeom pool2d_geom(const Shape& x, const ir::Attrs& attrs);
+struct MatmulDims {
+  int64_t batch = 1, m = 0, k = 0, n = 0;
+  bool ta = false, tb = false;
+};
+MatmulDims matmul_dims(const Shape& a, const Shape& b, const ir::Attrs& attrs);
+// A slice as `outer` rows: copy out_row elements from in_row-sized rows at
+// `start` (all in elements).
+struct SliceDims {
+  int64_t outer = 1, in_row = 0, out_row = 0, start = 0;
+};
+SliceDims slice_dims(const Shape& x, const ir::Attrs& attrs);
 
 }  // namespace ws::exec

@@ -42,6 +42,11 @@ ValueId Builder::constant(std::vector<double> values, const Type& t) {
   return append(Node{Op::constant, {}, Attrs{{"value", std::move(values)}}, t, loc});
 }
 
+ValueId Builder::iota(const Type& t, int64_t axis) {
+  WS_CHECK(axis >= 0 && axis < t.rank()) << "iota axis " << axis << " for " << t.str();
+  return append(Node{Op::iota, {}, Attrs{{"axis", axis}}, t, loc});
+}
+
 ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
   const Shape& s = type(x).shape;
   if (s == shape) return x;

@@ -29,6 +29,8 @@ class Builder {
   // A 0-d tensor.
   ValueId scalar(double value, DType dt = DType::f32) { return full(value, Type{dt, {}}); }
   ValueId constant(std::vector<double> values, const Type& t);
+  // A tensor of type `t` whose elements are their index along `axis`.
+  ValueId iota(const Type& t, int64_t axis);
 
   // Numpy-style broadcast of `x` to `shape` (trailing dimensions aligned).
   ValueId broadcast_to(ValueId x, const Shape& shape);

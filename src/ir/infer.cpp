@@ -46,6 +46,86 @@ int64_t norm_axis(Op op, int64_t axis, int64_t rank, const Type& t, const Source
   return a;
 }
 
+void check_floating(Op op, const Type& t, const SourceLoc& loc) {
+  if (!is_floating(t.dtype)) fail(op, "needs a floating-point operand, got " + t.str(), loc);
+}
+
+// A pair attribute (stride, padding, ...): two non-negative entries, or one
+// used for both dims.
+std::pair<int64_t, int64_t> pair_attr(Op op, const Attrs& a, const std::string& name,
+                                      int64_t dflt, int64_t min, const SourceLoc& loc) {
+  if (!a.has(name)) return {dflt, dflt};
+  const std::vector<int64_t>& v = a.ints(name);
+  if ((v.size() != 1 && v.size() != 2) || v[0] < min || v.back() < min)
+    fail(op, fmt::format("{} must be one or two integers >= {}, got {}", name, min, shape_str(v)),
+         loc);
+  return {v[0], v.back()};
+}
+
+// Output size of a window sliding over `in` (padded by `pad` each side).
+int64_t window_out(Op op, int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil,
+                   const std::string& what, const SourceLoc& loc) {
+  const int64_t span = dil * (k - 1) + 1;
+  if (in + 2 * pad < span)
+    fail(op,
+         fmt::format("the {} window ({} with dilation {}) is larger than the padded input "
+                     "({} + 2*{})",
+                     what, k, dil, in, pad),
+         loc);
+  return (in + 2 * pad - span) / stride + 1;
+}
+
+void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& loc) {
+  if (x.rank() != 4)
+    fail(op, fmt::format("{} must be 4-d [N, C, H, W], got {}", what, x.str()), loc);
+  check_floating(op, x, loc);
+}
+
+Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const SourceLoc& loc) {
+  check_nchw(op, x, "the input", loc);
+  if (w.rank() != 4)
+    fail(op, fmt::format("the weight must be 4-d [O, C/groups, KH, KW], got {}", w.str()), loc);
+  if (w.dtype != x.dtype) fail(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
+  const int64_t groups = attrs.i_or("groups", 1);
+  if (groups < 1 || x.shape[1] % groups != 0 || w.shape[0] % groups != 0)
+    fail(op,
+         fmt::format("groups {} must divide the input channels {} and output channels {}", groups,
+                     x.shape[1], w.shape[0]),
+         loc);
+  if (w.shape[1] * groups != x.shape[1])
+    fail(op,
+         fmt::format("the input {} has {} channels, but the weight {} expects {} ({} per group "
+                     "x {} groups)",
+                     x.str(), x.shape[1], w.str(), w.shape[1] * groups, w.shape[1], groups),
+         loc);
+  auto [sh, sw] = pair_attr(op, attrs, "stride", 1, 1, loc);
+  auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
+  auto [dh, dw] = pair_attr(op, attrs, "dilation", 1, 1, loc);
+  return Type{x.dtype,
+              {x.shape[0], w.shape[0],
+               window_out(op, x.shape[2], w.shape[2], sh, ph, dh, "kernel", loc),
+               window_out(op, x.shape[3], w.shape[3], sw, pw, dw, "kernel", loc)}};
+}
+
+Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc) {
+  check_nchw(op, x, "the input", loc);
+  auto [kh, kw] = pair_attr(op, attrs, "kernel", 1, 1, loc);
+  auto [sh, sw] = pair_attr(op, attrs, "stride", kh, 1, loc);
+  if (!attrs.has("stride")) sw = kw;
+  auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
+  if (2 * ph > kh || 2 * pw > kw)
+    fail(op, fmt::format("padding ({}, {}) must be at most half the kernel ({}, {})", ph, pw, kh, kw),
+         loc);
+  return Type{x.dtype,
+              {x.shape[0], x.shape[1], window_out(op, x.shape[2], kh, sh, ph, 1, "pooling", loc),
+               window_out(op, x.shape[3], kw, sw, pw, 1, "pooling", loc)}};
+}
+
+// The type named by a shape attribute, with the dtype of `like`.
+Type shaped_like(const Type& like, const Attrs& a, const std::string& name) {
+  return Type{like.dtype, a.ints(name)};
+}
+
 }  // namespace
 
 Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const SourceLoc& loc) {
@@ -56,6 +136,7 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::input:
     case Op::full:
     case Op::constant:
+    case Op::iota:
       WS_CHECK(false) << op_name(op) << " carries its type; it is not inferred";
       break;
 
@@ -73,8 +154,14 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       return args[0];
     case Op::exp:
     case Op::log:
-      if (!is_floating(args[0].dtype))
-        fail(op, "needs a floating-point operand, got " + args[0].str(), loc);
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::sqrt:
+    case Op::rsqrt:
+    case Op::erf: check_floating(op, args[0], loc); return args[0];
+    case Op::pow:
+      check_same(op, args, loc);
+      check_floating(op, args[0], loc);
       return args[0];
     case Op::eq:
     case Op::ne:
@@ -94,19 +181,29 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::convert: return Type{parse_dtype_attr(op, attrs, loc), args[0].shape};
 
     case Op::matmul: {
+      // [..., m, k] x [..., k, n]: leading (batch) dims must be equal.
       const Type &a = args[0], &b = args[1];
-      if (a.rank() != 2 || b.rank() != 2)
-        fail(op, fmt::format("operands must be 2-d matrices, got {}", types_str(args)), loc);
+      if (a.rank() < 2 || b.rank() != a.rank() ||
+          !std::equal(a.shape.begin(), a.shape.end() - 2, b.shape.begin()))
+        fail(op,
+             fmt::format("operands must be matrices with equal leading (batch) dims, got {}",
+                         types_str(args)),
+             loc);
       if (a.dtype != b.dtype) fail(op, "operand dtypes differ: " + types_str(args), loc);
+      check_floating(op, a, loc);
+      const size_t r = size_t(a.rank());
       bool ta = attrs.i_or("transpose_a", 0), tb = attrs.i_or("transpose_b", 0);
-      int64_t m = ta ? a.shape[1] : a.shape[0], ka = ta ? a.shape[0] : a.shape[1];
-      int64_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
+      int64_t m = a.shape[r - 2 + ta], ka = a.shape[r - 1 - ta];
+      int64_t kb = b.shape[r - 2 + tb], n = b.shape[r - 1 - tb];
       if (ka != kb)
         fail(op,
              fmt::format("cannot multiply {}{} by {}{}: contraction sizes {} and {} differ",
                          a.str(), ta ? "ᵀ" : "", b.str(), tb ? "ᵀ" : "", ka, kb),
              loc);
-      return Type{a.dtype, {m, n}};
+      Shape out(a.shape.begin(), a.shape.end() - 2);
+      out.push_back(m);
+      out.push_back(n);
+      return Type{a.dtype, out};
     }
 
     case Op::reduce_sum:
@@ -165,6 +262,97 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       Shape out;
       for (int64_t p : perm) out.push_back(x.shape[size_t(p)]);
       return Type{x.dtype, out};
+    }
+
+    case Op::slice: {
+      const Type& x = args[0];
+      const int64_t ax = norm_axis(op, attrs.i("axis"), x.rank(), x, loc);
+      const int64_t start = attrs.i("start"), end = attrs.i("end");
+      if (start < 0 || end < start || end > x.shape[size_t(ax)])
+        fail(op,
+             fmt::format("range [{}, {}) is not within axis {} of {} (size {})", start, end, ax,
+                         x.str(), x.shape[size_t(ax)]),
+             loc);
+      Type t = x;
+      t.shape[size_t(ax)] = end - start;
+      return t;
+    }
+    case Op::concat: {
+      if (args.empty()) fail(op, "needs at least one operand", loc);
+      const Type& x = args[0];
+      const int64_t ax = norm_axis(op, attrs.i("axis"), x.rank(), x, loc);
+      Type t = x;
+      t.shape[size_t(ax)] = 0;
+      for (const Type& a : args) {
+        Shape s1 = a.shape, s0 = x.shape;
+        bool ok = a.dtype == x.dtype && a.rank() == x.rank();
+        if (ok) s1[size_t(ax)] = s0[size_t(ax)] = 0;
+        if (!ok || s1 != s0)
+          fail(op,
+               fmt::format("operands must match except along axis {}: {}", ax, types_str(args)),
+               loc);
+        t.shape[size_t(ax)] += a.shape[size_t(ax)];
+      }
+      return t;
+    }
+
+    case Op::conv2d: return conv2d_type(op, args[0], args[1], attrs, loc);
+    case Op::conv2d_input_grad: {
+      Type x = shaped_like(args[0], attrs, "input_shape");
+      if (conv2d_type(op, x, args[1], attrs, loc) != args[0])
+        fail(op, "the output gradient " + args[0].str() + " does not match the convolution", loc);
+      return x;
+    }
+    case Op::conv2d_weight_grad: {
+      Type w = shaped_like(args[0], attrs, "weight_shape");
+      if (conv2d_type(op, args[0], w, attrs, loc) != args[1])
+        fail(op, "the output gradient " + args[1].str() + " does not match the convolution", loc);
+      return w;
+    }
+    case Op::max_pool2d:
+    case Op::avg_pool2d: return pool2d_type(op, args[0], attrs, loc);
+    case Op::max_pool2d_grad:
+      if (pool2d_type(op, args[0], attrs, loc) != args[1])
+        fail(op, "the output gradient " + args[1].str() + " does not match the pooling", loc);
+      return args[0];
+    case Op::avg_pool2d_grad: {
+      Type x = shaped_like(args[0], attrs, "input_shape");
+      if (pool2d_type(op, x, attrs, loc) != args[0])
+        fail(op, "the output gradient " + args[0].str() + " does not match the pooling", loc);
+      return x;
+    }
+
+    case Op::gather: {
+      // table [V, D...] indexed by i64 [I...] -> [I..., D...]
+      const Type &table = args[0], &idx = args[1];
+      if (table.rank() < 1) fail(op, "the table must have at least one dim, got " + table.str(), loc);
+      if (idx.dtype != DType::i64) fail(op, "indices must be i64, got " + idx.str(), loc);
+      check_floating(op, table, loc);
+      Shape out = idx.shape;
+      out.insert(out.end(), table.shape.begin() + 1, table.shape.end());
+      return Type{table.dtype, out};
+    }
+    case Op::scatter_add: {
+      // i64 [I...] and values [I..., D...] -> [rows, D...]
+      const Type &idx = args[0], &src = args[1];
+      const int64_t rows = attrs.i("rows");
+      if (idx.dtype != DType::i64) fail(op, "indices must be i64, got " + idx.str(), loc);
+      if (src.rank() < idx.rank() || !std::equal(idx.shape.begin(), idx.shape.end(), src.shape.begin()))
+        fail(op, fmt::format("values {} must start with the index shape {}", src.str(), idx.str()),
+             loc);
+      if (rows < 0) fail(op, fmt::format("rows must be >= 0, got {}", rows), loc);
+      check_floating(op, src, loc);
+      Shape out{rows};
+      out.insert(out.end(), src.shape.begin() + idx.rank(), src.shape.end());
+      return Type{src.dtype, out};
+    }
+    case Op::random_uniform: {
+      for (const Type& a : args)
+        if (a.dtype != DType::i64 || a.rank() != 0)
+          fail(op, "seed and offset must be 0-d i64, got " + types_str(args), loc);
+      Type t{parse_dtype_attr(op, attrs, loc), attrs.ints("shape")};
+      check_floating(op, t, loc);
+      return t;
     }
 
     case Op::one_hot: {

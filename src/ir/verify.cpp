@@ -64,6 +64,10 @@ void check_source(const Graph& g, ValueId id) {
       fail_node(
           g, id,
           fmt::format("constant has {} values for {} elements", values->size(), n.type.numel()));
+  } else if (n.op == Op::iota) {
+    const int64_t* axis = attr<int64_t>(n, "axis");
+    if (!axis || *axis < 0 || *axis >= n.type.rank())
+      fail_node(g, id, "iota needs an integer attribute 'axis' naming one of its dims");
   } else {
     fail_node(g, id, "unknown source op");
   }

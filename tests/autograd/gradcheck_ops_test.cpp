@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -138,6 +139,83 @@ std::map<Op, std::vector<CaseFn>> cases() {
     return c.check(c.b().add(Op::transpose, {c.input({2, 3, 4})},
                              ir::Attrs{{"perm", std::vector<int64_t>{2, 0, 1}}}));
   });
+  for (Op op : {Op::tanh, Op::sigmoid, Op::erf})
+    m[op].push_back([op] {
+      OpCase c;
+      return c.check(c.b().unary(op, c.input({5}, {-2, 2})));
+    });
+  for (Op op : {Op::sqrt, Op::rsqrt})
+    m[op].push_back([op] {
+      OpCase c;
+      return c.check(c.b().unary(op, c.input({5}, {0.5, 2})));
+    });
+  m[Op::pow].push_back([] {
+    OpCase c;
+    ValueId a = c.input({2, 3}, {0.5, 2}), b = c.input({2, 3}, {-1.5, 2.5});
+    return c.check(c.b().binary(Op::pow, a, b));
+  });
+  m[Op::matmul].push_back([] {  // batched, both transposed
+    OpCase c;
+    ValueId a = c.input({2, 3, 4, 2}), b = c.input({2, 3, 5, 4});
+    return c.check(c.b().matmul(a, b, true, true));
+  });
+  m[Op::slice].push_back([] {
+    OpCase c;
+    return c.check(c.b().add(Op::slice, {c.input({3, 5})},
+                             ir::Attrs{{"axis", int64_t(1)}, {"end", int64_t(4)}, {"start", int64_t(1)}}));
+  });
+  m[Op::concat].push_back([] {
+    OpCase c;
+    ValueId a = c.input({2, 1, 3}), b = c.input({2, 2, 3}), d = c.input({2, 3, 3});
+    return c.check(c.b().add(Op::concat, {a, b, d}, ir::Attrs{{"axis", int64_t(1)}}));
+  });
+  auto indices = [](OpCase& c) {
+    return c.b().constant({3, 0, 3, 1, 4, 3}, ir::Type{DType::i64, {2, 3}});
+  };
+  m[Op::gather].push_back([indices] {  // repeated indices: gradients add up
+    OpCase c;
+    ValueId table = c.input({5, 2, 2});
+    return c.check(c.b().add(Op::gather, {table, indices(c)}));
+  });
+  m[Op::scatter_add].push_back([indices] {
+    OpCase c;
+    ValueId src = c.input({2, 3, 4});
+    return c.check(c.b().add(Op::scatter_add, {indices(c), src}, ir::Attrs{{"rows", int64_t(6)}}));
+  });
+  struct ConvCase {
+    Shape x, w;
+    std::vector<int64_t> stride, padding, dilation;
+    int64_t groups;
+  };
+  for (const ConvCase& cc : {ConvCase{{2, 3, 5, 5}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+                             ConvCase{{2, 3, 6, 5}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1},
+                             ConvCase{{1, 2, 7, 6}, {2, 2, 2, 3}, {1, 2}, {2, 1}, {2, 2}, 1},
+                             ConvCase{{2, 4, 5, 5}, {6, 2, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 2}})
+    m[Op::conv2d].push_back([cc] {
+      OpCase c;
+      ValueId x = c.input(cc.x), w = c.input(cc.w);
+      return c.check(c.b().add(Op::conv2d, {x, w},
+                               ir::Attrs{{"dilation", cc.dilation},
+                                         {"groups", cc.groups},
+                                         {"padding", cc.padding},
+                                         {"stride", cc.stride}}));
+    });
+  using V = std::vector<int64_t>;
+  for (auto [k, st, pad] : {std::tuple{V{2, 2}, V{2, 2}, V{0, 0}}, {V{3, 3}, V{2, 2}, V{1, 1}},
+                            {V{3, 2}, V{1, 2}, V{1, 0}}}) {
+    m[Op::max_pool2d].push_back([=] {
+      OpCase c;
+      return c.check(c.b().add(Op::max_pool2d, {c.input({2, 2, 5, 6})},
+                               ir::Attrs{{"kernel", k}, {"padding", pad}, {"stride", st}}));
+    });
+    for (int64_t include : {0, 1})
+      m[Op::avg_pool2d].push_back([=] {
+        OpCase c;
+        return c.check(c.b().add(
+            Op::avg_pool2d, {c.input({2, 2, 5, 6})},
+            ir::Attrs{{"count_include_pad", include}, {"kernel", k}, {"padding", pad}, {"stride", st}}));
+      });
+  }
   return m;
 }
 
