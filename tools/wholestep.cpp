@@ -1,7 +1,9 @@
 // The wholestep command line: train a reference model, compare the modes,
 // print the compiled graphs.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -10,96 +12,180 @@
 
 namespace {
 
+using ws::models::DataKind;
+
 struct Common {
   std::string model = "mlp";
   std::string data_dir = ws::data::kFashionMnistDir;
+  std::string text = ws::data::kDefaultTextFile;
   uint64_t seed = 0;
-  double lr = 0.05, momentum = 0.9, weight_decay = 0;
+  std::optional<std::string> optimizer;
+  std::optional<double> lr;
+  double momentum = 0.9, weight_decay = -1, max_grad_norm = 0;
   int threads = 0;
 };
 
 void add_common(CLI::App* app, Common& c) {
-  app->add_option("--model", c.model, "reference model")->capture_default_str();
+  app->add_option("--model", c.model, "reference model: mlp, tiny_mlp, cnn or gpt")
+      ->capture_default_str();
   app->add_option("--data", c.data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app->add_option("--seed", c.seed, "initialization and shuffle seed")->capture_default_str();
-  app->add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
+  app->add_option("--text", c.text, "text file for gpt (bytes)")->capture_default_str();
+  app->add_option("--seed", c.seed, "initialization, shuffle and dropout seed")
+      ->capture_default_str();
+  app->add_option("--optimizer", c.optimizer, "sgd | adam | adamw (default: the model's)");
+  app->add_option("--lr", c.lr, "learning rate (default: the model's)");
   app->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app->add_option("--weight-decay", c.weight_decay, "SGD weight decay")->capture_default_str();
+  app->add_option("--weight-decay", c.weight_decay,
+                  "weight decay (default: 0; AdamW 0.01)");
+  app->add_option("--max-grad-norm", c.max_grad_norm, "global-norm gradient clipping (0: off)")
+      ->capture_default_str();
   app->add_option("--threads", c.threads, "threads (0: all cores)")->capture_default_str();
 }
 
+std::string optimizer_name(const Common& c) {
+  return c.optimizer.value_or(ws::models::spec(c.model).optimizer);
+}
+double learning_rate(const Common& c) { return c.lr.value_or(ws::models::spec(c.model).lr); }
+
 ws::TrainSetup make_setup(const Common& c) {
   ws::manual_seed(c.seed);
+  const ws::models::Spec spec = ws::models::spec(c.model);
   ws::TrainSetup s;
-  auto model = ws::models::make(ws::models::spec(c.model));
-  ws::models::Mlp* m = model.get();
-  s.opt = std::make_unique<ws::optim::SGD>(
-      *model,
-      ws::optim::SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
-  s.loss_fn = [m](const std::vector<ws::Tensor>& d) {
-    return ws::nn::cross_entropy(m->forward(d[0]), d[1]);
-  };
+  auto model = ws::models::make(spec);
+  const std::string opt = optimizer_name(c);
+  if (opt == "sgd") {
+    s.opt = std::make_unique<ws::optim::SGD>(
+        *model, ws::optim::SgdOptions{.lr = learning_rate(c),
+                                      .momentum = c.momentum,
+                                      .weight_decay = std::max(c.weight_decay, 0.0),
+                                      .max_grad_norm = c.max_grad_norm});
+  } else if (opt == "adam" || opt == "adamw") {
+    ws::optim::AdamOptions o{.lr = learning_rate(c), .max_grad_norm = c.max_grad_norm};
+    o.weight_decay = c.weight_decay >= 0 ? c.weight_decay : (opt == "adamw" ? 0.01 : 0.0);
+    s.opt = std::make_unique<ws::optim::Adam>(*model, o, opt == "adamw");
+  } else {
+    throw ws::Error(fmt::format("unknown optimizer '{}': expected sgd, adam or adamw", opt));
+  }
+  s.loss_fn = ws::models::loss_fn(*model);
   s.model = std::move(model);
   return s;
 }
 
-double accuracy(ws::models::Mlp& model, const ws::data::FashionMnist& test) {
+// The training batches of a model, step by step: Fashion-MNIST epochs,
+// windows of a text, or random data.
+class BatchSource {
+ public:
+  BatchSource(const Common& c, const ws::models::Spec& spec) : c_(c), spec_(spec) {
+    if (spec.data == DataKind::fashion_mnist)
+      fm_.emplace("train", c.data_dir);
+    else if (spec.data == DataKind::text)
+      text_.emplace(ws::data::ByteText(c.text).split("train"));
+  }
+  // Batches per epoch (0: no epochs).
+  int64_t epoch_steps() const { return fm_ ? fm_->size() / spec_.batch : 0; }
+  std::vector<ws::Tensor> get(int64_t step) {
+    if (fm_) {
+      const int64_t epoch = step / epoch_steps(), i = step % epoch_steps();
+      if (!epoch_ || *epoch_ != epoch) {
+        order_ = fm_->epoch_indices(spec_.batch, c_.seed + uint64_t(epoch), /*drop_last=*/true);
+        epoch_ = epoch;
+      }
+      ws::data::Batch b = fm_->batch(order_[size_t(i)]);
+      return {b.images, b.labels};
+    }
+    if (text_) {
+      ws::data::TextBatch b = text_->sample(spec_.batch, spec_.gpt.context, c_.seed, step);
+      return {b.inputs, b.targets};
+    }
+    return ws::models::random_batch(spec_, c_.seed * 1000003 + uint64_t(step));
+  }
+
+ private:
+  const Common& c_;
+  ws::models::Spec spec_;
+  std::optional<ws::data::FashionMnist> fm_;
+  std::optional<ws::data::ByteText> text_;
+  std::vector<std::vector<int64_t>> order_;
+  std::optional<int64_t> epoch_;
+};
+
+// Test accuracy through a compiled inference graph that shares the trained
+// parameters' storage.
+double accuracy(ws::models::Model& model, const ws::data::FashionMnist& test) {
+  ws::Forward fwd = ws::compile_forward(model, [&](const ws::Tensor& x) { return model(x); });
   int64_t correct = 0;
-  for (const ws::data::Batch& b : test.batches(1000, 0)) {
-    ws::Tensor logits = model.forward(b.images);
+  for (const ws::data::Batch& b : test.batches(500, 0)) {
+    ws::Tensor logits = fwd(b.images);
     const float* z = logits.data<float>();
     const int64_t* y = b.labels.data<int64_t>();
     const int64_t n = logits.size(0), k = logits.size(1);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t best = 0;
-      for (int64_t j = 1; j < k; ++j)
-        if (z[i * k + j] > z[i * k + best]) best = j;
-      correct += best == y[i];
-    }
+    for (int64_t i = 0; i < n; ++i)
+      correct += std::max_element(z + i * k, z + (i + 1) * k) - (z + i * k) == y[i];
   }
   return double(correct) / double(test.size());
 }
 
-int train(const Common& c, int epochs, const std::string& mode, int64_t max_steps) {
-  ws::data::FashionMnist train_set("train", c.data_dir), test_set("test", c.data_dir);
+// Mean held-out loss over `batches` windows of the text's last 10%.
+double validation_loss(ws::models::Model& model, const Common& c, const ws::models::Spec& spec,
+                       int batches) {
+  ws::data::ByteText val = ws::data::ByteText(c.text).split("val");
+  ws::Forward fwd = ws::compile_forward(
+      model, [&](const ws::Tensor& x, const ws::Tensor& y) { return model.loss(x, y); });
+  double total = 0;
+  for (int i = 0; i < batches; ++i) {
+    ws::data::TextBatch b = val.sample(spec.batch, spec.gpt.context, 12345, i);
+    total += fwd(b.inputs, b.targets).item();
+  }
+  return total / batches;
+}
+
+int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
+  const ws::models::Spec spec = ws::models::spec(c.model);
+  BatchSource source(c, spec);
+  if (steps <= 0) steps = source.epoch_steps() > 0 ? epochs * source.epoch_steps() : 300;
   ws::TrainSetup s = make_setup(c);
-  auto& model = static_cast<ws::models::Mlp&>(*s.model);
-  const int64_t batch = ws::models::spec(c.model).batch;
-  ws::TrainStep step(model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
-  fmt::print(
-      "training {} on Fashion-MNIST: {} epoch(s), batch {}, SGD lr {} momentum {}, mode {}\n",
-      c.model, epochs, batch, c.lr, c.momentum, mode);
+  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
+  const char* data = spec.data == DataKind::fashion_mnist ? "Fashion-MNIST"
+                     : spec.data == DataKind::text        ? c.text.c_str()
+                                                          : "random data";
+  fmt::print("training {} on {}: {} steps, batch {}, {} lr {}, mode {}\n", c.model, data, steps,
+             spec.batch, optimizer_name(c), learning_rate(c), mode);
   auto t0 = std::chrono::steady_clock::now();
-  int64_t steps = 0;
-  double loss = 0;
-  for (int e = 0; e < epochs; ++e) {
-    for (const ws::data::Batch& b :
-         train_set.batches(batch, c.seed + uint64_t(e), /*drop_last=*/true)) {
-      ws::StepResult r = step(b.images, b.labels);
-      loss = r.loss;
-      if (++steps % 50 == 0 || steps == 1) {
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        fmt::print("step {:5d}  epoch {}  loss {:.4f}  {:.1f} steps/s\n", steps, e + 1, loss,
-                   double(steps) / secs);
-      }
-      if (max_steps > 0 && steps >= max_steps) break;
+  double first = 0, loss = 0, recent = 0;
+  int64_t recent_n = 0;
+  const int64_t window = 20;
+  for (int64_t i = 0; i < steps; ++i) {
+    ws::StepResult r = step.run(source.get(i));
+    loss = r.loss;
+    if (i == 0) first = loss;
+    if (i >= steps - window) recent += loss, ++recent_n;
+    if ((i + 1) % 50 == 0 || i == 0) {
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::string epoch =
+          source.epoch_steps() > 0 ? fmt::format("  epoch {}", i / source.epoch_steps() + 1) : "";
+      fmt::print("step {:5d}{}  loss {:.4f}  {:.1f} steps/s\n", i + 1, epoch, loss,
+                 double(i + 1) / secs);
     }
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("trained {} steps in {:.1f} s ({:.2f} ms/step), final loss {:.4f}, traces {}\n", steps,
-             secs, 1000 * secs / double(steps), loss, step.traces());
-  fmt::print("test accuracy: {:.4f}\n", accuracy(model, test_set));
+  fmt::print("trained {} steps in {:.1f} s ({:.2f} ms/step), traces {}\n", steps, secs,
+             1000 * secs / double(steps), step.traces());
+  fmt::print("loss: first step {:.4f}, mean of the last {} steps {:.4f} ({:.2f}x lower)\n", first,
+             recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
+  auto& model = static_cast<ws::models::Model&>(*s.model);
+  if (spec.data == DataKind::fashion_mnist)
+    fmt::print("test accuracy: {:.4f}\n", accuracy(model, ws::data::FashionMnist("test", c.data_dir)));
+  if (spec.data == DataKind::text)
+    fmt::print("validation loss (last 10% of the text, eval mode): {:.4f}\n",
+               validation_loss(model, c, spec, 20));
   return 0;
 }
 
 int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) {
-  ws::data::FashionMnist train_set("train", c.data_dir);
-  const int64_t batch = ws::models::spec(c.model).batch;
+  const ws::models::Spec spec = ws::models::spec(c.model);
+  BatchSource source(c, spec);
   std::vector<std::vector<ws::Tensor>> batches;
-  for (const ws::data::Batch& b : train_set.batches(batch, c.seed, true)) {
-    if (int64_t(batches.size()) >= steps + warmup) break;
-    batches.push_back({b.images, b.labels});
-  }
+  for (int64_t i = 0; i < steps + warmup; ++i) batches.push_back(source.get(i));
   std::vector<ws::CompareConfig> configs = {
       {ws::StepMode::interpret}, {ws::StepMode::three_graph}, {ws::StepMode::single_graph}};
   if (no_alias_rows) {
@@ -107,9 +193,9 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
     configs.push_back({ws::StepMode::single_graph, false});
   }
   fmt::print(
-      "comparing modes on {} (batch {}, SGD momentum): {} timed steps after {} warm-up, "
-      "round robin, median ms/step; max diff is parameters vs interpret after the last step\n",
-      c.model, batch, steps, warmup);
+      "comparing modes on {} (batch {}, {}): {} timed steps after {} warm-up, round robin, "
+      "median ms/step; max diff is parameters and buffers vs interpret after the last step\n",
+      c.model, spec.batch, optimizer_name(c), steps, warmup);
   auto rows = ws::compare_modes([&] { return make_setup(c); }, configs, batches, warmup);
   fmt::print("{}", ws::format_comparison(rows));
   return 0;
@@ -117,10 +203,8 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
 
 int dump(const Common& c, const std::string& mode) {
   ws::TrainSetup s = make_setup(c);
-  const ws::models::Spec spec = ws::models::spec(c.model);
   ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
-  step(ws::Tensor::zeros({spec.batch, spec.sizes[0]}),
-       ws::Tensor::zeros({spec.batch}, ws::DType::i64));
+  step.run(ws::models::random_batch(ws::models::spec(c.model), 0));
   fmt::print("{}\n{}", step.graphs_text(), step.programs_text());
   return 0;
 }
@@ -136,11 +220,12 @@ int main(int argc, char** argv) {
   std::string mode = "single_graph";
   bool no_alias_rows = false;
 
-  auto* tr = app.add_subcommand("train", "train a model on Fashion-MNIST and report test accuracy");
+  auto* tr = app.add_subcommand(
+      "train", "train a model (Fashion-MNIST: then test accuracy; gpt: then validation loss)");
   add_common(tr, c);
-  tr->add_option("--epochs", epochs, "epochs")->capture_default_str();
+  tr->add_option("--epochs", epochs, "epochs (Fashion-MNIST models)")->capture_default_str();
+  tr->add_option("--steps", max_steps, "steps (default: the epochs, or 300 for gpt)");
   tr->add_option("--mode", mode, "interpret | three_graph | single_graph")->capture_default_str();
-  tr->add_option("--max-steps", max_steps, "stop after this many steps (0: no limit)");
 
   auto* cmp =
       app.add_subcommand("compare", "train in every mode and compare time, memory, agreement");
@@ -156,7 +241,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     ws::set_num_threads(c.threads);
-    if (tr->parsed()) return train(c, epochs, mode, max_steps);
+    if (tr->parsed()) return train(c, epochs, max_steps, mode);
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows);
     if (dp->parsed()) return dump(c, mode);
   } catch (const ws::Error& e) {

@@ -1,5 +1,5 @@
 // The reference models, defined once and used by tests, benchmarks, examples
-// and the command line.
+// and the command line: mlp, tiny_mlp, cnn and gpt.
 #pragma once
 
 #include <memory>
@@ -7,27 +7,100 @@
 #include <vector>
 
 #include "wholestep/nn.hpp"
+#include "wholestep/step.hpp"
 
 namespace ws::models {
 
+// A reference model: forward gives logits, loss is the training loss on a
+// batch (inputs, targets).
+class Model : public nn::Layer {
+ public:
+  // Mean cross-entropy of forward(x) against i64 targets.
+  virtual Tensor loss(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+};
+
 // Linear layers of the given widths with ReLU between them; the input is
 // flattened to [B, sizes[0]].
-class Mlp : public nn::Module {
+class Mlp : public Model {
  public:
   explicit Mlp(const std::vector<int64_t>& sizes);
-  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
   std::vector<std::shared_ptr<nn::Linear>> layers;
 };
 
-// A model ready to train: its batch shape and a loss over (input, labels).
-struct Spec {
-  std::string name;
-  std::vector<int64_t> sizes;  // for Mlp
-  int64_t batch = 0;
+// Conv(1,32,3,pad 1)+BN+ReLU, Conv(32,64,3,stride 2,pad 1)+BN+ReLU,
+// Conv(64,64,3,stride 2,pad 1)+BN+ReLU, global average pool, Linear(64,10).
+// Input [B, 784] or [B, 1, 28, 28]. The convolutions have no bias: the
+// BatchNorm after each removes it.
+class Cnn : public Model {
+ public:
+  Cnn();
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
+  nn::Sequential net;
 };
 
-// "mlp": 784-512-512-10, batch 128. Throws ws::Error for unknown names.
+struct GptConfig {
+  int64_t vocab = 256, context = 64, d_model = 128, heads = 4, layers = 2;
+  int64_t mlp_ratio = 4;
+  double dropout = 0.1;
+};
+
+// One pre-LayerNorm transformer block: x + drop(attn(ln1(x))), then
+// x + drop(fc2(gelu(fc1(ln2(x))))).
+class GptBlock : public nn::Layer {
+ public:
+  explicit GptBlock(const GptConfig& c);
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) override;
+  nn::LayerNorm ln1, ln2;
+  nn::CausalSelfAttention attn;
+  nn::Linear fc1, fc2;
+  nn::GELU act;
+  nn::Dropout drop;
+};
+
+// A byte-level GPT: token and learned position embeddings, blocks, a final
+// LayerNorm and a linear head. forward: i64 tokens [B, T] (T <= context) ->
+// logits [B, T, vocab]; loss: next-token cross-entropy against targets [B, T].
+class Gpt : public Model {
+ public:
+  explicit Gpt(const GptConfig& c = {});
+  Tensor forward(const Tensor& tokens, Loc loc = Loc::current()) override;
+  Tensor loss(const Tensor& tokens, const Tensor& targets, Loc loc = Loc::current()) override;
+  GptConfig config;
+  nn::Embedding tok, pos;
+  std::vector<std::shared_ptr<GptBlock>> blocks;
+  nn::LayerNorm ln_f;
+  nn::Linear head;
+};
+
+enum class DataKind {
+  fashion_mnist,  // images f32 [B, 784], labels i64 [B]
+  text,           // tokens i64 [B, T], next tokens i64 [B, T]
+  synthetic,      // inputs f32 [B, sizes[0]], labels i64 [B]
+};
+
+// A model ready to train: its architecture, batch, data and default
+// optimizer.
+struct Spec {
+  std::string name;
+  int64_t batch = 0;
+  DataKind data = DataKind::fashion_mnist;
+  std::vector<int64_t> sizes;  // mlp and tiny_mlp
+  GptConfig gpt;               // gpt
+  std::string optimizer = "sgd";
+  double lr = 0.05;
+};
+
+// "mlp", "tiny_mlp", "cnn" or "gpt"; throws ws::Error for other names.
 Spec spec(const std::string& name);
-std::unique_ptr<Mlp> make(const Spec& s);
+const std::vector<std::string>& names();
+std::unique_ptr<Model> make(const Spec& s);
+
+// The model's training loss over (inputs, targets), for compile_train_step.
+LossFn loss_fn(Model& m);
+
+// One batch of random data with the shapes and value ranges of the model's
+// real batches, from `seed` (the same seed gives the same batch).
+std::vector<Tensor> random_batch(const Spec& s, uint64_t seed);
 
 }  // namespace ws::models

@@ -15,10 +15,13 @@ namespace ws::optim {
 // What the compiled graph depends on: the update rule and which terms exist.
 // Hyperparameter values are not part of it.
 struct UpdateSpec {
-  std::string kind;  // "sgd"
+  std::string kind;  // "sgd", "adam" or "adamw"
   bool momentum = false, nesterov = false, weight_decay = false;
-  std::vector<std::string> state_slots;  // per-parameter state, e.g. "momentum_buffer"
-  std::vector<std::string> hyper_names;  // 0-d inputs, in order
+  bool amsgrad = false;
+  bool clip = false;                      // global-norm gradient clipping first
+  std::vector<std::string> state_slots;   // per-parameter state, e.g. "momentum_buffer"
+  std::vector<std::string> global_slots;  // 0-d state shared by all parameters ("step")
+  std::vector<std::string> hyper_names;   // 0-d inputs, in order
   friend bool operator==(const UpdateSpec&, const UpdateSpec&) = default;
 };
 
@@ -31,7 +34,8 @@ class Optimizer {
 
   const nn::NamedTensors& params() const { return params_; }
   // State tensors in parameter order, slot order within a parameter, named
-  // "<param>.<slot>" ("fc1.weight.momentum_buffer").
+  // "<param>.<slot>" ("fc1.weight.momentum_buffer"); then the global slots
+  // (0-d f32, named by the slot: "step").
   const nn::NamedTensors& state() const { return state_; }
   virtual UpdateSpec spec() const = 0;
   // Writes the hyperparameter values for the next step, in spec().hyper_names
@@ -44,11 +48,26 @@ class Optimizer {
   int64_t step_count() const { return step_; }
   void advance() { ++step_; }
 
+  // Gradient clipping by global norm, as torch.nn.utils.clip_grad_norm_
+  // before each step: all gradients are scaled by min(1, max_norm / (norm +
+  // 1e-6)). 0 turns it off; like other structural options it may change
+  // between steps but not between zero and non-zero once compiled.
+  void set_max_grad_norm(double max_norm);
+  double max_grad_norm() const { return max_grad_norm_; }
+
  protected:
-  void add_state(const std::string& slot);
+  // Zero state for every parameter, param-major: p0.slot0, p0.slot1, p1...
+  void add_state(const std::vector<std::string>& slots);
+  void add_global_state(const std::string& slot);
+  // Appends the clipping hyperparameter (when on) to a for_each_hyper walk.
+  template <class F>
+  void clip_hyper(F&& f) const {
+    if (max_grad_norm_ > 0) f("max_grad_norm", max_grad_norm_);
+  }
   nn::NamedTensors params_, state_;
   double lr_ = 0;
   int64_t step_ = 0;
+  double max_grad_norm_ = 0;
 };
 
 struct SgdOptions {
@@ -57,6 +76,7 @@ struct SgdOptions {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
+  double max_grad_norm = 0;  // global-norm clipping; 0: off
 };
 
 // PyTorch's SGD: d = g + wd·p; buf = momentum·buf + (1 - dampening)·d (buf = d
@@ -76,6 +96,46 @@ class SGD : public Optimizer {
   template <class F>
   void for_each_hyper(F&& f) const;
   SgdOptions opts_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool amsgrad = false;
+  double max_grad_norm = 0;  // global-norm clipping; 0: off
+};
+
+// PyTorch's Adam (decoupled = false: weight decay added to the gradient) and
+// AdamW (decoupled = true: p ← p·(1 - lr·wd) before the update). State per
+// parameter: exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad); the step
+// count is 0-d state the graph advances, and the bias corrections 1 - β^t are
+// computed from it in the graph.
+class Adam : public Optimizer {
+ public:
+  Adam(const nn::Module& model, AdamOptions opts, bool decoupled_weight_decay = false);
+  UpdateSpec spec() const override;
+  void hyper_values(std::span<double> out) const override;
+  const AdamOptions& options() const { return opts_; }
+  void set_weight_decay(double wd);
+
+ private:
+  template <class F>
+  void for_each_hyper(F&& f) const;
+  AdamOptions opts_;
+  bool decoupled_;
+};
+
+class AdamW : public Adam {
+ public:
+  // PyTorch's AdamW default weight decay is 0.01.
+  static AdamOptions defaults() {
+    AdamOptions o;
+    o.weight_decay = 0.01;
+    return o;
+  }
+  AdamW(const nn::Module& model, AdamOptions opts = defaults()) : Adam(model, opts, true) {}
 };
 
 }  // namespace ws::optim

@@ -114,4 +114,35 @@ TrainStep compile_train_step(nn::Module& model, optim::Optimizer& opt, F&& loss_
   return TrainStep(model, opt, detail::adapt_loss_fn(std::forward<F>(loss_fn)), opts);
 }
 
+// An inference function compiled to one Program: BatchNorm uses running
+// statistics and dropout is off (the model is traced in eval mode and its
+// mode restored after). Parameters and buffers are bound by storage, so after
+// a training step the forward sees the new values with no copy.
+class Forward {
+ public:
+  Forward(nn::Module& model, LossFn fn);
+  ~Forward();
+  Forward(Forward&&) noexcept;
+  Forward& operator=(Forward&&) noexcept;
+
+  // The function's output for these inputs, as a new tensor.
+  Tensor run(const std::vector<Tensor>& inputs, Loc loc = Loc::current());
+  template <class... T>
+  Tensor operator()(const T&... inputs) {
+    return run(std::vector<Tensor>{inputs...});
+  }
+  int64_t traces() const;
+  std::string graph_text() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Compiles `fn` (taking 1 to 3 tensors, returning one) over `model`.
+template <class F>
+Forward compile_forward(nn::Module& model, F&& fn) {
+  return Forward(model, detail::adapt_loss_fn(std::forward<F>(fn)));
+}
+
 }  // namespace ws

@@ -90,6 +90,11 @@ Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// With a scalar second operand of the tensor's dtype.
+Tensor add(const Tensor& a, double b, Loc loc = Loc::current());
+Tensor sub(const Tensor& a, double b, Loc loc = Loc::current());
+Tensor mul(const Tensor& a, double b, Loc loc = Loc::current());
+Tensor div(const Tensor& a, double b, Loc loc = Loc::current());
 Tensor neg(const Tensor& x, Loc loc = Loc::current());
 Tensor exp(const Tensor& x, Loc loc = Loc::current());
 Tensor log(const Tensor& x, Loc loc = Loc::current());
@@ -171,6 +176,14 @@ Tensor operator*(double a, Arg b);
 // and the counter-based stream (rand_stream, dropout), whose offset restarts
 // at 0.
 void manual_seed(uint64_t seed);
+// The counter-based stream's position, to save and restore (runs that must
+// draw the same numbers, like the modes of a comparison, each restore their
+// own).
+struct RandomStream {
+  uint64_t seed = 0, offset = 0;
+};
+RandomStream random_stream();
+void set_random_stream(const RandomStream& s);
 // Random numbers for initialization, from a seeded generator.
 Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype = DType::f32);
 Tensor randn(const Shape& shape, double mean = 0, double std = 1, DType dtype = DType::f32);

@@ -186,14 +186,25 @@ WS_BINARY(add)
 WS_BINARY(sub)
 WS_BINARY(mul)
 WS_BINARY(div)
-WS_BINARY(maximum)
 WS_BINARY(pow)
+WS_BINARY(maximum)
 WS_BINARY(eq)
 WS_BINARY(ne)
 WS_BINARY(lt)
 WS_BINARY(le)
 WS_BINARY(gt)
 WS_BINARY(ge)
+#undef WS_BINARY
+
+// With a scalar second operand.
+#define WS_BINARY(name)                                          \
+  Tensor name(const Tensor& a, double b, Loc loc) {              \
+    return binary(Op::name, a, scalar_like(a, b, loc), loc);     \
+  }
+WS_BINARY(add)
+WS_BINARY(sub)
+WS_BINARY(mul)
+WS_BINARY(div)
 #undef WS_BINARY
 
 Tensor neg(const Tensor& x, Loc loc) { return apply(Op::neg, {&x}, {}, loc); }
@@ -385,9 +396,18 @@ Tensor operator*(double a, Arg b) { return mul(scalar_like(b.t, a, b.loc), b.t, 
 
 void manual_seed(uint64_t seed) {
   generator().seed(seed);
+  set_random_stream({seed, 0});
+}
+
+RandomStream random_stream() {
   detail::RngState& st = detail::rng_state();
-  *st.seed.data<int64_t>() = int64_t(seed);
-  *st.offset.data<int64_t>() = 0;
+  return {uint64_t(*st.seed.data<int64_t>()), uint64_t(*st.offset.data<int64_t>())};
+}
+
+void set_random_stream(const RandomStream& s) {
+  detail::RngState& st = detail::rng_state();
+  *st.seed.data<int64_t>() = int64_t(s.seed);
+  *st.offset.data<int64_t>() = int64_t(s.offset);
 }
 
 Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype) {

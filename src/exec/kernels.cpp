@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "exec/elementwise.hpp"
+#include "exec/nn_kernels.hpp"
 #include "exec/reference.hpp"
 
 extern "C" void openblas_set_num_threads(int);
@@ -43,16 +45,7 @@ void k_unary(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
   const int64_t n = k.p[0];
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (op == Op::neg) y[i] = -x[i];
-    if constexpr (op == Op::exp) y[i] = std::exp(x[i]);
-    if constexpr (op == Op::log) y[i] = std::log(x[i]);
-    if constexpr (op == Op::tanh) y[i] = std::tanh(x[i]);
-    if constexpr (op == Op::sigmoid) y[i] = T(1) / (T(1) + std::exp(-x[i]));
-    if constexpr (op == Op::sqrt) y[i] = std::sqrt(x[i]);
-    if constexpr (op == Op::rsqrt) y[i] = T(1) / std::sqrt(x[i]);
-    if constexpr (op == Op::erf) y[i] = std::erf(x[i]);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<op>(x[i]);
 }
 
 template <class T, Op op>
@@ -61,7 +54,7 @@ inline auto binop(T a, T b) {
   if constexpr (op == Op::sub) return T(a - b);
   if constexpr (op == Op::mul) return T(a * b);
   if constexpr (op == Op::div) return T(a / b);
-  if constexpr (op == Op::pow) return T(std::pow(a, b));
+  if constexpr (op == Op::pow) return T(std::pow(double(a), double(b)));  // as the reference
   if constexpr (op == Op::maximum)
     return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
   if constexpr (op == Op::eq) return uint8_t(a == b);
@@ -142,35 +135,72 @@ void k_strided(const Kernel& k, void* const* s) {
 // columns (p[2] = 1: result [rows]).
 template <class T>
 void k_sum_2d(const Kernel& k, void* const* s) {
+  // Sums accumulate in double, as the reference does: rounded once, a sum is
+  // (nearly always) the same whatever the order, so modes agree.
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
   const int64_t rows = k.p[0], cols = k.p[1];
   if (k.p[2] == 0) {
-    std::fill_n(y, cols, T(0));
+    double* acc = at<double>(s, k.scratch);
+    std::fill_n(acc, cols, 0.0);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) y[c] += x[r * cols + c];
+      for (int64_t c = 0; c < cols; ++c) acc[c] += double(x[r * cols + c]);
+    for (int64_t c = 0; c < cols; ++c) y[c] = T(acc[c]);
   } else {
     for (int64_t r = 0; r < rows; ++r) {
-      T acc = 0;
-      for (int64_t c = 0; c < cols; ++c) acc += x[r * cols + c];
-      y[r] = acc;
+      double acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += double(x[r * cols + c]);
+      y[r] = T(acc);
     }
   }
 }
 
-// Any reduction, walking the operand with precomputed result strides.
+// Any reduction, walking the operand with precomputed result strides; sums
+// accumulate in double in the scratch.
 template <class T, bool is_max>
 void k_reduce(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  std::fill_n(y, k.p[0], is_max ? -std::numeric_limits<T>::infinity() : T(0));
-  strided_walk(k.in_types[0].shape, k.strides, [&](int64_t i, int64_t o) {
-    if constexpr (is_max) {
+  if constexpr (is_max) {
+    std::fill_n(y, k.p[0], -std::numeric_limits<T>::infinity());
+    strided_walk(k.in_types[0].shape, k.strides, [&](int64_t i, int64_t o) {
       if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
-    } else {
-      y[o] += x[i];
-    }
-  });
+    });
+  } else {
+    double* acc = at<double>(s, k.scratch);
+    std::fill_n(acc, k.p[0], 0.0);
+    strided_walk(k.in_types[0].shape, k.strides,
+                 [&](int64_t i, int64_t o) { acc[o] += double(x[i]); });
+    for (int64_t o = 0; o < k.p[0]; ++o) y[o] = T(acc[o]);
+  }
+}
+
+// Convolutions through im2col and sgemm; p unused, geometry from the types.
+template <Op op>
+void k_conv(const Kernel& k, void* const* s) {
+  float* scratch = k.scratch >= 0 ? at<float>(s, k.scratch) : nullptr;
+  const float *a = at<float>(s, k.in[0]), *b = at<float>(s, k.in[1]);
+  float* y = at<float>(s, k.out);
+  if constexpr (op == Op::conv2d)
+    conv2d_f32(conv2d_geom(k.in_types[0].shape, k.in_types[1].shape, k.attrs), a, b, y, scratch);
+  if constexpr (op == Op::conv2d_input_grad)
+    conv2d_input_grad_f32(conv2d_geom(k.out_type.shape, k.in_types[1].shape, k.attrs), a, b, y,
+                          scratch);
+  if constexpr (op == Op::conv2d_weight_grad)
+    conv2d_weight_grad_f32(conv2d_geom(k.in_types[0].shape, k.out_type.shape, k.attrs), a, b, y,
+                           scratch);
+}
+
+// The convolution geometry of a conv node, whichever of the three it is.
+Conv2dGeom node_conv_geom(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in,
+                          const ir::Type& out) {
+  if (op == Op::conv2d) return conv2d_geom(in[0].shape, in[1].shape, attrs);
+  if (op == Op::conv2d_input_grad) return conv2d_geom(out.shape, in[1].shape, attrs);
+  return conv2d_geom(in[0].shape, out.shape, attrs);
+}
+
+bool is_conv(Op op) {
+  return op == Op::conv2d || op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad;
 }
 
 template <class T>
@@ -283,6 +313,17 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
       k.name = "reduce_sum";
       return true;
     }
+    case Op::conv2d:
+    case Op::conv2d_input_grad:
+    case Op::conv2d_weight_grad:
+      if constexpr (std::is_same_v<T, float>) {
+        k.fn = op == Op::conv2d              ? k_conv<Op::conv2d>
+               : op == Op::conv2d_input_grad ? k_conv<Op::conv2d_input_grad>
+                                             : k_conv<Op::conv2d_weight_grad>;
+        k.name = op == Op::conv2d ? "conv_im2col_sgemm" : op == Op::conv2d_input_grad ? "conv_dx_sgemm_col2im" : "conv_dw_im2col_sgemm";
+        return true;
+      }
+      return false;
     case Op::reduce_max:
       k.strides = reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes"));
       k.fn = k_reduce<T, true>;
@@ -318,6 +359,16 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     k.fn = k_reference;
     k.name = "reference";
   }
+}
+
+int64_t scratch_bytes(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in_types,
+                      const ir::Type& out_type) {
+  if (op == Op::reduce_sum && is_floating(out_type.dtype))
+    return std::max<int64_t>(out_type.numel(), 1) * int64_t(sizeof(double));
+  if (is_conv(op) && out_type.dtype == DType::f32)
+    return conv2d_scratch_floats(node_conv_geom(op, attrs, in_types, out_type)) *
+           int64_t(sizeof(float));
+  return 0;
 }
 
 Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type) {

@@ -1,5 +1,7 @@
 #include "exec/nn_kernels.hpp"
 
+#include <vector>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -167,7 +169,7 @@ void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
       const int64_t c0 = (oc / og) * cg;  // first input channel of oc's group
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          T acc = 0;
+          double acc = 0;  // the oracle accumulates in double
           for (int64_t ic = 0; ic < cg; ++ic)
             for (int64_t ky = 0; ky < g.kh; ++ky) {
               const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
@@ -175,11 +177,11 @@ void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
               for (int64_t kx = 0; kx < g.kw; ++kx) {
                 const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
                 if (ix < 0 || ix >= g.w) continue;
-                acc += x[((b * g.c + c0 + ic) * g.h + iy) * g.w + ix] *
+                acc += double(x[((b * g.c + c0 + ic) * g.h + iy) * g.w + ix]) *
                        w[((oc * cg + ic) * g.kh + ky) * g.kw + kx];
               }
             }
-          y[((b * g.o + oc) * g.oh + oy) * g.ow + ox] = acc;
+          y[((b * g.o + oc) * g.oh + oy) * g.ow + ox] = T(acc);
         }
     }
 }
@@ -188,13 +190,13 @@ void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
 template <class T>
 void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  std::fill_n(dx, g.n * g.c * g.h * g.w, T(0));
+  std::vector<double> acc(static_cast<size_t>(g.n * g.c * g.h * g.w), 0.0);  // in double
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oc = 0; oc < g.o; ++oc) {
       const int64_t c0 = (oc / og) * cg;
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const T d = dy[((b * g.o + oc) * g.oh + oy) * g.ow + ox];
+          const double d = double(dy[((b * g.o + oc) * g.oh + oy) * g.ow + ox]);
           for (int64_t ic = 0; ic < cg; ++ic)
             for (int64_t ky = 0; ky < g.kh; ++ky) {
               const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
@@ -202,12 +204,13 @@ void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx) 
               for (int64_t kx = 0; kx < g.kw; ++kx) {
                 const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
                 if (ix < 0 || ix >= g.w) continue;
-                dx[((b * g.c + c0 + ic) * g.h + iy) * g.w + ix] +=
-                    d * w[((oc * cg + ic) * g.kh + ky) * g.kw + kx];
+                acc[size_t(((b * g.c + c0 + ic) * g.h + iy) * g.w + ix)] +=
+                    d * double(w[((oc * cg + ic) * g.kh + ky) * g.kw + kx]);
               }
             }
         }
     }
+  for (size_t i = 0; i < acc.size(); ++i) dx[i] = T(acc[i]);
 }
 
 // dw[oc, ic, ky, kx] = sum over images and output positions of dy * x.
@@ -219,7 +222,7 @@ void conv2d_weight_grad_ref(const Conv2dGeom& g, const T* x, const T* dy, T* dw)
     for (int64_t ic = 0; ic < cg; ++ic)
       for (int64_t ky = 0; ky < g.kh; ++ky)
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-          T acc = 0;
+          double acc = 0;  // the oracle accumulates in double
           for (int64_t b = 0; b < g.n; ++b)
             for (int64_t oy = 0; oy < g.oh; ++oy) {
               const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
@@ -227,11 +230,11 @@ void conv2d_weight_grad_ref(const Conv2dGeom& g, const T* x, const T* dy, T* dw)
               for (int64_t ox = 0; ox < g.ow; ++ox) {
                 const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
                 if (ix < 0 || ix >= g.w) continue;
-                acc += dy[((b * g.o + oc) * g.oh + oy) * g.ow + ox] *
+                acc += double(dy[((b * g.o + oc) * g.oh + oy) * g.ow + ox]) *
                        x[((b * g.c + c0 + ic) * g.h + iy) * g.w + ix];
               }
             }
-          dw[((oc * cg + ic) * g.kh + ky) * g.kw + kx] = acc;
+          dw[((oc * cg + ic) * g.kh + ky) * g.kw + kx] = T(acc);
         }
   }
 }

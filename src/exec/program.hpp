@@ -38,6 +38,7 @@ struct Kernel {
   std::vector<ir::Type> in_types;
   ir::Type out_type;
   ir::Attrs attrs;
+  int32_t scratch = -1;          // arena slot for the kernel's temporaries, if it needs any
   std::array<int64_t, 8> p{};    // implementation parameters: sizes, strides, flags
   std::vector<int64_t> strides;  // for strided copies
   SourceLoc loc;

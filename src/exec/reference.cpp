@@ -1,5 +1,7 @@
 #include "exec/reference.hpp"
 
+#include "exec/elementwise.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,19 +36,10 @@ void dispatch_float(DType dt, F&& f) {
 
 template <class T>
 void unary(Op op, const T* x, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    switch (op) {
-      case Op::neg: y[i] = T(-x[i]); break;
-      case Op::exp: y[i] = T(std::exp(double(x[i]))); break;
-      case Op::log: y[i] = T(std::log(double(x[i]))); break;
-      case Op::tanh: y[i] = T(std::tanh(double(x[i]))); break;
-      case Op::sigmoid: y[i] = T(1.0 / (1.0 + std::exp(-double(x[i])))); break;
-      case Op::sqrt: y[i] = T(std::sqrt(double(x[i]))); break;
-      case Op::rsqrt: y[i] = T(1.0 / std::sqrt(double(x[i]))); break;
-      case Op::erf: y[i] = T(std::erf(double(x[i]))); break;
-      default: WS_CHECK(false) << "not unary: " << ir::op_name(op);
-    }
-  }
+  const bool known = with_unary_op(op, [&](auto o) {
+    for (int64_t i = 0; i < n; ++i) y[i] = unary_value<decltype(o)::value>(x[i]);
+  });
+  WS_CHECK(known) << "not unary: " << ir::op_name(op);
 }
 
 template <class T>
@@ -60,7 +53,7 @@ T binary_one(Op op, T a, T b) {
         if (b == 0) throw Error("div: integer division by zero");
       }
       return T(a / b);
-    case Op::pow: return T(std::pow(double(a), double(b)));
+    case Op::pow: return T(std::pow(double(a), double(b)));  // as the optimized kernel
     case Op::maximum:
       if constexpr (std::is_floating_point_v<T>)
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
@@ -88,12 +81,17 @@ void matmul(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool 
   // a(i,p) and b(p,j) with either operand stored transposed.
   auto A = [&](int64_t i, int64_t p) { return ta ? a[p * m + i] : a[i * k + p]; };
   auto B = [&](int64_t p, int64_t j) { return tb ? b[j * k + p] : b[p * n + j]; };
-  std::fill(c, c + m * n, T(0));
-  for (int64_t i = 0; i < m; ++i)
+  // Accumulated in double and rounded once: the oracle is as exact as it can
+  // cheaply be, so what the comparison sees is the optimized kernels' error.
+  std::vector<double> row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(row.begin(), row.end(), 0.0);
     for (int64_t p = 0; p < k; ++p) {
-      const T aip = A(i, p);
-      for (int64_t j = 0; j < n; ++j) c[i * n + j] += aip * B(p, j);
+      const double aip = double(A(i, p));
+      for (int64_t j = 0; j < n; ++j) row[size_t(j)] += aip * double(B(p, j));
     }
+    for (int64_t j = 0; j < n; ++j) c[i * n + j] = T(row[size_t(j)]);
+  }
 }
 
 }  // namespace
@@ -273,15 +271,21 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T* x = static_cast<const T*>(in[0]);
         T* y = static_cast<T*>(out);
         const bool is_max = op == Op::reduce_max;
-        std::fill_n(y, n, is_max ? std::numeric_limits<T>::lowest() : T(0));
-        if constexpr (std::is_floating_point_v<T>)
-          if (is_max) std::fill_n(y, n, -std::numeric_limits<T>::infinity());
-        strided_walk(in_types[0].shape,
-                     reduce_result_strides(in_types[0].shape, attrs.ints("axes")),
+        const std::vector<int64_t> strides =
+            reduce_result_strides(in_types[0].shape, attrs.ints("axes"));
+        if (!is_max) {  // sums accumulate in double (integers exactly in int64)
+          using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+          std::vector<Acc> acc(size_t(n), Acc(0));
+          strided_walk(in_types[0].shape, strides,
+                       [&](int64_t i, int64_t o) { acc[size_t(o)] += Acc(x[i]); });
+          for (int64_t o = 0; o < n; ++o) y[o] = T(acc[size_t(o)]);
+          return;
+        }
+        std::fill_n(y, n, std::numeric_limits<T>::lowest());
+        if constexpr (std::is_floating_point_v<T>) std::fill_n(y, n, -std::numeric_limits<T>::infinity());
+        strided_walk(in_types[0].shape, strides,
                      [&](int64_t i, int64_t o) {
-                       if (!is_max) {
-                         y[o] += x[i];
-                       } else if constexpr (std::is_floating_point_v<T>) {
+                       if constexpr (std::is_floating_point_v<T>) {
                          if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
                        } else {
                          y[o] = std::max(y[o], x[i]);

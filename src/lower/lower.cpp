@@ -34,6 +34,8 @@ struct Pending {
   std::vector<ValueId> ins;
   std::vector<bool> scalar;  // operand read as one value
   int32_t copy_to = -1;
+  int64_t scratch_bytes = 0;  // temporaries while it runs
+  int32_t scratch = -1;       // their slot
 };
 
 // The value supplying v's single value when v is a `full` or a broadcast of a
@@ -108,8 +110,12 @@ class Lowering {
       if (!needed[size_t(v)] || g_.node(v).op == Op::input) continue;
       Pending k{v, {}, scalar[size_t(v)], -1};
       const ir::Node& n = g_.node(v);
-      for (size_t i = 0; i < n.args.size(); ++i)
+      std::vector<ir::Type> in_types;
+      for (size_t i = 0; i < n.args.size(); ++i) {
         k.ins.push_back(k.scalar[i] ? src[size_t(n.args[i])] : n.args[i]);
+        in_types.push_back(g_.type(n.args[i]));
+      }
+      k.scratch_bytes = exec::scratch_bytes(n.op, n.attrs, in_types, n.type);
       pos_[size_t(v)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
     }
@@ -183,10 +189,20 @@ class Lowering {
       values.push_back(k.out);
       ranges.push_back({int64_t(g_.type(k.out).bytes()), def, std::max(def, last[size_t(k.out)])});
     }
+    // Scratch lives only while its kernel runs.
+    std::vector<Pending*> scratch_users;
+    for (Pending& k : kernels_)
+      if (k.scratch_bytes > 0) {
+        scratch_users.push_back(&k);
+        ranges.push_back({k.scratch_bytes, pos_[size_t(k.out)], pos_[size_t(k.out)]});
+      }
     MemoryPlan plan = plan_memory(ranges);
     for (size_t i = 0; i < values.size(); ++i)
       slot_[size_t(values[i])] =
           new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
+    for (size_t i = 0; i < scratch_users.size(); ++i)
+      scratch_users[i]->scratch = new_slot(SlotKind::arena, plan.offsets[values.size() + i],
+                                           size_t(scratch_users[i]->scratch_bytes));
     p_.arena_bytes = plan.arena_bytes;
     p_.max_live_bytes = plan.max_live;
   }
@@ -206,6 +222,7 @@ class Lowering {
       k.out_type = n.type;
       k.loc = n.loc;
       k.out = slot_[size_t(pk.out)];
+      k.scratch = pk.scratch;
       for (size_t i = 0; i < pk.ins.size(); ++i) {
         ValueId a = pk.ins[i];
         k.in.push_back(pk.scalar[i] && const_slot_[size_t(a)] >= 0 ? const_slot_[size_t(a)]

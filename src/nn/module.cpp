@@ -106,23 +106,13 @@ Tensor Linear::forward(const Tensor& x, Loc loc) {
   return y.reshape(s, loc);
 }
 
-Tensor log_softmax(const Tensor& x, Loc loc) {
-  int64_t last = x.dim() - 1;
-  Shape keep = x.shape();
-  keep.back() = 1;
-  Tensor m = max(x, {last}, loc).reshape(keep, loc);
-  Tensor s = sub(x, m, loc);
-  Tensor lse = log(sum(exp(s, loc), {last}, loc), loc).reshape(keep, loc);
-  return sub(s, lse, loc);
-}
-
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc) {
   if (logits.dim() != 2 || labels.dim() != 1 || labels.dtype() != DType::i64 ||
       labels.size(0) != logits.size(0))
     throw Error(
         fmt::format("cross_entropy: expected logits [N, C] and i64 labels [N], got {} and {}{}",
                     logits.str(), labels.str(), at(SourceLoc::from(loc))));
-  Tensor logp = log_softmax(logits, loc);
+  Tensor logp = log_softmax(logits, -1, loc);
   Tensor picked =
       sum(mul(logp, one_hot(labels, logits.size(1), logits.dtype(), loc), loc), {1}, loc);
   return neg(mean(picked, {0}, loc), loc);

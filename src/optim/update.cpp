@@ -8,45 +8,129 @@ namespace {
 using ir::Op;
 using ir::ValueId;
 
-ValueId hyper(const UpdateSpec& spec, const std::vector<ValueId>& hypers, const char* name) {
-  auto it = std::find(spec.hyper_names.begin(), spec.hyper_names.end(), name);
-  WS_CHECK(it != spec.hyper_names.end()) << "optimizer has no hyperparameter " << name;
-  return hypers[size_t(it - spec.hyper_names.begin())];
-}
+class UpdateBuilder {
+ public:
+  UpdateBuilder(ir::Builder& b, const UpdateSpec& spec, const UpdateInputs& in)
+      : b_(b), spec_(spec), in_(in) {}
 
-ParamValues sgd(ir::Builder& b, const UpdateSpec& spec, const ParamValues& in,
-                const std::vector<ValueId>& h) {
-  ParamValues out;
-  const DType dt = b.type(in.param).dtype;
-  auto hv = [&](const char* n) { return b.convert(hyper(spec, h, n), dt); };
-  ValueId d = in.grad;
-  if (spec.weight_decay) d = b.binary(Op::add, d, b.scale(in.param, hv("weight_decay")));
-  if (spec.momentum) {
-    ValueId buf =
-        b.binary(Op::add, b.scale(in.state[0], hv("momentum")), b.scale(d, hv("dampening_factor")));
-    out.state.push_back(buf);
-    d = spec.nesterov ? b.binary(Op::add, d, b.scale(buf, hv("momentum"))) : buf;
+  UpdateOutputs run() {
+    UpdateOutputs out;
+    b_.loc = {};
+    std::vector<ValueId> grads;
+    for (const ParamValues& p : in_.params) grads.push_back(p.grad);
+    if (spec_.clip) clip(grads);
+    if (spec_.kind == "adam" || spec_.kind == "adamw") adam_scalars(out);
+    for (size_t i = 0; i < in_.params.size(); ++i) {
+      ParamValues p = in_.params[i];
+      WS_CHECK(p.state.size() == spec_.state_slots.size()) << "state count";
+      p.grad = grads[i];
+      if (spec_.kind == "sgd")
+        out.params.push_back(sgd(p));
+      else if (spec_.kind == "adam" || spec_.kind == "adamw")
+        out.params.push_back(adam(p));
+      else
+        throw Error("optimizer '" + spec_.kind + "' has no update builder");
+    }
+    WS_CHECK(out.globals.size() == spec_.global_slots.size()) << "global state count";
+    return out;
   }
-  out.param = b.binary(Op::sub, in.param, b.scale(d, hv("lr")));
-  return out;
-}
+
+ private:
+  ValueId hyper(const char* name) const {
+    auto it = std::find(spec_.hyper_names.begin(), spec_.hyper_names.end(), name);
+    WS_CHECK(it != spec_.hyper_names.end()) << "optimizer has no hyperparameter " << name;
+    return in_.hypers[size_t(it - spec_.hyper_names.begin())];
+  }
+  // A 0-d hyperparameter (f32) or scalar in the parameter's dtype.
+  ValueId hv(const char* name, DType dt) { return b_.convert(hyper(name), dt); }
+  ValueId bin(Op op, ValueId a, ValueId c) { return b_.binary(op, a, c); }
+  ValueId one() { return b_.scalar(1.0); }
+
+  // torch.nn.utils.clip_grad_norm_: g *= min(1, max_norm / (||g||₂ + 1e-6)),
+  // the norm over all gradients together, accumulated in f32.
+  void clip(std::vector<ValueId>& grads) {
+    ValueId total = b_.scalar(0.0);
+    for (ValueId g : grads) {
+      const ir::Type t = b_.type(g);
+      std::vector<int64_t> axes;
+      for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
+      ValueId sq = bin(Op::mul, g, g);
+      ValueId s = axes.empty() ? sq : b_.reduce(Op::reduce_sum, sq, axes);
+      total = bin(Op::add, total, b_.convert(s, DType::f32));
+    }
+    ValueId norm = b_.unary(Op::sqrt, total);
+    ValueId coef = bin(Op::div, hyper("max_grad_norm"), bin(Op::add, norm, b_.scalar(1e-6)));
+    ValueId clamped = b_.add(Op::select, {bin(Op::lt, coef, one()), coef, one()});
+    for (ValueId& g : grads) g = b_.scale(g, b_.convert(clamped, b_.type(g).dtype));
+  }
+
+  ParamValues sgd(const ParamValues& in) {
+    ParamValues out;
+    const DType dt = b_.type(in.param).dtype;
+    ValueId d = in.grad;
+    if (spec_.weight_decay) d = bin(Op::add, d, b_.scale(in.param, hv("weight_decay", dt)));
+    if (spec_.momentum) {
+      ValueId buf = bin(Op::add, b_.scale(in.state[0], hv("momentum", dt)),
+                        b_.scale(d, hv("dampening_factor", dt)));
+      out.state.push_back(buf);
+      d = spec_.nesterov ? bin(Op::add, d, b_.scale(buf, hv("momentum", dt))) : buf;
+    }
+    out.param = bin(Op::sub, in.param, b_.scale(d, hv("lr", dt)));
+    return out;
+  }
+
+  // The step count advances once per step; the bias corrections come from
+  // it: step_size = lr / (1 - β1^t), 1/sqrt(1 - β2^t).
+  void adam_scalars(UpdateOutputs& out) {
+    ValueId t = bin(Op::add, in_.globals.at(0), one());
+    out.globals.push_back(t);
+    ValueId bc1 = bin(Op::sub, one(), bin(Op::pow, hyper("beta1"), t));
+    ValueId bc2 = bin(Op::sub, one(), bin(Op::pow, hyper("beta2"), t));
+    step_size_ = bin(Op::div, hyper("lr"), bc1);
+    inv_sqrt_bc2_ = b_.unary(Op::rsqrt, bc2);
+  }
+
+  ParamValues adam(const ParamValues& in) {
+    ParamValues out;
+    const DType dt = b_.type(in.param).dtype;
+    auto s = [&](ValueId v) { return b_.convert(v, dt); };
+    ValueId p = in.param, g = in.grad;
+    if (spec_.weight_decay) {
+      if (spec_.kind == "adamw")  // p *= 1 - lr·wd
+        p = b_.scale(p, s(bin(Op::sub, one(), bin(Op::mul, hyper("lr"), hyper("weight_decay")))));
+      else
+        g = bin(Op::add, g, b_.scale(p, hv("weight_decay", dt)));
+    }
+    ValueId b1 = hyper("beta1"), b2 = hyper("beta2");
+    ValueId m = bin(Op::add, b_.scale(in.state[0], s(b1)),
+                    b_.scale(g, s(bin(Op::sub, one(), b1))));
+    ValueId v = bin(Op::add, b_.scale(in.state[1], s(b2)),
+                    b_.scale(bin(Op::mul, g, g), s(bin(Op::sub, one(), b2))));
+    out.state = {m, v};
+    ValueId v_used = v;
+    if (spec_.amsgrad) {
+      v_used = bin(Op::maximum, in.state[2], v);
+      out.state.push_back(v_used);
+    }
+    // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= step_size · m / denom
+    ValueId denom = bin(Op::add, b_.scale(b_.unary(Op::sqrt, v_used), s(inv_sqrt_bc2_)),
+                        b_.broadcast_to(hv("eps", dt), b_.type(p).shape));
+    out.param = bin(Op::sub, p, b_.scale(bin(Op::div, m, denom), s(step_size_)));
+    return out;
+  }
+
+  ir::Builder& b_;
+  const UpdateSpec& spec_;
+  const UpdateInputs& in_;
+  ValueId step_size_ = ir::kNoValue, inv_sqrt_bc2_ = ir::kNoValue;
+};
 
 }  // namespace
 
-std::vector<ParamValues> build_updates(ir::Builder& b, const UpdateSpec& spec,
-                                       const std::vector<ParamValues>& in,
-                                       const std::vector<ValueId>& hypers) {
-  WS_CHECK(hypers.size() == spec.hyper_names.size()) << "hyper count";
-  std::vector<ParamValues> out;
-  for (const ParamValues& p : in) {
-    WS_CHECK(p.state.size() == spec.state_slots.size()) << "state count";
-    b.loc = {};
-    if (spec.kind == "sgd")
-      out.push_back(sgd(b, spec, p, hypers));
-    else
-      throw Error("optimizer '" + spec.kind + "' has no update builder");
-  }
-  return out;
+UpdateOutputs build_updates(ir::Builder& b, const UpdateSpec& spec, const UpdateInputs& in) {
+  WS_CHECK(in.hypers.size() == spec.hyper_names.size()) << "hyper count";
+  WS_CHECK(in.globals.size() == spec.global_slots.size()) << "global state count";
+  return UpdateBuilder(b, spec, in).run();
 }
 
 }  // namespace ws::optim

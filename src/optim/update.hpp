@@ -1,6 +1,7 @@
 // Optimizer updates as graph nodes. Given each parameter's value, gradient
-// and state values plus the 0-d hyperparameter inputs, appends the update and
-// returns the new values. The same builder serves every mode.
+// and state values, the global state and the 0-d hyperparameter inputs,
+// appends the update and returns the new values. The same builder serves
+// every mode.
 #pragma once
 
 #include <vector>
@@ -16,10 +17,17 @@ struct ParamValues {
   std::vector<ir::ValueId> state;  // in spec.state_slots order
 };
 
-// `hypers` are the 0-d inputs in spec.hyper_names order. Returns, per
-// parameter, the new param and state values (grad unset).
-std::vector<ParamValues> build_updates(ir::Builder& b, const UpdateSpec& spec,
-                                       const std::vector<ParamValues>& in,
-                                       const std::vector<ir::ValueId>& hypers);
+struct UpdateInputs {
+  std::vector<ParamValues> params;
+  std::vector<ir::ValueId> globals;  // spec.global_slots order
+  std::vector<ir::ValueId> hypers;   // spec.hyper_names order
+};
+
+struct UpdateOutputs {
+  std::vector<ParamValues> params;  // new param and state values (grad unset)
+  std::vector<ir::ValueId> globals;
+};
+
+UpdateOutputs build_updates(ir::Builder& b, const UpdateSpec& spec, const UpdateInputs& in);
 
 }  // namespace ws::optim

@@ -24,6 +24,15 @@ int stage_of(const JointGraph& j, ValueId v) {
   return v < j.backward_end ? kBackward : kOptimizer;
 }
 
+// Where an output is produced: optimizer updates in the optimizer graph;
+// the loss, user outputs and forward mutations (buffers, the random offset)
+// in the forward graph, as a module's forward does them.
+int home_of(const Graph& g, const ir::Output& o) {
+  if (o.role != ir::OutputRole::update) return kForward;
+  const ir::InputRole r = g.input_role(o.aliased_input);
+  return r == ir::InputRole::buffer || r == ir::InputRole::rng ? kForward : kOptimizer;
+}
+
 std::string interface_name(const Graph& g, ValueId v, int producer) {
   if (producer == kBackward) {
     for (const ir::Output& o : g.outputs)
@@ -60,11 +69,11 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
       }
     }
   }
-  // Updates land in the optimizer graph even when their value comes from
+  // Outputs land in their home graph even when their value comes from
   // elsewhere (an unchanged parameter, say).
   for (const ir::Output& o : g.outputs) {
     if (o.role == ir::OutputRole::grad) continue;
-    int home = o.role == ir::OutputRole::update ? kOptimizer : kForward;
+    int home = home_of(g, o);
     int sv = stage[size_t(o.value)];
     if (home != s) {
       if (sv == s) exported[size_t(o.value)] = true;
@@ -111,8 +120,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
 
   for (const ir::Output& o : g.outputs) {
     if (o.role == ir::OutputRole::grad) continue;
-    int home = o.role == ir::OutputRole::update ? kOptimizer : kForward;
-    if (home != s) continue;
+    if (home_of(g, o) != s) continue;
     ir::Output r = o;
     r.value = map[size_t(o.value)];
     if (o.aliased_input != ir::kNoValue) r.aliased_input = map[size_t(o.aliased_input)];

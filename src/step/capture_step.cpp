@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "autograd/reverse.hpp"
+#include "capture/tensor_impl.hpp"
 #include "capture/tracer.hpp"
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
@@ -26,7 +27,8 @@ void after_stage(const ir::Graph& g, const std::string& stage) {
 }
 
 CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const LossFn& loss_fn,
-                           const std::vector<ir::Type>& data_types, const SourceLoc& loc) {
+                           const std::vector<ir::Type>& data_types, const SourceLoc& loc,
+                           bool loss_output) {
   CapturedStep out;
   ir::Graph& g = out.joint.graph;
   g.name = "joint";
@@ -71,16 +73,24 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
     capture::TraceScope scope(tracer);
     loss = loss_fn(data);
   }
+  const char* what = loss_output ? "the loss function" : "the compiled function";
   if (!loss.defined() || !loss.is_traced() || loss.impl()->tracer != &tracer)
-    throw Error(
-        "the loss function must return a tensor computed from its inputs or the model's "
-        "parameters" +
-        at(loc));
-  if (loss.dim() != 0 || !is_floating(loss.dtype()))
+    throw Error(fmt::format(
+        "{} must return a tensor computed from its inputs or the model's parameters{}", what,
+        at(loc)));
+  if (loss_output && (loss.dim() != 0 || !is_floating(loss.dtype())))
     throw Error(fmt::format("the loss function must return a 0-d floating-point tensor, got {}{}",
                             loss.str(), at(g.node(loss.impl()->value).loc)));
   const ir::ValueId loss_id = loss.impl()->value;
-  g.outputs.push_back(ir::Output{ir::OutputRole::loss, loss_id, ir::kNoValue, "loss"});
+  g.outputs.push_back(loss_output
+                          ? ir::Output{ir::OutputRole::loss, loss_id, ir::kNoValue, "loss"}
+                          : ir::Output{ir::OutputRole::user, loss_id, ir::kNoValue, "output"});
+  tracer.finish_mutations();
+  // The random stream's state, when the function drew from it.
+  const detail::RngState& rng = detail::rng_state();
+  for (ir::ValueId v : g.inputs_with_role(ir::InputRole::rng))
+    out.persistent.emplace_back(g.input_name(v),
+                                g.input_name(v) == "rng.seed" ? rng.seed : rng.offset);
   out.joint.forward_end = g.size();
   after_stage(g, "forward");
   return out;
@@ -100,8 +110,9 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
   std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
   out.joint.backward_end = g.size();
 
-  // The optimizer's parameters, in its order, with their state slots.
-  std::vector<optim::ParamValues> in;
+  // The optimizer's parameters, in its order, with their state slots; then
+  // its global state.
+  optim::UpdateInputs in;
   const size_t slots = spec.state_slots.size();
   for (size_t i = 0; i < opt.params().size(); ++i) {
     optim::ParamValues pv;
@@ -111,20 +122,24 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
         pv.grad = grads[j];
       }
     for (size_t s = 0; s < slots; ++s) pv.state.push_back(state_ids[i * slots + s]);
-    in.push_back(std::move(pv));
+    in.params.push_back(std::move(pv));
   }
+  for (size_t s = 0; s < spec.global_slots.size(); ++s)
+    in.globals.push_back(state_ids[opt.params().size() * slots + s]);
+  in.hypers = hyper_ids;
   ir::Builder b(g);
-  std::vector<optim::ParamValues> updated = optim::build_updates(b, spec, in, hyper_ids);
+  optim::UpdateOutputs updated = optim::build_updates(b, spec, in);
 
   for (size_t j = 0; j < params.size(); ++j)
     g.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue, params[j].first});
-  for (size_t i = 0; i < in.size(); ++i) {
-    g.outputs.push_back(ir::Output{ir::OutputRole::update, updated[i].param, in[i].param,
-                                   g.input_name(in[i].param)});
-    for (size_t s = 0; s < slots; ++s)
-      g.outputs.push_back(ir::Output{ir::OutputRole::update, updated[i].state[s], in[i].state[s],
-                                     g.input_name(in[i].state[s])});
+  auto update = [&](ir::ValueId value, ir::ValueId input) {
+    g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
+  };
+  for (size_t i = 0; i < in.params.size(); ++i) {
+    update(updated.params[i].param, in.params[i].param);
+    for (size_t s = 0; s < slots; ++s) update(updated.params[i].state[s], in.params[i].state[s]);
   }
+  for (size_t s = 0; s < in.globals.size(); ++s) update(updated.globals[s], in.globals[s]);
   after_stage(g, "joint");
   return out;
 }

@@ -21,9 +21,12 @@ struct CapturedStep {
 };
 
 // The forward graph alone: inputs params, buffers, optimizer state and
-// hypers (when `opt` is given), data; one output, the loss.
+// hypers (when `opt` is given), data; outputs the loss (a 0-d float; or,
+// with `loss_output` false, any tensor as a user output "output"), then the
+// mutations of buffers and of the random stream.
 CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const LossFn& loss_fn,
-                           const std::vector<ir::Type>& data_types, const SourceLoc& loc);
+                           const std::vector<ir::Type>& data_types, const SourceLoc& loc,
+                           bool loss_output = true);
 
 // The joint graph: forward, backward, and `opt`'s updates.
 CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,

@@ -25,8 +25,12 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                       int64_t warmup_steps) {
   std::vector<TrainSetup> setups;
   std::vector<TrainStep> steps;
+  // Each configuration draws from its own copy of the random stream (dropout
+  // masks), so all see the same numbers.
+  std::vector<RandomStream> streams;
   for (const CompareConfig& c : configs) {
     setups.push_back(make_setup());
+    streams.push_back(random_stream());
     TrainSetup& s = setups.back();
     steps.emplace_back(*s.model, *s.opt, s.loss_fn,
                        StepOptions{.mode = c.mode, .aliasing = c.aliasing});
@@ -35,15 +39,23 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
   std::vector<std::vector<double>> times(configs.size());
   for (size_t b = 0; b < batches.size(); ++b)
     for (size_t i = 0; i < configs.size(); ++i) {  // round robin
+      set_random_stream(streams[i]);
       auto t0 = std::chrono::steady_clock::now();
       StepResult r = steps[i].run(batches[b]);
       double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      streams[i] = random_stream();
       if (int64_t(b) >= warmup_steps) times[i].push_back(ms);
       rows[i].counters = r.counters;
       rows[i].final_loss = r.loss;
     }
-  const nn::NamedTensors ref = setups[0].model->named_parameters();
+  // Parameters and buffers (BatchNorm running statistics) alike.
+  auto state = [](const nn::Module& m) {
+    nn::NamedTensors all = m.named_parameters(), buffers = m.named_buffers();
+    all.insert(all.end(), buffers.begin(), buffers.end());
+    return all;
+  };
+  const nn::NamedTensors ref = state(*setups[0].model);
   for (size_t i = 0; i < configs.size(); ++i) {
     rows[i].config = configs[i];
     std::vector<double>& t = times[i];
@@ -51,7 +63,7 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
       std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
       rows[i].ms_per_step = t[t.size() / 2];
     }
-    const nn::NamedTensors ps = setups[i].model->named_parameters();
+    const nn::NamedTensors ps = state(*setups[i].model);
     for (size_t p = 0; p < ps.size(); ++p)
       rows[i].max_rel_diff =
           std::max(rows[i].max_rel_diff, max_rel_diff(ps[p].second, ref[p].second));

@@ -75,6 +75,7 @@ struct Compiled {
   std::vector<exec::Executable> programs;
   std::vector<std::vector<Binding>> inputs;
   std::vector<std::string> input_names;  // interpret: per step-graph input
+  std::map<std::string, Tensor> persistent;  // interpret: by input name
   Owned owned;
   std::vector<Copy> shadows;  // aliasing off
   float* loss = nullptr;
@@ -114,6 +115,7 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
   WS_CHECK(hypers.size() == cap.hyper_names.size()) << "the optimizer's hyperparameters changed";
 
   if (opts.mode == StepMode::interpret) {
+    for (auto& [name, t] : cap.persistent) c->persistent[name] = t;
     c->step_graph = partition::single_graph(cap.joint);
     step::after_stage(c->step_graph, "step");
     c->graphs = {c->step_graph};
@@ -173,6 +175,7 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
       case ir::InputRole::param:
       case ir::InputRole::buffer:
       case ir::InputRole::opt_state:
+      case ir::InputRole::rng:
         b.kind = Bind::persistent;
         for (auto& [name, t] : cap.persistent)
           if (name == in.name) b.ptr = t.impl()->storage->data;
@@ -191,7 +194,6 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
         for (size_t d = 0; d < cap.data_names.size(); ++d)
           if (cap.data_names[d] == in.name) b.index = d;
         break;
-      case ir::InputRole::rng: WS_CHECK(false) << "rng inputs are not supported yet"; break;
       case ir::InputRole::saved:
       case ir::InputRole::grad: b.ptr = c.owned.get(in.name, in.type.bytes()); break;
     }
@@ -272,10 +274,6 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   if (m.opts.mode == StepMode::interpret) {
     const ir::Graph& g = c.step_graph;
     std::vector<Tensor> inputs;
-    std::map<std::string, Tensor> persistent;
-    for (auto& [n, t] : m.model.named_parameters()) persistent[n] = t;
-    for (auto& [n, t] : m.model.named_buffers()) persistent[n] = t;
-    for (auto& [n, t] : m.opt.state()) persistent[n] = t;
     const optim::UpdateSpec spec = m.opt.spec();
     for (ir::ValueId v : g.inputs) {
       const std::string& name = g.input_name(v);
@@ -285,7 +283,7 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
           for (size_t h = 0; h < spec.hyper_names.size(); ++h)
             if (spec.hyper_names[h] == name) inputs.push_back(Tensor::scalar(m.hypers[h]));
           break;
-        default: inputs.push_back(persistent.at(name)); break;
+        default: inputs.push_back(c.persistent.at(name)); break;
       }
     }
     exec::InterpretStats stats;

@@ -1,0 +1,242 @@
+// The layers beyond Linear, and the functional forms they are made of. Every
+// layer is a composition of graph ops, so autograd, partitioning and lowering
+// see nothing new; only the ops below them are primitives.
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "wholestep/nn.hpp"
+
+namespace ws::nn {
+namespace {
+
+SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
+
+int64_t norm_axis(const Tensor& x, int64_t axis, const char* what, const Loc& loc) {
+  const int64_t r = x.dim();
+  if (axis < -r || axis >= r)
+    throw Error(fmt::format("{}: axis {} is out of range for {}{}", what, axis, x.str(), at(sl(loc))));
+  return axis < 0 ? axis + r : axis;
+}
+
+// x's shape with `axis` set to 1: the shape of a reduction kept for broadcasting.
+Shape kept(const Tensor& x, int64_t axis) {
+  Shape s = x.shape();
+  s[size_t(axis)] = 1;
+  return s;
+}
+
+// [C] -> [1, C, 1, 1], to broadcast over NCHW.
+Tensor per_channel(const Tensor& v, Loc loc) { return v.reshape({1, v.size(0), 1, 1}, loc); }
+
+}  // namespace
+
+Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
+  axis = norm_axis(x, axis, "log_softmax", loc);
+  Tensor s = sub(x, max(x, {axis}, loc).reshape(kept(x, axis), loc), loc);
+  Tensor lse = log(sum(exp(s, loc), {axis}, loc), loc).reshape(kept(x, axis), loc);
+  return sub(s, lse, loc);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
+  axis = norm_axis(x, axis, "softmax", loc);
+  Tensor e = exp(sub(x, max(x, {axis}, loc).reshape(kept(x, axis), loc), loc), loc);
+  return div(e, sum(e, {axis}, loc).reshape(kept(x, axis), loc), loc);
+}
+
+Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
+  if (tanh_approximation) {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
+    Tensor inner = mul(add(x, mul(pow(x, 3.0, loc), 0.044715, loc), loc),
+                       std::sqrt(2.0 / M_PI), loc);
+    return mul(mul(x, 0.5, loc), add(tanh(inner, loc), 1.0, loc), loc);
+  }
+  return mul(mul(x, 0.5, loc), add(erf(mul(x, M_SQRT1_2, loc), loc), 1.0, loc), loc);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Loc loc) {
+  const int64_t last = x.dim() - 1;
+  if (last < 0) throw Error("layer_norm: the input must have at least one dim" + at(sl(loc)));
+  Tensor xc = sub(x, mean(x, {last}, loc).reshape(kept(x, last), loc), loc);
+  Tensor var = mean(mul(xc, xc, loc), {last}, loc).reshape(kept(x, last), loc);
+  Tensor y = mul(xc, rsqrt(add(var, eps, loc), loc), loc);
+  if (weight.defined()) y = mul(y, weight, loc);
+  if (bias.defined()) y = add(y, bias, loc);
+  return y;
+}
+
+Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps, Loc loc) {
+  Tensor mu, var;
+  if (training) {
+    const int64_t count = x.numel() / x.size(1);
+    if (count < 2)
+      throw Error(fmt::format("batch_norm: training needs more than one value per channel, got "
+                              "input {}{}",
+                              x.str(), at(sl(loc))));
+    mu = mean(x, {0, 2, 3}, loc);
+    Tensor xc = sub(x, per_channel(mu, loc), loc);
+    var = mean(mul(xc, xc, loc), {0, 2, 3}, loc);
+    running_mean.copy_(add(mul(running_mean, 1 - momentum, loc), mul(mu, momentum, loc), loc), loc);
+    Tensor unbiased = mul(var, double(count) / double(count - 1), loc);
+    running_var.copy_(add(mul(running_var, 1 - momentum, loc), mul(unbiased, momentum, loc), loc),
+                      loc);
+    Tensor y = mul(xc, per_channel(rsqrt(add(var, eps, loc), loc), loc), loc);
+    if (weight.defined()) y = mul(y, per_channel(weight, loc), loc);
+    if (bias.defined()) y = add(y, per_channel(bias, loc), loc);
+    return y;
+  }
+  // Eval: one scale and shift per channel.
+  Tensor scale = rsqrt(add(running_var, eps, loc), loc);
+  if (weight.defined()) scale = mul(scale, weight, loc);
+  Tensor shift = neg(mul(running_mean, scale, loc), loc);
+  if (bias.defined()) shift = add(shift, bias, loc);
+  return add(mul(x, per_channel(scale, loc), loc), per_channel(shift, loc), loc);
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Loc loc) {
+  if (!(p >= 0 && p <= 1))
+    throw Error(fmt::format("dropout: p must be in [0, 1], got {}{}", p, at(sl(loc))));
+  if (!training || p == 0) return x;
+  if (p == 1) return mul(x, 0.0, loc);
+  Tensor keep = ge(rand_stream(x.shape(), x.dtype(), loc), Tensor::scalar(p, x.dtype()), loc);
+  return where(keep, mul(x, 1.0 / (1.0 - p), loc), Tensor::scalar(0, x.dtype()), loc);
+}
+
+Tensor causal_mask(const Tensor& scores, Loc loc) {
+  if (scores.dim() < 2)
+    throw Error(fmt::format("causal_mask: scores must be [..., T, S], got {}{}", scores.str(),
+                            at(sl(loc))));
+  const Shape ts{scores.size(-2), scores.size(-1)};
+  Tensor allowed = ge(iota(ts, 0, DType::i64, loc), iota(ts, 1, DType::i64, loc), loc);
+  return where(allowed, scores,
+               Tensor::scalar(-std::numeric_limits<double>::infinity(), scores.dtype()), loc);
+}
+
+// ---------------------------------------------------------------------------
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, Conv2dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), opts(o) {
+  if (in <= 0 || out <= 0 || k <= 0 || o.stride <= 0 || o.padding < 0 || o.dilation <= 0 ||
+      o.groups <= 0 || in % o.groups != 0 || out % o.groups != 0)
+    throw Error(fmt::format(
+        "Conv2d({}, {}, {}): channels and kernel must be positive, stride {} and dilation {} "
+        ">= 1, padding {} >= 0, and groups {} must divide both channel counts",
+        in, out, k, o.stride, o.dilation, o.padding, o.groups));
+  const double bound = 1.0 / std::sqrt(double(in / o.groups * k * k));
+  weight = register_parameter("weight", rand_uniform({out, in / o.groups, k, k}, -bound, bound));
+  if (o.bias) bias = register_parameter("bias", rand_uniform({out}, -bound, bound));
+}
+
+Tensor Conv2d::forward(const Tensor& x, Loc loc) {
+  if (x.dim() != 4 || x.size(1) != in_channels)
+    throw Error(fmt::format("Conv2d({}, {}, {}): expected input [N, {}, H, W], got {}{}",
+                            in_channels, out_channels, kernel_size, in_channels, x.str(),
+                            at(sl(loc))));
+  ws::Conv2dOptions o;
+  o.stride = {opts.stride, opts.stride};
+  o.padding = {opts.padding, opts.padding};
+  o.dilation = {opts.dilation, opts.dilation};
+  o.groups = opts.groups;
+  Tensor y = conv2d(x, weight, o, loc);
+  return bias.defined() ? add(y, per_channel(bias, loc), loc) : y;
+}
+
+BatchNorm2d::BatchNorm2d(int64_t c, double eps, double momentum)
+    : channels(c), eps(eps), momentum(momentum) {
+  if (c <= 0) throw Error(fmt::format("BatchNorm2d({}): channels must be positive", c));
+  weight = register_parameter("weight", Tensor::full({c}, 1.0));
+  bias = register_parameter("bias", Tensor::zeros({c}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({c}));
+  running_var = register_buffer("running_var", Tensor::full({c}, 1.0));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x, Loc loc) {
+  if (x.dim() != 4 || x.size(1) != channels)
+    throw Error(fmt::format("BatchNorm2d({}): expected input [N, {}, H, W], got {}{}", channels,
+                            channels, x.str(), at(sl(loc))));
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps, loc);
+}
+
+LayerNorm::LayerNorm(int64_t f, double eps) : features(f), eps(eps) {
+  if (f <= 0) throw Error(fmt::format("LayerNorm({}): features must be positive", f));
+  weight = register_parameter("weight", Tensor::full({f}, 1.0));
+  bias = register_parameter("bias", Tensor::zeros({f}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x, Loc loc) {
+  if (x.dim() < 1 || x.size(-1) != features)
+    throw Error(fmt::format("LayerNorm({}): the input's last dim must be {}, got {}{}", features,
+                            features, x.str(), at(sl(loc))));
+  return layer_norm(x, weight, bias, eps, loc);
+}
+
+Embedding::Embedding(int64_t n, int64_t d) : num_embeddings(n), embedding_dim(d) {
+  if (n <= 0 || d <= 0)
+    throw Error(fmt::format("Embedding({}, {}): sizes must be positive", n, d));
+  weight = register_parameter("weight", randn({n, d}));
+}
+
+Tensor Embedding::forward(const Tensor& indices, Loc loc) {
+  if (indices.dtype() != DType::i64)
+    throw Error(fmt::format("Embedding({}, {}): indices must be i64, got {}{}", num_embeddings,
+                            embedding_dim, indices.str(), at(sl(loc))));
+  return gather(weight, indices, loc);
+}
+
+Dropout::Dropout(double p) : p(p) {
+  if (!(p >= 0 && p <= 1)) throw Error(fmt::format("Dropout({}): p must be in [0, 1]", p));
+}
+
+Tensor Dropout::forward(const Tensor& x, Loc loc) { return dropout(x, p, is_training(), loc); }
+Tensor GELU::forward(const Tensor& x, Loc loc) { return gelu(x, tanh_approximation, loc); }
+Tensor ReLU::forward(const Tensor& x, Loc loc) { return relu(x, loc); }
+
+Tensor GlobalAvgPool2d::forward(const Tensor& x, Loc loc) {
+  if (x.dim() != 4)
+    throw Error(fmt::format("GlobalAvgPool2d: expected input [N, C, H, W], got {}{}", x.str(),
+                            at(sl(loc))));
+  return mean(x, {2, 3}, loc);
+}
+
+Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
+  if (!layer) throw Error("Sequential::add: the layer is null");
+  register_module(std::to_string(layers_.size()), layer);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x, Loc loc) {
+  Tensor h = x;
+  for (auto& l : layers_) h = l->forward(h, loc);
+  return h;
+}
+
+CausalSelfAttention::CausalSelfAttention(int64_t d, int64_t h, double p)
+    : qkv(d, 3 * d), proj(d, d), attn_dropout(p), d_model(d), heads(h) {
+  if (h <= 0 || d % h != 0)
+    throw Error(fmt::format(
+        "CausalSelfAttention({}, {}): the model width must be a multiple of the heads", d, h));
+  register_module("qkv", qkv);
+  register_module("proj", proj);
+  register_module("attn_dropout", attn_dropout);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, Loc loc) {
+  if (x.dim() != 3 || x.size(2) != d_model)
+    throw Error(fmt::format("CausalSelfAttention({}, {}): expected input [B, T, {}], got {}{}",
+                            d_model, heads, d_model, x.str(), at(sl(loc))));
+  const int64_t B = x.size(0), T = x.size(1), hd = d_model / heads;
+  Tensor qkv_out = qkv(x, loc);
+  auto head_view = [&](int64_t i) {  // [B, T, D] slice -> [B, H, T, hd]
+    Tensor part = slice(qkv_out, 2, i * d_model, (i + 1) * d_model, loc);
+    return transpose(part.reshape({B, T, heads, hd}, loc), {0, 2, 1, 3}, loc);
+  };
+  Tensor q = head_view(0), k = head_view(1), v = head_view(2);
+  Tensor att = mul(matmul(q, k, false, true, loc), 1.0 / std::sqrt(double(hd)), loc);
+  att = attn_dropout(softmax(causal_mask(att, loc), -1, loc), loc);
+  Tensor y = transpose(matmul(att, v, false, false, loc), {0, 2, 1, 3}, loc);
+  return proj(y.reshape({B, T, d_model}, loc), loc);
+}
+
+}  // namespace ws::nn

@@ -1,0 +1,132 @@
+// Forward: an inference Program over the model's own storage.
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "capture/tensor_impl.hpp"
+#include "exec/program.hpp"
+#include "ir/text.hpp"
+#include "lower/lower.hpp"
+#include "partition/partition.hpp"
+#include "step/capture_step.hpp"
+
+namespace ws {
+
+namespace {
+
+struct CompiledForward {
+  ir::Graph graph;
+  std::unique_ptr<exec::Executable> exe;
+  std::vector<int> data_index;  // per program input: data argument, or -1
+  ir::Type out_type;
+  std::shared_ptr<detail::Storage> out;
+};
+
+// Puts a module in eval mode for a scope, restoring every submodule's mode.
+class EvalScope {
+ public:
+  explicit EvalScope(nn::Module& m) {
+    collect(m);
+    m.eval();
+  }
+  // train() recurses into children; replaying the parent-first order restores
+  // a child whose mode differed from its parent's.
+  ~EvalScope() {
+    for (auto& [mod, training] : modes_) mod->train(training);
+  }
+
+ private:
+  void collect(nn::Module& m) {
+    modes_.emplace_back(&m, m.is_training());
+    for (auto& [name, c] : m.named_children()) collect(*c);
+  }
+  std::vector<std::pair<nn::Module*, bool>> modes_;
+};
+
+}  // namespace
+
+struct Forward::Impl {
+  nn::Module& model;
+  LossFn fn;
+  std::map<std::string, std::unique_ptr<CompiledForward>> cache;
+  CompiledForward* last = nullptr;
+  int64_t traces = 0;
+
+  CompiledForward& lookup(const std::vector<Tensor>& inputs, Loc sloc) {
+    std::vector<ir::Type> types;
+    std::string key;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].defined() || inputs[i].is_traced())
+        throw Error(fmt::format("forward: argument {} must be a concrete tensor{}", i,
+                                at(SourceLoc::from(sloc))));
+      types.push_back(inputs[i].impl()->type);
+      key += types.back().str() + ";";
+    }
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, compile(types, SourceLoc::from(sloc))).first;
+    return *(last = it->second.get());
+  }
+
+  std::unique_ptr<CompiledForward> compile(const std::vector<ir::Type>& types,
+                                           const SourceLoc& loc) {
+    step::CapturedStep cap;
+    {
+      EvalScope eval(model);
+      cap = step::trace_forward(model, nullptr, fn, types, loc, /*loss_output=*/false);
+    }
+    ++traces;
+    auto c = std::make_unique<CompiledForward>();
+    c->graph = partition::single_graph(cap.joint);
+    c->graph.name = "forward";
+    for (const ir::Output& o : c->graph.outputs)
+      if (o.role == ir::OutputRole::update)
+        throw Error(fmt::format(
+            "compile_forward: the function changes '{}'; an inference function must not "
+            "mutate state{}",
+            o.name, at(loc)));
+    step::after_stage(c->graph, "inference");
+    c->exe = std::make_unique<exec::Executable>(lower::lower(c->graph));
+    const exec::Program& p = c->exe->program();
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      int data = -1;
+      for (size_t d = 0; d < cap.data_names.size(); ++d)
+        if (cap.data_names[d] == p.inputs[i].name) data = int(d);
+      c->data_index.push_back(data);
+      if (data >= 0) continue;
+      void* ptr = nullptr;
+      for (auto& [name, t] : cap.persistent)
+        if (name == p.inputs[i].name) ptr = t.impl()->storage->data;
+      WS_CHECK(ptr) << "no storage for forward input " << p.inputs[i].name;
+      c->exe->bind_input(i, ptr);
+    }
+    c->out_type = p.outputs.at(0).type;
+    c->out = std::make_shared<detail::Storage>(c->out_type.bytes());
+    c->exe->bind_output(0, c->out->data);
+    return c;
+  }
+};
+
+Forward::Forward(nn::Module& model, LossFn fn)
+    : impl_(std::make_unique<Impl>(Impl{model, std::move(fn), {}, nullptr, 0})) {}
+Forward::~Forward() = default;
+Forward::Forward(Forward&&) noexcept = default;
+Forward& Forward::operator=(Forward&&) noexcept = default;
+
+int64_t Forward::traces() const { return impl_->traces; }
+std::string Forward::graph_text() const {
+  return impl_->last ? ir::print(impl_->last->graph, {.locations = false}) : "";
+}
+
+Tensor Forward::run(const std::vector<Tensor>& inputs, Loc loc) {
+  CompiledForward& c = impl_->lookup(inputs, loc);
+  for (size_t i = 0; i < c.data_index.size(); ++i)
+    if (c.data_index[i] >= 0)
+      c.exe->bind_input(i, inputs[size_t(c.data_index[i])].impl()->storage->data);
+  c.exe->run();
+  auto impl = detail::make_concrete(c.out_type);
+  std::memcpy(impl->storage->data, c.out->data, c.out_type.bytes());
+  return Tensor(std::move(impl));
+}
+
+}  // namespace ws
