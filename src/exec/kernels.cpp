@@ -354,6 +354,17 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
   bool done = false;
   if (dt == DType::f32) done = choose_typed<float>(k, scalar);
   if (dt == DType::f64) done = choose_typed<double>(k, scalar);
+  // Moving elements needs no arithmetic: integer and bool values too.
+  if (!done && (k.op == Op::broadcast || k.op == Op::transpose)) {
+    k.strides = k.op == Op::broadcast ? broadcast_source_strides(k.in_types[0].shape,
+                                                                 k.out_type.shape,
+                                                                 k.attrs.ints("dims"))
+                                      : transpose_source_strides(k.in_types[0].shape,
+                                                                 k.attrs.ints("perm"));
+    k.fn = dt == DType::b8 ? k_strided<uint8_t> : k_strided<int64_t>;
+    k.name = k.op == Op::broadcast ? "broadcast" : "transpose";
+    done = true;
+  }
   if (!done) {
     for (bool sc : scalar) WS_CHECK(!sc) << "no scalar-operand kernel for " << ir::op_name(k.op);
     k.fn = k_reference;

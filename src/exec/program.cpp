@@ -22,7 +22,11 @@ std::string Program::str() const {
   for (const Kernel& k : kernels) {
     std::vector<std::string> ins;
     for (int32_t i : k.in) ins.push_back(slot(i));
-    s += fmt::format("  {} = {}({}) : {}\n", slot(k.out), k.name, fmt::join(ins, ", "),
+    // Reference fallbacks name the op they compute.
+    const std::string name = std::string_view(k.name) == "reference"
+                                 ? fmt::format("reference.{}", ir::op_name(k.op))
+                                 : std::string(k.name);
+    s += fmt::format("  {} = {}({}) : {}\n", slot(k.out), name, fmt::join(ins, ", "),
                      k.out_type.str());
   }
   return s;

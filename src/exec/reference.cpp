@@ -96,6 +96,12 @@ void matmul(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool 
 
 }  // namespace
 
+int64_t dims_product(Shape::const_iterator begin, Shape::const_iterator end) {
+  int64_t n = 1;
+  for (auto it = begin; it != end; ++it) n *= *it;
+  return n;
+}
+
 std::vector<int64_t> row_major_strides(const Shape& shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
@@ -166,16 +172,16 @@ MatmulDims matmul_dims(const Shape& a, const Shape& b, const ir::Attrs& attrs) {
   const size_t r = a.size();
   MatmulDims d;
   d.ta = attrs.i_or("transpose_a", 0), d.tb = attrs.i_or("transpose_b", 0);
-  d.batch = numel(Shape(a.begin(), a.end() - 2));
+  d.batch = dims_product(a.begin(), a.end() - 2);
   d.m = a[r - 2 + d.ta], d.k = a[r - 1 - d.ta], d.n = b[r - 1 - d.tb];
   return d;
 }
 
 SliceDims slice_dims(const Shape& x, const ir::Attrs& attrs) {
   const int64_t axis = attrs.i("axis") < 0 ? attrs.i("axis") + int64_t(x.size()) : attrs.i("axis");
-  const int64_t inner = numel(Shape(x.begin() + axis + 1, x.end()));
+  const int64_t inner = dims_product(x.begin() + axis + 1, x.end());
   SliceDims d;
-  d.outer = numel(Shape(x.begin(), x.begin() + axis));
+  d.outer = dims_product(x.begin(), x.begin() + axis);
   d.in_row = x[size_t(axis)] * inner;
   d.out_row = (attrs.i("end") - attrs.i("start")) * inner;
   d.start = attrs.i("start") * inner;
@@ -309,7 +315,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         const int64_t axis = attrs.i("axis"), size = out_type.shape[size_t(axis)];
-        const int64_t inner = numel(Shape(out_type.shape.begin() + axis + 1, out_type.shape.end()));
+        const int64_t inner = dims_product(out_type.shape.begin() + axis + 1, out_type.shape.end());
         T* y = static_cast<T*>(out);
         for (int64_t i = 0; i < n; ++i) y[i] = T((i / inner) % size);
       });
@@ -325,7 +331,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::concat: {
       const size_t es = dtype_size(out_type.dtype);
       const int64_t axis = attrs.i("axis") < 0 ? attrs.i("axis") + out_type.rank() : attrs.i("axis");
-      const int64_t outer = numel(Shape(out_type.shape.begin(), out_type.shape.begin() + axis));
+      const int64_t outer = dims_product(out_type.shape.begin(), out_type.shape.begin() + axis);
       const int64_t out_row = n / std::max<int64_t>(outer, 1);
       int64_t col = 0;
       for (size_t a = 0; a < in_types.size(); ++a) {
@@ -341,7 +347,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         const Shape& ts = in_types[0].shape;
-        const int64_t width = numel(Shape(ts.begin() + 1, ts.end()));
+        const int64_t width = dims_product(ts.begin() + 1, ts.end());
         gather_rows(static_cast<const T*>(in[0]), ts[0], width, static_cast<const int64_t*>(in[1]),
                     in_types[1].numel(), static_cast<T*>(out), loc);
       });

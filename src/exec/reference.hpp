@@ -16,6 +16,9 @@ void run_reference(ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> 
                    const void* const* in, const ir::Type& out_type, void* out,
                    const SourceLoc& loc = {});
 
+// The product of dims [begin, end), without allocating (kernels call it).
+int64_t dims_product(Shape::const_iterator begin, Shape::const_iterator end);
+
 // Row-major strides of a shape, in elements.
 std::vector<int64_t> row_major_strides(const Shape& shape);
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,53 @@ void after_stage(const ir::Graph& g, const std::string& stage) {
     out << ir::print(g);
   }
 }
+
+namespace {
+
+// The data argument `v` is, looking through ops that only move elements.
+std::optional<size_t> data_source(const ir::Graph& g, const std::vector<std::string>& names,
+                                  ir::ValueId v) {
+  for (;;) {
+    const ir::Node& n = g.node(v);
+    if (n.op == ir::Op::reshape || n.op == ir::Op::slice || n.op == ir::Op::transpose ||
+        n.op == ir::Op::broadcast) {
+      v = n.args[0];
+      continue;
+    }
+    if (n.op != ir::Op::input || g.input_role(v) != ir::InputRole::data) return std::nullopt;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == g.input_name(v)) return i;
+    return std::nullopt;
+  }
+}
+
+// Data arguments that index a table (gather) or pick classes (one_hot).
+void collect_index_checks(CapturedStep& cap) {
+  const ir::Graph& g = cap.joint.graph;
+  for (ir::ValueId v = 0; v < g.size(); ++v) {
+    const ir::Node& n = g.node(v);
+    IndexCheck c;
+    ir::ValueId idx = ir::kNoValue;
+    if (n.op == ir::Op::gather) {
+      idx = n.args[1];
+      c.bound = g.type(n.args[0]).shape[0];
+      c.what = "embedding index";
+    } else if (n.op == ir::Op::one_hot) {
+      idx = n.args[0];
+      c.bound = n.attrs.i("num_classes");
+      c.what = "label";
+    } else {
+      continue;
+    }
+    std::optional<size_t> d = data_source(g, cap.data_names, idx);
+    if (!d) continue;
+    c.data_index = *d;
+    c.loc = n.loc;
+    cap.index_checks.push_back(c);
+  }
+}
+
+}  // namespace
 
 CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const LossFn& loss_fn,
                            const std::vector<ir::Type>& data_types, const SourceLoc& loc,
@@ -92,8 +140,22 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
     out.persistent.emplace_back(g.input_name(v),
                                 g.input_name(v) == "rng.seed" ? rng.seed : rng.offset);
   out.joint.forward_end = g.size();
+  collect_index_checks(out);
   after_stage(g, "forward");
   return out;
+}
+
+void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tensor>& data,
+                   const char* who) {
+  for (const IndexCheck& c : checks) {
+    const Tensor& t = data[c.data_index];
+    const int64_t* v = t.data<int64_t>();
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i)
+      if (v[i] < 0 || v[i] >= c.bound)
+        throw Error(fmt::format("{}: argument {} ({}) holds {} {} at position {}, outside [0, {}){}",
+                                who, c.data_index, t.str(), c.what, v[i], i, c.bound, at(c.loc)));
+  }
 }
 
 CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,

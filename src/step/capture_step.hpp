@@ -12,13 +12,28 @@
 
 namespace ws::step {
 
+// An i64 data argument used as indices: every value must be in [0, bound).
+struct IndexCheck {
+  size_t data_index = 0;
+  int64_t bound = 0;
+  std::string what;  // "embedding index", "label"
+  SourceLoc loc;     // the user's line that indexes with it
+};
+
 struct CapturedStep {
   partition::JointGraph joint;
   // Tensors behind persistent inputs, by input name (params, buffers, state).
   std::vector<std::pair<std::string, Tensor>> persistent;
   std::vector<std::string> hyper_names;  // hyper inputs, in optimizer order
   std::vector<std::string> data_names;   // data inputs, in argument order
+  std::vector<IndexCheck> index_checks;
 };
+
+// Checks data arguments against `checks` before a step runs, so an index
+// out of range is reported with its argument, position and the user's line
+// instead of failing inside a kernel.
+void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tensor>& data,
+                   const char* who);
 
 // The forward graph alone: inputs params, buffers, optimizer state and
 // hypers (when `opt` is given), data; outputs the loss (a 0-d float; or,

@@ -21,6 +21,7 @@ struct CompiledForward {
   std::vector<int> data_index;  // per program input: data argument, or -1
   ir::Type out_type;
   std::shared_ptr<detail::Storage> out;
+  std::vector<step::IndexCheck> index_checks;
 };
 
 // Puts a module in eval mode for a scope, restoring every submodule's mode.
@@ -77,6 +78,7 @@ struct Forward::Impl {
     }
     ++traces;
     auto c = std::make_unique<CompiledForward>();
+    c->index_checks = cap.index_checks;
     c->graph = partition::single_graph(cap.joint);
     c->graph.name = "forward";
     for (const ir::Output& o : c->graph.outputs)
@@ -120,6 +122,7 @@ std::string Forward::graph_text() const {
 
 Tensor Forward::run(const std::vector<Tensor>& inputs, Loc loc) {
   CompiledForward& c = impl_->lookup(inputs, loc);
+  step::check_indices(c.index_checks, inputs, "forward");
   for (size_t i = 0; i < c.data_index.size(); ++i)
     if (c.data_index[i] >= 0)
       c.exe->bind_input(i, inputs[size_t(c.data_index[i])].impl()->storage->data);

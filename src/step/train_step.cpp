@@ -77,6 +77,7 @@ struct Compiled {
   std::vector<std::string> input_names;  // interpret: per step-graph input
   std::map<std::string, Tensor> persistent;  // interpret: by input name
   Owned owned;
+  std::vector<step::IndexCheck> index_checks;
   std::vector<Copy> shadows;  // aliasing off
   float* loss = nullptr;
   StepCounters counters;
@@ -111,6 +112,7 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
                                                    const SourceLoc& loc) {
   step::CapturedStep cap = step::capture_step(model, opt, loss_fn, types, loc);
   auto c = std::make_unique<Compiled>();
+  c->index_checks = cap.index_checks;
   for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());
   WS_CHECK(hypers.size() == cap.hyper_names.size()) << "the optimizer's hyperparameters changed";
 
@@ -267,6 +269,7 @@ Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
 StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   Impl& m = *impl_;
   Compiled& c = m.lookup(data, sloc);
+  step::check_indices(c.index_checks, data, "train step");
   m.opt.hyper_values(m.hyper_scratch);
   for (size_t i = 0; i < m.hypers.size(); ++i) m.hypers[i] = float(m.hyper_scratch[i]);
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "step/mlp_fixture.hpp"
+#include "wholestep/models.hpp"
 
 namespace {
 std::atomic<int64_t> g_allocations{0};
@@ -37,6 +38,23 @@ TEST(NoAllocation, CompiledStepsAllocateNothingPerStep) {
       EXPECT_EQ(g_allocations.load() - before, 0)
           << mode_name(mode) << (aliasing ? "" : " no alias");
     }
+  }
+}
+
+TEST(NoAllocation, CnnAndGptStepsAllocateNothingPerStep) {
+  for (const char* name : {"cnn", "gpt"}) {
+    models::Spec spec = models::spec(name);
+    spec.batch = 2;
+    auto model = models::make(spec);
+    optim::Adam opt(*model, {.lr = 1e-3, .max_grad_norm = 1.0});
+    TrainStep step(*model, opt, models::loss_fn(*model));
+    std::vector<Tensor> batch = models::random_batch(spec, 0);
+    step.run(batch);  // traces and compiles
+    step.run(batch);
+    const int64_t before = g_allocations.load();
+    step.run(batch);
+    step.run(batch);
+    EXPECT_EQ(g_allocations.load() - before, 0) << name;
   }
 }
 

@@ -1,0 +1,199 @@
+// The reference models through every mode: cnn and gpt agree after ten Adam
+// steps (parameters and BatchNorm running statistics), dropout draws the same
+// masks everywhere, compile_forward shares the training storage, and bad
+// indices are caught at the step boundary.
+#include <cmath>
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+#include "wholestep/compare.hpp"
+#include "wholestep/models.hpp"
+
+namespace ws {
+namespace {
+
+using testing::error_of;
+
+struct Trained {
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<optim::Optimizer> opt;
+};
+
+// Trains `spec` for `steps` Adam(W) steps in `mode` on seeded random
+// batches, from the same initialization and random stream.
+Trained train(const models::Spec& spec, StepMode mode, int steps, double lr, bool decoupled) {
+  manual_seed(17);
+  Trained r;
+  r.model = models::make(spec);
+  r.opt = std::make_unique<optim::Adam>(*r.model, optim::AdamOptions{.lr = lr}, decoupled);
+  TrainStep step(*r.model, *r.opt, models::loss_fn(*r.model), {.mode = mode});
+  for (int i = 0; i < steps; ++i) {
+    StepResult res = step.run(models::random_batch(spec, uint64_t(i)));
+    EXPECT_TRUE(std::isfinite(res.loss));
+  }
+  EXPECT_EQ(r.opt->state().back().first, "step");
+  EXPECT_EQ(r.opt->state().back().second.item(), double(steps));
+  return r;
+}
+
+// Largest relative difference (max |a-b| / max |b|) over parameters and
+// buffers, with the tensor that has it.
+std::pair<double, std::string> worst_difference(const nn::Module& a, const nn::Module& ref) {
+  auto all = [](const nn::Module& m) {
+    nn::NamedTensors t = m.named_parameters(), b = m.named_buffers();
+    t.insert(t.end(), b.begin(), b.end());
+    return t;
+  };
+  nn::NamedTensors ta = all(a), tr = all(ref);
+  EXPECT_EQ(ta.size(), tr.size());
+  std::pair<double, std::string> worst{0, ""};
+  for (size_t i = 0; i < ta.size(); ++i)
+    worst = std::max(worst, {max_rel_diff(ta[i].second, tr[i].second), ta[i].first});
+  return worst;
+}
+
+void expect_modes_agree(const models::Spec& spec, double lr, bool decoupled) {
+  Trained ref = train(spec, StepMode::interpret, 10, lr, decoupled);
+  for (StepMode mode : {StepMode::three_graph, StepMode::single_graph}) {
+    SCOPED_TRACE(mode_name(mode));
+    Trained r = train(spec, mode, 10, lr, decoupled);
+    auto [diff, name] = worst_difference(*r.model, *ref.model);
+    EXPECT_LT(diff, 1e-4) << "largest difference in " << name;
+    std::printf("%s %s vs interpret: largest relative difference %.2e (%s)\n", spec.name.c_str(),
+                mode_name(mode), diff, name.c_str());
+  }
+}
+
+TEST(ReferenceModels, CnnAgreesAcrossModesAfterTenAdamStepsIncludingRunningStats) {
+  models::Spec spec = models::spec("cnn");
+  spec.batch = 16;  // the reference interpreter is slow; the model is the same
+  expect_modes_agree(spec, 1e-3, /*decoupled=*/false);
+}
+
+TEST(ReferenceModels, GptWithDropoutAgreesAcrossModesAfterTenAdamWSteps) {
+  models::Spec spec = models::spec("gpt");
+  ASSERT_GT(spec.gpt.dropout, 0);
+  expect_modes_agree(spec, 3e-4, /*decoupled=*/true);
+}
+
+TEST(ReferenceModels, BatchNormRunningStatsChangeInTrainingSteps) {
+  models::Spec spec = models::spec("cnn");
+  spec.batch = 4;
+  Trained r = train(spec, StepMode::single_graph, 2, 1e-3, false);
+  auto buffers = r.model->named_buffers();
+  ASSERT_EQ(buffers.size(), 6u);
+  EXPECT_EQ(buffers[0].first, "net.1.running_mean");
+  EXPECT_NE(buffers[0].second.to_vector(), std::vector<double>(32, 0.0));
+}
+
+// loss = sum(dropout(ones) * w): with SGD at lr 1, w moves by exactly the
+// scaled mask, so the masks can be read back from the parameters.
+struct MaskProbe : nn::Module {
+  Tensor w = register_parameter("w", Tensor::zeros({64}));
+  nn::Dropout drop{0.5};
+  MaskProbe() { register_module("drop", drop); }
+};
+
+std::vector<double> masks_after_two_steps(StepMode mode) {
+  manual_seed(5);
+  MaskProbe m;
+  optim::SGD opt(m, {.lr = 1.0});
+  TrainStep step = compile_train_step(m, opt, [&](const Tensor& x) {
+    return sum(mul(m.drop(x), m.w), {0});
+  }, {.mode = mode});
+  step(Tensor::full({64}, 1.0));
+  std::vector<double> first = m.w.to_vector();
+  step(Tensor::full({64}, 1.0));
+  std::vector<double> both = m.w.to_vector();
+  first.insert(first.end(), both.begin(), both.end());
+  EXPECT_EQ(random_stream().offset, 128u);  // each step advanced the offset by 64
+  return first;
+}
+
+TEST(ReferenceModels, DropoutMasksAreIdenticalAcrossModesAndFollowTheStream) {
+  std::vector<double> ref = masks_after_two_steps(StepMode::interpret);
+  // The same numbers drawn eagerly from the same seed.
+  manual_seed(5);
+  std::vector<double> u1 = rand_stream({64}).to_vector(), u2 = rand_stream({64}).to_vector();
+  for (size_t i = 0; i < 64; ++i) {
+    EXPECT_EQ(ref[i], u1[i] >= 0.5 ? -2.0 : 0.0) << i;
+    EXPECT_EQ(ref[64 + i], ref[i] + (u2[i] >= 0.5 ? -2.0 : 0.0)) << i;
+  }
+  EXPECT_NE(std::vector<double>(ref.begin(), ref.begin() + 64),
+            std::vector<double>(ref.begin() + 64, ref.end()));  // masks differ per step
+  for (StepMode mode : {StepMode::three_graph, StepMode::single_graph})
+    EXPECT_EQ(masks_after_two_steps(mode), ref) << mode_name(mode);
+}
+
+TEST(ReferenceModels, CompiledForwardSharesTheTrainedStorage) {
+  manual_seed(3);
+  models::Spec spec = models::spec("cnn");
+  spec.batch = 4;
+  auto model = models::make(spec);
+  optim::Adam opt(*model, {.lr = 1e-2});
+  TrainStep step(*model, opt, models::loss_fn(*model));
+  Forward fwd = compile_forward(*model, [&](const Tensor& x) { return (*model)(x); });
+  std::vector<Tensor> batch = models::random_batch(spec, 0);
+  for (int i = 0; i < 2; ++i) {
+    step.run(batch);
+    Tensor compiled = fwd(batch[0]);
+    model->eval();
+    Tensor eager = (*model)(batch[0]);
+    model->train();
+    EXPECT_LT(max_rel_diff(compiled, eager), 1e-5);
+  }
+  EXPECT_EQ(fwd.traces(), 1);
+  EXPECT_TRUE(model->is_training());
+  EXPECT_EQ(fwd.graph_text().find("random_uniform"), std::string::npos);
+}
+
+TEST(ReferenceModelsErrors, LabelsOutOfRangeAreCaughtAtTheStepBoundary) {
+  models::Spec spec = models::spec("tiny_mlp");
+  auto model = models::make(spec);
+  optim::SGD opt(*model, {.lr = 0.1});
+  TrainStep step(*model, opt, models::loss_fn(*model));
+  std::vector<Tensor> batch = models::random_batch(spec, 0);
+  const std::vector<double> before = model->named_parameters()[0].second.to_vector();
+  batch[1].data<int64_t>()[7] = 10;
+  std::string msg = error_of([&] { step.run(batch); });
+  EXPECT_NE(msg.find("train step: argument 1 (i64[32]) holds label 10 at position 7, outside "
+                     "[0, 10)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("models.cpp"), std::string::npos) << msg;
+  EXPECT_EQ(model->named_parameters()[0].second.to_vector(), before);  // nothing ran
+  batch[1].data<int64_t>()[7] = 3;
+  EXPECT_TRUE(std::isfinite(step.run(batch).loss));  // and the step still works
+}
+
+TEST(ReferenceModelsErrors, EmbeddingIndicesOutOfRangeAreCaughtAtTheStepBoundary) {
+  models::Spec spec = models::spec("gpt");
+  spec.gpt.layers = 1;
+  auto model = models::make(spec);
+  optim::AdamW opt(*model);
+  TrainStep step(*model, opt, models::loss_fn(*model));
+  std::vector<Tensor> batch = models::random_batch(spec, 0);
+  batch[0].data<int64_t>()[70] = 256;
+  std::string msg = error_of([&] { step.run(batch); });
+  EXPECT_NE(msg.find("argument 0 (i64[8,64]) holds embedding index 256 at position 70, outside "
+                     "[0, 256)"),
+            std::string::npos)
+      << msg;
+  batch[0].data<int64_t>()[70] = -1;
+  Forward fwd = compile_forward(*model, [&](const Tensor& x) { return (*model)(x); });
+  msg = error_of([&] { fwd(batch[0]); });
+  EXPECT_NE(msg.find("forward: argument 0 (i64[8,64]) holds embedding index -1"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(opt.step_count(), 0);
+}
+
+TEST(ReferenceModelsErrors, UnknownModelNamesTheKnownOnes) {
+  EXPECT_EQ(error_of([] { models::spec("resnet"); }),
+            "unknown model 'resnet': this build knows mlp, tiny_mlp, cnn, gpt");
+}
+
+}  // namespace
+}  // namespace ws
