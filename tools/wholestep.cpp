@@ -2,6 +2,7 @@
 // print the compiled graphs.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -22,6 +23,7 @@ struct Common {
   std::optional<std::string> optimizer;
   std::optional<double> lr;
   double momentum = 0.9, weight_decay = -1, max_grad_norm = 0;
+  std::string schedule = "cosine";
   int threads = 0;
 };
 
@@ -35,11 +37,13 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--optimizer", c.optimizer, "sgd | adam | adamw (default: the model's)");
   app->add_option("--lr", c.lr, "learning rate (default: the model's)");
   app->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app->add_option("--weight-decay", c.weight_decay,
-                  "weight decay (default: 0; AdamW 0.01)");
+  app->add_option("--weight-decay", c.weight_decay, "weight decay (default: 0; AdamW 0.01)");
   app->add_option("--max-grad-norm", c.max_grad_norm, "global-norm gradient clipping (0: off)")
       ->capture_default_str();
   app->add_option("--threads", c.threads, "threads (0: all cores)")->capture_default_str();
+  app->add_option("--schedule", c.schedule,
+                  "learning rate schedule: cosine (decay to 0 over the run) or constant")
+      ->capture_default_str();
 }
 
 std::string optimizer_name(const Common& c) {
@@ -148,13 +152,18 @@ int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
   const char* data = spec.data == DataKind::fashion_mnist ? "Fashion-MNIST"
                      : spec.data == DataKind::text        ? c.text.c_str()
                                                           : "random data";
-  fmt::print("training {} on {}: {} steps, batch {}, {} lr {}, mode {}\n", c.model, data, steps,
-             spec.batch, optimizer_name(c), learning_rate(c), mode);
+  fmt::print("training {} on {}: {} steps, batch {}, {} lr {} ({}), mode {}\n", c.model, data,
+             steps, spec.batch, optimizer_name(c), learning_rate(c), c.schedule, mode);
   auto t0 = std::chrono::steady_clock::now();
   double first = 0, loss = 0, recent = 0;
   int64_t recent_n = 0;
   const int64_t window = 20;
+  if (c.schedule != "cosine" && c.schedule != "constant")
+    throw ws::Error(fmt::format("unknown schedule '{}': expected cosine or constant", c.schedule));
   for (int64_t i = 0; i < steps; ++i) {
+    // The learning rate is a graph input: changing it never recompiles.
+    if (c.schedule == "cosine")
+      s.opt->set_lr(learning_rate(c) * 0.5 * (1 + std::cos(M_PI * double(i) / double(steps))));
     ws::StepResult r = step.run(source.get(i));
     loss = r.loss;
     if (i == 0) first = loss;
@@ -165,6 +174,7 @@ int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
           source.epoch_steps() > 0 ? fmt::format("  epoch {}", i / source.epoch_steps() + 1) : "";
       fmt::print("step {:5d}{}  loss {:.4f}  {:.1f} steps/s\n", i + 1, epoch, loss,
                  double(i + 1) / secs);
+      std::fflush(stdout);
     }
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -174,7 +184,8 @@ int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
              recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
   auto& model = static_cast<ws::models::Model&>(*s.model);
   if (spec.data == DataKind::fashion_mnist)
-    fmt::print("test accuracy: {:.4f}\n", accuracy(model, ws::data::FashionMnist("test", c.data_dir)));
+    fmt::print("test accuracy: {:.4f}\n",
+               accuracy(model, ws::data::FashionMnist("test", c.data_dir)));
   if (spec.data == DataKind::text)
     fmt::print("validation loss (last 10% of the text, eval mode): {:.4f}\n",
                validation_loss(model, c, spec, 20));

@@ -103,8 +103,8 @@ void vjp_concat(const VjpContext& c, Dargs& d) {
   for (size_t i = 0; i < c.node.args.size(); ++i) {
     const int64_t len = c.b.type(c.node.args[i]).shape[size_t(ax)];
     if (c.want[i])
-      d[i] = c.b.add(Op::slice, {c.dy},
-                     ir::Attrs{{"axis", ax}, {"end", off + len}, {"start", off}});
+      d[i] =
+          c.b.add(Op::slice, {c.dy}, ir::Attrs{{"axis", ax}, {"end", off + len}, {"start", off}});
     off += len;
   }
 }

@@ -197,9 +197,9 @@ WS_BINARY(ge)
 #undef WS_BINARY
 
 // With a scalar second operand.
-#define WS_BINARY(name)                                          \
-  Tensor name(const Tensor& a, double b, Loc loc) {              \
-    return binary(Op::name, a, scalar_like(a, b, loc), loc);     \
+#define WS_BINARY(name)                                      \
+  Tensor name(const Tensor& a, double b, Loc loc) {          \
+    return binary(Op::name, a, scalar_like(a, b, loc), loc); \
   }
 WS_BINARY(add)
 WS_BINARY(sub)
@@ -278,8 +278,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc)
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, Loc loc) {
   if (stride.empty()) stride = kernel;
-  return apply(Op::max_pool2d, {&x}, Attrs{{"kernel", kernel}, {"padding", padding}, {"stride", stride}},
-               loc);
+  return apply(Op::max_pool2d, {&x},
+               Attrs{{"kernel", kernel}, {"padding", padding}, {"stride", stride}}, loc);
 }
 
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,

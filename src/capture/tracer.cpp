@@ -44,11 +44,12 @@ void Tracer::assign(const Tensor& dst, const Tensor& src, const SourceLoc& loc) 
         "(the target is a tensor the compiled step does not own)" +
         at(loc));
   const ir::ValueId in = it->second;
-  if (graph().input_role(in) != ir::InputRole::buffer && graph().input_role(in) != ir::InputRole::rng)
-    throw Error(fmt::format("copy_(): '{}' is a {}, not a buffer; only buffers are assigned in "
-                            "a traced function (parameters change through the optimizer){}",
-                            graph().input_name(in), ir::role_name(graph().input_role(in)),
-                            at(loc)));
+  if (graph().input_role(in) != ir::InputRole::buffer &&
+      graph().input_role(in) != ir::InputRole::rng)
+    throw Error(
+        fmt::format("copy_(): '{}' is a {}, not a buffer; only buffers are assigned in "
+                    "a traced function (parameters change through the optimizer){}",
+                    graph().input_name(in), ir::role_name(graph().input_role(in)), at(loc)));
   ir::ValueId v = value_of(src, loc);
   if (graph().type(v) != graph().type(in))
     throw Error(fmt::format("copy_(): destination {} and source {} differ{}",
@@ -80,9 +81,9 @@ std::pair<ir::ValueId, ir::ValueId> Tracer::take_random(int64_t count, const Sou
 
 void Tracer::finish_mutations() {
   if (rng_taken_ > 0)
-    assigned_.emplace_back(rng_offset_,
-                           builder_.binary(ir::Op::add, rng_offset_,
-                                           builder_.scalar(double(rng_taken_), DType::i64)));
+    assigned_.emplace_back(
+        rng_offset_,
+        builder_.binary(ir::Op::add, rng_offset_, builder_.scalar(double(rng_taken_), DType::i64)));
   for (auto& [input, value] : assigned_)
     graph().outputs.push_back(
         ir::Output{ir::OutputRole::update, value, input, graph().input_name(input)});

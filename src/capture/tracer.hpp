@@ -45,7 +45,6 @@ class Tracer {
   // (role update, aliased to their inputs). Call once, when tracing ends.
   void finish_mutations();
 
-
  private:
   ir::Builder builder_;
   std::unordered_map<const detail::Storage*, ir::ValueId> lifted_;

@@ -92,7 +92,18 @@ void k_select(const Kernel& k, void* const* s) {
   const T *a = at<T>(s, k.in[1]), *b = at<T>(s, k.in[2]);
   T* y = at<T>(s, k.out);
   const int64_t n = k.p[0], sc = k.p[1], sa = k.p[2], sb = k.p[3];
-  for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+  // The common shapes get loops the compiler vectorizes.
+  if (sc && sa && sb) {
+    for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? a[i] : b[i];
+  } else if (sc && sa) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? a[i] : bv;
+  } else if (sc && sb) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? av : b[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+  }
 }
 
 // p = {m, n, k, transpose_a, transpose_b, batch}: `batch` products of
@@ -101,17 +112,16 @@ template <class T>
 void k_gemm(const Kernel& k, void* const* s) {
   const int64_t m = k.p[0], n = k.p[1], kk = k.p[2], batch = k.p[5];
   const bool ta = k.p[3], tb = k.p[4];
-  const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
-  T* c = at<T>(s, k.out);
-  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-  const int lda = ta ? int(m) : int(kk), ldb = tb ? int(kk) : int(n);
-  for (int64_t i = 0; i < batch; ++i, a += m * kk, b += kk * n, c += m * n) {
-    if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(kk), 1.0f, a, lda, b, ldb, 0.0f, c,
-                  int(n));
-    else
-      cblas_dgemm(CblasRowMajor, tra, trb, int(m), int(n), int(kk), 1.0, a, lda, b, ldb, 0.0, c,
-                  int(n));
+  if constexpr (std::is_same_v<T, float>) {
+    gemm_f32(batch, m, n, kk, ta, tb, at<float>(s, k.in[0]), at<float>(s, k.in[1]),
+             at<float>(s, k.out));
+  } else {
+    const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
+    T* c = at<T>(s, k.out);
+    for (int64_t i = 0; i < batch; ++i, a += m * kk, b += kk * n, c += m * n)
+      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  int(m), int(n), int(kk), 1.0, a, ta ? int(m) : int(kk), b, tb ? int(kk) : int(n),
+                  0.0, c, int(n));
   }
 }
 
@@ -128,7 +138,14 @@ template <class T>
 void k_strided(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  strided_walk(k.out_type.shape, k.strides, [&](int64_t i, int64_t o) { y[i] = x[o]; });
+  strided_rows(k.walk, k.strides, [&](int64_t i, int64_t o, int64_t len, int64_t st) {
+    if (st == 1)
+      std::memcpy(y + i, x + o, size_t(len) * sizeof(T));
+    else if (st == 0)
+      std::fill_n(y + i, len, x[o]);
+    else
+      for (int64_t j = 0; j < len; ++j) y[i + j] = x[o + j * st];
+  });
 }
 
 // Sum of a [rows, cols] matrix over rows (p[2] = 0: result [cols]) or over
@@ -163,14 +180,22 @@ void k_reduce(const Kernel& k, void* const* s) {
   T* y = at<T>(s, k.out);
   if constexpr (is_max) {
     std::fill_n(y, k.p[0], -std::numeric_limits<T>::infinity());
-    strided_walk(k.in_types[0].shape, k.strides, [&](int64_t i, int64_t o) {
-      if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
+    strided_rows(k.walk, k.strides, [&](int64_t i, int64_t o, int64_t len, int64_t st) {
+      for (int64_t j = 0; j < len; ++j)
+        if (std::isnan(x[i + j]) || x[i + j] > y[o + j * st]) y[o + j * st] = x[i + j];
     });
   } else {
     double* acc = at<double>(s, k.scratch);
     std::fill_n(acc, k.p[0], 0.0);
-    strided_walk(k.in_types[0].shape, k.strides,
-                 [&](int64_t i, int64_t o) { acc[o] += double(x[i]); });
+    strided_rows(k.walk, k.strides, [&](int64_t i, int64_t o, int64_t len, int64_t st) {
+      if (st == 0) {  // a run of reduced elements: one partial sum
+        double part = 0;
+        for (int64_t j = 0; j < len; ++j) part += double(x[i + j]);
+        acc[o] += part;
+      } else {
+        for (int64_t j = 0; j < len; ++j) acc[o + j * st] += double(x[i + j]);
+      }
+    });
     for (int64_t o = 0; o < k.p[0]; ++o) y[o] = T(acc[o]);
   }
 }
@@ -201,6 +226,13 @@ Conv2dGeom node_conv_geom(Op op, const ir::Attrs& attrs, const std::vector<ir::T
 
 bool is_conv(Op op) {
   return op == Op::conv2d || op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad;
+}
+
+// A strided walk over `shape` reading at `strides`, with its dims merged.
+void set_walk(Kernel& k, Shape shape, std::vector<int64_t> strides) {
+  merge_dims(shape, strides);
+  k.walk = std::move(shape);
+  k.strides = std::move(strides);
 }
 
 template <class T>
@@ -282,14 +314,15 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
         k.fn = k_broadcast_rows<T>;
         k.name = "broadcast_rows";
       } else {
-        k.strides = broadcast_source_strides(in, out, dims);
+        set_walk(k, out, broadcast_source_strides(in, out, dims));
         k.fn = k_strided<T>;
         k.name = "broadcast";
       }
       return true;
     }
     case Op::transpose:
-      k.strides = transpose_source_strides(k.in_types[0].shape, k.attrs.ints("perm"));
+      set_walk(k, k.out_type.shape,
+               transpose_source_strides(k.in_types[0].shape, k.attrs.ints("perm")));
       k.fn = k_strided<T>;
       k.name = "transpose";
       return true;
@@ -308,7 +341,7 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
         k.name = "sum_all";
         return true;
       }
-      k.strides = reduce_result_strides(in, axes);
+      set_walk(k, in, reduce_result_strides(in, axes));
       k.fn = k_reduce<T, false>;
       k.name = "reduce_sum";
       return true;
@@ -320,12 +353,15 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
         k.fn = op == Op::conv2d              ? k_conv<Op::conv2d>
                : op == Op::conv2d_input_grad ? k_conv<Op::conv2d_input_grad>
                                              : k_conv<Op::conv2d_weight_grad>;
-        k.name = op == Op::conv2d ? "conv_im2col_sgemm" : op == Op::conv2d_input_grad ? "conv_dx_sgemm_col2im" : "conv_dw_im2col_sgemm";
+        k.name = op == Op::conv2d              ? "conv_im2col_sgemm"
+                 : op == Op::conv2d_input_grad ? "conv_dx_sgemm_col2im"
+                                               : "conv_dw_im2col_sgemm";
         return true;
       }
       return false;
     case Op::reduce_max:
-      k.strides = reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes"));
+      set_walk(k, k.in_types[0].shape,
+               reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes")));
       k.fn = k_reduce<T, true>;
       k.name = "reduce_max";
       return true;
@@ -356,11 +392,11 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
   if (dt == DType::f64) done = choose_typed<double>(k, scalar);
   // Moving elements needs no arithmetic: integer and bool values too.
   if (!done && (k.op == Op::broadcast || k.op == Op::transpose)) {
-    k.strides = k.op == Op::broadcast ? broadcast_source_strides(k.in_types[0].shape,
-                                                                 k.out_type.shape,
-                                                                 k.attrs.ints("dims"))
-                                      : transpose_source_strides(k.in_types[0].shape,
-                                                                 k.attrs.ints("perm"));
+    set_walk(
+        k, k.out_type.shape,
+        k.op == Op::broadcast
+            ? broadcast_source_strides(k.in_types[0].shape, k.out_type.shape, k.attrs.ints("dims"))
+            : transpose_source_strides(k.in_types[0].shape, k.attrs.ints("perm")));
     k.fn = dt == DType::b8 ? k_strided<uint8_t> : k_strided<int64_t>;
     k.name = k.op == Op::broadcast ? "broadcast" : "transpose";
     done = true;

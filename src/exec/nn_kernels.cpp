@@ -251,18 +251,32 @@ int64_t conv2d_scratch_floats(const Conv2dGeom& g) {
   return g.c / g.groups * g.kh * g.kw * g.oh * g.ow;
 }
 
+void gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const float* a,
+              const float* b, float* c) {
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  const int lda = ta ? int(m) : int(k), ldb = tb ? int(k) : int(n);
+  for (int64_t i = 0; i < batch; ++i, a += m * k, b += k * n, c += m * n)
+    cblas_sgemm(CblasRowMajor, tra, trb, int(m), int(n), int(k), 1.0f, a, lda, b, ldb, 0.0f, c,
+                int(n));
+}
+
+namespace {
+// The column matrix of one image's group: the input itself for a pointwise
+// convolution, else im2col into the scratch.
+const float* columns(const Conv2dGeom& g, int64_t cg, const float* xg, float* scratch) {
+  if (is_pointwise(g)) return xg;
+  im2col(g, cg, xg, scratch);
+  return scratch;
+}
+}  // namespace
+
 void conv2d_f32(const Conv2dGeom& g, const float* x, const float* w, float* y, float* scratch) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow;
-  const bool pointwise = is_pointwise(g);
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       const float* xg = x + (b * g.c + gi * cg) * g.h * g.w;
-      const float* col = xg;
-      if (!pointwise) {
-        im2col(g, cg, xg, scratch);
-        col = scratch;
-      }
+      const float* col = columns(g, cg, xg, scratch);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(og), int(P), int(K), 1.0f,
                   w + gi * og * K, int(K), col, int(P), 0.0f, y + (b * g.o + gi * og) * P, int(P));
     }
@@ -289,16 +303,11 @@ void conv2d_weight_grad_f32(const Conv2dGeom& g, const float* x, const float* dy
                             float* scratch) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow;
-  const bool pointwise = is_pointwise(g);
   if (g.n == 0) std::fill_n(dw, g.o * K, 0.0f);
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t gi = 0; gi < g.groups; ++gi) {
       const float* xg = x + (b * g.c + gi * cg) * g.h * g.w;
-      const float* col = xg;
-      if (!pointwise) {
-        im2col(g, cg, xg, scratch);
-        col = scratch;
-      }
+      const float* col = columns(g, cg, xg, scratch);
       // The first image overwrites dW, the rest accumulate.
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(og), int(K), int(P), 1.0f,
                   dy + (b * g.o + gi * og) * P, int(P), col, int(P), b == 0 ? 0.0f : 1.0f,

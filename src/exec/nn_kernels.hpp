@@ -44,6 +44,11 @@ void conv2d_input_grad_f32(const Conv2dGeom& g, const float* dy, const float* w,
 void conv2d_weight_grad_f32(const Conv2dGeom& g, const float* x, const float* dy, float* dw,
                             float* scratch);
 
+// `batch` row-major products c = op(a) op(b) of contiguous [m, k] x [k, n]
+// matrices through cblas_sgemm: the one f32 matrix product every mode uses.
+void gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const float* a,
+              const float* b, float* c);
+
 // 2-d pooling over [n, c, h, w] -> [n, c, oh, ow]. Padding counts as -inf
 // for max; for avg it counts as zeros in the divisor when count_include_pad
 // (PyTorch's default), else the divisor is the number of in-bounds elements.
@@ -69,8 +74,8 @@ void avg_pool2d_grad_ref(const Pool2dGeom& g, const T* dy, T* dx);
 // outside [0, rows) throws ws::Error naming the index, its position, `rows`
 // and `loc`.
 template <class T>
-void gather_rows(const T* table, int64_t rows, int64_t width, const int64_t* idx, int64_t n,
-                 T* out, const SourceLoc& loc);
+void gather_rows(const T* table, int64_t rows, int64_t width, const int64_t* idx, int64_t n, T* out,
+                 const SourceLoc& loc);
 // out[idx[i], :] += src[i, :]; out ([rows, width]) is zeroed first. Same
 // index check as gather_rows.
 template <class T>

@@ -40,7 +40,8 @@ struct Kernel {
   ir::Attrs attrs;
   int32_t scratch = -1;          // arena slot for the kernel's temporaries, if it needs any
   std::array<int64_t, 8> p{};    // implementation parameters: sizes, strides, flags
-  std::vector<int64_t> strides;  // for strided copies
+  std::vector<int64_t> strides;  // for strided copies and reductions
+  Shape walk;                    // the shape they walk, with dims merged
   SourceLoc loc;
 };
 

@@ -102,6 +102,24 @@ int64_t dims_product(Shape::const_iterator begin, Shape::const_iterator end) {
   return n;
 }
 
+void merge_dims(Shape& shape, std::vector<int64_t>& strides) {
+  Shape s;
+  std::vector<int64_t> st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1 && shape.size() > 1) continue;  // size-1 dims walk nothing
+    if (!s.empty() && st.back() == strides[d] * shape[d]) {
+      s.back() *= shape[d];
+      st.back() = strides[d];
+    } else {
+      s.push_back(shape[d]);
+      st.push_back(strides[d]);
+    }
+  }
+  if (s.empty() && !shape.empty()) s = {1}, st = {0};
+  shape = std::move(s);
+  strides = std::move(st);
+}
+
 std::vector<int64_t> row_major_strides(const Shape& shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
@@ -266,6 +284,11 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const MatmulDims d = matmul_dims(in_types[0].shape, in_types[1].shape, attrs);
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* c = static_cast<T*>(out);
+        if constexpr (std::is_same_v<T, float>) {
+          // f32 products go through the same GEMM as compiled programs (see
+          // the header): modes then differ only where the pipeline does.
+          return gemm_f32(d.batch, d.m, d.n, d.k, d.ta, d.tb, a, b, c);
+        }
         for (int64_t i = 0; i < d.batch; ++i)
           matmul(a + i * d.m * d.k, b + i * d.k * d.n, c + i * d.m * d.n, d.m, d.k, d.n, d.ta,
                  d.tb);
@@ -288,15 +311,15 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
           return;
         }
         std::fill_n(y, n, std::numeric_limits<T>::lowest());
-        if constexpr (std::is_floating_point_v<T>) std::fill_n(y, n, -std::numeric_limits<T>::infinity());
-        strided_walk(in_types[0].shape, strides,
-                     [&](int64_t i, int64_t o) {
-                       if constexpr (std::is_floating_point_v<T>) {
-                         if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
-                       } else {
-                         y[o] = std::max(y[o], x[i]);
-                       }
-                     });
+        if constexpr (std::is_floating_point_v<T>)
+          std::fill_n(y, n, -std::numeric_limits<T>::infinity());
+        strided_walk(in_types[0].shape, strides, [&](int64_t i, int64_t o) {
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
+          } else {
+            y[o] = std::max(y[o], x[i]);
+          }
+        });
       });
     case Op::broadcast:
     case Op::transpose:
@@ -330,7 +353,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     }
     case Op::concat: {
       const size_t es = dtype_size(out_type.dtype);
-      const int64_t axis = attrs.i("axis") < 0 ? attrs.i("axis") + out_type.rank() : attrs.i("axis");
+      const int64_t axis =
+          attrs.i("axis") < 0 ? attrs.i("axis") + out_type.rank() : attrs.i("axis");
       const int64_t outer = dims_product(out_type.shape.begin(), out_type.shape.begin() + axis);
       const int64_t out_row = n / std::max<int64_t>(outer, 1);
       int64_t col = 0;
@@ -371,6 +395,16 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         using T = decltype(t);
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* y = static_cast<T*>(out);
+        if constexpr (std::is_same_v<T, float>) {  // as compiled programs (see the header)
+          const Conv2dGeom g =
+              op == Op::conv2d ? conv2d_geom(in_types[0].shape, in_types[1].shape, attrs)
+              : op == Op::conv2d_input_grad ? conv2d_geom(out_type.shape, in_types[1].shape, attrs)
+                                            : conv2d_geom(in_types[0].shape, out_type.shape, attrs);
+          std::vector<float> scratch(static_cast<size_t>(conv2d_scratch_floats(g)));
+          if (op == Op::conv2d) return conv2d_f32(g, a, b, y, scratch.data());
+          if (op == Op::conv2d_input_grad) return conv2d_input_grad_f32(g, a, b, y, scratch.data());
+          return conv2d_weight_grad_f32(g, a, b, y, scratch.data());
+        }
         if (op == Op::conv2d)
           conv2d_ref(conv2d_geom(in_types[0].shape, in_types[1].shape, attrs), a, b, y);
         else if (op == Op::conv2d_input_grad)

@@ -1,6 +1,15 @@
 // Reference kernels: one obviously-correct kernel per op, for every dtype the
 // op takes. They are the oracle for the optimized kernels, the eager Tensor
 // path, the interpreter (mode `interpret`) and the f64 gradient checks.
+//
+// One exception: f32 matrix products and convolutions run the optimized
+// GEMM-based kernels (themselves tested against the f64 loops). In f32 a
+// product's rounding depends on its summation order, and Adam's normalized
+// update turns those last-bit differences in near-zero gradients into visible
+// parameter differences; with one product everywhere, the interpreter and
+// the compiled modes differ only where the pipeline (partitioning, lowering,
+// aliasing) does, which is what comparing them is for. Sums accumulate in
+// double and elementwise functions share one definition for the same reason.
 #pragma once
 
 #include <span>
@@ -44,6 +53,33 @@ void strided_walk(const Shape& shape, const std::vector<int64_t>& strides, F&& f
     }
   }
 }
+
+// Visits every element of `shape` one row (last dim) at a time:
+// f(flat, offset, length, stride) covers flat..flat+length-1 at offsets
+// offset + j*stride. Run merge_dims first so rows are as long as possible.
+template <class F>
+void strided_rows(const Shape& shape, const std::vector<int64_t>& strides, F&& f) {
+  const int64_t r = int64_t(shape.size()), n = numel(shape);
+  if (n == 0) return;
+  if (r == 0) return f(int64_t(0), int64_t(0), int64_t(1), int64_t(0));
+  WS_CHECK(r <= kMaxRank) << "rank " << r << " is above the supported " << kMaxRank;
+  const int64_t len = shape[size_t(r - 1)], inner = strides[size_t(r - 1)];
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0;
+  for (int64_t row = 0; row < n / len; ++row) {
+    f(row * len, off, len, inner);
+    for (int64_t d = r - 2; d >= 0; --d) {
+      off += strides[size_t(d)];
+      if (++idx[d] < shape[size_t(d)]) break;
+      off -= strides[size_t(d)] * shape[size_t(d)];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Merges adjacent dims that a strided walk can treat as one (the outer
+// stride is the inner stride times the inner size), in place.
+void merge_dims(Shape& shape, std::vector<int64_t>& strides);
 
 // Strides (in the operand) for walking the result of a broadcast, transpose or
 // reduction in row-major order.

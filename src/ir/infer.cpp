@@ -52,8 +52,8 @@ void check_floating(Op op, const Type& t, const SourceLoc& loc) {
 
 // A pair attribute (stride, padding, ...): two non-negative entries, or one
 // used for both dims.
-std::pair<int64_t, int64_t> pair_attr(Op op, const Attrs& a, const std::string& name,
-                                      int64_t dflt, int64_t min, const SourceLoc& loc) {
+std::pair<int64_t, int64_t> pair_attr(Op op, const Attrs& a, const std::string& name, int64_t dflt,
+                                      int64_t min, const SourceLoc& loc) {
   if (!a.has(name)) return {dflt, dflt};
   const std::vector<int64_t>& v = a.ints(name);
   if ((v.size() != 1 && v.size() != 2) || v[0] < min || v.back() < min)
@@ -85,7 +85,8 @@ Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const 
   check_nchw(op, x, "the input", loc);
   if (w.rank() != 4)
     fail(op, fmt::format("the weight must be 4-d [O, C/groups, KH, KW], got {}", w.str()), loc);
-  if (w.dtype != x.dtype) fail(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
+  if (w.dtype != x.dtype)
+    fail(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
   const int64_t groups = attrs.i_or("groups", 1);
   if (groups < 1 || x.shape[1] % groups != 0 || w.shape[0] % groups != 0)
     fail(op,
@@ -101,10 +102,10 @@ Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const 
   auto [sh, sw] = pair_attr(op, attrs, "stride", 1, 1, loc);
   auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
   auto [dh, dw] = pair_attr(op, attrs, "dilation", 1, 1, loc);
-  return Type{x.dtype,
-              {x.shape[0], w.shape[0],
-               window_out(op, x.shape[2], w.shape[2], sh, ph, dh, "kernel", loc),
-               window_out(op, x.shape[3], w.shape[3], sw, pw, dw, "kernel", loc)}};
+  return Type{
+      x.dtype,
+      {x.shape[0], w.shape[0], window_out(op, x.shape[2], w.shape[2], sh, ph, dh, "kernel", loc),
+       window_out(op, x.shape[3], w.shape[3], sw, pw, dw, "kernel", loc)}};
 }
 
 Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc) {
@@ -114,7 +115,8 @@ Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc)
   if (!attrs.has("stride")) sw = kw;
   auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
   if (2 * ph > kh || 2 * pw > kw)
-    fail(op, fmt::format("padding ({}, {}) must be at most half the kernel ({}, {})", ph, pw, kh, kw),
+    fail(op,
+         fmt::format("padding ({}, {}) must be at most half the kernel ({}, {})", ph, pw, kh, kw),
          loc);
   return Type{x.dtype,
               {x.shape[0], x.shape[1], window_out(op, x.shape[2], kh, sh, ph, 1, "pooling", loc),
@@ -136,9 +138,7 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::input:
     case Op::full:
     case Op::constant:
-    case Op::iota:
-      WS_CHECK(false) << op_name(op) << " carries its type; it is not inferred";
-      break;
+    case Op::iota: WS_CHECK(false) << op_name(op) << " carries its type; it is not inferred"; break;
 
     case Op::add:
     case Op::sub:
@@ -288,8 +288,7 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
         bool ok = a.dtype == x.dtype && a.rank() == x.rank();
         if (ok) s1[size_t(ax)] = s0[size_t(ax)] = 0;
         if (!ok || s1 != s0)
-          fail(op,
-               fmt::format("operands must match except along axis {}: {}", ax, types_str(args)),
+          fail(op, fmt::format("operands must match except along axis {}: {}", ax, types_str(args)),
                loc);
         t.shape[size_t(ax)] += a.shape[size_t(ax)];
       }
@@ -325,7 +324,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::gather: {
       // table [V, D...] indexed by i64 [I...] -> [I..., D...]
       const Type &table = args[0], &idx = args[1];
-      if (table.rank() < 1) fail(op, "the table must have at least one dim, got " + table.str(), loc);
+      if (table.rank() < 1)
+        fail(op, "the table must have at least one dim, got " + table.str(), loc);
       if (idx.dtype != DType::i64) fail(op, "indices must be i64, got " + idx.str(), loc);
       check_floating(op, table, loc);
       Shape out = idx.shape;
@@ -337,7 +337,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       const Type &idx = args[0], &src = args[1];
       const int64_t rows = attrs.i("rows");
       if (idx.dtype != DType::i64) fail(op, "indices must be i64, got " + idx.str(), loc);
-      if (src.rank() < idx.rank() || !std::equal(idx.shape.begin(), idx.shape.end(), src.shape.begin()))
+      if (src.rank() < idx.rank() ||
+          !std::equal(idx.shape.begin(), idx.shape.end(), src.shape.begin()))
         fail(op, fmt::format("values {} must start with the index shape {}", src.str(), idx.str()),
              loc);
       if (rows < 0) fail(op, fmt::format("rows must be >= 0, got {}", rows), loc);

@@ -16,7 +16,8 @@ SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
 int64_t norm_axis(const Tensor& x, int64_t axis, const char* what, const Loc& loc) {
   const int64_t r = x.dim();
   if (axis < -r || axis >= r)
-    throw Error(fmt::format("{}: axis {} is out of range for {}{}", what, axis, x.str(), at(sl(loc))));
+    throw Error(
+        fmt::format("{}: axis {} is out of range for {}{}", what, axis, x.str(), at(sl(loc))));
   return axis < 0 ? axis + r : axis;
 }
 
@@ -47,8 +48,8 @@ Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
 
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
   if (tanh_approximation) {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
-    Tensor inner = mul(add(x, mul(pow(x, 3.0, loc), 0.044715, loc), loc),
-                       std::sqrt(2.0 / M_PI), loc);
+    Tensor inner =
+        mul(add(x, mul(pow(x, 3.0, loc), 0.044715, loc), loc), std::sqrt(2.0 / M_PI), loc);
     return mul(mul(x, 0.5, loc), add(tanh(inner, loc), 1.0, loc), loc);
   }
   return mul(mul(x, 0.5, loc), add(erf(mul(x, M_SQRT1_2, loc), loc), 1.0, loc), loc);
@@ -71,9 +72,10 @@ Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, co
   if (training) {
     const int64_t count = x.numel() / x.size(1);
     if (count < 2)
-      throw Error(fmt::format("batch_norm: training needs more than one value per channel, got "
-                              "input {}{}",
-                              x.str(), at(sl(loc))));
+      throw Error(
+          fmt::format("batch_norm: training needs more than one value per channel, got "
+                      "input {}{}",
+                      x.str(), at(sl(loc))));
     mu = mean(x, {0, 2, 3}, loc);
     Tensor xc = sub(x, per_channel(mu, loc), loc);
     var = mean(mul(xc, xc, loc), {0, 2, 3}, loc);
@@ -172,8 +174,7 @@ Tensor LayerNorm::forward(const Tensor& x, Loc loc) {
 }
 
 Embedding::Embedding(int64_t n, int64_t d) : num_embeddings(n), embedding_dim(d) {
-  if (n <= 0 || d <= 0)
-    throw Error(fmt::format("Embedding({}, {}): sizes must be positive", n, d));
+  if (n <= 0 || d <= 0) throw Error(fmt::format("Embedding({}, {}): sizes must be positive", n, d));
   weight = register_parameter("weight", randn({n, d}));
 }
 

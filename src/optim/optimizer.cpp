@@ -114,8 +114,8 @@ Adam::Adam(const nn::Module& model, AdamOptions o, bool decoupled)
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
     throw Error(fmt::format("{}: betas ({}, {}) must be in [0, 1)", name, o.beta1, o.beta2));
   if (!(o.eps >= 0) || !(o.weight_decay >= 0))
-    throw Error(fmt::format("{}: eps {} and weight_decay {} must be >= 0", name, o.eps,
-                            o.weight_decay));
+    throw Error(
+        fmt::format("{}: eps {} and weight_decay {} must be >= 0", name, o.eps, o.weight_decay));
   add_state(spec().state_slots);
   add_global_state("step");
 }

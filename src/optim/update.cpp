@@ -102,8 +102,7 @@ class UpdateBuilder {
         g = bin(Op::add, g, b_.scale(p, hv("weight_decay", dt)));
     }
     ValueId b1 = hyper("beta1"), b2 = hyper("beta2");
-    ValueId m = bin(Op::add, b_.scale(in.state[0], s(b1)),
-                    b_.scale(g, s(bin(Op::sub, one(), b1))));
+    ValueId m = bin(Op::add, b_.scale(in.state[0], s(b1)), b_.scale(g, s(bin(Op::sub, one(), b1))));
     ValueId v = bin(Op::add, b_.scale(in.state[1], s(b2)),
                     b_.scale(bin(Op::mul, g, g), s(bin(Op::sub, one(), b2))));
     out.state = {m, v};

@@ -123,9 +123,9 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
   }
   const char* what = loss_output ? "the loss function" : "the compiled function";
   if (!loss.defined() || !loss.is_traced() || loss.impl()->tracer != &tracer)
-    throw Error(fmt::format(
-        "{} must return a tensor computed from its inputs or the model's parameters{}", what,
-        at(loc)));
+    throw Error(
+        fmt::format("{} must return a tensor computed from its inputs or the model's parameters{}",
+                    what, at(loc)));
   if (loss_output && (loss.dim() != 0 || !is_floating(loss.dtype())))
     throw Error(fmt::format("the loss function must return a 0-d floating-point tensor, got {}{}",
                             loss.str(), at(g.node(loss.impl()->value).loc)));
@@ -153,8 +153,9 @@ void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tens
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i)
       if (v[i] < 0 || v[i] >= c.bound)
-        throw Error(fmt::format("{}: argument {} ({}) holds {} {} at position {}, outside [0, {}){}",
-                                who, c.data_index, t.str(), c.what, v[i], i, c.bound, at(c.loc)));
+        throw Error(
+            fmt::format("{}: argument {} ({}) holds {} {} at position {}, outside [0, {}){}", who,
+                        c.data_index, t.str(), c.what, v[i], i, c.bound, at(c.loc)));
   }
 }
 

@@ -161,8 +161,9 @@ std::map<Op, std::vector<CaseFn>> cases() {
   });
   m[Op::slice].push_back([] {
     OpCase c;
-    return c.check(c.b().add(Op::slice, {c.input({3, 5})},
-                             ir::Attrs{{"axis", int64_t(1)}, {"end", int64_t(4)}, {"start", int64_t(1)}}));
+    return c.check(
+        c.b().add(Op::slice, {c.input({3, 5})},
+                  ir::Attrs{{"axis", int64_t(1)}, {"end", int64_t(4)}, {"start", int64_t(1)}}));
   });
   m[Op::concat].push_back([] {
     OpCase c;
@@ -201,7 +202,8 @@ std::map<Op, std::vector<CaseFn>> cases() {
                                          {"stride", cc.stride}}));
     });
   using V = std::vector<int64_t>;
-  for (auto [k, st, pad] : {std::tuple{V{2, 2}, V{2, 2}, V{0, 0}}, {V{3, 3}, V{2, 2}, V{1, 1}},
+  for (auto [k, st, pad] : {std::tuple{V{2, 2}, V{2, 2}, V{0, 0}},
+                            {V{3, 3}, V{2, 2}, V{1, 1}},
                             {V{3, 2}, V{1, 2}, V{1, 0}}}) {
     m[Op::max_pool2d].push_back([=] {
       OpCase c;
@@ -213,7 +215,8 @@ std::map<Op, std::vector<CaseFn>> cases() {
         OpCase c;
         return c.check(c.b().add(
             Op::avg_pool2d, {c.input({2, 2, 5, 6})},
-            ir::Attrs{{"count_include_pad", include}, {"kernel", k}, {"padding", pad}, {"stride", st}}));
+            ir::Attrs{
+                {"count_include_pad", include}, {"kernel", k}, {"padding", pad}, {"stride", st}}));
       });
   }
   return m;

@@ -44,7 +44,8 @@ check::GradcheckResult check_layer(nn::Module& m, std::function<Tensor(const Ten
 TEST(LayersGradcheck, Conv2dWithStridePaddingAndBias) {
   manual_seed(1);
   Probe<nn::Conv2d> m(3, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = 1});
-  auto r = check_layer(m, [&](const Tensor& x) { return m.layer(x); }, randn({2, 3, 7, 6}));
+  auto r = check_layer(
+      m, [&](const Tensor& x) { return m.layer(x); }, randn({2, 3, 7, 6}));
   EXPECT_TRUE(r.ok) << r.report;
 }
 
@@ -108,14 +109,16 @@ TEST(LayersGradcheck, EmbeddingWithRepeatedIndices) {
   manual_seed(4);
   Probe<nn::Embedding> m(7, 3);
   Tensor idx = Tensor::from_vector(std::vector<int64_t>{1, 6, 1, 0, 1, 3}, {2, 3});
-  auto r = check_layer(m, [&](const Tensor& i) { return m.layer(i); }, idx);
+  auto r = check_layer(
+      m, [&](const Tensor& i) { return m.layer(i); }, idx);
   EXPECT_TRUE(r.ok) << r.report;
 }
 
 TEST(LayersGradcheck, CausalSelfAttentionAndPooling) {
   manual_seed(5);
   Probe<nn::CausalSelfAttention> m(8, 2);
-  auto r = check_layer(m, [&](const Tensor& x) { return m.layer(x); }, randn({2, 5, 8}));
+  auto r = check_layer(
+      m, [&](const Tensor& x) { return m.layer(x); }, randn({2, 5, 8}));
   EXPECT_TRUE(r.ok) << r.report;
   Probe<nn::Conv2d> c(2, 2, 1);
   for (int pool = 0; pool < 3; ++pool) {
@@ -188,8 +191,7 @@ TEST(LayersErrors, ConvolutionInputOfWrongRankOrChannels) {
 
 TEST(LayersErrors, EmbeddingIndexOutOfRangeEagerly) {
   nn::Embedding e(4, 2);
-  std::string msg =
-      error_of([&] { e(Tensor::from_vector(std::vector<int64_t>{0, 4}, {2})); });
+  std::string msg = error_of([&] { e(Tensor::from_vector(std::vector<int64_t>{0, 4}, {2})); });
   EXPECT_NE(msg.find("index 4 at position 1 is out of range [0, 4)"), std::string::npos) << msg;
 }
 

@@ -66,16 +66,16 @@ void expect_modes_agree(const models::Spec& spec, double lr, bool decoupled) {
   }
 }
 
+// At the models' own batch sizes and training learning rates.
 TEST(ReferenceModels, CnnAgreesAcrossModesAfterTenAdamStepsIncludingRunningStats) {
-  models::Spec spec = models::spec("cnn");
-  spec.batch = 16;  // the reference interpreter is slow; the model is the same
-  expect_modes_agree(spec, 1e-3, /*decoupled=*/false);
+  const models::Spec spec = models::spec("cnn");
+  expect_modes_agree(spec, spec.lr, /*decoupled=*/false);
 }
 
 TEST(ReferenceModels, GptWithDropoutAgreesAcrossModesAfterTenAdamWSteps) {
-  models::Spec spec = models::spec("gpt");
+  const models::Spec spec = models::spec("gpt");
   ASSERT_GT(spec.gpt.dropout, 0);
-  expect_modes_agree(spec, 3e-4, /*decoupled=*/true);
+  expect_modes_agree(spec, spec.lr, /*decoupled=*/true);
 }
 
 TEST(ReferenceModels, BatchNormRunningStatsChangeInTrainingSteps) {
@@ -100,9 +100,8 @@ std::vector<double> masks_after_two_steps(StepMode mode) {
   manual_seed(5);
   MaskProbe m;
   optim::SGD opt(m, {.lr = 1.0});
-  TrainStep step = compile_train_step(m, opt, [&](const Tensor& x) {
-    return sum(mul(m.drop(x), m.w), {0});
-  }, {.mode = mode});
+  TrainStep step = compile_train_step(
+      m, opt, [&](const Tensor& x) { return sum(mul(m.drop(x), m.w), {0}); }, {.mode = mode});
   step(Tensor::full({64}, 1.0));
   std::vector<double> first = m.w.to_vector();
   step(Tensor::full({64}, 1.0));
@@ -184,8 +183,7 @@ TEST(ReferenceModelsErrors, EmbeddingIndicesOutOfRangeAreCaughtAtTheStepBoundary
   batch[0].data<int64_t>()[70] = -1;
   Forward fwd = compile_forward(*model, [&](const Tensor& x) { return (*model)(x); });
   msg = error_of([&] { fwd(batch[0]); });
-  EXPECT_NE(msg.find("forward: argument 0 (i64[8,64]) holds embedding index -1"),
-            std::string::npos)
+  EXPECT_NE(msg.find("forward: argument 0 (i64[8,64]) holds embedding index -1"), std::string::npos)
       << msg;
   EXPECT_EQ(opt.step_count(), 0);
 }
