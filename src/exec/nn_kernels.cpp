@@ -159,17 +159,23 @@ inline void philox_round(uint32_t c[4], const uint32_t k[2]) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// Reference convolution: the direct definition, one output element at a time.
+// Reference convolution: the direct definition. Every (output element, tap)
+// pair that reads the input is visited once; the three kernels differ only in
+// what they accumulate, always in double (the oracle).
 
-template <class T>
-void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
+namespace {
+
+// Calls f(y_index, x_index, w_index) for every output element and kernel tap
+// that lands inside the input (padding reads nothing).
+template <class F>
+void for_each_tap(const Conv2dGeom& g, F&& f) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oc = 0; oc < g.o; ++oc) {
       const int64_t c0 = (oc / og) * cg;  // first input channel of oc's group
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          double acc = 0;  // the oracle accumulates in double
+          const int64_t yi = ((b * g.o + oc) * g.oh + oy) * g.ow + ox;
           for (int64_t ic = 0; ic < cg; ++ic)
             for (int64_t ky = 0; ky < g.kh; ++ky) {
               const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
@@ -177,66 +183,48 @@ void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
               for (int64_t kx = 0; kx < g.kw; ++kx) {
                 const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
                 if (ix < 0 || ix >= g.w) continue;
-                acc += double(x[((b * g.c + c0 + ic) * g.h + iy) * g.w + ix]) *
-                       w[((oc * cg + ic) * g.kh + ky) * g.kw + kx];
+                f(yi, ((b * g.c + c0 + ic) * g.h + iy) * g.w + ix,
+                  ((oc * cg + ic) * g.kh + ky) * g.kw + kx);
               }
             }
-          y[((b * g.o + oc) * g.oh + oy) * g.ow + ox] = T(acc);
         }
     }
 }
 
-// Every (output, tap) pair of the forward loop adds dy * w into dx.
+// Runs term(acc, y, x, w) for every tap into a zeroed double accumulator of n
+// elements, then rounds it into `out`.
+template <class T, class F>
+void accumulate_taps(const Conv2dGeom& g, int64_t n, T* out, F&& term) {
+  std::vector<double> acc(static_cast<size_t>(n), 0.0);
+  for_each_tap(g, [&](int64_t yi, int64_t xi, int64_t wi) { term(acc.data(), yi, xi, wi); });
+  for (int64_t i = 0; i < n; ++i) out[i] = T(acc[size_t(i)]);
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
+  accumulate_taps(g, g.n * g.o * g.oh * g.ow, y,
+                  [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
+                    a[yi] += double(x[xi]) * double(w[wi]);
+                  });
+}
+
+// The transposed convolution: every tap adds dy * w into dx.
 template <class T>
 void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx) {
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  std::vector<double> acc(static_cast<size_t>(g.n * g.c * g.h * g.w), 0.0);  // in double
-  for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t oc = 0; oc < g.o; ++oc) {
-      const int64_t c0 = (oc / og) * cg;
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const double d = double(dy[((b * g.o + oc) * g.oh + oy) * g.ow + ox]);
-          for (int64_t ic = 0; ic < cg; ++ic)
-            for (int64_t ky = 0; ky < g.kh; ++ky) {
-              const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
-              if (iy < 0 || iy >= g.h) continue;
-              for (int64_t kx = 0; kx < g.kw; ++kx) {
-                const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
-                if (ix < 0 || ix >= g.w) continue;
-                acc[size_t(((b * g.c + c0 + ic) * g.h + iy) * g.w + ix)] +=
-                    d * double(w[((oc * cg + ic) * g.kh + ky) * g.kw + kx]);
-              }
-            }
-        }
-    }
-  for (size_t i = 0; i < acc.size(); ++i) dx[i] = T(acc[i]);
+  accumulate_taps(g, g.n * g.c * g.h * g.w, dx, [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
+    a[xi] += double(dy[yi]) * double(w[wi]);
+  });
 }
 
-// dw[oc, ic, ky, kx] = sum over images and output positions of dy * x.
+// dw = sum over images and output positions of dy * x.
 template <class T>
 void conv2d_weight_grad_ref(const Conv2dGeom& g, const T* x, const T* dy, T* dw) {
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  for (int64_t oc = 0; oc < g.o; ++oc) {
-    const int64_t c0 = (oc / og) * cg;
-    for (int64_t ic = 0; ic < cg; ++ic)
-      for (int64_t ky = 0; ky < g.kh; ++ky)
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          double acc = 0;  // the oracle accumulates in double
-          for (int64_t b = 0; b < g.n; ++b)
-            for (int64_t oy = 0; oy < g.oh; ++oy) {
-              const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
-              if (iy < 0 || iy >= g.h) continue;
-              for (int64_t ox = 0; ox < g.ow; ++ox) {
-                const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
-                if (ix < 0 || ix >= g.w) continue;
-                acc += double(dy[((b * g.o + oc) * g.oh + oy) * g.ow + ox]) *
-                       x[((b * g.c + c0 + ic) * g.h + iy) * g.w + ix];
-              }
-            }
-          dw[((oc * cg + ic) * g.kh + ky) * g.kw + kx] = T(acc);
-        }
-  }
+  accumulate_taps(g, g.o * (g.c / g.groups) * g.kh * g.kw, dw,
+                  [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
+                    a[wi] += double(dy[yi]) * double(x[xi]);
+                  });
 }
 
 // ---------------------------------------------------------------------------
