@@ -59,6 +59,11 @@ class Optimizer {
   // Zero state for every parameter, param-major: p0.slot0, p0.slot1, p1...
   void add_state(const std::vector<std::string>& slots);
   void add_global_state(const std::string& slot);
+  // Sets a hyperparameter whose being zero or not is baked into the graph
+  // (which terms exist): any change that keeps that is allowed; `setter` and
+  // `what` name it in the error, `consequence` ends the message.
+  static void set_structural(const std::string& setter, const char* what, double& value, double v,
+                             const char* consequence = "");
   // Appends the clipping hyperparameter (when on) to a for_each_hyper walk.
   template <class F>
   void clip_hyper(F&& f) const {

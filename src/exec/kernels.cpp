@@ -125,14 +125,6 @@ void k_gemm(const Kernel& k, void* const* s) {
   }
 }
 
-// Broadcast of a vector along leading rows: [n] -> [rows, n]. p = {rows, n}
-template <class T>
-void k_broadcast_rows(const Kernel& k, void* const* s) {
-  const T* x = at<T>(s, k.in[0]);
-  T* y = at<T>(s, k.out);
-  for (int64_t r = 0; r < k.p[0]; ++r) std::memcpy(y + r * k.p[1], x, size_t(k.p[1]) * sizeof(T));
-}
-
 // Strided gather for broadcast and transpose with precomputed strides.
 template <class T>
 void k_strided(const Kernel& k, void* const* s) {
@@ -200,28 +192,16 @@ void k_reduce(const Kernel& k, void* const* s) {
   }
 }
 
-// Convolutions through im2col and sgemm; p unused, geometry from the types.
+// Convolutions through im2col and sgemm.
 template <Op op>
 void k_conv(const Kernel& k, void* const* s) {
   float* scratch = k.scratch >= 0 ? at<float>(s, k.scratch) : nullptr;
   const float *a = at<float>(s, k.in[0]), *b = at<float>(s, k.in[1]);
   float* y = at<float>(s, k.out);
-  if constexpr (op == Op::conv2d)
-    conv2d_f32(conv2d_geom(k.in_types[0].shape, k.in_types[1].shape, k.attrs), a, b, y, scratch);
-  if constexpr (op == Op::conv2d_input_grad)
-    conv2d_input_grad_f32(conv2d_geom(k.out_type.shape, k.in_types[1].shape, k.attrs), a, b, y,
-                          scratch);
-  if constexpr (op == Op::conv2d_weight_grad)
-    conv2d_weight_grad_f32(conv2d_geom(k.in_types[0].shape, k.out_type.shape, k.attrs), a, b, y,
-                           scratch);
-}
-
-// The convolution geometry of a conv node, whichever of the three it is.
-Conv2dGeom node_conv_geom(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in,
-                          const ir::Type& out) {
-  if (op == Op::conv2d) return conv2d_geom(in[0].shape, in[1].shape, attrs);
-  if (op == Op::conv2d_input_grad) return conv2d_geom(out.shape, in[1].shape, attrs);
-  return conv2d_geom(in[0].shape, out.shape, attrs);
+  const Conv2dGeom g = conv2d_node_geom(op, k.attrs, k.in_types, k.out_type);
+  if constexpr (op == Op::conv2d) conv2d_f32(g, a, b, y, scratch);
+  if constexpr (op == Op::conv2d_input_grad) conv2d_input_grad_f32(g, a, b, y, scratch);
+  if constexpr (op == Op::conv2d_weight_grad) conv2d_weight_grad_f32(g, a, b, y, scratch);
 }
 
 bool is_conv(Op op) {
@@ -305,27 +285,6 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
         return true;
       }
       return false;
-    case Op::broadcast: {
-      const Shape& in = k.in_types[0].shape;
-      const std::vector<int64_t>& dims = k.attrs.ints("dims");
-      const Shape& out = k.out_type.shape;
-      if (in.size() == 1 && out.size() == 2 && dims[0] == 1 && in[0] == out[1]) {
-        k.p = {out[0], out[1]};
-        k.fn = k_broadcast_rows<T>;
-        k.name = "broadcast_rows";
-      } else {
-        set_walk(k, out, broadcast_source_strides(in, out, dims));
-        k.fn = k_strided<T>;
-        k.name = "broadcast";
-      }
-      return true;
-    }
-    case Op::transpose:
-      set_walk(k, k.out_type.shape,
-               transpose_source_strides(k.in_types[0].shape, k.attrs.ints("perm")));
-      k.fn = k_strided<T>;
-      k.name = "transpose";
-      return true;
     case Op::reduce_sum: {
       const Shape& in = k.in_types[0].shape;
       const std::vector<int64_t>& axes = k.attrs.ints("axes");
@@ -386,21 +345,24 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     k.name = "copy";
     return;
   }
+  // Moving elements needs no arithmetic: one kernel per element size serves
+  // every dtype. Merged dims make a row broadcast or a plain copy memcpys.
+  if (k.op == Op::broadcast || k.op == Op::transpose) {
+    const Shape& in = k.in_types[0].shape;
+    set_walk(k, k.out_type.shape,
+             k.op == Op::broadcast
+                 ? broadcast_source_strides(in, k.out_type.shape, k.attrs.ints("dims"))
+                 : transpose_source_strides(in, k.attrs.ints("perm")));
+    const size_t size = dtype_size(k.out_type.dtype);
+    k.fn = size == 1 ? k_strided<uint8_t> : size == 4 ? k_strided<uint32_t> : k_strided<uint64_t>;
+    k.name = k.op == Op::broadcast ? "broadcast" : "transpose";
+    WS_CHECK(size == 1 || size == 4 || size == 8) << "element size " << size;
+    return;
+  }
   DType dt = k.in_types.empty() ? k.out_type.dtype : k.in_types.back().dtype;
   bool done = false;
   if (dt == DType::f32) done = choose_typed<float>(k, scalar);
   if (dt == DType::f64) done = choose_typed<double>(k, scalar);
-  // Moving elements needs no arithmetic: integer and bool values too.
-  if (!done && (k.op == Op::broadcast || k.op == Op::transpose)) {
-    set_walk(
-        k, k.out_type.shape,
-        k.op == Op::broadcast
-            ? broadcast_source_strides(k.in_types[0].shape, k.out_type.shape, k.attrs.ints("dims"))
-            : transpose_source_strides(k.in_types[0].shape, k.attrs.ints("perm")));
-    k.fn = dt == DType::b8 ? k_strided<uint8_t> : k_strided<int64_t>;
-    k.name = k.op == Op::broadcast ? "broadcast" : "transpose";
-    done = true;
-  }
   if (!done) {
     for (bool sc : scalar) WS_CHECK(!sc) << "no scalar-operand kernel for " << ir::op_name(k.op);
     k.fn = k_reference;
@@ -413,7 +375,7 @@ int64_t scratch_bytes(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>
   if (op == Op::reduce_sum && is_floating(out_type.dtype))
     return std::max<int64_t>(out_type.numel(), 1) * int64_t(sizeof(double));
   if (is_conv(op) && out_type.dtype == DType::f32)
-    return conv2d_scratch_floats(node_conv_geom(op, attrs, in_types, out_type)) *
+    return conv2d_scratch_floats(conv2d_node_geom(op, attrs, in_types, out_type)) *
            int64_t(sizeof(float));
   return 0;
 }

@@ -173,6 +173,14 @@ Conv2dGeom conv2d_geom(const Shape& x, const Shape& w, const ir::Attrs& attrs) {
   return g;
 }
 
+Conv2dGeom conv2d_node_geom(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in,
+                            const ir::Type& out) {
+  if (op == Op::conv2d) return conv2d_geom(in[0].shape, in[1].shape, attrs);
+  if (op == Op::conv2d_input_grad) return conv2d_geom(out.shape, in[1].shape, attrs);
+  WS_CHECK(op == Op::conv2d_weight_grad) << "not a convolution: " << ir::op_name(op);
+  return conv2d_geom(in[0].shape, out.shape, attrs);
+}
+
 Pool2dGeom pool2d_geom(const Shape& x, const ir::Attrs& attrs) {
   Pool2dGeom g;
   g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
@@ -395,22 +403,16 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         using T = decltype(t);
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* y = static_cast<T*>(out);
+        const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
         if constexpr (std::is_same_v<T, float>) {  // as compiled programs (see the header)
-          const Conv2dGeom g =
-              op == Op::conv2d ? conv2d_geom(in_types[0].shape, in_types[1].shape, attrs)
-              : op == Op::conv2d_input_grad ? conv2d_geom(out_type.shape, in_types[1].shape, attrs)
-                                            : conv2d_geom(in_types[0].shape, out_type.shape, attrs);
           std::vector<float> scratch(static_cast<size_t>(conv2d_scratch_floats(g)));
           if (op == Op::conv2d) return conv2d_f32(g, a, b, y, scratch.data());
           if (op == Op::conv2d_input_grad) return conv2d_input_grad_f32(g, a, b, y, scratch.data());
           return conv2d_weight_grad_f32(g, a, b, y, scratch.data());
         }
-        if (op == Op::conv2d)
-          conv2d_ref(conv2d_geom(in_types[0].shape, in_types[1].shape, attrs), a, b, y);
-        else if (op == Op::conv2d_input_grad)
-          conv2d_input_grad_ref(conv2d_geom(out_type.shape, in_types[1].shape, attrs), a, b, y);
-        else
-          conv2d_weight_grad_ref(conv2d_geom(in_types[0].shape, out_type.shape, attrs), a, b, y);
+        if (op == Op::conv2d) return conv2d_ref(g, a, b, y);
+        if (op == Op::conv2d_input_grad) return conv2d_input_grad_ref(g, a, b, y);
+        conv2d_weight_grad_ref(g, a, b, y);
       });
     case Op::max_pool2d:
     case Op::avg_pool2d:

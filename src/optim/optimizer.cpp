@@ -87,23 +87,24 @@ void SGD::hyper_values(std::span<double> out) const {
   write_hypers([&](auto&& f) { for_each_hyper(f); }, out);
 }
 
-void SGD::set_momentum(double m) {
-  if ((m > 0) != (opts_.momentum > 0) || m < 0)
+void Optimizer::set_structural(const std::string& setter, const char* what, double& value, double v,
+                               const char* consequence) {
+  if ((v > 0) != (value > 0) || v < 0)
     throw Error(
-        fmt::format("SGD::set_momentum({}): momentum was {} at construction; it cannot change "
-                    "between zero and non-zero (the compiled step would need a momentum "
-                    "buffer). Construct SGD with the momentum you need",
-                    m, opts_.momentum));
-  opts_.momentum = m;
+        fmt::format("{}({}): {} was {} at construction; it cannot change between zero "
+                    "and non-zero{}",
+                    setter, v, what, value, consequence));
+  value = v;
+}
+
+void SGD::set_momentum(double m) {
+  set_structural("SGD::set_momentum", "momentum", opts_.momentum, m,
+                 " (the compiled step would need a momentum buffer). Construct SGD with the "
+                 "momentum you need");
 }
 
 void SGD::set_weight_decay(double wd) {
-  if ((wd > 0) != (opts_.weight_decay > 0) || wd < 0)
-    throw Error(
-        fmt::format("SGD::set_weight_decay({}): weight decay was {} at construction; it "
-                    "cannot change between zero and non-zero",
-                    wd, opts_.weight_decay));
-  opts_.weight_decay = wd;
+  set_structural("SGD::set_weight_decay", "weight decay", opts_.weight_decay, wd);
 }
 
 Adam::Adam(const nn::Module& model, AdamOptions o, bool decoupled)
@@ -148,12 +149,8 @@ void Adam::hyper_values(std::span<double> out) const {
 }
 
 void Adam::set_weight_decay(double wd) {
-  if ((wd > 0) != (opts_.weight_decay > 0) || wd < 0)
-    throw Error(fmt::format(
-        "{}::set_weight_decay({}): weight decay was {} at construction; it cannot change "
-        "between zero and non-zero",
-        decoupled_ ? "AdamW" : "Adam", wd, opts_.weight_decay));
-  opts_.weight_decay = wd;
+  set_structural(decoupled_ ? "AdamW::set_weight_decay" : "Adam::set_weight_decay", "weight decay",
+                 opts_.weight_decay, wd);
 }
 
 }  // namespace ws::optim
