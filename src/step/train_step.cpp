@@ -74,7 +74,6 @@ struct Compiled {
   ir::Graph step_graph;  // interpret
   std::vector<exec::Executable> programs;
   std::vector<std::vector<Binding>> inputs;
-  std::vector<std::string> input_names;      // interpret: per step-graph input
   std::map<std::string, Tensor> persistent;  // interpret: by input name
   Owned owned;
   std::vector<step::IndexCheck> index_checks;
