@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(g++ cmake ninja-build libopenblas-dev libfmt-dev zlib1g-dev libgtest-dev libbenchmark-dev
-          libcli11-dev dataset-fashion-mnist)
+          libcli11-dev libdnnl-dev libeigen3-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

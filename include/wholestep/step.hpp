@@ -42,6 +42,7 @@ struct StepCounters {
   int64_t arena_bytes = 0;       // temporaries
   int64_t persistent_bytes = 0;  // parameters, buffers, optimizer state
   int64_t peak_bytes = 0;        // persistent + interface + temporaries (+ copies)
+  int64_t flops = 0;             // floating-point operations of matrix products and convolutions
 };
 
 struct StepResult {
@@ -50,8 +51,30 @@ struct StepResult {
   StepCounters counters;
 };
 
-// Threads for compiled steps (our loops and OpenBLAS); 0 means all cores.
+// Threads for everything a step runs: our loops and the oneDNN primitives
+// share one OpenMP pool. 0 means all cores.
 void set_num_threads(int n);
+int num_threads();
+
+// What each compute backend runs on this machine: the CPU model, the
+// instruction set oneDNN dispatches to, the threads. One line each.
+std::string backend_info();
+
+// Time spent per kernel over some steps, summed by kernel implementation.
+struct KernelTime {
+  std::string name;      // implementation, e.g. "dnnl_matmul", "add", "reduce_sum"
+  int64_t calls = 0;     // over all profiled steps
+  double ms = 0;         // total over all profiled steps
+  int64_t flops = 0;     // per step, matrix products and convolutions only
+};
+struct StepProfile {
+  int64_t steps = 0;
+  double step_ms = 0;                // median wall time of one profiled step
+  std::vector<KernelTime> kernels;   // most time first
+  // Median time of one pass over the step's matrix products and convolutions
+  // alone (the same kernels on the same buffers, nothing else run between).
+  double contraction_ms = 0;
+};
 
 using LossFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
@@ -76,6 +99,9 @@ class TrainStep {
   std::string graphs_text() const;
   // The lowered Programs of the last compiled signature, as listings.
   std::string programs_text() const;
+  // Runs `steps` real steps on this batch (parameters are updated) with every
+  // kernel timed, then times the contractions alone. Compiled modes only.
+  StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());
 
  private:
   struct Impl;

@@ -7,6 +7,8 @@
 #include <limits>
 #include <thread>
 
+#include <omp.h>
+
 #include <fmt/format.h>
 
 #include "exec/elementwise.hpp"
@@ -400,6 +402,7 @@ int g_threads = 0;
 void set_num_threads(int n) {
   if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
   g_threads = n;
+  omp_set_num_threads(n);
   openblas_set_num_threads(n);
 }
 
