@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "ir/op.hpp"
 
@@ -21,6 +22,14 @@ inline T unary_value(T x) {
   if constexpr (op == Op::sqrt) return T(std::sqrt(d));
   if constexpr (op == Op::rsqrt) return T(1.0 / std::sqrt(d));
   if constexpr (op == Op::erf) return T(std::erf(d));
+}
+
+// y[i] = op(x[i]) for i < n: the array form every kernel calls, so the
+// reference and the compiled kernels compute each element the same way.
+// Element i depends on x[i] alone, never on where a chunk of work starts.
+template <ir::Op op, class T>
+inline void unary_array(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<op>(x[i]);
 }
 
 // Calls f(std::integral_constant<Op, op>) for a unary elementwise op; false

@@ -46,8 +46,7 @@ template <class T, Op op>
 void k_unary(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  const int64_t n = k.p[0];
-  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<op>(x[i]);
+  unary_array<op>(x, y, k.p[0]);
 }
 
 template <class T, Op op>

@@ -36,9 +36,8 @@ void dispatch_float(DType dt, F&& f) {
 
 template <class T>
 void unary(Op op, const T* x, T* y, int64_t n) {
-  const bool known = with_unary_op(op, [&](auto o) {
-    for (int64_t i = 0; i < n; ++i) y[i] = unary_value<decltype(o)::value>(x[i]);
-  });
+  const bool known =
+      with_unary_op(op, [&](auto o) { unary_array<decltype(o)::value>(x, y, n); });
   WS_CHECK(known) << "not unary: " << ir::op_name(op);
 }
 
