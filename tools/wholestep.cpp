@@ -212,6 +212,34 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
   return 0;
 }
 
+// Where a step's time goes: each kernel implementation's share, then the
+// contractions alone.
+int profile(const Common& c, int64_t steps, const std::string& mode, int top) {
+  ws::TrainSetup s = make_setup(c);
+  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
+  const std::vector<ws::Tensor> batch = ws::models::random_batch(ws::models::spec(c.model), 0);
+  const ws::StepResult r = step.run(batch);  // compile
+  step.run(batch);
+  const ws::StepProfile p = step.profile(batch, int(steps));
+  double total = 0;
+  for (const ws::KernelTime& k : p.kernels) total += k.ms;
+  fmt::print("{} {} ({} steps): {:.2f} ms/step median, {} kernels, {:.2f} GFLOP/step\n", c.model,
+             mode, p.steps, p.step_ms, r.counters.kernels, double(r.counters.flops) * 1e-9);
+  fmt::print("{:<28} {:>10} {:>10} {:>7} {:>9}\n", "kernel", "calls/step", "ms/step", "share",
+             "GFLOP/s");
+  for (size_t i = 0; i < p.kernels.size() && int(i) < top; ++i) {
+    const ws::KernelTime& k = p.kernels[i];
+    const double ms = k.ms / double(p.steps);
+    fmt::print("{:<28} {:>10} {:>10.3f} {:>6.1f}% {:>9}\n", k.name, k.calls / p.steps, ms,
+               100 * k.ms / total,
+               k.flops ? fmt::format("{:.1f}", double(k.flops) / ms * 1e-6) : std::string("-"));
+  }
+  fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
+             p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
+             p.step_ms / p.contraction_ms);
+  return 0;
+}
+
 int dump(const Common& c, const std::string& mode) {
   ws::TrainSetup s = make_setup(c);
   ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
@@ -245,15 +273,28 @@ int main(int argc, char** argv) {
   cmp->add_option("--warmup", warmup, "untimed first steps")->capture_default_str();
   cmp->add_flag("--no-alias-rows", no_alias_rows, "also run the compiled modes with aliasing off");
 
+  int top = 12;
+  auto* pr = app.add_subcommand("profile", "time every kernel of a compiled step");
+  add_common(pr, c);
+  pr->add_option("--steps", steps, "profiled steps")->capture_default_str();
+  pr->add_option("--mode", mode, "three_graph | single_graph")->capture_default_str();
+  pr->add_option("--top", top, "kernels listed")->capture_default_str();
+
+  app.add_subcommand("info", "print the CPU, threads and the instruction set of each backend");
+
   auto* dp = app.add_subcommand("dump", "print the compiled graphs and programs");
   add_common(dp, c);
   dp->add_option("--mode", mode, "interpret | three_graph | single_graph")->capture_default_str();
 
+  app.set_version_flag("--version", [] { return "wholestep 0.1\n" + ws::backend_info(); });
+
   CLI11_PARSE(app, argc, argv);
   try {
     ws::set_num_threads(c.threads);
+    if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
     if (tr->parsed()) return train(c, epochs, max_steps, mode);
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows);
+    if (pr->parsed()) return profile(c, steps, mode, top);
     if (dp->parsed()) return dump(c, mode);
   } catch (const ws::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

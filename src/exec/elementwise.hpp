@@ -1,17 +1,22 @@
 // The elementwise functions, one definition shared by the reference and the
 // optimized kernels, so every mode computes each element identically.
-// Transcendentals evaluate in double and round once.
+// f64 transcendentals are the std:: functions (the gradient-check oracle);
+// f32 ones are the vectorized functions of vec_math.hpp, compiled once in the
+// library, so every caller gets the same bits whatever its own flags.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "exec/vec_math.hpp"
 #include "ir/op.hpp"
 
 namespace ws::exec {
 
+// The definition in f64: evaluate in double, round once to T.
 template <ir::Op op, class T>
-inline T unary_value(T x) {
+inline T unary_value_f64(T x) {
   using ir::Op;
   const double d = double(x);
   if constexpr (op == Op::neg) return T(-x);
@@ -29,7 +34,27 @@ inline T unary_value(T x) {
 // Element i depends on x[i] alone, never on where a chunk of work starts.
 template <ir::Op op, class T>
 inline void unary_array(const T* x, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<op>(x[i]);
+  using ir::Op;
+  if constexpr (std::is_same_v<T, float> && op != Op::neg) {
+    if constexpr (op == Op::exp) exp_f32(x, y, n);
+    if constexpr (op == Op::log) log_f32(x, y, n);
+    if constexpr (op == Op::tanh) tanh_f32(x, y, n);
+    if constexpr (op == Op::sigmoid) sigmoid_f32(x, y, n);
+    if constexpr (op == Op::sqrt) sqrt_f32(x, y, n);
+    if constexpr (op == Op::rsqrt) rsqrt_f32(x, y, n);
+    if constexpr (op == Op::erf) erf_f32(x, y, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = unary_value_f64<op>(x[i]);
+  }
+}
+
+// op(x) for one element: the same value as unary_array's (prefer the array
+// form in loops; for f32 this is a call per element).
+template <ir::Op op, class T>
+inline T unary_value(T x) {
+  T y;
+  unary_array<op>(&x, &y, 1);
+  return y;
 }
 
 // Calls f(std::integral_constant<Op, op>) for a unary elementwise op; false
@@ -51,6 +76,26 @@ bool with_unary_op(ir::Op op, F&& f) {
 #undef WS_UNARY
     default: return false;
   }
+}
+
+// a op b for a binary elementwise op: the one definition every optimized
+// kernel uses (comparisons give 0 or 1 as uint8_t).
+template <ir::Op op, class T>
+inline auto binary_value(T a, T b) {
+  using ir::Op;
+  if constexpr (op == Op::add) return T(a + b);
+  if constexpr (op == Op::sub) return T(a - b);
+  if constexpr (op == Op::mul) return T(a * b);
+  if constexpr (op == Op::div) return T(a / b);
+  if constexpr (op == Op::pow) return T(std::pow(double(a), double(b)));  // as the reference
+  if constexpr (op == Op::maximum)
+    return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
+  if constexpr (op == Op::eq) return uint8_t(a == b);
+  if constexpr (op == Op::ne) return uint8_t(a != b);
+  if constexpr (op == Op::lt) return uint8_t(a < b);
+  if constexpr (op == Op::le) return uint8_t(a <= b);
+  if constexpr (op == Op::gt) return uint8_t(a > b);
+  if constexpr (op == Op::ge) return uint8_t(a >= b);
 }
 
 }  // namespace ws::exec

@@ -1,7 +1,5 @@
 #include "exec/kernels.hpp"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,11 +9,12 @@
 
 #include <fmt/format.h>
 
+#include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
 #include "exec/nn_kernels.hpp"
+#include "exec/parallel.hpp"
+#include "exec/reduce.hpp"
 #include "exec/reference.hpp"
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace ws::exec {
 namespace {
@@ -33,57 +32,93 @@ void k_reference(const Kernel& k, void* const* s) {
   run_reference(k.op, k.attrs, k.in_types, in, k.out_type, s[k.out], k.loc);
 }
 
+// Work estimates for parallel_for, in cheap elements (see parallel.hpp):
+// a byte copied, and an element of a transcendental function.
+constexpr int64_t kCopyGrain = 4 * kCheapGrain;  // bytes
+constexpr int64_t kTranscendentalCost = 4;
+constexpr int64_t kPhiloxCost = 16;  // ten rounds of 32x32->64-bit products: ~2 ns
+
 void k_copy(const Kernel& k, void* const* s) {
-  if (s[k.out] != s[k.in[0]]) std::memcpy(s[k.out], s[k.in[0]], size_t(k.p[0]));
+  const char* x = at<const char>(s, k.in[0]);
+  char* y = at<char>(s, k.out);
+  if (x == y) return;
+  parallel_for(
+      k.p[0], kCopyGrain, [&](int64_t b, int64_t e) { std::memcpy(y + b, x + b, size_t(e - b)); },
+      64);
 }
 
 template <class T>
 void k_fill(const Kernel& k, void* const* s) {
-  std::fill_n(at<T>(s, k.out), k.p[0], T(k.attrs.f("value")));
+  T* y = at<T>(s, k.out);
+  const T v = T(k.attrs.f("value"));
+  parallel_for(k.p[0], kCheapGrain, [&](int64_t b, int64_t e) { std::fill(y + b, y + e, v); });
 }
 
+// Chunks of the array function: element i depends on x[i] alone, so the
+// split never changes a bit.
 template <class T, Op op>
 void k_unary(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  unary_array<op>(x, y, k.p[0]);
+  parallel_for(k.p[0], grain_for(op == Op::neg ? 1 : kTranscendentalCost),
+               [&](int64_t b, int64_t e) { unary_array<op>(x + b, y + b, e - b); });
 }
 
-template <class T, Op op>
-inline auto binop(T a, T b) {
-  if constexpr (op == Op::add) return T(a + b);
-  if constexpr (op == Op::sub) return T(a - b);
-  if constexpr (op == Op::mul) return T(a * b);
-  if constexpr (op == Op::div) return T(a / b);
-  if constexpr (op == Op::pow) return T(std::pow(double(a), double(b)));  // as the reference
-  if constexpr (op == Op::maximum)
-    return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
-  if constexpr (op == Op::eq) return uint8_t(a == b);
-  if constexpr (op == Op::ne) return uint8_t(a != b);
-  if constexpr (op == Op::lt) return uint8_t(a < b);
-  if constexpr (op == Op::le) return uint8_t(a <= b);
-  if constexpr (op == Op::gt) return uint8_t(a > b);
-  if constexpr (op == Op::ge) return uint8_t(a >= b);
+// The loops of the elementwise kernels over [lo, hi) are functions of their
+// own, taking the pointers by value: captured by reference in a lambda, the
+// pointers could be aliased by a byte store (a comparison's result), which
+// keeps the compiler from vectorizing.
+template <class T, Op op, class R>
+void binary_range(const T* a, const T* b, R* y, bool va, bool vb, int64_t lo, int64_t hi) {
+  if (va && vb) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = binary_value<op>(a[i], b[i]);
+  } else if (va) {
+    const T bv = *b;
+    for (int64_t i = lo; i < hi; ++i) y[i] = binary_value<op>(a[i], bv);
+  } else if (vb) {
+    const T av = *a;
+    for (int64_t i = lo; i < hi; ++i) y[i] = binary_value<op>(av, b[i]);
+  } else {
+    std::fill(y + lo, y + hi, binary_value<op>(*a, *b));
+  }
 }
 
 // p[1], p[2]: 1 when the operand is an array, 0 when it is one value.
 template <class T, Op op>
 void k_binary(const Kernel& k, void* const* s) {
-  using R = decltype(binop<T, op>(T{}, T{}));
+  using R = decltype(binary_value<op>(T{}, T{}));
   const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
   R* y = at<R>(s, k.out);
-  const int64_t n = k.p[0];
-  if (k.p[1] && k.p[2]) {
-    for (int64_t i = 0; i < n; ++i) y[i] = binop<T, op>(a[i], b[i]);
-  } else if (k.p[1]) {
-    const T bv = *b;
-    for (int64_t i = 0; i < n; ++i) y[i] = binop<T, op>(a[i], bv);
-  } else if (k.p[2]) {
-    const T av = *a;
-    for (int64_t i = 0; i < n; ++i) y[i] = binop<T, op>(av, b[i]);
+  const bool va = k.p[1], vb = k.p[2];
+  // std::pow in double costs tens of cheap elements.
+  parallel_for(k.p[0], grain_for(op == Op::pow ? 32 : 1),
+               [=](int64_t lo, int64_t hi) { binary_range<T, op>(a, b, y, va, vb, lo, hi); });
+}
+
+// Both operands are read whatever the condition, so the loops compile to
+// vector blends rather than branches.
+template <class T>
+void select_range(const uint8_t* c, const T* a, const T* b, T* y, int64_t sc, int64_t sa,
+                  int64_t sb, int64_t lo, int64_t hi) {
+  if (sc && sa && sb) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const T u = a[i], v = b[i];
+      y[i] = c[i] ? u : v;
+    }
+  } else if (sc && sa) {
+    const T v = *b;
+    for (int64_t i = lo; i < hi; ++i) {
+      const T u = a[i];
+      y[i] = c[i] ? u : v;
+    }
+  } else if (sc && sb) {
+    const T u = *a;
+    for (int64_t i = lo; i < hi; ++i) {
+      const T v = b[i];
+      y[i] = c[i] ? u : v;
+    }
   } else {
-    const R v = binop<T, op>(*a, *b);
-    for (int64_t i = 0; i < n; ++i) y[i] = v;
+    for (int64_t i = lo; i < hi; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
   }
 }
 
@@ -92,38 +127,54 @@ void k_select(const Kernel& k, void* const* s) {
   const uint8_t* c = at<uint8_t>(s, k.in[0]);
   const T *a = at<T>(s, k.in[1]), *b = at<T>(s, k.in[2]);
   T* y = at<T>(s, k.out);
-  const int64_t n = k.p[0], sc = k.p[1], sa = k.p[2], sb = k.p[3];
-  // The common shapes get loops the compiler vectorizes.
-  if (sc && sa && sb) {
-    for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? a[i] : b[i];
-  } else if (sc && sa) {
-    const T bv = *b;
-    for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? a[i] : bv;
-  } else if (sc && sb) {
-    const T av = *a;
-    for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? av : b[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+  const int64_t sc = k.p[1], sa = k.p[2], sb = k.p[3];
+  parallel_for(k.p[0], kCheapGrain,
+               [=](int64_t lo, int64_t hi) { select_range(c, a, b, y, sc, sa, sb, lo, hi); });
+}
+
+// A matrix product or convolution: the node's oneDNN primitives.
+void k_backend(const Kernel& k, void* const* s) {
+  k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr);
+}
+
+// strided_rows over elements [begin, end) of the walk only: rows cut by the
+// range's ends are visited in part, so threads can split a walk anywhere.
+template <class F>
+void strided_range(const Shape& shape, const std::vector<int64_t>& strides, int64_t begin,
+                   int64_t end, F&& f) {
+  const int64_t r = int64_t(shape.size());
+  if (begin >= end) return;
+  if (r == 0) return f(int64_t(0), int64_t(0), int64_t(1), int64_t(0));
+  const int64_t len = shape[size_t(r - 1)], inner = strides[size_t(r - 1)];
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0, col = begin % len;
+  for (int64_t d = r - 2, row = begin / len; d >= 0; --d) {
+    idx[d] = row % shape[size_t(d)];
+    row /= shape[size_t(d)];
+    off += idx[d] * strides[size_t(d)];
+  }
+  for (int64_t i = begin; i < end; col = 0) {
+    const int64_t take = std::min(len - col, end - i);
+    f(i, off + col * inner, take, inner);
+    i += take;
+    for (int64_t d = r - 2; d >= 0; --d) {
+      off += strides[size_t(d)];
+      if (++idx[d] < shape[size_t(d)]) break;
+      off -= strides[size_t(d)] * shape[size_t(d)];
+      idx[d] = 0;
+    }
   }
 }
 
-// p = {m, n, k, transpose_a, transpose_b, batch}: `batch` products of
-// contiguous matrices.
+// y[j] = x[j * st] for j < len (pointers by value, as binary_range).
 template <class T>
-void k_gemm(const Kernel& k, void* const* s) {
-  const int64_t m = k.p[0], n = k.p[1], kk = k.p[2], batch = k.p[5];
-  const bool ta = k.p[3], tb = k.p[4];
-  if constexpr (std::is_same_v<T, float>) {
-    gemm_f32(batch, m, n, kk, ta, tb, at<float>(s, k.in[0]), at<float>(s, k.in[1]),
-             at<float>(s, k.out));
-  } else {
-    const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
-    T* c = at<T>(s, k.out);
-    for (int64_t i = 0; i < batch; ++i, a += m * kk, b += kk * n, c += m * n)
-      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                  int(m), int(n), int(kk), 1.0, a, ta ? int(m) : int(kk), b, tb ? int(kk) : int(n),
-                  0.0, c, int(n));
-  }
+void strided_row(const T* x, T* y, int64_t len, int64_t st) {
+  if (st == 1)
+    std::memcpy(y, x, size_t(len) * sizeof(T));
+  else if (st == 0)
+    std::fill_n(y, len, *x);
+  else
+    for (int64_t j = 0; j < len; ++j) y[j] = x[j * st];
 }
 
 // Strided gather for broadcast and transpose with precomputed strides.
@@ -131,82 +182,44 @@ template <class T>
 void k_strided(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  strided_rows(k.walk, k.strides, [&](int64_t i, int64_t o, int64_t len, int64_t st) {
-    if (st == 1)
-      std::memcpy(y + i, x + o, size_t(len) * sizeof(T));
-    else if (st == 0)
-      std::fill_n(y + i, len, x[o]);
-    else
-      for (int64_t j = 0; j < len; ++j) y[i + j] = x[o + j * st];
+  parallel_for(k.p[0], kCheapGrain, [&](int64_t b, int64_t e) {
+    strided_range(k.walk, k.strides, b, e, [x, y](int64_t i, int64_t o, int64_t len, int64_t st) {
+      strided_row(x + o, y + i, len, st);
+    });
   });
 }
 
-// Sum of a [rows, cols] matrix over rows (p[2] = 0: result [cols]) or over
-// columns (p[2] = 1: result [rows]).
+// Counter-based random numbers: element i depends on (seed, offset + i)
+// alone, so chunks continue the stream at offset + begin.
 template <class T>
-void k_sum_2d(const Kernel& k, void* const* s) {
-  // Sums accumulate in double, as the reference does: rounded once, a sum is
-  // (nearly always) the same whatever the order, so modes agree.
-  const T* x = at<T>(s, k.in[0]);
+void k_random_uniform(const Kernel& k, void* const* s) {
+  const uint64_t seed = uint64_t(*at<const int64_t>(s, k.in[0]));
+  const uint64_t offset = uint64_t(*at<const int64_t>(s, k.in[1]));
   T* y = at<T>(s, k.out);
-  const int64_t rows = k.p[0], cols = k.p[1];
-  if (k.p[2] == 0) {
-    double* acc = at<double>(s, k.scratch);
-    std::fill_n(acc, cols, 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) acc[c] += double(x[r * cols + c]);
-    for (int64_t c = 0; c < cols; ++c) y[c] = T(acc[c]);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) {
-      double acc = 0;
-      for (int64_t c = 0; c < cols; ++c) acc += double(x[r * cols + c]);
-      y[r] = T(acc);
-    }
-  }
+  parallel_for(k.p[0], grain_for(kPhiloxCost), [&](int64_t b, int64_t e) {
+    philox_uniform(seed, offset + uint64_t(b), y + b, e - b);
+  });
 }
 
-// Any reduction, walking the operand with precomputed result strides; sums
-// accumulate in double in the scratch.
+// Reductions run the functions the reference kernels call (reduce.hpp), so
+// every mode sums in the same order; they parallelize themselves.
 template <class T, bool is_max>
 void k_reduce(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  if constexpr (is_max) {
-    std::fill_n(y, k.p[0], -std::numeric_limits<T>::infinity());
-    strided_rows(k.walk, k.strides, [&](int64_t i, int64_t o, int64_t len, int64_t st) {
-      for (int64_t j = 0; j < len; ++j)
-        if (std::isnan(x[i + j]) || x[i + j] > y[o + j * st]) y[o + j * st] = x[i + j];
-    });
-  } else {
-    double* acc = at<double>(s, k.scratch);
-    std::fill_n(acc, k.p[0], 0.0);
-    strided_rows(k.walk, k.strides, [&](int64_t i, int64_t o, int64_t len, int64_t st) {
-      if (st == 0) {  // a run of reduced elements: one partial sum
-        double part = 0;
-        for (int64_t j = 0; j < len; ++j) part += double(x[i + j]);
-        acc[o] += part;
-      } else {
-        for (int64_t j = 0; j < len; ++j) acc[o + j * st] += double(x[i + j]);
-      }
-    });
-    for (int64_t o = 0; o < k.p[0]; ++o) y[o] = T(acc[o]);
-  }
+  if constexpr (is_max)
+    reduce_max(k.walk, k.strides, x, y);
+  else
+    reduce_sum(k.walk, k.strides, x, y);
 }
 
-// Convolutions through im2col and sgemm.
-template <Op op>
-void k_conv(const Kernel& k, void* const* s) {
-  float* scratch = k.scratch >= 0 ? at<float>(s, k.scratch) : nullptr;
-  const float *a = at<float>(s, k.in[0]), *b = at<float>(s, k.in[1]);
-  float* y = at<float>(s, k.out);
-  const Conv2dGeom g = conv2d_node_geom(op, k.attrs, k.in_types, k.out_type);
-  if constexpr (op == Op::conv2d) conv2d_f32(g, a, b, y, scratch);
-  if constexpr (op == Op::conv2d_input_grad) conv2d_input_grad_f32(g, a, b, y, scratch);
-  if constexpr (op == Op::conv2d_weight_grad) conv2d_weight_grad_f32(g, a, b, y, scratch);
-}
-
-bool is_conv(Op op) {
-  return op == Op::conv2d || op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad;
+// The kernel's name for a reduction walk (reduce_walk_name).
+const char* reduce_name(const Kernel& k, bool is_max) {
+  const std::string_view w = reduce_walk_name(k.walk, k.strides);
+  if (w == "rows") return is_max ? "max_rows" : "sum_rows";
+  if (w == "columns") return is_max ? "max_columns" : "sum_columns";
+  if (w == "all") return is_max ? "max_all" : "sum_all";
+  return is_max ? "max_none" : "sum_none";
 }
 
 // A strided walk over `shape` reading at `strides`, with its dims merged.
@@ -276,54 +289,17 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
       k.fn = k_fill<T>;
       k.name = "fill";
       return true;
-    case Op::matmul:
-      if constexpr (std::is_floating_point_v<T>) {
-        const MatmulDims d = matmul_dims(k.in_types[0].shape, k.in_types[1].shape, k.attrs);
-        k.p = {d.m, d.n, d.k, d.ta, d.tb, d.batch};
-        k.fn = k_gemm<T>;
-        k.name = d.batch > 1 ? (std::is_same_v<T, float> ? "sgemm_batched" : "dgemm_batched")
-                             : (std::is_same_v<T, float> ? "sgemm" : "dgemm");
-        return true;
-      }
-      return false;
-    case Op::reduce_sum: {
-      const Shape& in = k.in_types[0].shape;
-      const std::vector<int64_t>& axes = k.attrs.ints("axes");
-      if (in.size() == 2 && axes.size() == 1) {
-        k.p = {in[0], in[1], axes[0] == 1 || axes[0] == -1};
-        k.fn = k_sum_2d<T>;
-        k.name = "sum_2d";
-        return true;
-      }
-      if (axes.size() == in.size()) {  // everything: one row
-        k.p = {1, k.in_types[0].numel(), 1};
-        k.fn = k_sum_2d<T>;
-        k.name = "sum_all";
-        return true;
-      }
-      set_walk(k, in, reduce_result_strides(in, axes));
+    case Op::reduce_sum:
+      set_walk(k, k.in_types[0].shape,
+               reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes")));
       k.fn = k_reduce<T, false>;
-      k.name = "reduce_sum";
+      k.name = reduce_name(k, false);
       return true;
-    }
-    case Op::conv2d:
-    case Op::conv2d_input_grad:
-    case Op::conv2d_weight_grad:
-      if constexpr (std::is_same_v<T, float>) {
-        k.fn = op == Op::conv2d              ? k_conv<Op::conv2d>
-               : op == Op::conv2d_input_grad ? k_conv<Op::conv2d_input_grad>
-                                             : k_conv<Op::conv2d_weight_grad>;
-        k.name = op == Op::conv2d              ? "conv_im2col_sgemm"
-                 : op == Op::conv2d_input_grad ? "conv_dx_sgemm_col2im"
-                                               : "conv_dw_im2col_sgemm";
-        return true;
-      }
-      return false;
     case Op::reduce_max:
       set_walk(k, k.in_types[0].shape,
                reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes")));
       k.fn = k_reduce<T, true>;
-      k.name = "reduce_max";
+      k.name = reduce_name(k, true);
       return true;
     default: return false;
   }
@@ -357,7 +333,23 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     const size_t size = dtype_size(k.out_type.dtype);
     k.fn = size == 1 ? k_strided<uint8_t> : size == 4 ? k_strided<uint32_t> : k_strided<uint64_t>;
     k.name = k.op == Op::broadcast ? "broadcast" : "transpose";
+    k.p[0] = k.out_type.numel();
     WS_CHECK(size == 1 || size == 4 || size == 8) << "element size " << size;
+    WS_CHECK(int64_t(k.walk.size()) <= kMaxRank) << "rank " << k.walk.size() << " walk";
+    return;
+  }
+  if (k.op == Op::random_uniform) {  // i64 operands, floating result
+    k.p[0] = k.out_type.numel();
+    k.fn = k.out_type.dtype == DType::f32 ? k_random_uniform<float> : k_random_uniform<double>;
+    k.name = "random_uniform";
+    return;
+  }
+  if (k.backend) {
+    k.fn = k_backend;
+    k.name = k.op == Op::matmul              ? "dnnl_matmul"
+             : k.op == Op::conv2d            ? "dnnl_conv"
+             : k.op == Op::conv2d_input_grad ? "dnnl_conv_input_grad"
+                                             : "dnnl_conv_weight_grad";
     return;
   }
   DType dt = k.in_types.empty() ? k.out_type.dtype : k.in_types.back().dtype;
@@ -371,13 +363,8 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
   }
 }
 
-int64_t scratch_bytes(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in_types,
-                      const ir::Type& out_type) {
-  if (op == Op::reduce_sum && is_floating(out_type.dtype))
-    return std::max<int64_t>(out_type.numel(), 1) * int64_t(sizeof(double));
-  if (is_conv(op) && out_type.dtype == DType::f32)
-    return conv2d_scratch_floats(conv2d_node_geom(op, attrs, in_types, out_type)) *
-           int64_t(sizeof(float));
+// Reductions keep their partial sums on the stack (reduce.cpp).
+int64_t scratch_bytes(Op, const ir::Attrs&, const std::vector<ir::Type>&, const ir::Type&) {
   return 0;
 }
 
@@ -402,7 +389,18 @@ void set_num_threads(int n) {
   if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
   g_threads = n;
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+}
+
+const char* loop_isa() {
+#if defined(__AVX512F__)
+  return "AVX-512 (16 floats a vector)";
+#elif defined(__AVX2__)
+  return "AVX2 (8 floats a vector)";
+#elif defined(__AVX__)
+  return "AVX (8 floats a vector)";
+#else
+  return "SSE2 (4 floats a vector)";
+#endif
 }
 
 int num_threads() {

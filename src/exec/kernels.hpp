@@ -25,9 +25,13 @@ int64_t scratch_bytes(ir::Op op, const ir::Attrs& attrs, const std::vector<ir::T
 // A kernel copying `bytes` from slot `from` to slot `to`.
 Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type);
 
-// Threads used by our loops and by OpenBLAS (never both pools at once: our
-// loops are single-threaded for now, OpenBLAS gets all of them).
+// Threads of the one OpenMP pool that runs our loops and oneDNN's
+// primitives; n <= 0 means all cores.
 void set_num_threads(int n);
 int num_threads();
+
+// The vector instruction set our loop kernels were compiled for, e.g.
+// "AVX-512 (16 floats)".
+const char* loop_isa();
 
 }  // namespace ws::exec

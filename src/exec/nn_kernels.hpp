@@ -1,7 +1,7 @@
 // Kernels of the neural-network ops: convolution, pooling, gather/scatter
-// and the counter-based random generator. Each has a reference form (any
-// floating type, obviously correct loops: the oracle) and, where it matters
-// for speed, an f32 form the Programs run.
+// and the counter-based random generator, in their reference forms (any
+// floating type, obviously correct loops: the oracle). f32 convolutions run
+// on the compute backend (dnnl_backend.hpp).
 //
 // Layouts are PyTorch's: activations NCHW, conv weights [O, C/groups, KH, KW],
 // all contiguous row-major.
@@ -33,21 +33,6 @@ void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx);
 // dw from x and dy.
 template <class T>
 void conv2d_weight_grad_ref(const Conv2dGeom& g, const T* x, const T* dy, T* dw);
-
-// The f32 kernels: im2col / col2im around cblas_sgemm, per image and group.
-// `scratch` holds conv2d_scratch_floats(g) floats and is caller-owned, so a
-// step allocates nothing.
-int64_t conv2d_scratch_floats(const Conv2dGeom& g);
-void conv2d_f32(const Conv2dGeom& g, const float* x, const float* w, float* y, float* scratch);
-void conv2d_input_grad_f32(const Conv2dGeom& g, const float* dy, const float* w, float* dx,
-                           float* scratch);
-void conv2d_weight_grad_f32(const Conv2dGeom& g, const float* x, const float* dy, float* dw,
-                            float* scratch);
-
-// `batch` row-major products c = op(a) op(b) of contiguous [m, k] x [k, n]
-// matrices through cblas_sgemm: the one f32 matrix product every mode uses.
-void gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const float* a,
-              const float* b, float* c);
 
 // 2-d pooling over [n, c, h, w] -> [n, c, oh, ow]. Padding counts as -inf
 // for max; for avg it counts as zeros in the divisor when count_include_pad

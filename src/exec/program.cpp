@@ -1,10 +1,19 @@
 #include "exec/program.hpp"
 
+#include "exec/dnnl_backend.hpp"
+
+#include <chrono>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
 namespace ws::exec {
+
+std::string kernel_label(const Kernel& k) {
+  if (std::string_view(k.name) == "reference")
+    return fmt::format("reference.{}", ir::op_name(k.op));
+  return k.name;
+}
 
 std::string Program::str() const {
   auto slot = [&](int32_t s) {
@@ -22,12 +31,8 @@ std::string Program::str() const {
   for (const Kernel& k : kernels) {
     std::vector<std::string> ins;
     for (int32_t i : k.in) ins.push_back(slot(i));
-    // Reference fallbacks name the op they compute.
-    const std::string name = std::string_view(k.name) == "reference"
-                                 ? fmt::format("reference.{}", ir::op_name(k.op))
-                                 : std::string(k.name);
-    s += fmt::format("  {} = {}({}) : {}\n", slot(k.out), name, fmt::join(ins, ", "),
-                     k.out_type.str());
+    s += fmt::format("  {} = {}({}) : {}{}\n", slot(k.out), kernel_label(k), fmt::join(ins, ", "),
+                     k.out_type.str(), k.backend ? "  # " + k.backend->impl() : "");
   }
   return s;
 }
@@ -82,6 +87,26 @@ void Executable::run() {
   if (!resolved_) resolve();
   void* const* slots = slot_ptrs_.data();
   for (const Kernel& k : prog_.kernels) k.fn(k, slots);
+}
+
+void Executable::run_timed(std::vector<double>& ns) {
+  if (!resolved_) resolve();
+  WS_CHECK(ns.size() == prog_.kernels.size()) << "one time per kernel";
+  void* const* slots = slot_ptrs_.data();
+  for (size_t i = 0; i < prog_.kernels.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    prog_.kernels[i].fn(prog_.kernels[i], slots);
+    ns[i] +=
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
+void Executable::run_only(const std::vector<bool>& only) {
+  if (!resolved_) resolve();
+  WS_CHECK(only.size() == prog_.kernels.size()) << "one flag per kernel";
+  void* const* slots = slot_ptrs_.data();
+  for (size_t i = 0; i < prog_.kernels.size(); ++i)
+    if (only[i]) prog_.kernels[i].fn(prog_.kernels[i], slots);
 }
 
 }  // namespace ws::exec

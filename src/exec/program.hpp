@@ -26,6 +26,7 @@ struct Slot {
 // Operands a kernel may read (concat is the only variadic op).
 constexpr size_t kMaxOperands = 16;
 
+class BackendOp;
 struct Kernel;
 using KernelFn = void (*)(const Kernel& k, void* const* slots);
 
@@ -43,7 +44,12 @@ struct Kernel {
   std::vector<int64_t> strides;  // for strided copies and reductions
   Shape walk;                    // the shape they walk, with dims merged
   SourceLoc loc;
+  std::shared_ptr<const BackendOp> backend;  // oneDNN primitives of a product or convolution
 };
+
+// What a kernel runs, for listings and profiles: its implementation, or
+// "reference.<op>" for a reference fallback.
+std::string kernel_label(const Kernel& k);
 
 struct ProgramInput {
   std::string name;
@@ -68,6 +74,7 @@ struct Program {
   int64_t arena_bytes = 0;
   int64_t max_live_bytes = 0;  // lower bound on arena_bytes for this schedule
   int64_t copy_bytes = 0;      // bytes copied per run because an update could not be in place
+  int64_t flops = 0;           // floating-point operations of the backend kernels per run
 
   // A readable listing: one kernel per line with its slots.
   std::string str() const;
@@ -82,6 +89,10 @@ class Executable {
   void bind_input(size_t i, void* data);
   void bind_output(size_t i, void* data);
   void run();
+  // run(), adding each kernel's wall time in nanoseconds to ns[k].
+  void run_timed(std::vector<double>& ns);
+  // Runs only the kernels k with only[k] set, in order.
+  void run_only(const std::vector<bool>& only);
 
  private:
   void resolve();

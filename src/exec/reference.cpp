@@ -1,6 +1,8 @@
 #include "exec/reference.hpp"
 
+#include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
+#include "exec/reduce.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -36,8 +38,7 @@ void dispatch_float(DType dt, F&& f) {
 
 template <class T>
 void unary(Op op, const T* x, T* y, int64_t n) {
-  const bool known =
-      with_unary_op(op, [&](auto o) { unary_array<decltype(o)::value>(x, y, n); });
+  const bool known = with_unary_op(op, [&](auto o) { unary_array<decltype(o)::value>(x, y, n); });
   WS_CHECK(known) << "not unary: " << ir::op_name(op);
 }
 
@@ -292,9 +293,9 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* c = static_cast<T*>(out);
         if constexpr (std::is_same_v<T, float>) {
-          // f32 products go through the same GEMM as compiled programs (see
+          // f32 products run the compiled programs' oneDNN primitive (see
           // the header): modes then differ only where the pipeline does.
-          return gemm_f32(d.batch, d.m, d.n, d.k, d.ta, d.tb, a, b, c);
+          return run_backend(op, attrs, in_types, in, out_type, out);
         }
         for (int64_t i = 0; i < d.batch; ++i)
           matmul(a + i * d.m * d.k, b + i * d.k * d.n, c + i * d.m * d.n, d.m, d.k, d.n, d.ta,
@@ -307,26 +308,23 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T* x = static_cast<const T*>(in[0]);
         T* y = static_cast<T*>(out);
         const bool is_max = op == Op::reduce_max;
-        const std::vector<int64_t> strides =
-            reduce_result_strides(in_types[0].shape, attrs.ints("axes"));
-        if (!is_max) {  // sums accumulate in double (integers exactly in int64)
-          using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-          std::vector<Acc> acc(size_t(n), Acc(0));
-          strided_walk(in_types[0].shape, strides,
-                       [&](int64_t i, int64_t o) { acc[size_t(o)] += Acc(x[i]); });
-          for (int64_t o = 0; o < n; ++o) y[o] = T(acc[size_t(o)]);
-          return;
-        }
-        std::fill_n(y, n, std::numeric_limits<T>::lowest());
-        if constexpr (std::is_floating_point_v<T>)
-          std::fill_n(y, n, -std::numeric_limits<T>::infinity());
-        strided_walk(in_types[0].shape, strides, [&](int64_t i, int64_t o) {
-          if constexpr (std::is_floating_point_v<T>) {
-            if (std::isnan(x[i]) || x[i] > y[o]) y[o] = x[i];
-          } else {
-            y[o] = std::max(y[o], x[i]);
+        Shape shape = in_types[0].shape;
+        std::vector<int64_t> strides = reduce_result_strides(shape, attrs.ints("axes"));
+        if constexpr (std::is_floating_point_v<T>) {
+          // The compiled kernels' functions: one summation order everywhere.
+          merge_dims(shape, strides);
+          if (is_max) return reduce_max(shape, strides, x, y);
+          return reduce_sum(shape, strides, x, y);
+        } else {
+          if (!is_max) {  // integers sum exactly in int64
+            std::vector<int64_t> acc(size_t(n), 0);
+            strided_walk(shape, strides, [&](int64_t i, int64_t o) { acc[size_t(o)] += x[i]; });
+            for (int64_t o = 0; o < n; ++o) y[o] = T(acc[size_t(o)]);
+            return;
           }
-        });
+          std::fill_n(y, n, std::numeric_limits<T>::lowest());
+          strided_walk(shape, strides, [&](int64_t i, int64_t o) { y[o] = std::max(y[o], x[i]); });
+        }
       });
     case Op::broadcast:
     case Op::transpose:
@@ -403,12 +401,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* y = static_cast<T*>(out);
         const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
-        if constexpr (std::is_same_v<T, float>) {  // as compiled programs (see the header)
-          std::vector<float> scratch(static_cast<size_t>(conv2d_scratch_floats(g)));
-          if (op == Op::conv2d) return conv2d_f32(g, a, b, y, scratch.data());
-          if (op == Op::conv2d_input_grad) return conv2d_input_grad_f32(g, a, b, y, scratch.data());
-          return conv2d_weight_grad_f32(g, a, b, y, scratch.data());
-        }
+        if constexpr (std::is_same_v<T, float>)  // as compiled programs (see the header)
+          return run_backend(op, attrs, in_types, in, out_type, out);
         if (op == Op::conv2d) return conv2d_ref(g, a, b, y);
         if (op == Op::conv2d_input_grad) return conv2d_input_grad_ref(g, a, b, y);
         conv2d_weight_grad_ref(g, a, b, y);

@@ -2,14 +2,20 @@
 // op takes. They are the oracle for the optimized kernels, the eager Tensor
 // path, the interpreter (mode `interpret`) and the f64 gradient checks.
 //
-// One exception: f32 matrix products and convolutions run the optimized
-// GEMM-based kernels (themselves tested against the f64 loops). In f32 a
+// One exception: f32 matrix products and convolutions run the compute
+// backend's primitives (oneDNN; tested against the f64 loops). In f32 a
 // product's rounding depends on its summation order, and Adam's normalized
 // update turns those last-bit differences in near-zero gradients into visible
 // parameter differences; with one product everywhere, the interpreter and
 // the compiled modes differ only where the pipeline (partitioning, lowering,
-// aliasing) does, which is what comparing them is for. Sums accumulate in
-// double and elementwise functions share one definition for the same reason.
+// aliasing) does, which is what comparing them is for. For the same reason
+// floating-point sums run one blocked summation order (reduce.hpp) and
+// elementwise functions have one definition (elementwise.hpp) everywhere.
+//
+// What each mode is compared against, in the tests: the interpreter against
+// f64 finite differences (gradcheck) and the f64 reference loops (the f32
+// backend, math and reductions, each within a stated bound); the compiled
+// modes against the interpreter, bit for bit, after many training steps.
 #pragma once
 
 #include <span>

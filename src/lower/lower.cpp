@@ -1,17 +1,23 @@
 // The lowering pipeline, in order:
 //  1. simplify      CSE and DCE, so no kernel computes a dead or repeated value.
 //  2. operands      decide which operands a kernel reads as one value (a `full`
-//                   or a broadcast 0-d value): those are never materialized.
+//                   or a broadcast 0-d value) and which elementwise operands
+//                   are broadcasts read from their source through strides:
+//                   those are never materialized.
 //  3. kernels       one kernel per value that is still needed, in graph order
 //                   (forward, backward, then updates: every read of an old
-//                   parameter precedes its update).
+//                   parameter precedes its update); a reshape is a view of
+//                   its operand, with no kernel.
 //  4. alias         updates written into their inputs' storage when safe.
 //  5. plan memory   arena offsets for everything else.
 //  6. emit          slots and kernel implementations.
 #include "lower/lower.hpp"
 
+#include <algorithm>
 #include <cstring>
 
+#include "exec/broadcast_kernels.hpp"
+#include "exec/dnnl_backend.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
 #include "ir/verify.hpp"
@@ -32,10 +38,12 @@ using ir::ValueId;
 struct Pending {
   ValueId out = ir::kNoValue;
   std::vector<ValueId> ins;
-  std::vector<bool> scalar;  // operand read as one value
+  std::vector<bool> scalar;   // operand read as one value
+  std::vector<bool> through;  // operand a broadcast, read from its source through strides
   int32_t copy_to = -1;
-  int64_t scratch_bytes = 0;  // temporaries while it runs
-  int32_t scratch = -1;       // their slot
+  int64_t scratch_bytes = 0;                       // temporaries while it runs
+  int32_t scratch = -1;                            // their slot
+  std::shared_ptr<const exec::BackendOp> backend;  // products and convolutions
 };
 
 // The value supplying v's single value when v is a `full` or a broadcast of a
@@ -51,6 +59,21 @@ std::vector<ValueId> scalar_sources(const ir::Graph& g) {
     }
   }
   return src;
+}
+
+// A reshape is a view: row-major data keeps its bytes, so the reshaped value
+// is read from its operand's storage, with no kernel and no copy. root[v] is
+// the value whose storage v reads (v itself for anything but a view).
+// Reshapes that are graph outputs stay copies: the caller owns that storage.
+std::vector<ValueId> view_roots(const ir::Graph& g) {
+  std::vector<bool> is_output(g.nodes.size(), false);
+  for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
+  std::vector<ValueId> root(g.nodes.size());
+  for (ValueId v = 0; v < g.size(); ++v) {
+    const ir::Node& n = g.node(v);
+    root[size_t(v)] = n.op == Op::reshape && !is_output[size_t(v)] ? root[size_t(n.args[0])] : v;
+  }
+  return root;
 }
 
 class Lowering {
@@ -85,19 +108,26 @@ class Lowering {
 
   // Steps 2 and 3: walk back from the outputs marking what must exist.
   void collect_kernels() {
-    const std::vector<ValueId> src = scalar_sources(g_);
+    const std::vector<ValueId> src = scalar_sources(g_), root = view_roots(g_);
     std::vector<bool> needed(g_.nodes.size(), false);
     for (const ir::Output& o : g_.outputs) needed[size_t(o.value)] = true;
-    std::vector<std::vector<bool>> scalar(g_.nodes.size());
+    std::vector<std::vector<bool>> scalar(g_.nodes.size()), through(g_.nodes.size());
     for (ValueId v = g_.size() - 1; v >= 0; --v) {
       const ir::Node& n = g_.node(v);
       if (!needed[size_t(v)] || n.op == Op::input) continue;
-      const bool folds = exec::takes_scalar_operands(
-          n.op, n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype);
+      if (root[size_t(v)] != v) {  // a view: its root must exist
+        needed[size_t(root[size_t(v)])] = true;
+        continue;
+      }
+      const DType dt = n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype;
+      const bool folds = exec::takes_scalar_operands(n.op, dt);
+      const bool strided = exec::takes_broadcast_operands(n.op, dt);
       for (ValueId a : n.args) {
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;
+        const bool th = !sc && strided && g_.node(a).op == Op::broadcast;
         scalar[size_t(v)].push_back(sc);
-        ValueId read = sc ? src[size_t(a)] : a;
+        through[size_t(v)].push_back(th);
+        ValueId read = root[size_t(sc ? src[size_t(a)] : th ? g_.node(a).args[0] : a)];
         if (sc && g_.node(read).op == Op::full) {
           if (const_slot_[size_t(read)] < 0) const_slot_[size_t(read)] = new_constant(read);
         } else {
@@ -107,15 +137,27 @@ class Lowering {
     }
     pos_.assign(g_.nodes.size(), -1);
     for (ValueId v = 0; v < g_.size(); ++v) {
-      if (!needed[size_t(v)] || g_.node(v).op == Op::input) continue;
-      Pending k{v, {}, scalar[size_t(v)], -1};
+      if (!needed[size_t(v)] || g_.node(v).op == Op::input || root[size_t(v)] != v) continue;
+      Pending k;
+      k.out = v;
+      k.scalar = scalar[size_t(v)];
+      k.through = through[size_t(v)];
       const ir::Node& n = g_.node(v);
       std::vector<ir::Type> in_types;
       for (size_t i = 0; i < n.args.size(); ++i) {
-        k.ins.push_back(k.scalar[i] ? src[size_t(n.args[i])] : n.args[i]);
+        const ValueId a = n.args[i];
+        k.ins.push_back(root[size_t(k.scalar[i]    ? src[size_t(a)]
+                                    : k.through[i] ? g_.node(a).args[0]
+                                                   : a)]);
         in_types.push_back(g_.type(n.args[i]));
       }
       k.scratch_bytes = exec::scratch_bytes(n.op, n.attrs, in_types, n.type);
+      if (exec::is_backend_op(n.op, n.type.dtype)) {
+        // Created once here; its scratch is planned with everything else.
+        k.backend = exec::make_backend_op(n.op, n.attrs, in_types, n.type);
+        k.scratch_bytes += k.backend->scratch_bytes();
+        p_.flops += k.backend->flops();
+      }
       pos_[size_t(v)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
     }
@@ -173,7 +215,13 @@ class Lowering {
       else
         copies.emplace_back(o.value, dest);
     }
-    for (auto& [v, dest] : copies) kernels_.push_back(Pending{ir::kNoValue, {v}, {false}, dest});
+    for (auto& [v, dest] : copies) {
+      Pending copy;
+      copy.ins = {v};
+      copy.scalar = copy.through = {false};
+      copy.copy_to = dest;
+      kernels_.push_back(std::move(copy));
+    }
   }
 
   // Step 5.
@@ -207,6 +255,23 @@ class Lowering {
     p_.max_live_bytes = plan.max_live;
   }
 
+  // Element strides of each operand over the node's shape: 0 along a
+  // broadcast's new dims, 0 everywhere for a single value.
+  std::vector<std::vector<int64_t>> operand_strides(const ir::Node& n, const Pending& pk) const {
+    std::vector<std::vector<int64_t>> st;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      const ir::Node& a = g_.node(n.args[i]);
+      if (pk.scalar[i])
+        st.emplace_back(n.type.shape.size(), 0);
+      else if (pk.through[i])
+        st.push_back(exec::broadcast_source_strides(g_.type(a.args[0]).shape, n.type.shape,
+                                                    a.attrs.ints("dims")));
+      else
+        st.push_back(exec::row_major_strides(n.type.shape));
+    }
+    return st;
+  }
+
   // Step 6.
   void emit() {
     for (const Pending& pk : kernels_) {
@@ -223,6 +288,7 @@ class Lowering {
       k.loc = n.loc;
       k.out = slot_[size_t(pk.out)];
       k.scratch = pk.scratch;
+      k.backend = pk.backend;
       for (size_t i = 0; i < pk.ins.size(); ++i) {
         ValueId a = pk.ins[i];
         k.in.push_back(pk.scalar[i] && const_slot_[size_t(a)] >= 0 ? const_slot_[size_t(a)]
@@ -230,7 +296,10 @@ class Lowering {
         k.in_types.push_back(g_.type(n.args[i]));
         WS_CHECK(k.in.back() >= 0) << "operand %" << a << " of %" << pk.out << " has no storage";
       }
-      exec::choose_kernel(k, pk.scalar);
+      if (std::find(pk.through.begin(), pk.through.end(), true) != pk.through.end())
+        exec::choose_broadcast_kernel(k, operand_strides(n, pk));
+      else
+        exec::choose_kernel(k, pk.scalar);
       p_.kernels.push_back(std::move(k));
     }
   }

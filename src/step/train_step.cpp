@@ -6,6 +6,8 @@
 //   partition one step graph, or forward / backward / optimizer graphs
 //   lower     each graph to a Program
 //   exec      bind persistent storage once; per call bind data and run
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -13,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "capture/tensor_impl.hpp"
+#include "exec/dnnl_backend.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"
 #include "exec/program.hpp"
@@ -39,6 +42,26 @@ StepMode parse_mode(const std::string& s) {
 }
 
 void set_num_threads(int n) { exec::set_num_threads(n); }
+int num_threads() { return exec::num_threads(); }
+
+std::string backend_info() {
+  std::string cpu = "unknown CPU";
+  if (std::FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "model name", 10) == 0) {
+        const char* v = std::strchr(line, ':');
+        cpu = v ? std::string(v + 2) : cpu;
+        if (!cpu.empty() && cpu.back() == '\n') cpu.pop_back();
+        break;
+      }
+    std::fclose(f);
+  }
+  return fmt::format(
+      "cpu: {}\nthreads: {} (one OpenMP pool for oneDNN and our loops)\n"
+      "matrix products and convolutions: {}\nloop kernels: {}\n",
+      cpu, exec::num_threads(), exec::backend_isa(), exec::loop_isa());
+}
 
 namespace {
 
@@ -103,6 +126,8 @@ struct TrainStep::Impl {
   }
 
   Compiled& lookup(const std::vector<Tensor>& data, Loc sloc);
+  // Checks the batch's indices and writes the hyperparameters for one step.
+  void prepare(Compiled& c, const std::vector<Tensor>& data);
   std::unique_ptr<Compiled> compile(const std::vector<ir::Type>& types, const SourceLoc& loc);
   void bind_program(Compiled& c, exec::Executable& exe, const step::CapturedStep& cap);
 };
@@ -121,7 +146,14 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     step::after_stage(c->step_graph, "step");
     c->graphs = {c->step_graph};
     c->counters.graphs = 1;
-    for (const ir::Node& n : c->step_graph.nodes) c->counters.kernels += n.op != ir::Op::input;
+    for (const ir::Node& n : c->step_graph.nodes) {
+      c->counters.kernels += n.op != ir::Op::input;
+      if (n.op == ir::Op::matmul || ir::op_info(n.op).category == ir::OpCategory::convolution) {
+        std::vector<ir::Type> in;
+        for (ir::ValueId a : n.args) in.push_back(c->step_graph.type(a));
+        c->counters.flops += exec::backend_flops(n.op, n.attrs, in, n.type);
+      }
+    }
     for (const ir::Output& o : c->step_graph.outputs)
       if (o.role == ir::OutputRole::update)
         c->counters.bytes_copied += int64_t(c->step_graph.type(o.value).bytes());
@@ -154,6 +186,7 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     k.kernels += int64_t(e.program().kernels.size());
     k.bytes_copied += e.program().copy_bytes;
     k.arena_bytes += e.program().arena_bytes;
+    k.flops += e.program().flops;
   }
   for (const Copy& s : c->shadows) k.bytes_copied += 2 * int64_t(s.bytes);
   for (auto& [name, s] : c->owned.by_name)
@@ -265,12 +298,95 @@ Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
   return *last;
 }
 
+// One step of a compiled mode's Programs; with `ns`, each kernel's time is
+// added to ns[program][kernel].
+void run_programs(Compiled& c, const std::vector<Tensor>& data,
+                  std::vector<std::vector<double>>* ns) {
+  for (const Copy& s : c.shadows) std::memcpy(s.own, s.user, s.bytes);
+  for (size_t p = 0; p < c.programs.size(); ++p) {
+    for (size_t i = 0; i < c.inputs[p].size(); ++i)
+      if (c.inputs[p][i].kind == Bind::data)
+        c.programs[p].bind_input(i, data[c.inputs[p][i].index].impl()->storage->data);
+    if (ns)
+      c.programs[p].run_timed((*ns)[p]);
+    else
+      c.programs[p].run();
+  }
+  for (const Copy& s : c.shadows) std::memcpy(s.user, s.own, s.bytes);
+}
+
+void TrainStep::Impl::prepare(Compiled& c, const std::vector<Tensor>& data) {
+  step::check_indices(c.index_checks, data, "train step");
+  opt.hyper_values(hyper_scratch);
+  for (size_t i = 0; i < hypers.size(); ++i) hypers[i] = float(hyper_scratch[i]);
+}
+
+StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc sloc) {
+  Impl& m = *impl_;
+  if (m.opts.mode == StepMode::interpret)
+    throw Error(
+        fmt::format("profile: the interpret mode runs no kernels to time; use "
+                    "three_graph or single_graph{}",
+                    at(SourceLoc::from(sloc))));
+  if (steps < 1)
+    throw Error(fmt::format("profile: steps must be at least 1, got {}{}", steps,
+                            at(SourceLoc::from(sloc))));
+  Compiled& c = m.lookup(data, sloc);
+  std::vector<std::vector<double>> ns;
+  std::vector<std::vector<bool>> contraction;
+  for (const exec::Executable& e : c.programs) {
+    ns.emplace_back(e.program().kernels.size(), 0.0);
+    contraction.emplace_back();
+    for (const exec::Kernel& k : e.program().kernels) contraction.back().push_back(bool(k.backend));
+  }
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> step_ms, contraction_ms;
+  for (int s = 0; s < steps; ++s) {
+    m.prepare(c, data);
+    const auto t0 = clock::now();
+    run_programs(c, data, &ns);
+    step_ms.push_back(ms_since(t0));
+    m.opt.advance();
+  }
+  // The contractions alone, on the buffers the real steps left behind.
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = clock::now();
+    for (size_t p = 0; p < c.programs.size(); ++p) c.programs[p].run_only(contraction[p]);
+    contraction_ms.push_back(ms_since(t0));
+  }
+  StepProfile prof;
+  prof.steps = steps;
+  prof.step_ms = median(step_ms);
+  prof.contraction_ms = median(contraction_ms);
+  std::map<std::string, KernelTime> by_name;
+  for (size_t p = 0; p < c.programs.size(); ++p) {
+    const exec::Program& prog = c.programs[p].program();
+    for (size_t k = 0; k < prog.kernels.size(); ++k) {
+      const exec::Kernel& kern = prog.kernels[k];
+      KernelTime& t = by_name[exec::kernel_label(kern)];
+      t.name = exec::kernel_label(kern);
+      t.calls += steps;
+      t.ms += ns[p][k] * 1e-6;
+      if (kern.backend) t.flops += kern.backend->flops();
+    }
+  }
+  for (auto& [name, t] : by_name) prof.kernels.push_back(t);
+  std::sort(prof.kernels.begin(), prof.kernels.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+  return prof;
+}
+
 StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   Impl& m = *impl_;
   Compiled& c = m.lookup(data, sloc);
-  step::check_indices(c.index_checks, data, "train step");
-  m.opt.hyper_values(m.hyper_scratch);
-  for (size_t i = 0; i < m.hypers.size(); ++i) m.hypers[i] = float(m.hyper_scratch[i]);
+  m.prepare(c, data);
 
   StepResult r;
   if (m.opts.mode == StepMode::interpret) {
@@ -298,14 +414,7 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
         inputs[size_t(g.input_index(o.aliased_input))].copy_(outs[i]);
     }
   } else {
-    for (const Copy& s : c.shadows) std::memcpy(s.own, s.user, s.bytes);
-    for (size_t p = 0; p < c.programs.size(); ++p) {
-      for (size_t i = 0; i < c.inputs[p].size(); ++i)
-        if (c.inputs[p][i].kind == Bind::data)
-          c.programs[p].bind_input(i, data[c.inputs[p][i].index].impl()->storage->data);
-      c.programs[p].run();
-    }
-    for (const Copy& s : c.shadows) std::memcpy(s.user, s.own, s.bytes);
+    run_programs(c, data, nullptr);
     r.loss = *c.loss;
   }
   m.opt.advance();

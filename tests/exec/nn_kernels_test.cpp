@@ -1,6 +1,6 @@
 // The neural-network kernels: reference convolution against an independent
-// formulation and hand-computed values, the f32 im2col/sgemm kernels against
-// the double reference, gradients through the adjoint identity, pooling on
+// formulation and hand-computed values, gradients through the adjoint
+// identity (the f32 backend convolutions: dnnl_backend_test.cpp), pooling on
 // hand-computed examples, gather/scatter and their index errors, and Philox
 // against Random123's known answers.
 #include "exec/nn_kernels.hpp"
@@ -15,104 +15,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "exec/conv_cases.hpp"
 #include "test_util.hpp"
 
 namespace ws::exec {
 namespace {
-
-using Vec = std::vector<double>;
-
-// A convolution geometry with the output size filled in.
-Conv2dGeom conv_geom(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw,
-                     int64_t sh = 1, int64_t sw = 1, int64_t ph = 0, int64_t pw = 0, int64_t dh = 1,
-                     int64_t dw = 1, int64_t groups = 1) {
-  Conv2dGeom g{.n = n, .c = c, .h = h, .w = w, .o = o, .kh = kh, .kw = kw};
-  g.sh = sh, g.sw = sw, g.ph = ph, g.pw = pw, g.dh = dh, g.dw = dw, g.groups = groups;
-  g.oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
-  g.ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
-  return g;
-}
-
-int64_t x_size(const Conv2dGeom& g) { return g.n * g.c * g.h * g.w; }
-int64_t w_size(const Conv2dGeom& g) { return g.o * (g.c / g.groups) * g.kh * g.kw; }
-int64_t y_size(const Conv2dGeom& g) { return g.n * g.o * g.oh * g.ow; }
-
-std::string describe(const Conv2dGeom& g) {
-  return fmt::format("n={} c={} h={} w={} o={} k={}x{} s={},{} p={},{} d={},{} groups={}", g.n, g.c,
-                     g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);
-}
-
-Vec random_vec(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Vec v(size_t(n), 0.0);
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
-std::vector<float> to_f32(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Geometries covering stride, padding, dilation, groups, non-square shapes,
-// batches and pointwise kernels.
-std::vector<Conv2dGeom> conv_geometries() {
-  return {
-      conv_geom(1, 1, 5, 5, 1, 3, 3),
-      conv_geom(2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1),
-      conv_geom(2, 3, 8, 9, 5, 3, 3, 2, 2, 1, 1),
-      conv_geom(3, 2, 9, 7, 3, 3, 2, 2, 1, 2, 0),
-      conv_geom(2, 4, 9, 10, 6, 3, 3, 1, 2, 2, 1, 2, 2),
-      conv_geom(2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2),
-      conv_geom(2, 8, 7, 9, 8, 3, 2, 2, 1, 1, 2, 2, 1, 4),
-      conv_geom(1, 4, 6, 6, 4, 5, 5, 1, 1, 2, 2, 1, 1, 4),  // depthwise
-      conv_geom(3, 6, 5, 7, 4, 1, 1),                       // pointwise: no im2col
-      conv_geom(2, 4, 5, 7, 6, 1, 1, 1, 1, 0, 0, 1, 1, 2),  // pointwise, grouped
-      conv_geom(2, 3, 9, 8, 2, 1, 1, 2, 2),                 // 1x1 with stride
-      conv_geom(2, 2, 5, 6, 3, 1, 1, 1, 1, 1, 1),           // 1x1 with padding
-      conv_geom(2, 2, 4, 4, 3, 4, 4, 1, 1, 0, 0),           // kernel covers the image
-  };
-}
-
-// An independent convolution: zero-pad the input explicitly, then add each
-// kernel tap's shifted, strided plane into the output.
-Vec conv_by_padding(const Conv2dGeom& g, const Vec& x, const Vec& w) {
-  const int64_t hp = g.h + 2 * g.ph, wp = g.w + 2 * g.pw, cg = g.c / g.groups;
-  const int64_t og = g.o / g.groups;
-  Vec xp(size_t(g.n * g.c * hp * wp), 0.0);
-  for (int64_t bc = 0; bc < g.n * g.c; ++bc)
-    for (int64_t i = 0; i < g.h; ++i)
-      for (int64_t j = 0; j < g.w; ++j)
-        xp[size_t((bc * hp + i + g.ph) * wp + j + g.pw)] = x[size_t((bc * g.h + i) * g.w + j)];
-  Vec y(size_t(y_size(g)), 0.0);
-  for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t oc = 0; oc < g.o; ++oc)
-      for (int64_t ic = 0; ic < cg; ++ic)
-        for (int64_t ky = 0; ky < g.kh; ++ky)
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const double wv = w[size_t(((oc * cg + ic) * g.kh + ky) * g.kw + kx)];
-            const int64_t plane = b * g.c + (oc / og) * cg + ic;
-            for (int64_t i = 0; i < g.oh; ++i)
-              for (int64_t j = 0; j < g.ow; ++j)
-                y[size_t(((b * g.o + oc) * g.oh + i) * g.ow + j)] +=
-                    wv *
-                    xp[size_t((plane * hp + i * g.sh + ky * g.dh) * wp + j * g.sw + kx * g.dw)];
-          }
-  return y;
-}
-
-// Relative closeness of an f32 result to the double reference.
-void expect_close(const std::vector<float>& got, const Vec& want, double rtol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 1e-6;
-  for (double v : want) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], rtol * scale) << what << " at element " << i;
-}
 
 // ---------------------------------------------------------------------------
 // Reference convolution.
@@ -181,69 +88,6 @@ TEST(Conv2dRef, FloatInstantiationAgreesWithDouble) {
   conv2d_ref(g, x.data(), w.data(), y.data());
   conv2d_ref(g, to_f32(x).data(), to_f32(w).data(), yf.data());
   expect_close(yf, y, 1e-5, "conv2d_ref<float>");
-}
-
-// ---------------------------------------------------------------------------
-// f32 im2col / sgemm kernels against the double reference. The scratch is
-// followed by a guard region the kernels must not touch; outputs start as
-// garbage so a missing overwrite shows.
-
-constexpr int64_t kGuard = 64;
-constexpr float kSentinel = -12345.0f;
-
-std::vector<float> scratch_for(const Conv2dGeom& g) {
-  return std::vector<float>(size_t(conv2d_scratch_floats(g) + kGuard), kSentinel);
-}
-
-void expect_guard_intact(const std::vector<float>& s, const std::string& what) {
-  for (size_t i = s.size() - kGuard; i < s.size(); ++i)
-    ASSERT_EQ(s[i], kSentinel) << what << ": scratch overrun at " << i;
-}
-
-TEST(Conv2dF32, ForwardMatchesReference) {
-  std::mt19937 rng(4);
-  for (const Conv2dGeom& g : conv_geometries()) {
-    const Vec x = random_vec(x_size(g), rng), w = random_vec(w_size(g), rng);
-    Vec want(size_t(y_size(g)));
-    conv2d_ref(g, x.data(), w.data(), want.data());
-    std::vector<float> y(want.size(), NAN), scratch = scratch_for(g);
-    conv2d_f32(g, to_f32(x).data(), to_f32(w).data(), y.data(), scratch.data());
-    expect_close(y, want, 1e-4, describe(g));
-    expect_guard_intact(scratch, describe(g));
-  }
-}
-
-TEST(Conv2dF32, InputGradMatchesReference) {
-  std::mt19937 rng(5);
-  for (const Conv2dGeom& g : conv_geometries()) {
-    const Vec dy = random_vec(y_size(g), rng), w = random_vec(w_size(g), rng);
-    Vec want(size_t(x_size(g)));
-    conv2d_input_grad_ref(g, dy.data(), w.data(), want.data());
-    std::vector<float> dx(want.size(), NAN), scratch = scratch_for(g);
-    conv2d_input_grad_f32(g, to_f32(dy).data(), to_f32(w).data(), dx.data(), scratch.data());
-    expect_close(dx, want, 1e-4, describe(g));
-    expect_guard_intact(scratch, describe(g));
-  }
-}
-
-TEST(Conv2dF32, WeightGradMatchesReferenceAccumulatingOverImages) {
-  std::mt19937 rng(6);
-  for (const Conv2dGeom& g : conv_geometries()) {
-    const Vec x = random_vec(x_size(g), rng), dy = random_vec(y_size(g), rng);
-    Vec want(size_t(w_size(g)));
-    conv2d_weight_grad_ref(g, x.data(), dy.data(), want.data());
-    std::vector<float> dw(want.size(), NAN), scratch = scratch_for(g);
-    conv2d_weight_grad_f32(g, to_f32(x).data(), to_f32(dy).data(), dw.data(), scratch.data());
-    expect_close(dw, want, 1e-4, describe(g));
-    expect_guard_intact(scratch, describe(g));
-  }
-}
-
-TEST(Conv2dF32, ScratchIsOneGroupsColumnMatrixAndNoneForPointwise) {
-  const Conv2dGeom g = conv_geom(2, 8, 10, 12, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2);
-  EXPECT_EQ(conv2d_scratch_floats(g), 4 * 3 * 3 * 10 * 12);
-  EXPECT_EQ(conv2d_scratch_floats(conv_geom(2, 8, 10, 12, 4, 1, 1)), 0);
-  EXPECT_EQ(conv2d_scratch_floats(conv_geom(2, 8, 10, 12, 4, 1, 1, 2, 2)), 8 * 5 * 6);
 }
 
 // ---------------------------------------------------------------------------

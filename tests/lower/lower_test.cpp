@@ -126,6 +126,78 @@ TEST(Lower, UpdateReadAfterItsWriteIsCopiedAndCounted) {
   EXPECT_FLOAT_EQ(e[2], std::exp(2.0f));
 }
 
+TEST(Lower, ReshapeIsAViewAndOnlyAReshapedOutputIsCopied) {
+  // %1 and %3 are views (of the input, then of %2); %4 is an output, so the
+  // caller's storage receives a copy.
+  ir::Graph g = ir::parse(R"(graph g {
+  %0 = input data "x" : f32[2,3]
+  %1 = reshape %0 {shape=[3,2]} : f32[3,2]
+  %2 = exp %1 : f32[3,2]
+  %3 = reshape %2 {shape=[6]} : f32[6]
+  %4 = reshape %2 {shape=[2,3]} : f32[2,3]
+  %5 = neg %3 : f32[6]
+  out user %5 "y"
+  out user %4 "z"
+}
+)");
+  exec::Program p = lower::lower(g);
+  ASSERT_EQ(p.kernels.size(), 3u) << p.str();  // exp, neg, the copy of %4
+  EXPECT_EQ(p.slots[size_t(p.kernels[0].in[0])].kind, exec::SlotKind::input) << p.str();
+  EXPECT_EQ(p.kernels[1].in[0], p.kernels[0].out) << p.str();
+  float x[6] = {0, 1, 2, 3, 4, 5}, y[6], z[6];
+  exec::Executable e(std::move(p));
+  e.bind_input(0, x);
+  e.bind_output(0, y);
+  e.bind_output(1, z);
+  e.run();
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_FLOAT_EQ(y[i], -std::exp(float(i)));
+    EXPECT_FLOAT_EQ(z[i], std::exp(float(i)));
+  }
+}
+
+// Per-channel and per-row statistics broadcast over activations (BatchNorm,
+// LayerNorm), in every position and dtype: no broadcast kernel runs, and the
+// result is the interpreter's, bit for bit.
+TEST(Lower, BroadcastOperandsAreReadThroughStridesNotMaterialized) {
+  struct Case {
+    Shape small, big;
+    std::vector<int64_t> dims;  // where small's dims land in big
+  };
+  const Case cases[] = {{{3}, {2, 3, 4, 5}, {1}},        // [C] over NCHW: a middle dim
+                        {{4, 5}, {2, 3, 4, 5}, {2, 3}},  // trailing dims
+                        {{2, 1}, {2, 7}, {0, 1}},        // a column: one value per row
+                        {{7}, {2, 7}, {1}},              // a row: bias
+                        {{2, 1, 5}, {2, 3, 5}, {0, 1, 2}}};
+  for (DType dt : {DType::f32, DType::f64})
+    for (const Case& c : cases)
+      for (int side = 0; side < 2; ++side) {
+        ir::Graph g;
+        ir::Builder b(g);
+        ValueId x = b.input(ir::InputRole::data, "x", {dt, c.big});
+        ValueId s = b.input(ir::InputRole::data, "s", {dt, c.small});
+        ValueId bs = b.add(Op::broadcast, {s}, ir::Attrs{{"dims", c.dims}, {"shape", c.big}});
+        ValueId y = side ? b.binary(Op::sub, bs, x) : b.binary(Op::mul, x, bs);
+        ValueId m = b.binary(Op::gt, x, bs);
+        ValueId z = b.add(Op::select, {m, y, bs});
+        g.outputs.push_back({ir::OutputRole::user, z, ir::kNoValue, "z"});
+        exec::Program p = lower::lower(g);
+        for (const exec::Kernel& k : p.kernels)
+          EXPECT_NE(std::string(k.name), "broadcast") << p.str();
+        ASSERT_EQ(p.kernels.size(), 3u) << p.str();
+
+        std::vector<Tensor> in = {randn(c.big, 0, 1, dt), randn(c.small, 0, 1, dt)};
+        const Tensor want = exec::interpret(g, in)[0];
+        Tensor got = Tensor::zeros(c.big, dt);
+        exec::Executable e(std::move(p));
+        e.bind_input(0, in[0].impl()->storage->data);
+        e.bind_input(1, in[1].impl()->storage->data);
+        e.bind_output(0, got.impl()->storage->data);
+        e.run();
+        EXPECT_EQ(max_rel_diff(got, want), 0.0) << dtype_name(dt) << " side " << side;
+      }
+}
+
 // Each elementwise op lowered (with scalar operands where the kernel takes
 // them) agrees with the interpreter.
 TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {

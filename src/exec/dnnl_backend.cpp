@@ -1,0 +1,380 @@
+#include "exec/dnnl_backend.hpp"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "exec/reference.hpp"
+
+namespace ws::exec {
+namespace {
+
+using ir::Op;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+using dims = dnnl::memory::dims;
+
+std::atomic<int> g_executing{0};
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+void check(dnnl_status_t st, const char* what) {
+  WS_CHECK(st == dnnl_success) << "oneDNN " << what << " failed with status " << int(st);
+}
+
+int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
+// One operand of the main primitive. `user` describes our buffer; `inner`
+// the layout the primitive reads or writes. When they differ, a reorder
+// moves the data through a blocked copy in the scratch at `offset`.
+struct Operand {
+  int arg = 0;    // DNNL_ARG_*
+  int which = 0;  // 0: a, 1: b, 2: out
+  dnnl::memory user, inner;
+  dnnl::primitive reorder;  // empty when user and inner layouts agree
+  int64_t offset = -1;
+  int step = -1;                        // its reorder's index in DnnlOp::reorders_
+  mutable const void* bound = nullptr;  // the pointer `user` was last set to
+};
+
+// A primitive with a scratchpad of its own in the scratch.
+struct Step {
+  dnnl::primitive prim;
+  dnnl::memory scratchpad;
+  int64_t scratchpad_offset = -1;
+};
+
+class DnnlOp final : public BackendOp {
+ public:
+  int64_t scratch_bytes() const override { return scratch_bytes_; }
+  const std::string& impl() const override { return impl_; }
+  int64_t flops() const override { return flops_; }
+
+  void run(const void* a, const void* b, void* out, void* scratch) const override {
+    const void* ptrs[3] = {a, b, out};
+    auto* base = static_cast<std::byte*>(scratch);
+    if (base != scratch_bound_) bind_scratch(base);
+    for (const Operand& o : operands_) {
+      if (o.bound == ptrs[o.which]) continue;
+      set_handle(o.user, ptrs[o.which]);
+      o.bound = ptrs[o.which];
+    }
+    g_executing.fetch_add(1, std::memory_order_relaxed);
+    for (const Operand& o : operands_)
+      if (o.which != 2 && o.reorder) reorder(o, true);
+    execute(main_, main_args_.data(), int(main_args_.size()));
+    for (const Operand& o : operands_)
+      if (o.which == 2 && o.reorder) reorder(o, false);
+    g_executing.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // Creates the operand for `arg`: `want` is what the primitive chose,
+  // `user` our plain layout.
+  void add_operand(int arg, int which, const dnnl::memory::desc& user,
+                   const dnnl::memory::desc& want) {
+    Operand o;
+    o.arg = arg;
+    o.which = which;
+    o.user = dnnl::memory(user, engine(), DNNL_MEMORY_NONE);
+    if (want == user) {
+      o.inner = o.user;
+    } else {
+      o.inner = dnnl::memory(want, engine(), DNNL_MEMORY_NONE);
+      o.offset = reserve(int64_t(want.get_size()));
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      auto pd = which == 2 ? dnnl::reorder::primitive_desc(o.inner, o.user, attr)
+                           : dnnl::reorder::primitive_desc(o.user, o.inner, attr);
+      o.reorder = dnnl::reorder(pd);
+      o.step = int(reorders_.size());
+      Step st{o.reorder, scratchpad(pd.scratchpad_desc())};
+      if (st.scratchpad) st.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));
+      reorders_.push_back(std::move(st));
+      reordered_ += (reordered_.empty() ? "" : ", ") + arg_name(arg);
+    }
+    operands_.push_back(std::move(o));
+  }
+
+  template <class Primitive, class PD>
+  void set_main(const PD& pd, int64_t flops) {
+    main_.prim = Primitive(pd);
+    main_.scratchpad = scratchpad(pd.scratchpad_desc());
+    if (main_.scratchpad)
+      main_.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));
+    flops_ = flops;
+    impl_ = pd.impl_info_str();
+  }
+
+  // Call after every operand and the main primitive are set.
+  void finish(const std::string& what) {
+    for (const Operand& o : operands_) main_args_.push_back({o.arg, o.inner.get()});
+    if (main_.scratchpad) main_args_.push_back({DNNL_ARG_SCRATCHPAD, main_.scratchpad.get()});
+    if (!reordered_.empty()) impl_ += " (reorders: " + reordered_ + ")";
+    if (impl_.rfind("ref", 0) == 0) warn_reference(what);
+  }
+
+ private:
+  static std::string arg_name(int arg) {
+    switch (arg) {
+      case DNNL_ARG_SRC: return "src";
+      case DNNL_ARG_WEIGHTS: return "weights";
+      case DNNL_ARG_DST: return "dst";
+      case DNNL_ARG_DIFF_SRC: return "diff_src";
+      case DNNL_ARG_DIFF_WEIGHTS: return "diff_weights";
+      case DNNL_ARG_DIFF_DST: return "diff_dst";
+      default: return fmt::format("arg{}", arg);
+    }
+  }
+
+  // A oneDNN reference implementation is correct but slow: say so once per
+  // shape rather than run it silently.
+  void warn_reference(const std::string& what) const {
+    static std::mutex m;
+    static std::set<std::string> said;
+    std::lock_guard<std::mutex> lock(m);
+    if (said.insert(what).second)
+      std::fprintf(stderr, "wholestep: warning: oneDNN has only its reference kernel (%s) for %s\n",
+                   impl_.c_str(), what.c_str());
+  }
+
+  int64_t reserve(int64_t bytes) {
+    const int64_t off = scratch_bytes_;
+    scratch_bytes_ += align64(bytes);
+    return off;
+  }
+
+  static dnnl::memory scratchpad(const dnnl::memory::desc& d) {
+    if (d.get_size() == 0) return {};
+    return dnnl::memory(d, engine(), DNNL_MEMORY_NONE);
+  }
+
+  static void set_handle(const dnnl::memory& m, const void* p) {
+    check(dnnl_memory_set_data_handle_v2(m.get(), const_cast<void*>(p), stream().get()),
+          "set_data_handle");
+  }
+
+  void bind_scratch(std::byte* base) const {
+    if (main_.scratchpad) set_handle(main_.scratchpad, base + main_.scratchpad_offset);
+    for (const Operand& o : operands_) {
+      if (!o.reorder) continue;
+      set_handle(o.inner, base + o.offset);
+      const Step& s = reorders_[size_t(o.step)];
+      if (s.scratchpad) set_handle(s.scratchpad, base + s.scratchpad_offset);
+    }
+    scratch_bound_ = base;
+  }
+
+  static void execute(const Step& s, const dnnl_exec_arg_t* args, int n) {
+    check(dnnl_primitive_execute(s.prim.get(), stream().get(), n, args), "execute");
+  }
+
+  void reorder(const Operand& o, bool in) const {
+    const Step* s = &reorders_[size_t(o.step)];
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_FROM, (in ? o.user : o.inner).get()},
+        {DNNL_ARG_TO, (in ? o.inner : o.user).get()},
+        {DNNL_ARG_SCRATCHPAD, s->scratchpad ? s->scratchpad.get() : nullptr}};
+    execute(*s, args, s->scratchpad ? 3 : 2);
+  }
+
+  Step main_;
+  std::vector<Step> reorders_;  // in the order of the reordered operands
+  std::vector<Operand> operands_;
+  std::vector<dnnl_exec_arg_t> main_args_;
+  int64_t scratch_bytes_ = 0, flops_ = 0;
+  std::string impl_, reordered_;
+  mutable std::byte* scratch_bound_ = nullptr;
+};
+
+// A product over an empty dimension: zeros (oneDNN leaves such outputs
+// unwritten).
+class ZeroOp final : public BackendOp {
+ public:
+  explicit ZeroOp(int64_t bytes) : bytes_(bytes) {}
+  int64_t scratch_bytes() const override { return 0; }
+  const std::string& impl() const override { return impl_; }
+  int64_t flops() const override { return 0; }
+  void run(const void*, const void*, void* out, void*) const override {
+    std::memset(out, 0, size_t(bytes_));
+  }
+
+ private:
+  int64_t bytes_;
+  std::string impl_ = "zeros";
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A [batch, rows, cols] matrix stored row-major, or transposed (then the
+// stored matrix is [batch, cols, rows]); 2-d when batch is 1.
+dnnl::memory::desc matrix(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+  const dims strides2 = transposed ? dims{1, rows} : dims{cols, 1};
+  if (batch == 1) return {{rows, cols}, dt::f32, strides2};
+  return {{batch, rows, cols}, dt::f32, dims{rows * cols, strides2[0], strides2[1]}};
+}
+
+int64_t matmul_flops(const MatmulDims& d) { return 2 * d.batch * d.m * d.n * d.k; }
+int64_t conv_flops(const Conv2dGeom& g) {
+  return 2 * g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw;
+}
+
+std::shared_ptr<const BackendOp> make_matmul(const MatmulDims& d) {
+  auto op = std::make_shared<DnnlOp>();
+  const auto a = matrix(d.batch, d.m, d.k, d.ta), b = matrix(d.batch, d.k, d.n, d.tb),
+             c = matrix(d.batch, d.m, d.n, false);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), user_scratchpad(), engine());
+  op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
+  op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
+  op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
+  op->set_main<dnnl::matmul>(pd, matmul_flops(d));
+  op->finish(fmt::format("matmul [{}x{}x{}] x{}{}{}", d.m, d.k, d.n, d.batch, d.ta ? " ta" : "",
+                         d.tb ? " tb" : ""));
+  return op;
+}
+
+struct ConvDescs {
+  dnnl::memory::desc x, w, y;              // our layouts
+  dnnl::memory::desc x_any, w_any, y_any;  // the primitive's choice
+  dims stride, dilation, pad_l, pad_r;
+};
+
+ConvDescs conv_descs(const Conv2dGeom& g) {
+  ConvDescs c;
+  const dims x{g.n, g.c, g.h, g.w}, y{g.n, g.o, g.oh, g.ow};
+  const dims w = g.groups == 1 ? dims{g.o, g.c, g.kh, g.kw}
+                               : dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw};
+  c.x = {x, dt::f32, tag::nchw};
+  c.y = {y, dt::f32, tag::nchw};
+  c.w = {w, dt::f32, g.groups == 1 ? tag::oihw : tag::goihw};
+  c.x_any = {x, dt::f32, tag::any};
+  c.y_any = {y, dt::f32, tag::any};
+  c.w_any = {w, dt::f32, tag::any};
+  c.stride = {g.sh, g.sw};
+  c.dilation = {g.dh - 1, g.dw - 1};  // oneDNN counts dilation from 0
+  c.pad_l = {g.ph, g.pw};
+  // PyTorch floors the output size: the right padding is what that leaves.
+  c.pad_r = {(g.oh - 1) * g.sh + g.dh * (g.kh - 1) + 1 - g.h - g.ph,
+             (g.ow - 1) * g.sw + g.dw * (g.kw - 1) + 1 - g.w - g.pw};
+  return c;
+}
+
+std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
+  auto k = std::make_shared<DnnlOp>();
+  const ConvDescs c = conv_descs(g);
+  const int64_t flops = conv_flops(g);
+  const auto alg = dnnl::algorithm::convolution_direct;
+  // The backward primitives take the forward one as a hint.
+  dnnl::convolution_forward::primitive_desc fwd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, c.x_any, c.w_any,
+                                      c.y_any, c.stride, c.dilation, c.pad_l, c.pad_r),
+      user_scratchpad(), engine());
+  if (op == Op::conv2d) {
+    k->add_operand(DNNL_ARG_SRC, 0, c.x, fwd.src_desc());
+    k->add_operand(DNNL_ARG_WEIGHTS, 1, c.w, fwd.weights_desc());
+    k->add_operand(DNNL_ARG_DST, 2, c.y, fwd.dst_desc());
+    k->set_main<dnnl::convolution_forward>(fwd, flops);
+  } else if (op == Op::conv2d_input_grad) {  // (dy, w) -> dx
+    dnnl::convolution_backward_data::primitive_desc pd(
+        dnnl::convolution_backward_data::desc(alg, c.x_any, c.w_any, c.y_any, c.stride, c.dilation,
+                                              c.pad_l, c.pad_r),
+        user_scratchpad(), engine(), fwd);
+    k->add_operand(DNNL_ARG_DIFF_DST, 0, c.y, pd.diff_dst_desc());
+    k->add_operand(DNNL_ARG_WEIGHTS, 1, c.w, pd.weights_desc());
+    k->add_operand(DNNL_ARG_DIFF_SRC, 2, c.x, pd.diff_src_desc());
+    k->set_main<dnnl::convolution_backward_data>(pd, flops);
+  } else {  // conv2d_weight_grad: (x, dy) -> dw
+    dnnl::convolution_backward_weights::primitive_desc pd(
+        dnnl::convolution_backward_weights::desc(alg, c.x_any, c.w_any, c.y_any, c.stride,
+                                                 c.dilation, c.pad_l, c.pad_r),
+        user_scratchpad(), engine(), fwd);
+    k->add_operand(DNNL_ARG_SRC, 0, c.x, pd.src_desc());
+    k->add_operand(DNNL_ARG_DIFF_DST, 1, c.y, pd.diff_dst_desc());
+    k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2, c.w, pd.diff_weights_desc());
+    k->set_main<dnnl::convolution_backward_weights>(pd, flops);
+  }
+  k->finish(fmt::format("{} x [{},{},{},{}] w [{},{},{},{}] stride {}x{} padding {}x{} groups {}",
+                        ir::op_name(op), g.n, g.c, g.h, g.w, g.o, g.c / g.groups, g.kh, g.kw, g.sh,
+                        g.sw, g.ph, g.pw, g.groups));
+  return k;
+}
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_all: return "all (none detected)";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+bool is_backend_op(Op op, DType dt) {
+  return dt == DType::f32 && (op == Op::matmul || op == Op::conv2d || op == Op::conv2d_input_grad ||
+                              op == Op::conv2d_weight_grad);
+}
+
+std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
+                                                 std::span<const ir::Type> in_types,
+                                                 const ir::Type& out_type) {
+  WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
+  for (const ir::Type& t : in_types)
+    if (t.numel() == 0) return std::make_shared<ZeroOp>(int64_t(out_type.bytes()));
+  if (op == Op::matmul)
+    return make_matmul(matmul_dims(in_types[0].shape, in_types[1].shape, attrs));
+  return make_conv(op, conv2d_node_geom(op, attrs, in_types, out_type));
+}
+
+int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
+                      const ir::Type& out_type) {
+  if (op == Op::matmul)
+    return matmul_flops(matmul_dims(in_types[0].shape, in_types[1].shape, attrs));
+  return conv_flops(conv2d_node_geom(op, attrs, in_types, out_type));
+}
+
+void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
+                 const void* const* in, const ir::Type& out_type, void* out) {
+  if (out_type.numel() == 0) return;
+  const auto k = make_backend_op(op, attrs, in_types, out_type);
+  std::vector<std::byte> scratch(size_t(k->scratch_bytes() + 64));
+  auto* aligned =
+      reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  k->run(in[0], in[1], out, aligned);
+}
+
+std::string backend_isa() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{}, ISA {}", v->major, v->minor, v->patch,
+                     isa_name(dnnl_get_effective_cpu_isa()));
+}
+
+bool in_backend_execute() { return g_executing.load(std::memory_order_relaxed) > 0; }
+
+}  // namespace ws::exec

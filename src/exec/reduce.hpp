@@ -1,0 +1,62 @@
+// Floating-point reductions, one definition for every mode: the reference
+// kernels (interpreter, eager tensors) and the compiled kernels call these
+// functions, so a sum rounds the same way everywhere. (Adam's normalized
+// update turns last-bit differences of near-zero gradients into visible
+// parameter differences, so "nearly the same" is not enough.)
+//
+// A sum's order is a function of its sequence alone: the elements reduced
+// into one result, in row-major order of the operand. Neither the shape's
+// factorization, nor the kernel, nor the thread count changes it:
+//  - the sequence is cut into blocks of kSumBlock elements;
+//  - in a block, lane j (j < kSumLanes) adds, left to right from +0, the
+//    elements at block positions j, j + kSumLanes, j + 2*kSumLanes, ...; then
+//    lane j += lane j+w for w = kSumLanes/2, ..., 2, 1, and lane 0 is the
+//    block's sum. Contiguous data thus sums in vector registers;
+//  - block sums combine in a carry tree: each block is pushed on a stack, and
+//    while the two top entries cover equally many blocks they are replaced by
+//    their sum (lower + upper); at the end the stack folds from the top,
+//    t = entry + t. Any aligned run of 2^k blocks is one subtree, so threads
+//    can sum disjoint aligned runs and combine them in the same tree.
+// Each element passes through at most kSumBlock/kSumLanes + log2(kSumLanes)
+// + 2*ceil(log2(blocks)) roundings (16 + 6 + 2*14 for 10^7 elements), so
+// |error| <= that count * eps/2 * sum |x|, where a sequential f32 sum has
+// n-1 roundings. An empty sum is +0.
+//
+// Maxima are exact: the order can only choose between -0 and +0, or between
+// NaNs. Results are normalized (a zero maximum is +0, a NaN maximum is the
+// default quiet NaN), so every order gives the same bits. An empty maximum is
+// -inf.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "wholestep/dtype.hpp"
+
+namespace ws::exec {
+
+constexpr int64_t kSumLanes = 64;
+constexpr int64_t kSumBlock = 1024;
+
+// The sum of x[0, n) in the order above.
+template <class T>
+T sum(const T* x, int64_t n);
+
+// Sums (maxima) of `x` over a reduction walk: `shape` is the operand's shape,
+// best with dims merged (merge_dims), and `strides` the result's strides per
+// operand dim, 0 on reduced dims (reduce_result_strides). `y` receives one
+// value per kept index. Runs in parallel on the OpenMP pool when the work is
+// large enough; the result does not depend on the thread count. Allocates
+// nothing.
+template <class T>
+void reduce_sum(const Shape& shape, const std::vector<int64_t>& strides, const T* x, T* y);
+template <class T>
+void reduce_max(const Shape& shape, const std::vector<int64_t>& strides, const T* x, T* y);
+
+// How reduce_sum and reduce_max walk a reduction: "rows" when the operand's
+// innermost dim is reduced (contiguous runs per result), "columns" when it is
+// kept (vectorized across neighbouring results), "all" for one result over a
+// contiguous operand, "none" when nothing is reduced. For kernel names.
+const char* reduce_walk_name(const Shape& shape, const std::vector<int64_t>& strides);
+
+}  // namespace ws::exec

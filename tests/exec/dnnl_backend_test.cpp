@@ -1,0 +1,264 @@
+// The oneDNN backend: every matrix-product and convolution configuration the
+// reference models use (and the odd ones: strides, padding, dilation,
+// groups, transposes, batches, empty dimensions) against the f64 reference
+// loops; its scratch stays inside what it asked for; the eager path computes
+// what a program's kernel computes, bit for bit; and thread counts.
+#include "exec/dnnl_backend.hpp"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "exec/conv_cases.hpp"
+#include "exec/kernels.hpp"
+#include "exec/reference.hpp"
+
+namespace ws::exec {
+namespace {
+
+using ir::Op;
+
+ir::Attrs conv_attrs(const Conv2dGeom& g) {
+  return ir::Attrs{{"stride", std::vector<int64_t>{g.sh, g.sw}},
+                   {"padding", std::vector<int64_t>{g.ph, g.pw}},
+                   {"dilation", std::vector<int64_t>{g.dh, g.dw}},
+                   {"groups", g.groups}};
+}
+
+ir::Type f32(Shape s) { return ir::Type{DType::f32, std::move(s)}; }
+
+// The three convolution nodes' operand and result types.
+struct ConvTypes {
+  std::vector<ir::Type> in;
+  ir::Type out;
+};
+
+ConvTypes conv_types(Op op, const Conv2dGeom& g) {
+  const ir::Type x = f32({g.n, g.c, g.h, g.w}), w = f32({g.o, g.c / g.groups, g.kh, g.kw}),
+                 y = f32({g.n, g.o, g.oh, g.ow});
+  if (op == Op::conv2d) return {{x, w}, y};
+  if (op == Op::conv2d_input_grad) return {{y, w}, x};
+  return {{x, y}, w};
+}
+
+// Runs the node's BackendOp with its scratch followed by a guard region it
+// must not touch; the output starts as NaN so a missing write shows.
+std::vector<float> run_guarded(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in,
+                               const ir::Type& out, const std::vector<float>& a,
+                               const std::vector<float>& b, const std::string& what) {
+  const auto k = make_backend_op(op, attrs, in, out);
+  EXPECT_EQ(k->impl().rfind("ref", 0), std::string::npos)
+      << what << " runs oneDNN's reference kernel: " << k->impl();
+  constexpr size_t kGuard = 256;
+  constexpr std::byte kFill{0x5a};
+  auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, size_t(k->scratch_bytes()) + kGuard));
+  std::memset(raw, int(kFill), size_t(k->scratch_bytes()) + kGuard);
+  std::vector<float> y(size_t(out.numel()), NAN);
+  k->run(a.data(), b.data(), y.data(), raw);
+  for (size_t i = 0; i < kGuard; ++i)
+    if (raw[size_t(k->scratch_bytes()) + i] != kFill) {
+      ADD_FAILURE() << what << ": scratch overrun at byte " << k->scratch_bytes() + int64_t(i);
+      break;
+    }
+  std::free(raw);
+  return y;
+}
+
+// The reference models' convolutions (cnn: 3x3, padding 1, strides 1, 2, 2),
+// at a smaller batch, plus the general geometries.
+std::vector<Conv2dGeom> backend_conv_cases() {
+  std::vector<Conv2dGeom> c = conv_geometries();
+  c.push_back(conv_geom(8, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1));
+  c.push_back(conv_geom(8, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1));
+  c.push_back(conv_geom(8, 64, 14, 14, 64, 3, 3, 2, 2, 1, 1));
+  c.push_back(conv_geom(4, 48, 9, 9, 32, 3, 3, 1, 1, 1, 1, 1, 1, 2));  // blocked, grouped
+  return c;
+}
+
+TEST(DnnlConv, ForwardMatchesF64Reference) {
+  std::mt19937 rng(4);
+  for (const Conv2dGeom& g : backend_conv_cases()) {
+    const Vec x = random_vec(x_size(g), rng), w = random_vec(w_size(g), rng);
+    Vec want(size_t(y_size(g)));
+    conv2d_ref(g, x.data(), w.data(), want.data());
+    const ConvTypes t = conv_types(Op::conv2d, g);
+    expect_close(
+        run_guarded(Op::conv2d, conv_attrs(g), t.in, t.out, to_f32(x), to_f32(w), describe(g)),
+        want, 1e-5, describe(g));
+  }
+}
+
+TEST(DnnlConv, InputGradMatchesF64Reference) {
+  std::mt19937 rng(5);
+  for (const Conv2dGeom& g : backend_conv_cases()) {
+    const Vec dy = random_vec(y_size(g), rng), w = random_vec(w_size(g), rng);
+    Vec want(size_t(x_size(g)));
+    conv2d_input_grad_ref(g, dy.data(), w.data(), want.data());
+    const ConvTypes t = conv_types(Op::conv2d_input_grad, g);
+    expect_close(run_guarded(Op::conv2d_input_grad, conv_attrs(g), t.in, t.out, to_f32(dy),
+                             to_f32(w), describe(g)),
+                 want, 1e-5, describe(g));
+  }
+}
+
+TEST(DnnlConv, WeightGradMatchesF64Reference) {
+  std::mt19937 rng(6);
+  for (const Conv2dGeom& g : backend_conv_cases()) {
+    const Vec x = random_vec(x_size(g), rng), dy = random_vec(y_size(g), rng);
+    Vec want(size_t(w_size(g)));
+    conv2d_weight_grad_ref(g, x.data(), dy.data(), want.data());
+    const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
+    expect_close(run_guarded(Op::conv2d_weight_grad, conv_attrs(g), t.in, t.out, to_f32(x),
+                             to_f32(dy), describe(g)),
+                 want, 1e-5, describe(g));
+  }
+}
+
+TEST(DnnlConv, FlopsCountMultiplyAddsOfEveryDirection) {
+  const Conv2dGeom g = conv_geom(2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2);
+  const int64_t want = 2 * g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw;
+  for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad}) {
+    const ConvTypes t = conv_types(op, g);
+    EXPECT_EQ(make_backend_op(op, conv_attrs(g), t.in, t.out)->flops(), want) << ir::op_name(op);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Matrix products.
+
+struct MatmulCase {
+  int64_t batch, m, k, n;
+  bool ta, tb;
+};
+
+std::string describe(const MatmulCase& c) {
+  return fmt::format("batch {} [{}x{}] x [{}x{}]{}{}", c.batch, c.m, c.k, c.k, c.n,
+                     c.ta ? " transpose_a" : "", c.tb ? " transpose_b" : "");
+}
+
+Shape stored(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+  Shape s = transposed ? Shape{cols, rows} : Shape{rows, cols};
+  if (batch > 1) s.insert(s.begin(), batch);
+  return s;
+}
+
+ir::Attrs matmul_attrs(const MatmulCase& c) {
+  return ir::Attrs{{"transpose_a", int64_t(c.ta)}, {"transpose_b", int64_t(c.tb)}};
+}
+
+// The models' products (mlp, tiny_mlp, gpt forward and both gradients, gpt
+// attention per head) and every transpose combination on odd sizes.
+std::vector<MatmulCase> matmul_cases() {
+  std::vector<MatmulCase> c = {
+      {1, 128, 784, 512, false, true},   // mlp fc1 forward: x w^T
+      {1, 128, 512, 784, false, false},  // mlp fc1 input grad: dy w
+      {1, 512, 128, 784, true, false},   // mlp fc1 weight grad: dy^T x
+      {1, 32, 64, 64, false, true},      // tiny_mlp
+      {1, 512, 128, 384, false, true},   // gpt qkv
+      {1, 512, 512, 128, false, true},   // gpt fc2
+      {32, 64, 32, 64, false, true},     // gpt attention scores q k^T (8 x 4 heads)
+      {32, 64, 64, 32, false, false},    // gpt attention values
+      {32, 64, 64, 32, true, false},     // gpt attention grads
+      {1, 0, 5, 3, false, false},        // empty
+      {1, 4, 0, 3, false, false},        // empty sum: zeros
+  };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      c.push_back({1, 7, 13, 5, ta, tb});
+      c.push_back({3, 9, 4, 11, ta, tb});
+    }
+  return c;
+}
+
+TEST(DnnlMatmul, EveryLayoutMatchesF64Reference) {
+  std::mt19937 rng(7);
+  for (const MatmulCase& c : matmul_cases()) {
+    const ir::Type ta = f32(stored(c.batch, c.m, c.k, c.ta)),
+                   tb = f32(stored(c.batch, c.k, c.n, c.tb)),
+                   tc = f32(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n});
+    const Vec a = random_vec(ta.numel(), rng), b = random_vec(tb.numel(), rng);
+    Vec want(size_t(tc.numel()));
+    const void* in[2] = {a.data(), b.data()};
+    const std::vector<ir::Type> in64 = {{DType::f64, ta.shape}, {DType::f64, tb.shape}};
+    run_reference(Op::matmul, matmul_attrs(c), in64, in, {DType::f64, tc.shape}, want.data());
+    const std::vector<float> got =
+        run_guarded(Op::matmul, matmul_attrs(c), {ta, tb}, tc, to_f32(a), to_f32(b), describe(c));
+    expect_close(got, want, 1e-5, describe(c));
+  }
+}
+
+TEST(DnnlMatmul, ReadsTransposedOperandsThroughStridesWithoutReorders) {
+  const MatmulCase c{4, 16, 32, 8, true, true};
+  const auto k = make_backend_op(
+      Op::matmul, matmul_attrs(c),
+      std::vector<ir::Type>{f32(stored(4, 16, 32, true)), f32(stored(4, 32, 8, true))},
+      f32({4, 16, 8}));
+  EXPECT_EQ(k->impl().find("reorders"), std::string::npos) << k->impl();
+  EXPECT_EQ(k->flops(), 2 * 4 * 16 * 32 * 8);
+}
+
+// The reference (eager, interpreter) path and a lowered program's kernel run
+// the same primitive: identical bits.
+TEST(DnnlBackend, EagerPathMatchesProgramKernelBitwise) {
+  std::mt19937 rng(8);
+  const Conv2dGeom g = conv_geom(4, 32, 14, 14, 64, 3, 3, 2, 2, 1, 1);
+  const ConvTypes t = conv_types(Op::conv2d, g);
+  const std::vector<float> x = to_f32(random_vec(x_size(g), rng)),
+                           w = to_f32(random_vec(w_size(g), rng));
+  std::vector<float> eager(size_t(y_size(g)));
+  const void* in[2] = {x.data(), w.data()};
+  run_reference(Op::conv2d, conv_attrs(g), t.in, in, t.out, eager.data());
+  const std::vector<float> kernel = run_guarded(Op::conv2d, conv_attrs(g), t.in, t.out, x, w, "");
+  EXPECT_EQ(std::memcmp(eager.data(), kernel.data(), eager.size() * sizeof(float)), 0);
+}
+
+// Thread counts. oneDNN splits products and forward/input-gradient
+// convolutions over output elements, so each element's sum runs in the same
+// order whatever the count: identical bits. A weight gradient sums over the
+// batch and the image, and oneDNN splits that sum across threads: different
+// counts round differently, within f32 tolerance of each other.
+TEST(DnnlBackend, OneAndTwoThreadsAgree) {
+  std::mt19937 rng(9);
+  const int before = num_threads();
+  auto run_with = [&](int threads, Op op, const Conv2dGeom& g, const std::vector<float>& a,
+                      const std::vector<float>& b) {
+    set_num_threads(threads);
+    const ConvTypes t = conv_types(op, g);
+    return run_guarded(op, conv_attrs(g), t.in, t.out, a, b, describe(g));
+  };
+  const Conv2dGeom g = conv_geom(8, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1);
+  const std::vector<float> x = to_f32(random_vec(x_size(g), rng)),
+                           w = to_f32(random_vec(w_size(g), rng)),
+                           dy = to_f32(random_vec(y_size(g), rng));
+  EXPECT_EQ(run_with(1, Op::conv2d, g, x, w), run_with(2, Op::conv2d, g, x, w));
+  EXPECT_EQ(run_with(1, Op::conv2d_input_grad, g, dy, w),
+            run_with(2, Op::conv2d_input_grad, g, dy, w));
+  const std::vector<float> dw1 = run_with(1, Op::conv2d_weight_grad, g, x, dy),
+                           dw2 = run_with(2, Op::conv2d_weight_grad, g, x, dy);
+  Vec dw2d(dw2.begin(), dw2.end());
+  expect_close(dw1, dw2d, 1e-5, "weight gradient, 1 vs 2 threads");
+
+  const MatmulCase c{1, 128, 784, 512, false, true};
+  const std::vector<float> a = to_f32(random_vec(c.m * c.k, rng)),
+                           b = to_f32(random_vec(c.k * c.n, rng));
+  auto mm = [&](int threads) {
+    set_num_threads(threads);
+    return run_guarded(Op::matmul, matmul_attrs(c), {f32({c.m, c.k}), f32({c.n, c.k})},
+                       f32({c.m, c.n}), a, b, describe(c));
+  };
+  EXPECT_EQ(mm(1), mm(2));
+  set_num_threads(before);
+}
+
+TEST(DnnlBackend, ReportsVersionAndInstructionSet) {
+  const std::string isa = backend_isa();
+  EXPECT_NE(isa.find("oneDNN "), std::string::npos) << isa;
+  EXPECT_NE(isa.find("ISA "), std::string::npos) << isa;
+  EXPECT_EQ(isa.find("unknown"), std::string::npos) << isa;
+}
+
+}  // namespace
+}  // namespace ws::exec
