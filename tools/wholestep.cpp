@@ -218,13 +218,19 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top) {
   ws::TrainSetup s = make_setup(c);
   ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
   const std::vector<ws::Tensor> batch = ws::models::random_batch(ws::models::spec(c.model), 0);
-  const ws::StepResult r = step.run(batch);  // compile
+  auto t0 = std::chrono::steady_clock::now();
+  const ws::StepResult r = step.run(batch);  // traces, compiles and runs one step
+  const double first_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   step.run(batch);
   const ws::StepProfile p = step.profile(batch, int(steps));
   double total = 0;
   for (const ws::KernelTime& k : p.kernels) total += k.ms;
-  fmt::print("{} {} ({} steps): {:.2f} ms/step median, {} kernels, {:.2f} GFLOP/step\n", c.model,
-             mode, p.steps, p.step_ms, r.counters.kernels, double(r.counters.flops) * 1e-9);
+  fmt::print(
+      "{} {} ({} steps): {:.2f} ms/step median, {} kernels, {:.2f} GFLOP/step; first call "
+      "(trace, compile, one step) {:.0f} ms\n",
+      c.model, mode, p.steps, p.step_ms, r.counters.kernels, double(r.counters.flops) * 1e-9,
+      first_ms);
   fmt::print("{:<28} {:>10} {:>10} {:>7} {:>9}\n", "kernel", "calls/step", "ms/step", "share",
              "GFLOP/s");
   for (size_t i = 0; i < p.kernels.size() && int(i) < top; ++i) {

@@ -54,6 +54,15 @@ std::pair<double, std::string> worst_difference(const nn::Module& a, const nn::M
   return worst;
 }
 
+// What each mode is compared against: the compiled modes (three_graph,
+// single_graph) against `interpret`, which runs the step graph node by node
+// on the reference kernels. Those share the compiled modes' f32 products and
+// convolutions (the same oneDNN primitives), their elementwise functions
+// (elementwise.hpp) and summation order (reduce.hpp), so any difference comes
+// from partitioning, lowering, fused operands or aliasing; today the printed
+// difference is 0. The reference kernels themselves are checked against f64
+// loops (tests/exec) and gradients against f64 finite differences
+// (tests/autograd).
 void expect_modes_agree(const models::Spec& spec, double lr, bool decoupled) {
   Trained ref = train(spec, StepMode::interpret, 10, lr, decoupled);
   for (StepMode mode : {StepMode::three_graph, StepMode::single_graph}) {
