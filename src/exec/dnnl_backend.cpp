@@ -224,12 +224,18 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
-// A [batch, rows, cols] matrix stored row-major, or transposed (then the
-// stored matrix is [batch, cols, rows]); 2-d when batch is 1.
-dnnl::memory::desc matrix(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
-  const dims strides2 = transposed ? dims{1, rows} : dims{cols, 1};
-  if (batch == 1) return {{rows, cols}, dt::f32, strides2};
-  return {{batch, rows, cols}, dt::f32, dims{rows * cols, strides2[0], strides2[1]}};
+// An operand of a product as oneDNN sees it: `shape` is the stored value's
+// ([..., rows, cols]), read at element `strides` (row-major when empty); with
+// `transposed` the matrix is the stored one's transpose, which is only a swap
+// of the last two dims and their strides.
+dnnl::memory::desc matrix(const Shape& shape, std::vector<int64_t> strides, bool transposed) {
+  if (strides.empty()) strides = row_major_strides(shape);
+  dims d(shape.begin(), shape.end()), st(strides.begin(), strides.end());
+  if (transposed) {
+    std::swap(d[d.size() - 1], d[d.size() - 2]);
+    std::swap(st[st.size() - 1], st[st.size() - 2]);
+  }
+  return {d, dt::f32, st};
 }
 
 int64_t matmul_flops(const MatmulDims& d) { return 2 * d.batch * d.m * d.n * d.k; }
@@ -237,17 +243,23 @@ int64_t conv_flops(const Conv2dGeom& g) {
   return 2 * g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw;
 }
 
-std::shared_ptr<const BackendOp> make_matmul(const MatmulDims& d) {
+std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
+                                             const ir::Attrs& attrs,
+                                             std::span<const std::vector<int64_t>> strides) {
+  const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
-  const auto a = matrix(d.batch, d.m, d.k, d.ta), b = matrix(d.batch, d.k, d.n, d.tb),
-             c = matrix(d.batch, d.m, d.n, false);
+  auto stride_of = [&](size_t i) {
+    return i < strides.size() ? strides[i] : std::vector<int64_t>{};
+  };
+  const auto a = matrix(in[0].shape, stride_of(0), d.ta),
+             b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, {}, false);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), user_scratchpad(), engine());
   op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
   op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
   op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
   op->set_main<dnnl::matmul>(pd, matmul_flops(d));
-  op->finish(fmt::format("matmul [{}x{}x{}] x{}{}{}", d.m, d.k, d.n, d.batch, d.ta ? " ta" : "",
-                         d.tb ? " tb" : ""));
+  op->finish(fmt::format("matmul [{}x{}x{}] x{}{}{}{}", d.m, d.k, d.n, d.batch, d.ta ? " ta" : "",
+                         d.tb ? " tb" : "", strides.empty() ? "" : " strided"));
   return op;
 }
 
@@ -343,12 +355,13 @@ bool is_backend_op(Op op, DType dt) {
 
 std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
                                                  std::span<const ir::Type> in_types,
-                                                 const ir::Type& out_type) {
+                                                 const ir::Type& out_type,
+                                                 std::span<const std::vector<int64_t>> in_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
+  WS_CHECK(in_strides.empty() || op == Op::matmul) << "strided operands of " << ir::op_name(op);
   for (const ir::Type& t : in_types)
     if (t.numel() == 0) return std::make_shared<ZeroOp>(int64_t(out_type.bytes()));
-  if (op == Op::matmul)
-    return make_matmul(matmul_dims(in_types[0].shape, in_types[1].shape, attrs));
+  if (op == Op::matmul) return make_matmul(in_types, out_type, attrs, in_strides);
   return make_conv(op, conv2d_node_geom(op, attrs, in_types, out_type));
 }
 

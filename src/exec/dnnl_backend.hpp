@@ -8,8 +8,9 @@
 // layouts (NCHW activations, [O, C/groups, KH, KW] weights) and the blocked
 // layouts oneDNN runs fastest in; and the bytes of temporary memory all of
 // them need (scratchpads and blocked copies), which the lowering plans in the
-// arena like any value. A matrix product reads transposed operands through
-// strides, never through a copy.
+// arena like any value. A matrix product reads transposed operands, and
+// operands whose batch dims are permuted (attention heads), through strides,
+// never through a copy.
 //
 // Running a BackendOp creates nothing and allocates nothing of ours: it points
 // oneDNN's memory objects at the kernel's buffers (once, while they stay put)
@@ -50,9 +51,11 @@ bool is_backend_op(ir::Op op, DType dt);
 
 // The node's BackendOp (is_backend_op must hold). A shape oneDNN can only
 // serve with its reference implementation is reported on stderr once.
-std::shared_ptr<const BackendOp> make_backend_op(ir::Op op, const ir::Attrs& attrs,
-                                                 std::span<const ir::Type> in_types,
-                                                 const ir::Type& out_type);
+// `in_strides` (matmul only; empty: row-major) gives each operand's element
+// strides over its shape, so a transposed view is read where it lies.
+std::shared_ptr<const BackendOp> make_backend_op(
+    ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types, const ir::Type& out_type,
+    std::span<const std::vector<int64_t>> in_strides = {});
 
 // Floating-point operations of a matmul or convolution node (any dtype):
 // two per multiply-add.

@@ -122,9 +122,12 @@ class Lowering {
       const DType dt = n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype;
       const bool folds = exec::takes_scalar_operands(n.op, dt);
       const bool strided = exec::takes_broadcast_operands(n.op, dt);
+      const bool product = exec::is_backend_op(n.op, n.type.dtype) && n.op == Op::matmul;
       for (ValueId a : n.args) {
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;
-        const bool th = !sc && strided && g_.node(a).op == Op::broadcast;
+        const Op aop = g_.node(a).op;
+        const bool th =
+            !sc && ((strided && aop == Op::broadcast) || (product && aop == Op::transpose));
         scalar[size_t(v)].push_back(sc);
         through[size_t(v)].push_back(th);
         ValueId read = root[size_t(sc ? src[size_t(a)] : th ? g_.node(a).args[0] : a)];
@@ -154,7 +157,11 @@ class Lowering {
       k.scratch_bytes = exec::scratch_bytes(n.op, n.attrs, in_types, n.type);
       if (exec::is_backend_op(n.op, n.type.dtype)) {
         // Created once here; its scratch is planned with everything else.
-        k.backend = exec::make_backend_op(n.op, n.attrs, in_types, n.type);
+        // Transposed operands are read where their source lies.
+        std::vector<std::vector<int64_t>> strides;
+        if (std::find(k.through.begin(), k.through.end(), true) != k.through.end())
+          strides = operand_strides(n, k);
+        k.backend = exec::make_backend_op(n.op, n.attrs, in_types, n.type, strides);
         k.scratch_bytes += k.backend->scratch_bytes();
         p_.flops += k.backend->flops();
       }
@@ -255,19 +262,24 @@ class Lowering {
     p_.max_live_bytes = plan.max_live;
   }
 
-  // Element strides of each operand over the node's shape: 0 along a
-  // broadcast's new dims, 0 everywhere for a single value.
+  // Element strides of each operand over its own shape: 0 along a
+  // broadcast's new dims, 0 everywhere for a single value, a transpose's
+  // source strides permuted.
   std::vector<std::vector<int64_t>> operand_strides(const ir::Node& n, const Pending& pk) const {
     std::vector<std::vector<int64_t>> st;
     for (size_t i = 0; i < n.args.size(); ++i) {
       const ir::Node& a = g_.node(n.args[i]);
+      const Shape& shape = a.type.shape;
       if (pk.scalar[i])
-        st.emplace_back(n.type.shape.size(), 0);
+        st.emplace_back(shape.size(), 0);
+      else if (pk.through[i] && a.op == Op::broadcast)
+        st.push_back(
+            exec::broadcast_source_strides(g_.type(a.args[0]).shape, shape, a.attrs.ints("dims")));
       else if (pk.through[i])
-        st.push_back(exec::broadcast_source_strides(g_.type(a.args[0]).shape, n.type.shape,
-                                                    a.attrs.ints("dims")));
+        st.push_back(
+            exec::transpose_source_strides(g_.type(a.args[0]).shape, a.attrs.ints("perm")));
       else
-        st.push_back(exec::row_major_strides(n.type.shape));
+        st.push_back(exec::row_major_strides(shape));
     }
     return st;
   }
@@ -296,7 +308,7 @@ class Lowering {
         k.in_types.push_back(g_.type(n.args[i]));
         WS_CHECK(k.in.back() >= 0) << "operand %" << a << " of %" << pk.out << " has no storage";
       }
-      if (std::find(pk.through.begin(), pk.through.end(), true) != pk.through.end())
+      if (!pk.backend && std::find(pk.through.begin(), pk.through.end(), true) != pk.through.end())
         exec::choose_broadcast_kernel(k, operand_strides(n, pk));
       else
         exec::choose_kernel(k, pk.scalar);

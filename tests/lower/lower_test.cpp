@@ -198,6 +198,33 @@ TEST(Lower, BroadcastOperandsAreReadThroughStridesNotMaterialized) {
       }
 }
 
+// Attention's head split: q and k stored [B, T, H, D], transposed to
+// [B, H, T, D] for q k^T. The product reads them where they lie: no transpose
+// kernel runs, and the result is the interpreter's, bit for bit.
+TEST(Lower, TransposedMatmulOperandsAreReadThroughStrides) {
+  ir::Graph g;
+  ir::Builder b(g);
+  const ir::Attrs heads{{"perm", std::vector<int64_t>{0, 2, 1, 3}}};
+  ValueId q = b.input(ir::InputRole::data, "q", {DType::f32, {2, 5, 3, 4}});
+  ValueId k = b.input(ir::InputRole::data, "k", {DType::f32, {2, 5, 3, 4}});
+  ValueId s =
+      b.matmul(b.add(Op::transpose, {q}, heads), b.add(Op::transpose, {k}, heads), false, true);
+  g.outputs.push_back({ir::OutputRole::user, s, ir::kNoValue, "scores"});
+  exec::Program p = lower::lower(g);
+  ASSERT_EQ(p.kernels.size(), 1u) << p.str();  // the product alone, reading the inputs
+  EXPECT_EQ(p.slots[size_t(p.kernels[0].in[0])].kind, exec::SlotKind::input) << p.str();
+
+  std::vector<Tensor> in = {randn({2, 5, 3, 4}), randn({2, 5, 3, 4})};
+  const Tensor want = exec::interpret(g, in)[0];
+  Tensor got = Tensor::zeros({2, 3, 5, 5});
+  exec::Executable e(std::move(p));
+  e.bind_input(0, in[0].data<float>());
+  e.bind_input(1, in[1].data<float>());
+  e.bind_output(0, got.data<float>());
+  e.run();
+  EXPECT_EQ(max_rel_diff(got, want), 0.0);
+}
+
 // Each elementwise op lowered (with scalar operands where the kernel takes
 // them) agrees with the interpreter.
 TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
