@@ -188,5 +188,65 @@ TEST(TrainStep, MomentumCannotBeSwitchedOnAfterConstruction) {
   EXPECT_NE(msg.find("momentum"), std::string::npos) << msg;
 }
 
+// Two flops per multiply-add of every product: forward, weight gradients,
+// and input gradients of every layer but the first (the data needs none).
+TEST(TrainStep, FlopsCountEveryProductOnceInEveryMode) {
+  const int64_t b = SmallMlp::kBatch, in = SmallMlp::kIn, c = SmallMlp::kClasses;
+  const int64_t macs = b * (in * 16 + 16 * 16 + 16 * c);
+  const int64_t want = 2 * (3 * macs - b * in * 16);
+  for (const Config& cfg : kConfigs) {
+    SmallMlp run(1);
+    TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = cfg.mode});
+    EXPECT_EQ(step.run(testing::random_batches(1, 2)[0]).counters.flops, want)
+        << mode_name(cfg.mode);
+  }
+}
+
+TEST(TrainStep, ProfileTimesEveryKernelAndTheProductsAlone) {
+  SmallMlp run(1);
+  TrainStep step(*run.model, *run.opt, run.loss_fn());
+  auto batch = testing::random_batches(1, 2)[0];
+  const int64_t kernels = step.run(batch).counters.kernels;
+  const std::vector<double> before = run.model->named_parameters()[0].second.to_vector();
+  const StepProfile p = step.profile(batch, 3);
+  EXPECT_EQ(p.steps, 3);
+  EXPECT_EQ(run.opt->step_count(), 4);  // profiled steps are real steps
+  EXPECT_NE(run.model->named_parameters()[0].second.to_vector(), before);
+  int64_t calls = 0;
+  bool products = false;
+  for (const KernelTime& k : p.kernels) {
+    calls += k.calls;
+    products = products || k.name == "dnnl_matmul";
+    EXPECT_GE(k.ms, 0) << k.name;
+  }
+  EXPECT_EQ(calls, 3 * kernels);
+  EXPECT_TRUE(products);
+  for (size_t i = 1; i < p.kernels.size(); ++i) EXPECT_GE(p.kernels[i - 1].ms, p.kernels[i].ms);
+  EXPECT_GT(p.step_ms, 0);
+  EXPECT_GT(p.contraction_ms, 0);
+}
+
+TEST(TrainStep, ProfileRejectsTheInterpreterAndNoSteps) {
+  SmallMlp run(1);
+  auto batch = testing::random_batches(1, 2)[0];
+  TrainStep interp(*run.model, *run.opt, run.loss_fn(), {.mode = StepMode::interpret});
+  std::string msg = testing::error_of([&] { interp.profile(batch, 2); });
+  EXPECT_NE(msg.find("interpret mode runs no kernels"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train_step_test.cpp"), std::string::npos) << msg;
+  TrainStep step(*run.model, *run.opt, run.loss_fn());
+  msg = testing::error_of([&] { step.profile(batch, 0); });
+  EXPECT_NE(msg.find("steps must be at least 1, got 0"), std::string::npos) << msg;
+}
+
+TEST(TrainStep, BackendInfoNamesCpuThreadsAndEachBackendsInstructionSet) {
+  const std::string info = backend_info();
+  for (const char* want : {"cpu: ", "threads: ", "oneDNN ", "ISA ", "loop kernels: "})
+    EXPECT_NE(info.find(want), std::string::npos) << want << " in\n" << info;
+  const int before = num_threads();
+  set_num_threads(1);
+  EXPECT_NE(backend_info().find("threads: 1 "), std::string::npos) << backend_info();
+  set_num_threads(before);
+}
+
 }  // namespace
 }  // namespace ws
