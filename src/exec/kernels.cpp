@@ -47,6 +47,41 @@ void k_copy(const Kernel& k, void* const* s) {
       64);
 }
 
+// Rows of bytes moved between operands, any dtype: a slice copies a window
+// of every input row (p = {rows, out_row, in_row, start}, in bytes); a concat
+// lays every input's rows side by side (p = {rows, out_row}, k.strides holds
+// each input's row bytes). Parallel over rows.
+void k_slice(const Kernel& k, void* const* s) {
+  const char* x = at<const char>(s, k.in[0]);
+  char* y = at<char>(s, k.out);
+  const int64_t out_row = k.p[1], in_row = k.p[2], start = k.p[3];
+  parallel_for(
+      k.p[0], std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(out_row, 1)),
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+          std::memcpy(y + r * out_row, x + r * in_row + start, size_t(out_row));
+      },
+      1);
+}
+
+void k_concat(const Kernel& k, void* const* s) {
+  char* y = at<char>(s, k.out);
+  const int64_t out_row = k.p[1];
+  parallel_for(
+      k.p[0], std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(out_row, 1)),
+      [&](int64_t b, int64_t e) {
+        int64_t col = 0;
+        for (size_t a = 0; a < k.in.size(); ++a) {
+          const char* x = at<const char>(s, k.in[a]);
+          const int64_t row = k.strides[a];
+          for (int64_t r = b; r < e; ++r)
+            std::memcpy(y + r * out_row + col, x + r * row, size_t(row));
+          col += row;
+        }
+      },
+      1);
+}
+
 template <class T>
 void k_fill(const Kernel& k, void* const* s) {
   T* y = at<T>(s, k.out);
@@ -320,6 +355,26 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     k.p[0] = int64_t(k.out_type.bytes());
     k.fn = k_copy;
     k.name = "copy";
+    return;
+  }
+  const int64_t es = int64_t(dtype_size(k.out_type.dtype));
+  if (k.op == Op::slice) {
+    const SliceDims d = slice_dims(k.in_types[0].shape, k.attrs);
+    k.p = {d.outer, d.out_row * es, d.in_row * es, d.start * es};
+    k.fn = k_slice;
+    k.name = "slice";
+    return;
+  }
+  if (k.op == Op::concat) {
+    const int64_t axis =
+        k.attrs.i("axis") < 0 ? k.attrs.i("axis") + k.out_type.rank() : k.attrs.i("axis");
+    const int64_t rows = std::max<int64_t>(
+        1, dims_product(k.out_type.shape.begin(), k.out_type.shape.begin() + axis));
+    k.p = {rows, k.out_type.numel() / rows * es};
+    k.strides.clear();
+    for (const ir::Type& t : k.in_types) k.strides.push_back(t.numel() / rows * es);
+    k.fn = k_concat;
+    k.name = "concat";
     return;
   }
   // Moving elements needs no arithmetic: one kernel per element size serves

@@ -259,8 +259,9 @@ TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
   }
 }
 
-// Strided kernels (broadcast, transpose, reductions with merged dims) on
-// every dtype they move, against the interpreter.
+// Strided kernels (broadcast, transpose, reductions with merged dims) and
+// row copies (slice, concat) on every dtype they move, against the
+// interpreter.
 TEST(Lower, StridedKernelsAgreeWithInterpreterForEveryDtype) {
   const char* text = R"(graph g {
   %0 = input data "x" : f32[2,3,4,5]
@@ -275,12 +276,19 @@ TEST(Lower, StridedKernelsAgreeWithInterpreterForEveryDtype) {
   %9 = reduce_max %0 {axes=[1,3]} : f32[2,4]
   %10 = reshape %0 {shape=[2,3,20]} : f32[2,3,20]
   %11 = reduce_sum %10 {axes=[0,2]} : f32[3]
+  %12 = slice %0 {axis=2, end=3, start=1} : f32[2,3,2,5]
+  %13 = slice %6 {axis=0, end=5, start=2} : i64[3,4,3]
+  %14 = concat %12, %0 {axis=2} : f32[2,3,6,5]
+  %15 = concat %4, %4, %4 {axis=0} : bool[6,3,4,5]
   out user %4 "mask"
   out user %6 "ints"
   out user %7 "t"
   out user %8 "s"
   out user %9 "m"
   out user %11 "s2"
+  out user %13 "slice_ints"
+  out user %14 "concat"
+  out user %15 "concat_bools"
 }
 )";
   ir::Graph g = ir::parse(text);
