@@ -78,43 +78,26 @@ std::vector<Conv2dGeom> backend_conv_cases() {
   return c;
 }
 
-TEST(DnnlConv, ForwardMatchesF64Reference) {
+// The f64 reference of a convolution node: (a, b) -> its result.
+Vec conv_ref(Op op, const Conv2dGeom& g, const Vec& a, const Vec& b) {
+  const ConvTypes t = conv_types(op, g);
+  Vec out(size_t(t.out.numel()));
+  if (op == Op::conv2d) conv2d_ref(g, a.data(), b.data(), out.data());
+  if (op == Op::conv2d_input_grad) conv2d_input_grad_ref(g, a.data(), b.data(), out.data());
+  if (op == Op::conv2d_weight_grad) conv2d_weight_grad_ref(g, a.data(), b.data(), out.data());
+  return out;
+}
+
+TEST(DnnlConv, ForwardInputGradAndWeightGradMatchF64Reference) {
   std::mt19937 rng(4);
-  for (const Conv2dGeom& g : backend_conv_cases()) {
-    const Vec x = random_vec(x_size(g), rng), w = random_vec(w_size(g), rng);
-    Vec want(size_t(y_size(g)));
-    conv2d_ref(g, x.data(), w.data(), want.data());
-    const ConvTypes t = conv_types(Op::conv2d, g);
-    expect_close(
-        run_guarded(Op::conv2d, conv_attrs(g), t.in, t.out, to_f32(x), to_f32(w), describe(g)),
-        want, 1e-5, describe(g));
-  }
-}
-
-TEST(DnnlConv, InputGradMatchesF64Reference) {
-  std::mt19937 rng(5);
-  for (const Conv2dGeom& g : backend_conv_cases()) {
-    const Vec dy = random_vec(y_size(g), rng), w = random_vec(w_size(g), rng);
-    Vec want(size_t(x_size(g)));
-    conv2d_input_grad_ref(g, dy.data(), w.data(), want.data());
-    const ConvTypes t = conv_types(Op::conv2d_input_grad, g);
-    expect_close(run_guarded(Op::conv2d_input_grad, conv_attrs(g), t.in, t.out, to_f32(dy),
-                             to_f32(w), describe(g)),
-                 want, 1e-5, describe(g));
-  }
-}
-
-TEST(DnnlConv, WeightGradMatchesF64Reference) {
-  std::mt19937 rng(6);
-  for (const Conv2dGeom& g : backend_conv_cases()) {
-    const Vec x = random_vec(x_size(g), rng), dy = random_vec(y_size(g), rng);
-    Vec want(size_t(w_size(g)));
-    conv2d_weight_grad_ref(g, x.data(), dy.data(), want.data());
-    const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
-    expect_close(run_guarded(Op::conv2d_weight_grad, conv_attrs(g), t.in, t.out, to_f32(x),
-                             to_f32(dy), describe(g)),
-                 want, 1e-5, describe(g));
-  }
+  for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
+    for (const Conv2dGeom& g : backend_conv_cases()) {
+      const ConvTypes t = conv_types(op, g);
+      const Vec a = random_vec(t.in[0].numel(), rng), b = random_vec(t.in[1].numel(), rng);
+      const std::string what = fmt::format("{} {}", ir::op_name(op), describe(g));
+      expect_close(run_guarded(op, conv_attrs(g), t.in, t.out, to_f32(a), to_f32(b), what),
+                   conv_ref(op, g, a, b), 1e-5, what);
+    }
 }
 
 TEST(DnnlConv, FlopsCountMultiplyAddsOfEveryDirection) {
