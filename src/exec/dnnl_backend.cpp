@@ -245,21 +245,23 @@ int64_t conv_flops(const Conv2dGeom& g) {
 
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
-                                             std::span<const std::vector<int64_t>> strides) {
+                                             std::span<const std::vector<int64_t>> strides,
+                                             const std::vector<int64_t>& out_strides) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
     return i < strides.size() ? strides[i] : std::vector<int64_t>{};
   };
   const auto a = matrix(in[0].shape, stride_of(0), d.ta),
-             b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, {}, false);
+             b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, out_strides, false);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), user_scratchpad(), engine());
   op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
   op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
   op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
   op->set_main<dnnl::matmul>(pd, matmul_flops(d));
   op->finish(fmt::format("matmul [{}x{}x{}] x{}{}{}{}", d.m, d.k, d.n, d.batch, d.ta ? " ta" : "",
-                         d.tb ? " tb" : "", strides.empty() ? "" : " strided"));
+                         d.tb ? " tb" : "",
+                         strides.empty() && out_strides.empty() ? "" : " strided"));
   return op;
 }
 
@@ -356,12 +358,14 @@ bool is_backend_op(Op op, DType dt) {
 std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
                                                  std::span<const ir::Type> in_types,
                                                  const ir::Type& out_type,
-                                                 std::span<const std::vector<int64_t>> in_strides) {
+                                                 std::span<const std::vector<int64_t>> in_strides,
+                                                 const std::vector<int64_t>& out_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
-  WS_CHECK(in_strides.empty() || op == Op::matmul) << "strided operands of " << ir::op_name(op);
+  WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul)
+      << "strided operands of " << ir::op_name(op);
   for (const ir::Type& t : in_types)
     if (t.numel() == 0) return std::make_shared<ZeroOp>(int64_t(out_type.bytes()));
-  if (op == Op::matmul) return make_matmul(in_types, out_type, attrs, in_strides);
+  if (op == Op::matmul) return make_matmul(in_types, out_type, attrs, in_strides, out_strides);
   return make_conv(op, conv2d_node_geom(op, attrs, in_types, out_type));
 }
 

@@ -52,10 +52,12 @@ bool is_backend_op(ir::Op op, DType dt);
 // The node's BackendOp (is_backend_op must hold). A shape oneDNN can only
 // serve with its reference implementation is reported on stderr once.
 // `in_strides` (matmul only; empty: row-major) gives each operand's element
-// strides over its shape, so a transposed view is read where it lies.
+// strides over its shape, so a transposed view is read where it lies;
+// `out_strides` likewise places the result.
 std::shared_ptr<const BackendOp> make_backend_op(
     ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types, const ir::Type& out_type,
-    std::span<const std::vector<int64_t>> in_strides = {});
+    std::span<const std::vector<int64_t>> in_strides = {},
+    const std::vector<int64_t>& out_strides = {});
 
 // Floating-point operations of a matmul or convolution node (any dtype):
 // two per multiply-add.

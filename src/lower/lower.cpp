@@ -7,7 +7,8 @@
 //  3. kernels       one kernel per value that is still needed, in graph order
 //                   (forward, backward, then updates: every read of an old
 //                   parameter precedes its update); a reshape is a view of
-//                   its operand, with no kernel.
+//                   its operand, with no kernel; a product read only by a
+//                   transpose writes the transposed layout itself.
 //  4. alias         updates written into their inputs' storage when safe.
 //  5. plan memory   arena offsets for everything else.
 //  6. emit          slots and kernel implementations.
@@ -37,6 +38,7 @@ using ir::ValueId;
 // copy, reads `ins[0]` and writes `copy_to` (a slot).
 struct Pending {
   ValueId out = ir::kNoValue;
+  ValueId node = ir::kNoValue;  // the node it computes, when not `out`'s own
   std::vector<ValueId> ins;
   std::vector<bool> scalar;   // operand read as one value
   std::vector<bool> through;  // operand a broadcast, read from its source through strides
@@ -138,11 +140,30 @@ class Lowering {
         }
       }
     }
+    // A product whose one reader is a transpose writes the transposed value
+    // directly, through permuted output strides (attention's head merge).
+    const std::vector<int> uses = ir::use_counts(g_);
+    std::vector<bool> is_output(g_.nodes.size(), false);
+    for (const ir::Output& o : g_.outputs) is_output[size_t(o.value)] = true;
+    std::vector<ValueId> written_into(g_.nodes.size(), ir::kNoValue);
+    std::vector<bool> folded(g_.nodes.size(), false);
+    for (ValueId t = 0; t < g_.size(); ++t) {
+      const ir::Node& n = g_.node(t);
+      if (n.op != Op::transpose || !needed[size_t(t)] || root[size_t(t)] != t) continue;
+      const ValueId m = n.args[0];
+      if (g_.node(m).op == Op::matmul && exec::is_backend_op(Op::matmul, g_.type(m).dtype) &&
+          uses[size_t(m)] == 1 && !is_output[size_t(m)]) {
+        written_into[size_t(m)] = t;
+        folded[size_t(t)] = true;
+      }
+    }
     pos_.assign(g_.nodes.size(), -1);
     for (ValueId v = 0; v < g_.size(); ++v) {
       if (!needed[size_t(v)] || g_.node(v).op == Op::input || root[size_t(v)] != v) continue;
+      if (folded[size_t(v)]) continue;  // its product writes it
       Pending k;
-      k.out = v;
+      k.out = written_into[size_t(v)] != ir::kNoValue ? written_into[size_t(v)] : v;
+      k.node = v;
       k.scalar = scalar[size_t(v)];
       k.through = through[size_t(v)];
       const ir::Node& n = g_.node(v);
@@ -161,11 +182,19 @@ class Lowering {
         std::vector<std::vector<int64_t>> strides;
         if (std::find(k.through.begin(), k.through.end(), true) != k.through.end())
           strides = operand_strides(n, k);
-        k.backend = exec::make_backend_op(n.op, n.attrs, in_types, n.type, strides);
+        std::vector<int64_t> out_strides;
+        if (k.out != v) {  // element i of v lies at the transpose's position of i
+          const ir::Node& t = g_.node(k.out);
+          const std::vector<int64_t> ts = exec::row_major_strides(t.type.shape);
+          const std::vector<int64_t>& perm = t.attrs.ints("perm");
+          out_strides.assign(ts.size(), 0);
+          for (size_t d = 0; d < perm.size(); ++d) out_strides[size_t(perm[d])] = ts[d];
+        }
+        k.backend = exec::make_backend_op(n.op, n.attrs, in_types, n.type, strides, out_strides);
         k.scratch_bytes += k.backend->scratch_bytes();
         p_.flops += k.backend->flops();
       }
-      pos_[size_t(v)] = int64_t(kernels_.size());
+      pos_[size_t(k.out)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
     }
   }
@@ -292,7 +321,7 @@ class Lowering {
         p_.kernels.push_back(exec::copy_kernel(slot_[size_t(v)], pk.copy_to, g_.type(v)));
         continue;
       }
-      const ir::Node& n = g_.node(pk.out);
+      const ir::Node& n = g_.node(pk.node);
       exec::Kernel k;
       k.op = n.op;
       k.attrs = n.attrs;

@@ -225,6 +225,38 @@ TEST(Lower, TransposedMatmulOperandsAreReadThroughStrides) {
   EXPECT_EQ(max_rel_diff(got, want), 0.0);
 }
 
+// Attention's head merge: the values' product [B, H, T, D] transposed back
+// to [B, T, H, D]. A product read only by the transpose writes the transposed
+// layout itself; one with another reader keeps its own buffer and the
+// transpose runs. Either way the interpreter's bits.
+TEST(Lower, ProductReadOnlyByATransposeWritesItsLayout) {
+  for (bool second_reader : {false, true}) {
+    ir::Graph g;
+    ir::Builder b(g);
+    ValueId a = b.input(ir::InputRole::data, "a", {DType::f32, {2, 3, 5, 5}});
+    ValueId v = b.input(ir::InputRole::data, "v", {DType::f32, {2, 3, 5, 4}});
+    ValueId m = b.matmul(a, v, false, false);
+    ValueId t = b.add(Op::transpose, {m}, ir::Attrs{{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+    ValueId out = b.reshape(t, {2, 5, 12});
+    if (second_reader) out = b.binary(Op::add, out, b.reshape(b.unary(Op::neg, m), {2, 5, 12}));
+    g.outputs.push_back({ir::OutputRole::user, out, ir::kNoValue, "y"});
+    exec::Program p = lower::lower(g);
+    bool transposes = false;
+    for (const exec::Kernel& k : p.kernels) transposes |= std::string(k.name) == "transpose";
+    EXPECT_EQ(transposes, second_reader) << p.str();
+
+    std::vector<Tensor> in = {randn({2, 3, 5, 5}), randn({2, 3, 5, 4})};
+    const Tensor want = exec::interpret(g, in)[0];
+    Tensor got = Tensor::zeros({2, 5, 12});
+    exec::Executable e(std::move(p));
+    e.bind_input(0, in[0].data<float>());
+    e.bind_input(1, in[1].data<float>());
+    e.bind_output(0, got.data<float>());
+    e.run();
+    EXPECT_EQ(max_rel_diff(got, want), 0.0) << "second reader " << second_reader;
+  }
+}
+
 // Each elementwise op lowered (with scalar operands where the kernel takes
 // them) agrees with the interpreter.
 TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
