@@ -1,5 +1,6 @@
 #include "exec/dnnl_backend.hpp"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "exec/kernels.hpp"
 #include "exec/reference.hpp"
 
 namespace ws::exec {
@@ -66,6 +68,9 @@ class DnnlOp final : public BackendOp {
   int64_t flops() const override { return flops_; }
 
   void run(const void* a, const void* b, void* out, void* scratch) const override {
+    // oneDNN sizes its teams from the calling thread's OpenMP setting; a step
+    // run from another thread than the one that set the count gets it too.
+    if (omp_get_max_threads() != num_threads()) omp_set_num_threads(num_threads());
     const void* ptrs[3] = {a, b, out};
     auto* base = static_cast<std::byte*>(scratch);
     if (base != scratch_bound_) bind_scratch(base);

@@ -5,8 +5,11 @@
 // what a program's kernel computes, bit for bit; and thread counts.
 #include "exec/dnnl_backend.hpp"
 
+#include <omp.h>
+
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -233,6 +236,23 @@ TEST(DnnlBackend, OneAndTwoThreadsAgree) {
                        f32({c.m, c.n}), a, b, describe(c));
   };
   EXPECT_EQ(mm(1), mm(2));
+  set_num_threads(before);
+}
+
+// The thread count is the library's, not the calling thread's OpenMP
+// setting: a step run from a thread of its own uses it too.
+TEST(DnnlBackend, ProductsRunWithTheLibrarysThreadCountFromAnyThread) {
+  const int before = num_threads();
+  set_num_threads(1);
+  int seen = 0;
+  std::thread worker([&] {
+    const MatmulCase c{1, 8, 8, 8, false, false};
+    run_guarded(Op::matmul, matmul_attrs(c), {f32({8, 8}), f32({8, 8})}, f32({8, 8}),
+                std::vector<float>(64, 1.0f), std::vector<float>(64, 1.0f), describe(c));
+    seen = omp_get_max_threads();
+  });
+  worker.join();
+  EXPECT_EQ(seen, 1);
   set_num_threads(before);
 }
 
