@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 
 #include <fmt/format.h>
@@ -214,7 +215,8 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
 
 // Where a step's time goes: each kernel implementation's share, then the
 // contractions alone.
-int profile(const Common& c, int64_t steps, const std::string& mode, int top) {
+int profile(const Common& c, int64_t steps, const std::string& mode, int top,
+            const std::string& trace) {
   ws::TrainSetup s = make_setup(c);
   ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
   const std::vector<ws::Tensor> batch = ws::models::random_batch(ws::models::spec(c.model), 0);
@@ -243,6 +245,14 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top) {
   fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
              p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
              p.step_ms / p.contraction_ms);
+  if (!trace.empty()) {
+    std::ofstream out(trace);
+    out << ws::chrome_trace(p);
+    if (!out.flush())
+      throw ws::Error(fmt::format("profile: cannot write the trace to '{}'", trace));
+    fmt::print("trace of the last step ({} kernels): {} (chrome://tracing or Perfetto)\n",
+               p.last_step.size(), trace);
+  }
   return 0;
 }
 
@@ -285,6 +295,8 @@ int main(int argc, char** argv) {
   pr->add_option("--steps", steps, "profiled steps")->capture_default_str();
   pr->add_option("--mode", mode, "three_graph | single_graph")->capture_default_str();
   pr->add_option("--top", top, "kernels listed")->capture_default_str();
+  std::string trace;
+  pr->add_option("--trace", trace, "write the last step as Chrome trace JSON to this file");
 
   app.add_subcommand("info", "print the CPU, threads and the instruction set of each backend");
 
@@ -300,7 +312,7 @@ int main(int argc, char** argv) {
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
     if (tr->parsed()) return train(c, epochs, max_steps, mode);
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows);
-    if (pr->parsed()) return profile(c, steps, mode, top);
+    if (pr->parsed()) return profile(c, steps, mode, top, trace);
     if (dp->parsed()) return dump(c, mode);
   } catch (const ws::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

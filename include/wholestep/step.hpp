@@ -62,19 +62,35 @@ std::string backend_info();
 
 // Time spent per kernel over some steps, summed by kernel implementation.
 struct KernelTime {
-  std::string name;      // implementation, e.g. "dnnl_matmul", "add", "reduce_sum"
-  int64_t calls = 0;     // over all profiled steps
-  double ms = 0;         // total over all profiled steps
-  int64_t flops = 0;     // per step, matrix products and convolutions only
+  std::string name;   // implementation, e.g. "dnnl_matmul", "add", "reduce_sum"
+  int64_t calls = 0;  // over all profiled steps
+  double ms = 0;      // total over all profiled steps
+  int64_t flops = 0;  // per step, matrix products and convolutions only
 };
+// One kernel run of a profiled step, for a timeline.
+struct KernelEvent {
+  std::string name;     // implementation, as in KernelTime
+  std::string op;       // the IR op it computes
+  std::string program;  // the graph it belongs to: "step", "forward", "backward", "optimizer"
+  std::string where;    // the source line that made the node ("file.cpp:12"), when known
+  double start_ms = 0;  // from the start of the step
+  double ms = 0;
+};
+
 struct StepProfile {
   int64_t steps = 0;
-  double step_ms = 0;                // median wall time of one profiled step
-  std::vector<KernelTime> kernels;   // most time first
+  double step_ms = 0;               // median wall time of one profiled step
+  std::vector<KernelTime> kernels;  // most time first
   // Median time of one pass over the step's matrix products and convolutions
   // alone (the same kernels on the same buffers, nothing else run between).
   double contraction_ms = 0;
+  std::vector<KernelEvent> last_step;  // every kernel of the last profiled step, in order
 };
+
+// The profile's last step as Chrome trace JSON (chrome://tracing, Perfetto):
+// one slice per kernel, named by its implementation and op, with its source
+// line, on one track per program.
+std::string chrome_trace(const StepProfile& p);
 
 using LossFn = std::function<Tensor(const std::vector<Tensor>&)>;
 

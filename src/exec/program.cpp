@@ -89,15 +89,19 @@ void Executable::run() {
   for (const Kernel& k : prog_.kernels) k.fn(k, slots);
 }
 
-void Executable::run_timed(std::vector<double>& ns) {
+void Executable::run_timed(std::chrono::steady_clock::time_point origin,
+                           std::vector<double>& start_ns, std::vector<double>& ns) {
   if (!resolved_) resolve();
-  WS_CHECK(ns.size() == prog_.kernels.size()) << "one time per kernel";
+  WS_CHECK(ns.size() == prog_.kernels.size() && start_ns.size() == ns.size())
+      << "one time per kernel";
   void* const* slots = slot_ptrs_.data();
+  using nanos = std::chrono::duration<double, std::nano>;
   for (size_t i = 0; i < prog_.kernels.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     prog_.kernels[i].fn(prog_.kernels[i], slots);
-    ns[i] +=
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    start_ns[i] = nanos(t0 - origin).count();
+    ns[i] = nanos(t1 - t0).count();
   }
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -89,8 +90,10 @@ class Executable {
   void bind_input(size_t i, void* data);
   void bind_output(size_t i, void* data);
   void run();
-  // run(), adding each kernel's wall time in nanoseconds to ns[k].
-  void run_timed(std::vector<double>& ns);
+  // run(), writing kernel k's start (nanoseconds after `origin`) and wall
+  // time to start_ns[k] and ns[k].
+  void run_timed(std::chrono::steady_clock::time_point origin, std::vector<double>& start_ns,
+                 std::vector<double>& ns);
   // Runs only the kernels k with only[k] set, in order.
   void run_only(const std::vector<bool>& only);
 

@@ -298,17 +298,22 @@ Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
   return *last;
 }
 
-// One step of a compiled mode's Programs; with `ns`, each kernel's time is
-// added to ns[program][kernel].
-void run_programs(Compiled& c, const std::vector<Tensor>& data,
-                  std::vector<std::vector<double>>* ns) {
+// Kernel start times and durations of one step, [program][kernel], in
+// nanoseconds from `origin`.
+struct StepTiming {
+  std::chrono::steady_clock::time_point origin;
+  std::vector<std::vector<double>> start_ns, ns;
+};
+
+// One step of a compiled mode's Programs, each kernel timed when `t` is set.
+void run_programs(Compiled& c, const std::vector<Tensor>& data, StepTiming* t) {
   for (const Copy& s : c.shadows) std::memcpy(s.own, s.user, s.bytes);
   for (size_t p = 0; p < c.programs.size(); ++p) {
     for (size_t i = 0; i < c.inputs[p].size(); ++i)
       if (c.inputs[p][i].kind == Bind::data)
         c.programs[p].bind_input(i, data[c.inputs[p][i].index].impl()->storage->data);
-    if (ns)
-      c.programs[p].run_timed((*ns)[p]);
+    if (t)
+      c.programs[p].run_timed(t->origin, t->start_ns[p], t->ns[p]);
     else
       c.programs[p].run();
   }
@@ -332,10 +337,13 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
     throw Error(fmt::format("profile: steps must be at least 1, got {}{}", steps,
                             at(SourceLoc::from(sloc))));
   Compiled& c = m.lookup(data, sloc);
-  std::vector<std::vector<double>> ns;
+  StepTiming timing;
+  std::vector<std::vector<double>> total_ns;
   std::vector<std::vector<bool>> contraction;
   for (const exec::Executable& e : c.programs) {
-    ns.emplace_back(e.program().kernels.size(), 0.0);
+    total_ns.emplace_back(e.program().kernels.size(), 0.0);
+    timing.start_ns.push_back(total_ns.back());
+    timing.ns.push_back(total_ns.back());
     contraction.emplace_back();
     for (const exec::Kernel& k : e.program().kernels) contraction.back().push_back(bool(k.backend));
   }
@@ -350,10 +358,12 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
   std::vector<double> step_ms, contraction_ms;
   for (int s = 0; s < steps; ++s) {
     m.prepare(c, data);
-    const auto t0 = clock::now();
-    run_programs(c, data, &ns);
-    step_ms.push_back(ms_since(t0));
+    timing.origin = clock::now();
+    run_programs(c, data, &timing);
+    step_ms.push_back(ms_since(timing.origin));
     m.opt.advance();
+    for (size_t p = 0; p < total_ns.size(); ++p)
+      for (size_t k = 0; k < total_ns[p].size(); ++k) total_ns[p][k] += timing.ns[p][k];
   }
   // The contractions alone, on the buffers the real steps left behind.
   for (int s = 0; s < steps; ++s) {
@@ -373,8 +383,11 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
       KernelTime& t = by_name[exec::kernel_label(kern)];
       t.name = exec::kernel_label(kern);
       t.calls += steps;
-      t.ms += ns[p][k] * 1e-6;
+      t.ms += total_ns[p][k] * 1e-6;
       if (kern.backend) t.flops += kern.backend->flops();
+      prof.last_step.push_back({exec::kernel_label(kern), std::string(ir::op_name(kern.op)),
+                                prog.name, kern.loc.str(), timing.start_ns[p][k] * 1e-6,
+                                timing.ns[p][k] * 1e-6});
     }
   }
   for (auto& [name, t] : by_name) prof.kernels.push_back(t);

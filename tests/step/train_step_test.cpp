@@ -1,6 +1,9 @@
 // The compiled training step: modes agree, updates are in place, hypers are
 // inputs, errors are clear.
+#include <map>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "step/mlp_fixture.hpp"
 #include "test_util.hpp"
@@ -224,6 +227,40 @@ TEST(TrainStep, ProfileTimesEveryKernelAndTheProductsAlone) {
   for (size_t i = 1; i < p.kernels.size(); ++i) EXPECT_GE(p.kernels[i - 1].ms, p.kernels[i].ms);
   EXPECT_GT(p.step_ms, 0);
   EXPECT_GT(p.contraction_ms, 0);
+}
+
+TEST(TrainStep, ChromeTraceHasOneSlicePerKernelInOrderOnEachProgramsTrack) {
+  for (StepMode mode : {StepMode::single_graph, StepMode::three_graph}) {
+    SmallMlp run(1);
+    TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = mode});
+    auto batch = testing::random_batches(1, 2)[0];
+    const StepResult r = step.run(batch);
+    const StepProfile p = step.profile(batch, 2);
+    ASSERT_EQ(int64_t(p.last_step.size()), r.counters.kernels);
+    const nlohmann::json trace = nlohmann::json::parse(chrome_trace(p));
+    std::map<int, std::string> tracks;
+    double end = 0;
+    int slices = 0;
+    bool user_line = false;
+    for (const auto& e : trace.at("traceEvents")) {
+      if (e.at("ph") == "M") {
+        tracks[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+        continue;
+      }
+      ASSERT_EQ(e.at("ph"), "X");
+      const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
+      EXPECT_GE(ts, end - 1e-6) << "kernels of one step run one after another";
+      EXPECT_GE(dur, 0);
+      end = ts + dur;
+      EXPECT_EQ(tracks.at(e.at("tid").get<int>()), e.at("args").at("program"));
+      user_line = user_line ||
+                  e.at("name").get<std::string>().find("mlp_fixture.hpp:") != std::string::npos;
+      ++slices;
+    }
+    EXPECT_EQ(slices, r.counters.kernels);
+    EXPECT_EQ(int64_t(tracks.size()), r.counters.graphs) << mode_name(mode);
+    EXPECT_TRUE(user_line) << "no slice names the loss function's source line";
+  }
 }
 
 TEST(TrainStep, ProfileRejectsTheInterpreterAndNoSteps) {
