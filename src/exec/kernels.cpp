@@ -347,6 +347,11 @@ bool takes_scalar_operands(Op op, DType dt) {
   return op == Op::select || binary_fn<float>(op) != nullptr;
 }
 
+bool computes_in_place(Op op, DType dt) {
+  return takes_scalar_operands(op, dt) ||
+         ((dt == DType::f32 || dt == DType::f64) && unary_fn<float>(op) != nullptr);
+}
+
 void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
   if (k.in.size() > kMaxOperands)
     throw Error(fmt::format("{}: {} operands; a kernel reads at most {}{}", ir::op_name(k.op),

@@ -13,6 +13,12 @@ namespace ws::exec {
 // broadcast scalar never has to be materialized.
 bool takes_scalar_operands(ir::Op op, DType dt);
 
+// True when the kernel for `op` on operands of dtype `dt` reads element i of
+// each full-size operand before it writes element i of the result and
+// nothing else there, so the result may take the storage of such an operand
+// that dies at it (unary and binary arithmetic, select; f32 and f64).
+bool computes_in_place(ir::Op op, DType dt);
+
 // Fills k.fn, k.name and k.p from k.op, k.in_types, k.out_type and k.attrs.
 // scalar[i]: operand i is a single value (only where takes_scalar_operands).
 void choose_kernel(Kernel& k, const std::vector<bool>& scalar);

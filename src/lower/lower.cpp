@@ -265,13 +265,41 @@ class Lowering {
     std::vector<int64_t> last(g_.nodes.size(), -1);
     for (size_t k = 0; k < kernels_.size(); ++k)
       for (ValueId a : kernels_[k].ins) last[size_t(a)] = int64_t(k);
+    // In place: an elementwise kernel writes over a full-size operand of its
+    // size that dies there. owner[v] is the value whose planned block v
+    // uses (v itself unless it took an operand's); the block lives from its
+    // owner's definition to the last read of anything in it.
+    std::vector<ValueId> owner(g_.nodes.size(), ir::kNoValue);
+    std::vector<int64_t> block_last(g_.nodes.size(), -1);
+    for (size_t k = 0; k < kernels_.size(); ++k) {
+      const Pending& pk = kernels_[k];
+      if (pk.out == ir::kNoValue || slot_[size_t(pk.out)] >= 0) continue;
+      owner[size_t(pk.out)] = pk.out;
+      const ir::Node& n = g_.node(pk.node);
+      const DType dt = g_.type(n.args.empty() ? pk.out : n.args.back()).dtype;
+      if (pk.backend || !exec::computes_in_place(n.op, dt)) continue;
+      for (size_t i = 0; i < pk.ins.size(); ++i) {
+        const ValueId a = pk.ins[i];
+        if (pk.scalar[i] || pk.through[i] || owner[size_t(a)] == ir::kNoValue ||
+            last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(pk.out).bytes())
+          continue;
+        owner[size_t(pk.out)] = owner[size_t(a)];
+        break;
+      }
+    }
+    for (size_t k = 0; k < kernels_.size(); ++k) {
+      const ValueId v = kernels_[k].out;
+      if (v == ir::kNoValue || owner[size_t(v)] == ir::kNoValue) continue;
+      const ValueId o = owner[size_t(v)];
+      block_last[size_t(o)] = std::max({block_last[size_t(o)], pos_[size_t(v)], last[size_t(v)]});
+    }
     std::vector<ValueId> values;
     std::vector<LiveRange> ranges;
     for (const Pending& k : kernels_) {
-      if (k.out == ir::kNoValue || slot_[size_t(k.out)] >= 0) continue;
-      const int64_t def = pos_[size_t(k.out)];
+      if (k.out == ir::kNoValue || owner[size_t(k.out)] != k.out) continue;
       values.push_back(k.out);
-      ranges.push_back({int64_t(g_.type(k.out).bytes()), def, std::max(def, last[size_t(k.out)])});
+      ranges.push_back(
+          {int64_t(g_.type(k.out).bytes()), pos_[size_t(k.out)], block_last[size_t(k.out)]});
     }
     // Scratch lives only while its kernel runs.
     std::vector<Pending*> scratch_users;
@@ -284,6 +312,10 @@ class Lowering {
     for (size_t i = 0; i < values.size(); ++i)
       slot_[size_t(values[i])] =
           new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
+    for (const Pending& k : kernels_)
+      if (k.out != ir::kNoValue && owner[size_t(k.out)] != ir::kNoValue &&
+          owner[size_t(k.out)] != k.out)
+        slot_[size_t(k.out)] = slot_[size_t(owner[size_t(k.out)])];
     for (size_t i = 0; i < scratch_users.size(); ++i)
       scratch_users[i]->scratch = new_slot(SlotKind::arena, plan.offsets[values.size() + i],
                                            size_t(scratch_users[i]->scratch_bytes));

@@ -7,12 +7,50 @@
 
 namespace ws::lower {
 
+namespace {
+
+int64_t rounded_size(int64_t b, int64_t alignment) {
+  return std::max<int64_t>(alignment, (b + alignment - 1) / alignment * alignment);
+}
+
+// Largest first: each range, biggest first, takes the lowest offset where it
+// overlaps no placed range that is alive at the same time (XLA's "global
+// decreasing size" heap placement). Quadratic in the ranges, at compile time.
+std::vector<int64_t> place_by_size(const std::vector<LiveRange>& ranges, int64_t alignment,
+                                   int64_t* arena) {
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ranges[a].bytes > ranges[b].bytes; });
+  std::vector<int64_t> offsets(ranges.size(), -1);
+  std::vector<size_t> placed;
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of overlapping placed ranges
+  *arena = 0;
+  for (size_t r : order) {
+    busy.clear();
+    for (size_t q : placed)
+      if (ranges[q].def <= ranges[r].last && ranges[r].def <= ranges[q].last)
+        busy.push_back({offsets[q], offsets[q] + rounded_size(ranges[q].bytes, alignment)});
+    std::sort(busy.begin(), busy.end());
+    const int64_t size = rounded_size(ranges[r].bytes, alignment);
+    int64_t off = 0;
+    for (const auto& [b, e] : busy) {
+      if (b - off >= size) break;
+      off = std::max(off, e);
+    }
+    offsets[r] = off;
+    *arena = std::max(*arena, off + size);
+    placed.push_back(r);
+  }
+  return offsets;
+}
+
+}  // namespace
+
 MemoryPlan plan_memory(const std::vector<LiveRange>& ranges, int64_t alignment) {
   MemoryPlan plan;
   plan.offsets.assign(ranges.size(), -1);
-  auto rounded = [&](int64_t b) {
-    return std::max<int64_t>(alignment, (b + alignment - 1) / alignment * alignment);
-  };
+  auto rounded = [&](int64_t b) { return rounded_size(b, alignment); };
 
   // Events by position: allocate at def, free after last.
   std::vector<size_t> by_def(ranges.size());
@@ -75,6 +113,13 @@ MemoryPlan plan_memory(const std::vector<LiveRange>& ranges, int64_t alignment) 
     live += lr.bytes;
     plan.max_live = std::max(plan.max_live, live);
     pending_free.emplace(lr.last, r);
+  }
+  // Two placements, the smaller arena wins.
+  int64_t by_size_arena = 0;
+  std::vector<int64_t> by_size = place_by_size(ranges, alignment, &by_size_arena);
+  if (by_size_arena < plan.arena_bytes) {
+    plan.offsets = std::move(by_size);
+    plan.arena_bytes = by_size_arena;
   }
   return plan;
 }

@@ -1,11 +1,13 @@
 // plan_memory: offsets for temporaries in one arena.
 //
 // Each value lives from the kernel that writes it to the last kernel that
-// reads it. Values are placed in definition order; a value takes the
-// smallest free block that fits (best fit), else the arena grows. Blocks are
-// freed after their last reader, so a kernel's result never shares memory
-// with its operands. `max_live` is the largest total size alive at once: a
-// lower bound that no placement for this schedule can beat.
+// reads it (a kernel computing in place extends its operand's range instead
+// of asking for one). Two placements are made and the smaller arena kept:
+// in definition order, each value taking the smallest free block that fits
+// (best fit) or growing the arena; and largest first, each value at the
+// lowest offset free for its whole life. Ranges that are alive at the same
+// time never share bytes. `max_live` is the largest total size alive at
+// once: a lower bound that no placement for this schedule can beat.
 #pragma once
 
 #include <cstdint>

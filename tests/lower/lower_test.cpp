@@ -49,6 +49,15 @@ TEST(PlanMemory, SequentialChainNeedsTwoBuffers) {
   EXPECT_EQ(plan.max_live, 2 * 1024);
 }
 
+// In definition order, a freed small block cannot hold the next big value
+// and the arena grows; placing the largest first reaches the lower bound.
+TEST(PlanMemory, KeepsTheSmallerOfTwoPlacements) {
+  const std::vector<lower::LiveRange> ranges = {{128, 0, 0}, {256, 0, 2}, {320, 1, 2}};
+  lower::MemoryPlan plan = lower::plan_memory(ranges);
+  EXPECT_EQ(plan.max_live, 256 + 320);
+  EXPECT_EQ(plan.arena_bytes, plan.max_live);
+}
+
 TEST(Simplify, RemovesDeadAndRepeatedNodes) {
   ir::Graph g = ir::parse(R"(graph g {
   %0 = input param "w" : f32[2]
@@ -154,6 +163,37 @@ TEST(Lower, ReshapeIsAViewAndOnlyAReshapedOutputIsCopied) {
     EXPECT_FLOAT_EQ(y[i], -std::exp(float(i)));
     EXPECT_FLOAT_EQ(z[i], std::exp(float(i)));
   }
+}
+
+// An elementwise kernel writes over an operand of its size that dies there;
+// one that is read again later keeps its own block.
+TEST(Lower, ElementwiseResultTakesTheBlockOfAnOperandThatDiesThere) {
+  ir::Graph g = ir::parse(R"(graph g {
+  %0 = input data "x" : f32[64]
+  %1 = neg %0 : f32[64]
+  %2 = exp %1 : f32[64]
+  %3 = mul %2, %2 : f32[64]
+  %4 = tanh %3 : f32[64]
+  %5 = add %4, %3 : f32[64]
+  %6 = sigmoid %5 : f32[64]
+  out user %6 "y"
+}
+)");
+  exec::Program p = lower::lower(g);
+  ASSERT_EQ(p.kernels.size(), 6u) << p.str();
+  auto out = [&](size_t k) { return p.kernels[k].out; };
+  EXPECT_EQ(out(1), out(0)) << "exp over neg's result\n" << p.str();
+  EXPECT_EQ(out(2), out(0)) << "mul over exp's result\n" << p.str();
+  EXPECT_NE(out(3), out(2)) << "tanh must not overwrite %3: add reads it\n" << p.str();
+  EXPECT_EQ(out(4), out(3)) << "add over tanh's result\n" << p.str();
+  std::vector<Tensor> in = {randn({64})};
+  const Tensor want = exec::interpret(g, in)[0];
+  Tensor got = Tensor::zeros({64});
+  exec::Executable e(std::move(p));
+  e.bind_input(0, in[0].data<float>());
+  e.bind_output(0, got.data<float>());
+  e.run();
+  EXPECT_EQ(max_rel_diff(got, want), 0.0);
 }
 
 // Per-channel and per-row statistics broadcast over activations (BatchNorm,
