@@ -1,5 +1,7 @@
 #include "partition/partition.hpp"
 
+#include "partition/update_order.hpp"
+
 #include <algorithm>
 #include <map>
 
@@ -138,7 +140,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
 }  // namespace
 
 Graph single_graph(const JointGraph& joint) {
-  Graph g = joint.graph;
+  Graph g = updates_early(joint);
   g.name = "step";
   std::erase_if(g.outputs, [](const ir::Output& o) { return o.role == ir::OutputRole::grad; });
   return g;
