@@ -149,5 +149,14 @@ std::vector<int> use_counts(const Graph& g) {
   return uses;
 }
 
+void copy_interface(const Graph& g, const std::vector<ValueId>& map, Graph& out) {
+  for (ValueId v : g.inputs) out.inputs.push_back(map[size_t(v)]);
+  for (Output o : g.outputs) {
+    o.value = map[size_t(o.value)];
+    if (o.aliased_input != kNoValue) o.aliased_input = map[size_t(o.aliased_input)];
+    out.outputs.push_back(std::move(o));
+  }
+}
+
 }  // namespace ir
 }  // namespace ws

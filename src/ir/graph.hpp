@@ -118,4 +118,8 @@ struct Graph {
 // Number of users of each value (graph outputs count as users).
 std::vector<int> use_counts(const Graph& g);
 
+// For passes that rebuild a graph: g's inputs and outputs, with every value
+// renamed through `map` (old id -> new id), appended to `out`.
+void copy_interface(const Graph& g, const std::vector<ValueId>& map, Graph& out);
+
 }  // namespace ws::ir

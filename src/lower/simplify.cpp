@@ -62,12 +62,7 @@ ir::Graph simplify(const ir::Graph& g) {
       map[size_t(v)] = ValueId(out.nodes.size() - 1);
     }
   }
-  for (ValueId v : g.inputs) out.inputs.push_back(map[size_t(v)]);
-  for (ir::Output o : g.outputs) {
-    o.value = map[size_t(o.value)];
-    if (o.aliased_input != ir::kNoValue) o.aliased_input = map[size_t(o.aliased_input)];
-    out.outputs.push_back(std::move(o));
-  }
+  ir::copy_interface(g, map, out);
   return out;
 }
 
