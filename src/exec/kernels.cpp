@@ -424,10 +424,6 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
 }
 
 // Reductions keep their partial sums on the stack (reduce.cpp).
-int64_t scratch_bytes(Op, const ir::Attrs&, const std::vector<ir::Type>&, const ir::Type&) {
-  return 0;
-}
-
 Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type) {
   Kernel k;
   k.fn = k_copy;

@@ -23,11 +23,6 @@ bool computes_in_place(ir::Op op, DType dt);
 // scalar[i]: operand i is a single value (only where takes_scalar_operands).
 void choose_kernel(Kernel& k, const std::vector<bool>& scalar);
 
-// Bytes of temporary memory the chosen kernel for this node needs while it
-// runs (0 for most); the lowering plans it in the arena like any value.
-int64_t scratch_bytes(ir::Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in_types,
-                      const ir::Type& out_type);
-
 // A kernel copying `bytes` from slot `from` to slot `to`.
 Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type);
 

@@ -175,9 +175,9 @@ class Lowering {
                                                    : a)]);
         in_types.push_back(g_.type(n.args[i]));
       }
-      k.scratch_bytes = exec::scratch_bytes(n.op, n.attrs, in_types, n.type);
       if (exec::is_backend_op(n.op, n.type.dtype)) {
-        // Created once here; its scratch is planned with everything else.
+        // Created once here; its scratch (the only kernel scratch there is)
+        // is planned with everything else.
         // Transposed operands are read where their source lies.
         std::vector<std::vector<int64_t>> strides;
         if (std::find(k.through.begin(), k.through.end(), true) != k.through.end())
@@ -191,7 +191,7 @@ class Lowering {
           for (size_t d = 0; d < perm.size(); ++d) out_strides[size_t(perm[d])] = ts[d];
         }
         k.backend = exec::make_backend_op(n.op, n.attrs, in_types, n.type, strides, out_strides);
-        k.scratch_bytes += k.backend->scratch_bytes();
+        k.scratch_bytes = k.backend->scratch_bytes();
         p_.flops += k.backend->flops();
       }
       pos_[size_t(k.out)] = int64_t(kernels_.size());
