@@ -9,7 +9,7 @@ namespace {
 
 using ir::Op;
 
-constexpr int kMaxOperands3 = 3;
+constexpr int kMaxBroadcastOperands = 3;  // select reads three
 
 // Calls f(y_offset, offsets, length, inner_strides) for every row of k.walk;
 // offsets[i] is operand i's offset of the row's first element. Rows are split
@@ -147,7 +147,8 @@ void choose_broadcast_kernel(Kernel& k, const std::vector<std::vector<int64_t>>&
   const DType dt = k.in_types.back().dtype;
   WS_CHECK(takes_broadcast_operands(k.op, dt))
       << "no broadcast-operand kernel for " << ir::op_name(k.op) << " on " << dtype_name(dt);
-  WS_CHECK(int(operand_strides.size()) <= kMaxOperands3 && operand_strides.size() == k.in.size())
+  WS_CHECK(int(operand_strides.size()) <= kMaxBroadcastOperands &&
+           operand_strides.size() == k.in.size())
       << "operand strides for " << ir::op_name(k.op);
   Shape shape = k.out_type.shape;
   std::vector<std::vector<int64_t>> st = operand_strides;
