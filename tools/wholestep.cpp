@@ -193,7 +193,7 @@ int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
   return 0;
 }
 
-int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) {
+int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, bool unfused_rows) {
   const ws::models::Spec spec = ws::models::spec(c.model);
   BatchSource source(c, spec);
   std::vector<std::vector<ws::Tensor>> batches;
@@ -203,6 +203,10 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
   if (no_alias_rows) {
     configs.push_back({ws::StepMode::three_graph, false});
     configs.push_back({ws::StepMode::single_graph, false});
+  }
+  if (unfused_rows) {
+    configs.push_back({ws::StepMode::three_graph, true, false});
+    configs.push_back({ws::StepMode::single_graph, true, false});
   }
   fmt::print(
       "comparing modes on {} (batch {}, {}): {} timed steps after {} warm-up, round robin, "
@@ -216,9 +220,9 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows) 
 // Where a step's time goes: each kernel implementation's share, then the
 // contractions alone.
 int profile(const Common& c, int64_t steps, const std::string& mode, int top,
-            const std::string& trace) {
+            const std::string& trace, bool no_fuse) {
   ws::TrainSetup s = make_setup(c);
-  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
+  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode), .fuse = !no_fuse});
   const std::vector<ws::Tensor> batch = ws::models::random_batch(ws::models::spec(c.model), 0);
   auto t0 = std::chrono::steady_clock::now();
   const ws::StepResult r = step.run(batch);  // traces, compiles and runs one step
@@ -288,6 +292,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--steps", steps, "timed steps")->capture_default_str();
   cmp->add_option("--warmup", warmup, "untimed first steps")->capture_default_str();
   cmp->add_flag("--no-alias-rows", no_alias_rows, "also run the compiled modes with aliasing off");
+  bool unfused_rows = false, no_fuse = false;
+  cmp->add_flag("--unfused-rows", unfused_rows, "also run the compiled modes without fusion");
 
   int top = 12;
   auto* pr = app.add_subcommand("profile", "time every kernel of a compiled step");
@@ -297,6 +303,7 @@ int main(int argc, char** argv) {
   pr->add_option("--top", top, "kernels listed")->capture_default_str();
   std::string trace;
   pr->add_option("--trace", trace, "write the last step as Chrome trace JSON to this file");
+  pr->add_flag("--no-fuse", no_fuse, "one kernel per op (for comparison)");
 
   app.add_subcommand("info", "print the CPU, threads and the instruction set of each backend");
 
@@ -311,8 +318,8 @@ int main(int argc, char** argv) {
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
     if (tr->parsed()) return train(c, epochs, max_steps, mode);
-    if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows);
-    if (pr->parsed()) return profile(c, steps, mode, top, trace);
+    if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows);
+    if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode);
   } catch (const ws::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -22,6 +22,7 @@ struct TrainSetup {
 struct CompareConfig {
   StepMode mode;
   bool aliasing = true;
+  bool fuse = true;
 };
 
 struct CompareRow {

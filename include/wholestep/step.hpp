@@ -29,6 +29,9 @@ struct StepOptions {
   // Update parameters and optimizer state in their own storage. Off (for
   // comparison only): the step keeps its own copy and copies in and out.
   bool aliasing = true;
+  // Fuse chains of elementwise ops into one loop kernel each. Off (for
+  // comparison only): one kernel per op.
+  bool fuse = true;
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;
@@ -111,7 +114,9 @@ class TrainStep {
   const StepOptions& options() const;
   // How many times the loss function was traced (once per input signature).
   int64_t traces() const;
-  // The IR of the graphs of the last compiled signature, as text.
+  // The IR of the graphs of the last compiled signature, as text: as their
+  // Programs run them (a fusion node is one kernel), or the step graph when
+  // interpreted.
   std::string graphs_text() const;
   // The lowered Programs of the last compiled signature, as listings.
   std::string programs_text() const;

@@ -259,7 +259,10 @@ VjpRule vjp_rule(Op op) {
     case Op::sub: return vjp_sub;
     case Op::transpose: return vjp_transpose;
     // Not differentiable: sources, comparisons, indexing by integers,
-    // random numbers, and the gradient ops themselves (first order only).
+    // random numbers, the gradient ops themselves (first order only), and
+    // fusions, which lowering makes after differentiation.
+    case Op::fusion:
+    case Op::fusion_result:
     case Op::avg_pool2d_grad:
     case Op::conv2d_input_grad:
     case Op::conv2d_weight_grad:

@@ -90,51 +90,10 @@ void k_select_bcast(const Kernel& k, void* const* s) {
 
 template <class T>
 KernelFn binary_bcast_fn(Op op) {
-  switch (op) {
-#define WS_BCAST(o) \
-  case Op::o: return k_binary_bcast<T, Op::o>;
-    WS_BCAST(add)
-    WS_BCAST(sub)
-    WS_BCAST(mul)
-    WS_BCAST(div)
-    WS_BCAST(pow)
-    WS_BCAST(maximum)
-    WS_BCAST(eq)
-    WS_BCAST(ne)
-    WS_BCAST(lt)
-    WS_BCAST(le)
-    WS_BCAST(gt)
-    WS_BCAST(ge)
-#undef WS_BCAST
-    case Op::select: return k_select_bcast<T>;
-    default: return nullptr;
-  }
-}
-
-// Merges adjacent dims where every operand's strides allow it, and drops
-// size-1 dims; `strides` holds one vector per operand.
-void merge_joint(Shape& shape, std::vector<std::vector<int64_t>>& strides) {
-  Shape s;
-  std::vector<std::vector<int64_t>> st(strides.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = !s.empty();
-    for (size_t i = 0; merge && i < strides.size(); ++i)
-      merge = st[i].back() == strides[i][d] * shape[d];
-    if (merge) {
-      s.back() *= shape[d];
-      for (size_t i = 0; i < strides.size(); ++i) st[i].back() = strides[i][d];
-    } else {
-      s.push_back(shape[d]);
-      for (size_t i = 0; i < strides.size(); ++i) st[i].push_back(strides[i][d]);
-    }
-  }
-  if (s.empty()) {
-    s = {1};
-    for (auto& v : st) v = {0};
-  }
-  shape = std::move(s);
-  strides = std::move(st);
+  if (op == Op::select) return k_select_bcast<T>;
+  KernelFn fn = nullptr;
+  with_binary_op(op, [&](auto o) { fn = k_binary_bcast<T, decltype(o)::value>; });
+  return fn;
 }
 
 }  // namespace

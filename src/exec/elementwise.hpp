@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "exec/vec_math.hpp"
 #include "ir/op.hpp"
@@ -57,25 +58,53 @@ inline T unary_value(T x) {
   return y;
 }
 
+// The elementwise ops by form, read from the op table (ops.def): a unary
+// op is an elementwise op of one operand other than `convert` (which
+// changes the dtype), a binary op one of two operands (arithmetic or a
+// comparison). A new line in ops.def joins these lists by itself, and the
+// definitions above and below fail to compile until they cover it.
+template <ir::Op op>
+inline constexpr bool is_unary_math = ir::op_info(op).category
+                                          == ir::OpCategory::elementwise&& ir::op_info(op).arity ==
+                                          1 &&
+                                      op != ir::Op::convert;
+template <ir::Op op>
+inline constexpr bool is_binary_math = ir::op_info(op).category
+                                       == ir::OpCategory::elementwise&& ir::op_info(op).arity == 2;
+
+namespace detail {
+template <template <ir::Op> class Pred, class F, size_t... I>
+bool with_op(ir::Op op, F& f, std::index_sequence<I...>) {
+  bool found = false;
+  auto one = [&]<size_t i>() {
+    constexpr ir::Op o = ir::Op(i);
+    if constexpr (Pred<o>::value)
+      if (op == o) {
+        f(std::integral_constant<ir::Op, o>{});
+        found = true;
+      }
+  };
+  (one.template operator()<I>(), ...);
+  return found;
+}
+template <ir::Op op>
+struct UnaryPred : std::bool_constant<is_unary_math<op>> {};
+template <ir::Op op>
+struct BinaryPred : std::bool_constant<is_binary_math<op>> {};
+}  // namespace detail
+
 // Calls f(std::integral_constant<Op, op>) for a unary elementwise op; false
 // for any other op.
 template <class F>
 bool with_unary_op(ir::Op op, F&& f) {
-  using ir::Op;
-  switch (op) {
-#define WS_UNARY(o) \
-  case Op::o: f(std::integral_constant<Op, Op::o>{}); return true;
-    WS_UNARY(neg)
-    WS_UNARY(exp)
-    WS_UNARY(log)
-    WS_UNARY(tanh)
-    WS_UNARY(sigmoid)
-    WS_UNARY(sqrt)
-    WS_UNARY(rsqrt)
-    WS_UNARY(erf)
-#undef WS_UNARY
-    default: return false;
-  }
+  return detail::with_op<detail::UnaryPred>(op, f, std::make_index_sequence<ir::kNumOps>{});
+}
+
+// Calls f(std::integral_constant<Op, op>) for a binary elementwise op
+// (arithmetic or comparison); false for any other op.
+template <class F>
+bool with_binary_op(ir::Op op, F&& f) {
+  return detail::with_op<detail::BinaryPred>(op, f, std::make_index_sequence<ir::kNumOps>{});
 }
 
 // a op b for a binary elementwise op: the one definition every optimized

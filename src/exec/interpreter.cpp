@@ -13,6 +13,7 @@ std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inp
     throw Error(
         fmt::format("graph '{}' takes {} inputs, got {}", g.name, g.inputs.size(), inputs.size()));
   std::vector<Tensor> values(g.nodes.size());
+  std::vector<std::vector<Tensor>> results(g.nodes.size());  // a fusion's results
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::Type& want = g.type(g.inputs[i]);
     if (!inputs[i].defined() || inputs[i].is_traced() || inputs[i].impl()->type != want)
@@ -27,15 +28,24 @@ std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inp
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const ir::Node& n = g.nodes[v];
     if (n.op == ir::Op::input) continue;
-    types.clear();
-    ptrs.clear();
-    for (ir::ValueId a : n.args) {
-      types.push_back(g.type(a));
-      ptrs.push_back(values[size_t(a)].impl()->storage->data);
+    if (n.op == ir::Op::fusion) {  // its body, interpreted with the same kernels
+      std::vector<Tensor> args;
+      for (ir::ValueId a : n.args) args.push_back(values[size_t(a)]);
+      results[v] = interpret(*n.body, args);
+      values[v] = results[v][0];
+    } else if (n.op == ir::Op::fusion_result) {
+      values[v] = results[size_t(n.args[0])][size_t(n.attrs.i("index"))];
+    } else {
+      types.clear();
+      ptrs.clear();
+      for (ir::ValueId a : n.args) {
+        types.push_back(g.type(a));
+        ptrs.push_back(values[size_t(a)].impl()->storage->data);
+      }
+      auto impl = detail::make_concrete(n.type);
+      run_reference(n.op, n.attrs, types, ptrs.data(), n.type, impl->storage->data, n.loc);
+      values[v] = Tensor(std::move(impl));
     }
-    auto impl = detail::make_concrete(n.type);
-    run_reference(n.op, n.attrs, types, ptrs.data(), n.type, impl->storage->data, n.loc);
-    values[v] = Tensor(std::move(impl));
     ++kernels;
     live += int64_t(n.type.bytes());
     peak = std::max(peak, live);
@@ -43,6 +53,7 @@ std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inp
       if (--uses[size_t(a)] == 0 && g.node(a).op != ir::Op::input) {
         live -= int64_t(g.type(a).bytes());
         values[size_t(a)] = Tensor();
+        results[size_t(a)].clear();
       }
   }
   std::vector<Tensor> out;

@@ -11,6 +11,7 @@
 
 #include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
+#include "exec/loops.hpp"
 #include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reduce.hpp"
@@ -99,25 +100,6 @@ void k_unary(const Kernel& k, void* const* s) {
                [&](int64_t b, int64_t e) { unary_array<op>(x + b, y + b, e - b); });
 }
 
-// The loops of the elementwise kernels over [lo, hi) are functions of their
-// own, taking the pointers by value: captured by reference in a lambda, the
-// pointers could be aliased by a byte store (a comparison's result), which
-// keeps the compiler from vectorizing.
-template <class T, Op op, class R>
-void binary_range(const T* a, const T* b, R* y, bool va, bool vb, int64_t lo, int64_t hi) {
-  if (va && vb) {
-    for (int64_t i = lo; i < hi; ++i) y[i] = binary_value<op>(a[i], b[i]);
-  } else if (va) {
-    const T bv = *b;
-    for (int64_t i = lo; i < hi; ++i) y[i] = binary_value<op>(a[i], bv);
-  } else if (vb) {
-    const T av = *a;
-    for (int64_t i = lo; i < hi; ++i) y[i] = binary_value<op>(av, b[i]);
-  } else {
-    std::fill(y + lo, y + hi, binary_value<op>(*a, *b));
-  }
-}
-
 // p[1], p[2]: 1 when the operand is an array, 0 when it is one value.
 template <class T, Op op>
 void k_binary(const Kernel& k, void* const* s) {
@@ -128,33 +110,6 @@ void k_binary(const Kernel& k, void* const* s) {
   // std::pow in double costs tens of cheap elements.
   parallel_for(k.p[0], grain_for(op == Op::pow ? 32 : 1),
                [=](int64_t lo, int64_t hi) { binary_range<T, op>(a, b, y, va, vb, lo, hi); });
-}
-
-// Both operands are read whatever the condition, so the loops compile to
-// vector blends rather than branches.
-template <class T>
-void select_range(const uint8_t* c, const T* a, const T* b, T* y, int64_t sc, int64_t sa,
-                  int64_t sb, int64_t lo, int64_t hi) {
-  if (sc && sa && sb) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const T u = a[i], v = b[i];
-      y[i] = c[i] ? u : v;
-    }
-  } else if (sc && sa) {
-    const T v = *b;
-    for (int64_t i = lo; i < hi; ++i) {
-      const T u = a[i];
-      y[i] = c[i] ? u : v;
-    }
-  } else if (sc && sb) {
-    const T u = *a;
-    for (int64_t i = lo; i < hi; ++i) {
-      const T v = b[i];
-      y[i] = c[i] ? u : v;
-    }
-  } else {
-    for (int64_t i = lo; i < hi; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
-  }
 }
 
 template <class T>
@@ -170,46 +125,6 @@ void k_select(const Kernel& k, void* const* s) {
 // A matrix product or convolution: the node's oneDNN primitives.
 void k_backend(const Kernel& k, void* const* s) {
   k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr);
-}
-
-// strided_rows over elements [begin, end) of the walk only: rows cut by the
-// range's ends are visited in part, so threads can split a walk anywhere.
-template <class F>
-void strided_range(const Shape& shape, const std::vector<int64_t>& strides, int64_t begin,
-                   int64_t end, F&& f) {
-  const int64_t r = int64_t(shape.size());
-  if (begin >= end) return;
-  if (r == 0) return f(int64_t(0), int64_t(0), int64_t(1), int64_t(0));
-  const int64_t len = shape[size_t(r - 1)], inner = strides[size_t(r - 1)];
-  int64_t idx[kMaxRank] = {};
-  int64_t off = 0, col = begin % len;
-  for (int64_t d = r - 2, row = begin / len; d >= 0; --d) {
-    idx[d] = row % shape[size_t(d)];
-    row /= shape[size_t(d)];
-    off += idx[d] * strides[size_t(d)];
-  }
-  for (int64_t i = begin; i < end; col = 0) {
-    const int64_t take = std::min(len - col, end - i);
-    f(i, off + col * inner, take, inner);
-    i += take;
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += strides[size_t(d)];
-      if (++idx[d] < shape[size_t(d)]) break;
-      off -= strides[size_t(d)] * shape[size_t(d)];
-      idx[d] = 0;
-    }
-  }
-}
-
-// y[j] = x[j * st] for j < len (pointers by value, as binary_range).
-template <class T>
-void strided_row(const T* x, T* y, int64_t len, int64_t st) {
-  if (st == 1)
-    std::memcpy(y, x, size_t(len) * sizeof(T));
-  else if (st == 0)
-    std::fill_n(y, len, *x);
-  else
-    for (int64_t j = 0; j < len; ++j) y[j] = x[j * st];
 }
 
 // Strided gather for broadcast and transpose with precomputed strides.
@@ -266,36 +181,16 @@ void set_walk(Kernel& k, Shape shape, std::vector<int64_t> strides) {
 
 template <class T>
 KernelFn binary_fn(Op op) {
-  switch (op) {
-    case Op::add: return k_binary<T, Op::add>;
-    case Op::sub: return k_binary<T, Op::sub>;
-    case Op::mul: return k_binary<T, Op::mul>;
-    case Op::div: return k_binary<T, Op::div>;
-    case Op::pow: return k_binary<T, Op::pow>;
-    case Op::maximum: return k_binary<T, Op::maximum>;
-    case Op::eq: return k_binary<T, Op::eq>;
-    case Op::ne: return k_binary<T, Op::ne>;
-    case Op::lt: return k_binary<T, Op::lt>;
-    case Op::le: return k_binary<T, Op::le>;
-    case Op::gt: return k_binary<T, Op::gt>;
-    case Op::ge: return k_binary<T, Op::ge>;
-    default: return nullptr;
-  }
+  KernelFn fn = nullptr;
+  with_binary_op(op, [&](auto o) { fn = k_binary<T, decltype(o)::value>; });
+  return fn;
 }
 
 template <class T>
 KernelFn unary_fn(Op op) {
-  switch (op) {
-    case Op::neg: return k_unary<T, Op::neg>;
-    case Op::exp: return k_unary<T, Op::exp>;
-    case Op::log: return k_unary<T, Op::log>;
-    case Op::tanh: return k_unary<T, Op::tanh>;
-    case Op::sigmoid: return k_unary<T, Op::sigmoid>;
-    case Op::sqrt: return k_unary<T, Op::sqrt>;
-    case Op::rsqrt: return k_unary<T, Op::rsqrt>;
-    case Op::erf: return k_unary<T, Op::erf>;
-    default: return nullptr;
-  }
+  KernelFn fn = nullptr;
+  with_unary_op(op, [&](auto o) { fn = k_unary<T, decltype(o)::value>; });
+  return fn;
 }
 
 template <class T>

@@ -15,6 +15,12 @@ std::string kernel_label(const Kernel& k) {
   return k.name;
 }
 
+std::vector<int32_t> Kernel::outs() const {
+  std::vector<int32_t> all = {out};
+  all.insert(all.end(), extra_out.begin(), extra_out.end());
+  return all;
+}
+
 std::string Program::str() const {
   auto slot = [&](int32_t s) {
     const Slot& sl = slots[size_t(s)];
@@ -31,8 +37,11 @@ std::string Program::str() const {
   for (const Kernel& k : kernels) {
     std::vector<std::string> ins;
     for (int32_t i : k.in) ins.push_back(slot(i));
-    s += fmt::format("  {} = {}({}) : {}{}\n", slot(k.out), kernel_label(k), fmt::join(ins, ", "),
-                     k.out_type.str(), k.backend ? "  # " + k.backend->impl() : "");
+    std::vector<std::string> outs;
+    for (int32_t o : k.outs()) outs.push_back(o >= 0 ? slot(o) : "_");
+    s += fmt::format("  {} = {}({}) : {}{}\n", fmt::join(outs, ", "), kernel_label(k),
+                     fmt::join(ins, ", "), k.out_type.str(),
+                     k.backend ? "  # " + k.backend->impl() : "");
   }
   return s;
 }

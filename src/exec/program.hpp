@@ -28,6 +28,7 @@ struct Slot {
 constexpr size_t kMaxOperands = 16;
 
 class BackendOp;
+class FusedLoop;
 struct Kernel;
 using KernelFn = void (*)(const Kernel& k, void* const* slots);
 
@@ -46,6 +47,11 @@ struct Kernel {
   Shape walk;                    // the shape they walk, with dims merged
   SourceLoc loc;
   std::shared_ptr<const BackendOp> backend;  // oneDNN primitives of a product or convolution
+  std::shared_ptr<const FusedLoop> loop;     // a loop fusion's body, compiled
+  std::vector<int32_t> extra_out;            // a fusion's results 1.. (-1: nobody reads it)
+
+  // Every slot the kernel writes: out, then a fusion's other results.
+  std::vector<int32_t> outs() const;
 };
 
 // What a kernel runs, for listings and profiles: its implementation, or

@@ -17,17 +17,6 @@ namespace {
 
 using ir::Op;
 
-// Calls f(T{}) with the C++ type of `dt`.
-template <class F>
-void dispatch(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i64: return f(int64_t{});
-    case DType::b8: return f(uint8_t{});
-  }
-}
-
 // Calls f(T{}) with the C++ type of floating-point `dt`.
 template <class F>
 void dispatch_float(DType dt, F&& f) {
@@ -100,6 +89,32 @@ int64_t dims_product(Shape::const_iterator begin, Shape::const_iterator end) {
   int64_t n = 1;
   for (auto it = begin; it != end; ++it) n *= *it;
   return n;
+}
+
+// Merges adjacent dims where every operand's strides allow it, and drops
+// size-1 dims; `strides` holds one vector per operand.
+void merge_joint(Shape& shape, std::vector<std::vector<int64_t>>& strides) {
+  Shape s;
+  std::vector<std::vector<int64_t>> st(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !s.empty();
+    for (size_t i = 0; merge && i < strides.size(); ++i)
+      merge = st[i].back() == strides[i][d] * shape[d];
+    if (merge) {
+      s.back() *= shape[d];
+      for (size_t i = 0; i < strides.size(); ++i) st[i].back() = strides[i][d];
+    } else {
+      s.push_back(shape[d]);
+      for (size_t i = 0; i < strides.size(); ++i) st[i].push_back(strides[i][d]);
+    }
+  }
+  if (s.empty()) {
+    s = {1};
+    for (auto& v : st) v = {0};
+  }
+  shape = std::move(s);
+  strides = std::move(st);
 }
 
 void merge_dims(Shape& shape, std::vector<int64_t>& strides) {
@@ -220,6 +235,10 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
   const int64_t n = out_type.numel();
   switch (op) {
     case Op::input: WS_CHECK(false) << "inputs have no kernel"; return;
+    case Op::fusion:
+    case Op::fusion_result:
+      WS_CHECK(false) << "a fusion runs its body (interpret, or a fused loop kernel)";
+      return;
     case Op::full:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);

@@ -34,6 +34,17 @@ void run_reference(ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> 
 // The product of dims [begin, end), without allocating (kernels call it).
 int64_t dims_product(Shape::const_iterator begin, Shape::const_iterator end);
 
+// Calls f(T{}) with the C++ type of `dt`.
+template <class F>
+void dispatch(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i64: return f(int64_t{});
+    case DType::b8: return f(uint8_t{});
+  }
+}
+
 // Row-major strides of a shape, in elements.
 std::vector<int64_t> row_major_strides(const Shape& shape);
 
@@ -82,6 +93,11 @@ void strided_rows(const Shape& shape, const std::vector<int64_t>& strides, F&& f
     }
   }
 }
+
+// merge_dims for several operands walking one shape: merges adjacent dims
+// where every operand's strides allow it and drops size-1 dims (a rank-0
+// shape becomes [1]); `strides` holds one vector per operand.
+void merge_joint(Shape& shape, std::vector<std::vector<int64_t>>& strides);
 
 // Merges adjacent dims that a strided walk can treat as one (the outer
 // stride is the inner stride times the inner size), in place.

@@ -12,9 +12,14 @@
 //    first, in named_parameters() order.
 //  - Graph outputs carry a role and, for updates, the input value they
 //    overwrite in place. That alias table is the whole in-place contract.
+//  - A `fusion` node runs a small graph, its body, as one kernel: the body's
+//    inputs are the node's operands in order, its outputs the node's results.
+//    The node's own value is result 0; `fusion_result %f {index=i}` names
+//    result i >= 1. Bodies are immutable once built and shared by copies.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -77,12 +82,18 @@ const char* role_name(OutputRole r);
 bool parse_role(std::string_view s, InputRole* out);
 bool parse_role(std::string_view s, OutputRole* out);
 
+struct Graph;
+
+// The name of every fusion body (a body prints without one).
+inline constexpr const char* kBodyName = "body";
+
 struct Node {
   Op op;
   std::vector<ValueId> args;
   Attrs attrs;
   Type type;
   SourceLoc loc;
+  std::shared_ptr<const Graph> body;  // a fusion's ops; null for every other op
 };
 
 struct Output {

@@ -139,6 +139,10 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::full:
     case Op::constant:
     case Op::iota: WS_CHECK(false) << op_name(op) << " carries its type; it is not inferred"; break;
+    case Op::fusion:
+    case Op::fusion_result:
+      WS_CHECK(false) << op_name(op) << " takes its type from its body; it is not inferred";
+      break;
 
     case Op::add:
     case Op::sub:

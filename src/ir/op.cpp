@@ -18,6 +18,7 @@ std::string_view category_name(OpCategory c) {
     case OpCategory::convolution: return "convolution";
     case OpCategory::indexing: return "indexing";
     case OpCategory::random: return "random";
+    case OpCategory::fusion: return "fusion";
     case OpCategory::opaque: return "opaque";
   }
   return "?";

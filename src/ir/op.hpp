@@ -23,6 +23,7 @@ enum class OpCategory : uint8_t {
   convolution,
   indexing,  // one_hot, gather
   random,
+  fusion,  // a group of ops run as one kernel (its body), and its extra results
   opaque,
 };
 

@@ -151,39 +151,45 @@ class Parser {
   Graph parse() {
     skip_blank_lines();
     expect_keyword("graph", "at the start of the text");
-    g_.name = parse_name("after 'graph'");
+    Graph g;
+    g.name = parse_name("after 'graph'");
     expect_punct("{", "after the graph name");
     expect_eol("after '{'");
+    parse_lines(g);
+    skip_blank_lines();
+    if (lex_.peek().kind != Tok::end) fail(lex_.peek(), "expected end of input after '}'");
+    return g;
+  }
+
+ private:
+  // The lines between a graph's braces, and the closing '}'.
+  void parse_lines(Graph& g) {
     bool has_inputs_line = false;
     for (;;) {
       skip_blank_lines();
       const Token& t = lex_.peek();
-      if (t.kind == Tok::value && !has_inputs_line && g_.outputs.empty()) {
-        parse_node();
-      } else if (is_keyword(t, "inputs") && !has_inputs_line && g_.outputs.empty()) {
-        parse_inputs();
+      if (t.kind == Tok::value && !has_inputs_line && g.outputs.empty()) {
+        parse_node(g);
+      } else if (is_keyword(t, "inputs") && !has_inputs_line && g.outputs.empty()) {
+        parse_inputs(g);
         has_inputs_line = true;
       } else if (is_keyword(t, "out")) {
-        parse_output();
+        parse_output(g);
       } else if (t.kind == Tok::punct && t.text == "}") {
         lex_.next();
         break;
       } else {
-        const char* what = g_.outputs.empty() && !has_inputs_line
+        const char* what = g.outputs.empty() && !has_inputs_line
                                ? "a node '%N = ...', 'inputs', 'out' or '}'"
                                : "an 'out' line or '}' (nodes and 'inputs' come before outputs)";
         fail(t, fmt::format("expected {}", what));
       }
     }
-    skip_blank_lines();
-    if (lex_.peek().kind != Tok::end) fail(lex_.peek(), "expected end of input after '}'");
     if (!has_inputs_line)
-      for (size_t i = 0; i < g_.nodes.size(); ++i)
-        if (g_.nodes[i].op == Op::input) g_.inputs.push_back(ValueId(i));
-    return std::move(g_);
+      for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (g.nodes[i].op == Op::input) g.inputs.push_back(ValueId(i));
   }
 
- private:
   [[noreturn]] void fail(const Token& t, const std::string& what) {
     fail_at(t.line, fmt::format("{}, got {}", what, describe(t)));
   }
@@ -309,8 +315,8 @@ class Parser {
     expect_punct("}", "after attributes");
   }
 
-  void parse_node() {
-    ValueId id = ValueId(g_.nodes.size());
+  void parse_node(Graph& g) {
+    ValueId id = ValueId(g.nodes.size());
     Token t = lex_.next();
     if (t.text != std::to_string(id))
       fail_at(t.line,
@@ -344,36 +350,44 @@ class Parser {
         fail_at(t.line, fmt::format("line number {} is out of range", line));
       n.loc.line = int(line);
     }
+    if (accept_punct("{")) {  // a fusion's body, closed by '}' on a line of its own
+      if (*op != Op::fusion)
+        fail_at(t.line, fmt::format("only a fusion has a body, not {}", op_tok.text));
+      expect_eol("after '{' opening a body");
+      auto body = std::make_shared<Graph>();
+      body->name = kBodyName;
+      parse_lines(*body);
+      n.body = std::move(body);
+    }
     expect_eol("after the node");
-    g_.nodes.push_back(std::move(n));
+    g.nodes.push_back(std::move(n));
   }
 
-  void parse_inputs() {
+  void parse_inputs(Graph& g) {
     lex_.next();
-    ValueId limit = ValueId(g_.nodes.size());
+    ValueId limit = ValueId(g.nodes.size());
     if (lex_.peek().kind == Tok::value) {
-      do g_.inputs.push_back(parse_value(limit, "in the input list"));
+      do g.inputs.push_back(parse_value(limit, "in the input list"));
       while (accept_punct(","));
     }
     expect_eol("after the input list");
   }
 
-  void parse_output() {
+  void parse_output(Graph& g) {
     lex_.next();
     Token role = expect(Tok::ident, "an output role", "after 'out'");
     Output o{};
     if (!parse_role(role.text, &o.role))
       fail_at(role.line, fmt::format("unknown output role '{}'", role.text));
-    ValueId limit = ValueId(g_.nodes.size());
+    ValueId limit = ValueId(g.nodes.size());
     o.value = parse_value(limit, "used as an output");
     if (accept_punct("->")) o.aliased_input = parse_value(limit, "used as the aliased input");
     o.name = expect(Tok::string, "a quoted output name", "after the value").text;
     expect_eol("after the output");
-    g_.outputs.push_back(std::move(o));
+    g.outputs.push_back(std::move(o));
   }
 
   Lexer lex_;
-  Graph g_;
 };
 
 }  // namespace

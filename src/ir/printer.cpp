@@ -79,8 +79,12 @@ const std::string* string_attr(const Node& n, const std::string& name) {
   return n.attrs.has(name) ? std::get_if<std::string>(&n.attrs.get(name)) : nullptr;
 }
 
-void put_node(std::string& out, ValueId id, const Node& n, const PrintOptions& opts) {
-  out += fmt::format("  %{} = {}", id, op_name(n.op));
+void put_lines(std::string& out, const Graph& g, const std::string& indent,
+               const PrintOptions& opts);
+
+void put_node(std::string& out, ValueId id, const Node& n, const std::string& indent,
+              const PrintOptions& opts) {
+  out += fmt::format("{}%{} = {}", indent, id, op_name(n.op));
   // `input <role> "<name>"` when the node has a well-formed role and name;
   // otherwise the generic form, which prints them as ordinary attributes.
   const std::string* role = n.op == Op::input ? string_attr(n, "role") : nullptr;
@@ -110,7 +114,37 @@ void put_node(std::string& out, ValueId id, const Node& n, const PrintOptions& o
     put_string(out, n.loc.file);
     out += fmt::format(":{}", n.loc.line);
   }
+  if (n.body) {  // a fusion's body, one level deeper, closed by '}'
+    out += " {\n";
+    put_lines(out, *n.body, indent + "  ", opts);
+    out += indent + "}";
+  }
   out += '\n';
+}
+
+// The lines between a graph's braces.
+void put_lines(std::string& out, const Graph& g, const std::string& indent,
+               const PrintOptions& opts) {
+  std::vector<ValueId> input_nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    put_node(out, ValueId(i), g.nodes[i], indent, opts);
+    if (g.nodes[i].op == Op::input) input_nodes.push_back(ValueId(i));
+  }
+  // The input list is implied by the input nodes in order; it is spelled out
+  // only when it differs, so that every graph round-trips exactly.
+  if (g.inputs != input_nodes) {
+    out += indent + "inputs";
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      out += fmt::format("{}%{}", i ? ", " : " ", g.inputs[i]);
+    out += '\n';
+  }
+  for (const Output& o : g.outputs) {
+    out += fmt::format("{}out {} %{}", indent, role_name(o.role), o.value);
+    if (o.aliased_input != kNoValue) out += fmt::format(" -> %{}", o.aliased_input);
+    out += ' ';
+    put_string(out, o.name);
+    out += '\n';
+  }
 }
 
 }  // namespace
@@ -119,26 +153,7 @@ std::string print(const Graph& g, const PrintOptions& opts) {
   std::string out = "graph ";
   put_name(out, g.name);
   out += " {\n";
-  std::vector<ValueId> input_nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    put_node(out, ValueId(i), g.nodes[i], opts);
-    if (g.nodes[i].op == Op::input) input_nodes.push_back(ValueId(i));
-  }
-  // The input list is implied by the input nodes in order; it is spelled out
-  // only when it differs, so that every graph round-trips exactly.
-  if (g.inputs != input_nodes) {
-    out += "  inputs";
-    for (size_t i = 0; i < g.inputs.size(); ++i)
-      out += fmt::format("{}%{}", i ? ", " : " ", g.inputs[i]);
-    out += '\n';
-  }
-  for (const Output& o : g.outputs) {
-    out += fmt::format("  out {} %{}", role_name(o.role), o.value);
-    if (o.aliased_input != kNoValue) out += fmt::format(" -> %{}", o.aliased_input);
-    out += ' ';
-    put_string(out, o.name);
-    out += '\n';
-  }
+  put_lines(out, g, "  ", opts);
   out += "}\n";
   return out;
 }

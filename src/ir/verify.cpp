@@ -73,6 +73,76 @@ void check_source(const Graph& g, ValueId id) {
   }
 }
 
+// A loop fusion computes one element of every result from the same element
+// of its full-size operands (broadcast operands read through strides):
+// its body holds inputs, fulls, broadcasts of inputs and elementwise ops,
+// every result of which has the fusion's shape.
+void check_loop_body(const Graph& g, ValueId id) {
+  const Node& n = g.node(id);
+  const Graph& b = *n.body;
+  for (ValueId v = 0; v < b.size(); ++v) {
+    const Node& m = b.node(v);
+    const OpCategory c = op_info(m.op).category;
+    if (m.op == Op::input || m.op == Op::full) continue;
+    if (m.op == Op::broadcast && b.node(m.args[0]).op == Op::input) continue;
+    if (c != OpCategory::elementwise)
+      fail_node(g, id,
+                fmt::format("body node %{} is a {}: a loop body holds only inputs, fulls, "
+                            "broadcasts of inputs and elementwise ops",
+                            v, op_name(m.op)));
+    if (m.type.shape != n.type.shape)
+      fail_node(g, id,
+                fmt::format("body node %{} has shape {}, not the fusion's {}", v,
+                            shape_str(m.type.shape), shape_str(n.type.shape)));
+  }
+}
+
+void check_fusion(const Graph& g, ValueId id) {
+  const Node& n = g.node(id);
+  if (!n.body) fail_node(g, id, "a fusion needs a body");
+  const Graph& b = *n.body;
+  try {
+    verify(b);
+  } catch (const InternalError& e) {
+    fail_node(g, id, fmt::format("its body is invalid: {}", e.what()));
+  }
+  if (b.inputs.size() != n.args.size())
+    fail_node(
+        g, id,
+        fmt::format("{} operands but its body has {} inputs", n.args.size(), b.inputs.size()));
+  for (size_t i = 0; i < n.args.size(); ++i)
+    if (b.type(b.inputs[i]) != g.type(n.args[i]))
+      fail_node(g, id,
+                fmt::format("operand {} is {} but body input %{} is {}", i, g.type(n.args[i]).str(),
+                            b.inputs[i], b.type(b.inputs[i]).str()));
+  if (b.outputs.empty()) fail_node(g, id, "its body has no outputs");
+  if (b.type(b.outputs[0].value) != n.type)
+    fail_node(g, id,
+              fmt::format("the type differs from its body's result 0, {}",
+                          b.type(b.outputs[0].value).str()));
+  const std::string* kind = attr<std::string>(n, "kind");
+  if (!kind || *kind != "loop")
+    fail_node(g, id, "a fusion needs a string attribute 'kind' (\"loop\")");
+  check_loop_body(g, id);
+}
+
+void check_fusion_result(const Graph& g, ValueId id) {
+  const Node& n = g.node(id);
+  const Node& f = g.node(n.args[0]);
+  if (f.op != Op::fusion || !f.body)
+    fail_node(g, id, "the operand of fusion_result must be a fusion");
+  const int64_t* index = attr<int64_t>(n, "index");
+  if (!index || *index < 1 || *index >= int64_t(f.body->outputs.size()))
+    fail_node(g, id,
+              fmt::format("needs an integer attribute 'index' in [1, {}) naming a result of "
+                          "the fusion",
+                          f.body->outputs.size()));
+  const Type& want = f.body->type(f.body->outputs[size_t(*index)].value);
+  if (n.type != want)
+    fail_node(g, id,
+              fmt::format("the type differs from the fusion's result {}, {}", *index, want.str()));
+}
+
 void check_node(const Graph& g, ValueId id) {
   const Node& n = g.node(id);
   if (size_t(n.op) >= size_t(kNumOps))
@@ -89,7 +159,10 @@ void check_node(const Graph& g, ValueId id) {
       fail_node(g, id, fmt::format("operand %{} is defined later (forward reference)", a));
     if (!in_range(g, a)) fail_node(g, id, fmt::format("operand %{} does not exist", a));
   }
+  if (n.body && n.op != Op::fusion) fail_node(g, id, "only a fusion has a body");
   if (info.category == OpCategory::source) return check_source(g, id);
+  if (n.op == Op::fusion) return check_fusion(g, id);
+  if (n.op == Op::fusion_result) return check_fusion_result(g, id);
 
   std::vector<Type> arg_types;
   for (ValueId a : n.args) arg_types.push_back(g.type(a));

@@ -1,5 +1,7 @@
 // The lowering pipeline, in order:
-//  1. simplify      CSE and DCE, so no kernel computes a dead or repeated value.
+//  1. graph passes  (pipeline.hpp) simplify: CSE and DCE, so no kernel
+//                   computes a dead or repeated value; fuse: elementwise
+//                   chains become loop fusions, one kernel each.
 //  2. operands      decide which operands a kernel reads as one value (a `full`
 //                   or a broadcast 0-d value) and which elementwise operands
 //                   are broadcasts read from their source through strides:
@@ -19,12 +21,12 @@
 
 #include "exec/broadcast_kernels.hpp"
 #include "exec/dnnl_backend.hpp"
+#include "exec/fused_loop.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
-#include "ir/verify.hpp"
 #include "lower/alias.hpp"
+#include "lower/pipeline.hpp"
 #include "lower/plan_memory.hpp"
-#include "lower/simplify.hpp"
 
 namespace ws::lower {
 namespace {
@@ -46,6 +48,15 @@ struct Pending {
   int64_t scratch_bytes = 0;                       // temporaries while it runs
   int32_t scratch = -1;                            // their slot
   std::shared_ptr<const exec::BackendOp> backend;  // products and convolutions
+  std::vector<ValueId> extra;  // a fusion's results 1.. (kNoValue: nobody reads it)
+
+  // Every value the kernel writes.
+  template <class F>
+  void for_each_out(F&& f) const {
+    if (out != ir::kNoValue) f(out);
+    for (ValueId e : extra)
+      if (e != ir::kNoValue) f(e);
+  }
 };
 
 // The value supplying v's single value when v is a `full` or a broadcast of a
@@ -160,7 +171,15 @@ class Lowering {
     pos_.assign(g_.nodes.size(), -1);
     for (ValueId v = 0; v < g_.size(); ++v) {
       if (!needed[size_t(v)] || g_.node(v).op == Op::input || root[size_t(v)] != v) continue;
-      if (folded[size_t(v)]) continue;  // its product writes it
+      if (folded[size_t(v)]) continue;           // its product writes it
+      if (g_.node(v).op == Op::fusion_result) {  // its fusion's kernel writes it
+        const ValueId f = g_.node(v).args[0];
+        Pending& fk = kernels_[size_t(pos_[size_t(f)])];
+        fk.extra.resize(g_.node(f).body->outputs.size() - 1, ir::kNoValue);
+        fk.extra[size_t(g_.node(v).attrs.i("index") - 1)] = v;
+        pos_[size_t(v)] = pos_[size_t(f)];
+        continue;
+      }
       Pending k;
       k.out = written_into[size_t(v)] != ir::kNoValue ? written_into[size_t(v)] : v;
       k.node = v;
@@ -224,10 +243,11 @@ class Lowering {
       if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
       const int32_t dest = slot_[size_t(o.aliased_input)];
       const int64_t at = pos_[size_t(o.value)];
+      const ir::OpCategory cat = ir::op_info(g_.node(o.value).op).category;
       UpdateCandidate c{
           at,
           false,
-          at >= 0 && ir::op_info(g_.node(o.value).op).category == ir::OpCategory::elementwise,
+          at >= 0 && (cat == ir::OpCategory::elementwise || cat == ir::OpCategory::fusion),
           {}};
       for (int64_t r : readers[size_t(o.aliased_input)]) {
         if (r == at)
@@ -273,34 +293,38 @@ class Lowering {
     std::vector<int64_t> block_last(g_.nodes.size(), -1);
     for (size_t k = 0; k < kernels_.size(); ++k) {
       const Pending& pk = kernels_[k];
-      if (pk.out == ir::kNoValue || slot_[size_t(pk.out)] >= 0) continue;
-      owner[size_t(pk.out)] = pk.out;
-      const ir::Node& n = g_.node(pk.node);
-      const DType dt = g_.type(n.args.empty() ? pk.out : n.args.back()).dtype;
-      if (pk.backend || !exec::computes_in_place(n.op, dt)) continue;
-      for (size_t i = 0; i < pk.ins.size(); ++i) {
-        const ValueId a = pk.ins[i];
-        if (pk.scalar[i] || pk.through[i] || owner[size_t(a)] == ir::kNoValue ||
-            last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(pk.out).bytes())
-          continue;
-        owner[size_t(pk.out)] = owner[size_t(a)];
-        break;
-      }
+      std::vector<bool> donated(pk.ins.size(), false);
+      pk.for_each_out([&](ValueId out) {
+        if (slot_[size_t(out)] >= 0) return;
+        owner[size_t(out)] = out;
+        const ir::Node& n = g_.node(pk.node);
+        const DType dt = g_.type(n.args.empty() ? out : n.args.back()).dtype;
+        if (pk.backend || (n.op != Op::fusion && !exec::computes_in_place(n.op, dt))) return;
+        for (size_t i = 0; i < pk.ins.size(); ++i) {
+          const ValueId a = pk.ins[i];
+          if (donated[i] || pk.scalar[i] || pk.through[i] || owner[size_t(a)] == ir::kNoValue ||
+              last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(out).bytes())
+            continue;
+          owner[size_t(out)] = owner[size_t(a)];
+          donated[i] = true;
+          break;
+        }
+      });
     }
-    for (size_t k = 0; k < kernels_.size(); ++k) {
-      const ValueId v = kernels_[k].out;
-      if (v == ir::kNoValue || owner[size_t(v)] == ir::kNoValue) continue;
-      const ValueId o = owner[size_t(v)];
-      block_last[size_t(o)] = std::max({block_last[size_t(o)], pos_[size_t(v)], last[size_t(v)]});
-    }
+    for (size_t k = 0; k < kernels_.size(); ++k)
+      kernels_[k].for_each_out([&](ValueId v) {
+        if (owner[size_t(v)] == ir::kNoValue) return;
+        const ValueId o = owner[size_t(v)];
+        block_last[size_t(o)] = std::max({block_last[size_t(o)], pos_[size_t(v)], last[size_t(v)]});
+      });
     std::vector<ValueId> values;
     std::vector<LiveRange> ranges;
-    for (const Pending& k : kernels_) {
-      if (k.out == ir::kNoValue || owner[size_t(k.out)] != k.out) continue;
-      values.push_back(k.out);
-      ranges.push_back(
-          {int64_t(g_.type(k.out).bytes()), pos_[size_t(k.out)], block_last[size_t(k.out)]});
-    }
+    for (const Pending& k : kernels_)
+      k.for_each_out([&](ValueId v) {
+        if (owner[size_t(v)] != v) return;
+        values.push_back(v);
+        ranges.push_back({int64_t(g_.type(v).bytes()), pos_[size_t(v)], block_last[size_t(v)]});
+      });
     // Scratch lives only while its kernel runs.
     std::vector<Pending*> scratch_users;
     for (Pending& k : kernels_)
@@ -313,9 +337,10 @@ class Lowering {
       slot_[size_t(values[i])] =
           new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
     for (const Pending& k : kernels_)
-      if (k.out != ir::kNoValue && owner[size_t(k.out)] != ir::kNoValue &&
-          owner[size_t(k.out)] != k.out)
-        slot_[size_t(k.out)] = slot_[size_t(owner[size_t(k.out)])];
+      k.for_each_out([&](ValueId v) {
+        if (owner[size_t(v)] != ir::kNoValue && owner[size_t(v)] != v)
+          slot_[size_t(v)] = slot_[size_t(owner[size_t(v)])];
+      });
     for (size_t i = 0; i < scratch_users.size(); ++i)
       scratch_users[i]->scratch = new_slot(SlotKind::arena, plan.offsets[values.size() + i],
                                            size_t(scratch_users[i]->scratch_bytes));
@@ -369,7 +394,12 @@ class Lowering {
         k.in_types.push_back(g_.type(n.args[i]));
         WS_CHECK(k.in.back() >= 0) << "operand %" << a << " of %" << pk.out << " has no storage";
       }
-      if (!pk.backend && std::find(pk.through.begin(), pk.through.end(), true) != pk.through.end())
+      if (n.op == Op::fusion) {
+        for (ValueId e : pk.extra) k.extra_out.push_back(e == ir::kNoValue ? -1 : slot_[size_t(e)]);
+        k.extra_out.resize(n.body->outputs.size() - 1, -1);
+        exec::choose_fused_kernel(k, *n.body);
+      } else if (!pk.backend &&
+                 std::find(pk.through.begin(), pk.through.end(), true) != pk.through.end())
         exec::choose_broadcast_kernel(k, operand_strides(n, pk));
       else
         exec::choose_kernel(k, pk.scalar);
@@ -387,10 +417,11 @@ class Lowering {
 
 }  // namespace
 
-exec::Program lower(const ir::Graph& g, const LowerOptions& opts) {
-  ir::Graph s = simplify(g);
-  if (ir::verify_enabled()) ir::verify_with_round_trip(s);
-  return Lowering(s, opts).run();
+exec::Program lower(const ir::Graph& g, const LowerOptions& opts, ir::Graph* lowered) {
+  const ir::Graph s = run_passes(g, graph_passes(opts));
+  exec::Program p = Lowering(s, opts).run();
+  if (lowered) *lowered = s;
+  return p;
 }
 
 }  // namespace ws::lower

@@ -10,8 +10,14 @@ struct LowerOptions {
   // Write in-place updates into their inputs' storage. Off only for
   // comparison: then every update is computed aside and copied.
   bool in_place_updates = true;
+  // Fuse elementwise chains into loop kernels (fuse_elementwise.hpp). Off
+  // only for comparison.
+  bool fuse = true;
 };
 
-exec::Program lower(const ir::Graph& g, const LowerOptions& opts = {});
+// With `lowered`, also returns the graph the Program runs: g after the graph
+// passes, one node per kernel (a fusion is one kernel).
+exec::Program lower(const ir::Graph& g, const LowerOptions& opts = {},
+                    ir::Graph* lowered = nullptr);
 
 }  // namespace ws::lower

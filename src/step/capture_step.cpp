@@ -1,8 +1,5 @@
 #include "step/capture_step.hpp"
 
-#include <atomic>
-#include <cstdlib>
-#include <fstream>
 #include <optional>
 
 #include <fmt/format.h>
@@ -10,7 +7,7 @@
 #include "autograd/reverse.hpp"
 #include "capture/tensor_impl.hpp"
 #include "capture/tracer.hpp"
-#include "ir/text.hpp"
+#include "ir/dump.hpp"
 #include "ir/verify.hpp"
 #include "optim/update.hpp"
 
@@ -18,13 +15,7 @@ namespace ws::step {
 
 void after_stage(const ir::Graph& g, const std::string& stage) {
   if (ir::verify_enabled()) ir::verify_with_round_trip(g);
-  static std::atomic<int> counter{0};
-  if (const char* dir = std::getenv("WS_DUMP"); dir && *dir) {
-    std::string path = fmt::format("{}/{:03d}-{}.ir", dir, counter++, stage);
-    std::ofstream out(path);
-    if (!out) throw Error("WS_DUMP: cannot write " + path);
-    out << ir::print(g);
-  }
+  ir::dump(g, stage);
 }
 
 namespace {

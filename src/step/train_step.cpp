@@ -94,7 +94,8 @@ struct Copy {
 struct Compiled {
   std::vector<ir::Type> signature;
   std::vector<ir::Graph> graphs;
-  ir::Graph step_graph;  // interpret
+  std::vector<ir::Graph> lowered;  // the graphs as their Programs run them (fused)
+  ir::Graph step_graph;            // interpret
   std::vector<exec::Executable> programs;
   std::vector<std::vector<Binding>> inputs;
   std::map<std::string, Tensor> persistent;  // interpret: by input name
@@ -177,7 +178,8 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
   }
   for (const ir::Graph& g : c->graphs) {
     step::after_stage(g, g.name);
-    c->programs.emplace_back(lower::lower(g));
+    c->lowered.emplace_back();
+    c->programs.emplace_back(lower::lower(g, {.fuse = opts.fuse}, &c->lowered.back()));
     bind_program(*c, c->programs.back(), cap);
   }
   StepCounters& k = c->counters;
@@ -256,7 +258,9 @@ int64_t TrainStep::traces() const { return impl_->traces; }
 std::string TrainStep::graphs_text() const {
   std::string s;
   if (impl_->last)
-    for (const ir::Graph& g : impl_->last->graphs) s += ir::print(g, {.locations = false});
+    for (const ir::Graph& g :
+         impl_->last->lowered.empty() ? impl_->last->graphs : impl_->last->lowered)
+      s += ir::print(g, {.locations = false});
   return s;
 }
 

@@ -9,6 +9,7 @@
 
 #include "ir/builder.hpp"
 #include "ir/text.hpp"
+#include "test_util.hpp"
 
 namespace ws::ir {
 namespace {
@@ -320,6 +321,43 @@ TEST(IrText, ParseSurvivesMutatedText) {
     }
     try_parse(text.substr(0, i) + text.substr(i + 1));
   }
+}
+
+}  // namespace
+}  // namespace ws::ir
+
+namespace ws::ir {
+namespace {
+
+TEST(IrText, FusionBodiesPrintNestedAndRoundTrip) {
+  const char* text = R"(graph g {
+  %0 = input data "x" : f32[2,3]
+  %1 = input data "b" : f32[3]
+  %2 = fusion %0, %1 {kind="loop"} : f32[2,3] @ "m.cpp":7 {
+    %0 = input data "a0" : f32[2,3]
+    %1 = input data "a1" : f32[3]
+    %2 = broadcast %1 {dims=[1], shape=[2,3]} : f32[2,3]
+    %3 = add %0, %2 : f32[2,3]
+    %4 = tanh %3 : f32[2,3]
+    out user %4 "r0"
+    out user %3 "r1"
+  }
+  %3 = fusion_result %2 {index=1} : f32[2,3]
+  out user %2 "y"
+  out user %3 "z"
+}
+)";
+  const Graph g = parse(text);
+  EXPECT_EQ(print(g), text);
+  ASSERT_TRUE(g.nodes[2].body);
+  EXPECT_EQ(g.nodes[2].body->outputs.size(), 2u);
+}
+
+TEST(IrText, ABodyOnAnythingButAFusionIsAParseError) {
+  const std::string msg = ws::testing::error_of([] {
+    parse("graph g {\n  %0 = input data \"x\" : f32[2]\n  %1 = neg %0 : f32[2] {\n  }\n}\n");
+  });
+  EXPECT_NE(msg.find("line 3: only a fusion has a body, not neg"), std::string::npos) << msg;
 }
 
 }  // namespace

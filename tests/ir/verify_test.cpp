@@ -206,3 +206,66 @@ TEST(IrVerify, EnabledFlagCanBeToggled) {
 
 }  // namespace
 }  // namespace ws::ir
+
+namespace ws::ir {
+namespace {
+
+// Fusions: a small fused graph, then each rule broken on purpose. The parser
+// does not verify bodies on its own; parse() runs verify(), which does.
+Graph FusedGraph() {
+  Graph g;
+  Builder b(g);
+  ValueId x = b.input(InputRole::data, "x", kMat);
+  auto body = std::make_shared<Graph>();
+  body->name = kBodyName;
+  Builder bb(*body);
+  ValueId a = bb.input(InputRole::data, "a0", kMat);
+  ValueId e = bb.add(Op::exp, {a});
+  ValueId n = bb.add(Op::neg, {e});
+  body->outputs.push_back({OutputRole::user, e, kNoValue, "r0"});
+  body->outputs.push_back({OutputRole::user, n, kNoValue, "r1"});
+  g.nodes.push_back(Node{Op::fusion, {x}, Attrs{{"kind", std::string("loop")}}, kMat, {}, body});
+  g.nodes.push_back(Node{Op::fusion_result, {1}, Attrs{{"index", int64_t(1)}}, kMat, {}, nullptr});
+  g.outputs.push_back({OutputRole::user, 2, kNoValue, "y"});
+  return g;
+}
+
+TEST(IrVerify, AcceptsAFusionWithAnExtraResult) { verify(FusedGraph()); }
+
+TEST(IrVerify, RejectsAFusionWhoseBodyInputsDifferFromItsOperands) {
+  Graph g = FusedGraph();
+  auto body = std::make_shared<Graph>(*g.nodes[1].body);
+  body->nodes[0].type = Type{DType::f32, {3, 2}};
+  g.nodes[1].body = body;
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%1 = fusion %0"));
+  EXPECT_TRUE(Contains(msg, "its body is invalid"));  // exp of f32[3,2] is not f32[2,3]
+}
+
+TEST(IrVerify, RejectsAFusionResultOutsideTheBodysResults) {
+  Graph g = FusedGraph();
+  g.nodes[2].attrs.set("index", int64_t(2));
+  EXPECT_TRUE(Contains(VerifyError(g), "'index' in [1, 2)"));
+  g.nodes[2].attrs.set("index", int64_t(1));
+  g.nodes[2].args = {0};
+  EXPECT_TRUE(Contains(VerifyError(g), "the operand of fusion_result must be a fusion"));
+}
+
+TEST(IrVerify, RejectsALoopBodyHoldingAReduction) {
+  Graph g = FusedGraph();
+  auto body = std::make_shared<Graph>(*g.nodes[1].body);
+  Builder bb(*body);
+  ValueId r = bb.add(Op::reduce_sum, {0}, Attrs{{"axes", std::vector<int64_t>{1}}});
+  body->outputs.push_back({OutputRole::user, r, kNoValue, "r2"});
+  g.nodes[1].body = body;
+  EXPECT_TRUE(Contains(VerifyError(g), "body node %3 is a reduce_sum"));
+}
+
+TEST(IrVerify, RejectsABodyOnAnyOtherOp) {
+  Graph g = FusedGraph();
+  g.nodes.push_back(Node{Op::neg, {2}, {}, kMat, {}, g.nodes[1].body});
+  EXPECT_TRUE(Contains(VerifyError(g), "only a fusion has a body"));
+}
+
+}  // namespace
+}  // namespace ws::ir

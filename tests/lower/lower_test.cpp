@@ -95,7 +95,7 @@ ir::Graph update_graph() {
 }
 
 TEST(Lower, UpdateIsWrittenInPlaceAndScalarsAreNotMaterialized) {
-  exec::Program p = lower::lower(update_graph());
+  exec::Program p = lower::lower(update_graph(), {.fuse = false});
   EXPECT_EQ(p.copy_bytes, 0);
   // mul, reduce_sum, mul (lr read as a scalar: no broadcast kernel), sub.
   ASSERT_EQ(p.kernels.size(), 4u) << p.str();
@@ -179,7 +179,7 @@ TEST(Lower, ElementwiseResultTakesTheBlockOfAnOperandThatDiesThere) {
   out user %6 "y"
 }
 )");
-  exec::Program p = lower::lower(g);
+  exec::Program p = lower::lower(g, {.fuse = false});  // one kernel per op
   ASSERT_EQ(p.kernels.size(), 6u) << p.str();
   auto out = [&](size_t k) { return p.kernels[k].out; };
   EXPECT_EQ(out(1), out(0)) << "exp over neg's result\n" << p.str();
@@ -209,33 +209,34 @@ TEST(Lower, BroadcastOperandsAreReadThroughStridesNotMaterialized) {
                         {{2, 1}, {2, 7}, {0, 1}},        // a column: one value per row
                         {{7}, {2, 7}, {1}},              // a row: bias
                         {{2, 1, 5}, {2, 3, 5}, {0, 1, 2}}};
-  for (DType dt : {DType::f32, DType::f64})
-    for (const Case& c : cases)
-      for (int side = 0; side < 2; ++side) {
-        ir::Graph g;
-        ir::Builder b(g);
-        ValueId x = b.input(ir::InputRole::data, "x", {dt, c.big});
-        ValueId s = b.input(ir::InputRole::data, "s", {dt, c.small});
-        ValueId bs = b.add(Op::broadcast, {s}, ir::Attrs{{"dims", c.dims}, {"shape", c.big}});
-        ValueId y = side ? b.binary(Op::sub, bs, x) : b.binary(Op::mul, x, bs);
-        ValueId m = b.binary(Op::gt, x, bs);
-        ValueId z = b.add(Op::select, {m, y, bs});
-        g.outputs.push_back({ir::OutputRole::user, z, ir::kNoValue, "z"});
-        exec::Program p = lower::lower(g);
-        for (const exec::Kernel& k : p.kernels)
-          EXPECT_NE(std::string(k.name), "broadcast") << p.str();
-        ASSERT_EQ(p.kernels.size(), 3u) << p.str();
+  for (bool fuse : {false, true})
+    for (DType dt : {DType::f32, DType::f64})
+      for (const Case& c : cases)
+        for (int side = 0; side < 2; ++side) {
+          ir::Graph g;
+          ir::Builder b(g);
+          ValueId x = b.input(ir::InputRole::data, "x", {dt, c.big});
+          ValueId s = b.input(ir::InputRole::data, "s", {dt, c.small});
+          ValueId bs = b.add(Op::broadcast, {s}, ir::Attrs{{"dims", c.dims}, {"shape", c.big}});
+          ValueId y = side ? b.binary(Op::sub, bs, x) : b.binary(Op::mul, x, bs);
+          ValueId m = b.binary(Op::gt, x, bs);
+          ValueId z = b.add(Op::select, {m, y, bs});
+          g.outputs.push_back({ir::OutputRole::user, z, ir::kNoValue, "z"});
+          exec::Program p = lower::lower(g, {.fuse = fuse});
+          for (const exec::Kernel& k : p.kernels)
+            EXPECT_NE(std::string(k.name), "broadcast") << p.str();
+          ASSERT_EQ(p.kernels.size(), fuse ? 1u : 3u) << p.str();  // fused: one loop
 
-        std::vector<Tensor> in = {randn(c.big, 0, 1, dt), randn(c.small, 0, 1, dt)};
-        const Tensor want = exec::interpret(g, in)[0];
-        Tensor got = Tensor::zeros(c.big, dt);
-        exec::Executable e(std::move(p));
-        e.bind_input(0, in[0].impl()->storage->data);
-        e.bind_input(1, in[1].impl()->storage->data);
-        e.bind_output(0, got.impl()->storage->data);
-        e.run();
-        EXPECT_EQ(max_rel_diff(got, want), 0.0) << dtype_name(dt) << " side " << side;
-      }
+          std::vector<Tensor> in = {randn(c.big, 0, 1, dt), randn(c.small, 0, 1, dt)};
+          const Tensor want = exec::interpret(g, in)[0];
+          Tensor got = Tensor::zeros(c.big, dt);
+          exec::Executable e(std::move(p));
+          e.bind_input(0, in[0].impl()->storage->data);
+          e.bind_input(1, in[1].impl()->storage->data);
+          e.bind_output(0, got.impl()->storage->data);
+          e.run();
+          EXPECT_EQ(max_rel_diff(got, want), 0.0) << dtype_name(dt) << " side " << side;
+        }
 }
 
 // Attention's head split: q and k stored [B, T, H, D], transposed to

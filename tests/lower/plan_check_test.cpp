@@ -36,7 +36,9 @@ void check_program(const exec::Program& p, const std::string& what) {
       uses[size_t(s)].reads.push_back(k);
       uses[size_t(s)].last_read = k;
     }
-    for (int32_t s : {kern.out, kern.scratch}) {
+    std::vector<int32_t> written = kern.outs();
+    written.push_back(kern.scratch);
+    for (int32_t s : written) {
       if (s < 0) continue;
       Use& u = uses[size_t(s)];
       if (u.first_write < 0) u.first_write = k;
@@ -81,12 +83,14 @@ TEST(PlanCheck, EveryModelsProgramsKeepLiveBuffersApartAndWriteBeforeReading) {
     graphs.push_back(three.forward);
     graphs.push_back(three.backward);
     graphs.push_back(three.optimizer);
-    for (const ir::Graph& g : graphs) {
-      const exec::Program p = lower::lower(g);
-      EXPECT_GE(p.arena_bytes, p.max_live_bytes);
-      EXPECT_EQ(p.copy_bytes, 0) << name << " " << g.name << ": an update is not in place";
-      check_program(p, fmt::format("{} {}", name, g.name));
-    }
+    for (const ir::Graph& g : graphs)
+      for (bool fuse : {true, false}) {
+        const exec::Program p = lower::lower(g, {.fuse = fuse});
+        const std::string what = fmt::format("{} {}{}", name, g.name, fuse ? "" : " unfused");
+        EXPECT_GE(p.arena_bytes, p.max_live_bytes) << what;
+        EXPECT_EQ(p.copy_bytes, 0) << what << ": an update is not in place";
+        check_program(p, what);
+      }
   }
 }
 
@@ -106,10 +110,13 @@ TEST(PlanCheck, SingleGraphUpdatesRunDuringTheBackwardPass) {
   int64_t first_param_write = -1, last_product = -1;
   for (int64_t k = 0; k < int64_t(p.kernels.size()); ++k) {
     const exec::Kernel& kern = p.kernels[size_t(k)];
-    const exec::Slot& out = p.slots[size_t(kern.out)];
-    if (out.kind == exec::SlotKind::input && first_param_write < 0 &&
-        p.inputs[size_t(out.index)].role == ir::InputRole::param)
-      first_param_write = k;
+    for (int32_t o : kern.outs()) {
+      if (o < 0) continue;
+      const exec::Slot& out = p.slots[size_t(o)];
+      if (out.kind == exec::SlotKind::input && first_param_write < 0 &&
+          p.inputs[size_t(out.index)].role == ir::InputRole::param)
+        first_param_write = k;
+    }
     if (kern.op == ir::Op::matmul) last_product = k;
   }
   ASSERT_GE(first_param_write, 0) << p.str();

@@ -23,12 +23,13 @@ struct Trained {
 
 // Trains `spec` for `steps` Adam(W) steps in `mode` on seeded random
 // batches, from the same initialization and random stream.
-Trained train(const models::Spec& spec, StepMode mode, int steps, double lr, bool decoupled) {
+Trained train(const models::Spec& spec, StepMode mode, int steps, double lr, bool decoupled,
+              bool fuse = true) {
   manual_seed(17);
   Trained r;
   r.model = models::make(spec);
   r.opt = std::make_unique<optim::Adam>(*r.model, optim::AdamOptions{.lr = lr}, decoupled);
-  TrainStep step(*r.model, *r.opt, models::loss_fn(*r.model), {.mode = mode});
+  TrainStep step(*r.model, *r.opt, models::loss_fn(*r.model), {.mode = mode, .fuse = fuse});
   for (int i = 0; i < steps; ++i) {
     StepResult res = step.run(models::random_batch(spec, uint64_t(i)));
     EXPECT_TRUE(std::isfinite(res.loss));
@@ -63,19 +64,28 @@ std::pair<double, std::string> worst_difference(const nn::Module& a, const nn::M
 // difference is 0. The reference kernels themselves are checked against f64
 // loops (tests/exec) and gradients against f64 finite differences
 // (tests/autograd).
+// Both compiled modes run fused (the default) and unfused.
 void expect_modes_agree(const models::Spec& spec, double lr, bool decoupled) {
   Trained ref = train(spec, StepMode::interpret, 10, lr, decoupled);
-  for (StepMode mode : {StepMode::three_graph, StepMode::single_graph}) {
-    SCOPED_TRACE(mode_name(mode));
-    Trained r = train(spec, mode, 10, lr, decoupled);
-    auto [diff, name] = worst_difference(*r.model, *ref.model);
-    EXPECT_LT(diff, 1e-4) << "largest difference in " << name;
-    std::printf("%s %s vs interpret: largest relative difference %.2e (%s)\n", spec.name.c_str(),
-                mode_name(mode), diff, name.c_str());
-  }
+  for (bool fuse : {true, false})
+    for (StepMode mode : {StepMode::three_graph, StepMode::single_graph}) {
+      SCOPED_TRACE(std::string(mode_name(mode)) + (fuse ? "" : " unfused"));
+      Trained r = train(spec, mode, 10, lr, decoupled, fuse);
+      auto [diff, name] = worst_difference(*r.model, *ref.model);
+      EXPECT_LT(diff, 1e-4) << "largest difference in " << name;
+      std::printf("%s %s%s vs interpret: largest relative difference %.2e (%s)\n",
+                  spec.name.c_str(), mode_name(mode), fuse ? "" : " unfused", diff, name.c_str());
+    }
 }
 
 // At the models' own batch sizes and training learning rates.
+TEST(ReferenceModels, MlpAndTinyMlpAgreeAcrossModesFusedAndUnfusedAfterTenAdamSteps) {
+  for (const char* name : {"mlp", "tiny_mlp"}) {
+    const models::Spec spec = models::spec(name);
+    expect_modes_agree(spec, spec.lr, /*decoupled=*/false);
+  }
+}
+
 TEST(ReferenceModels, CnnAgreesAcrossModesAfterTenAdamStepsIncludingRunningStats) {
   const models::Spec spec = models::spec("cnn");
   expect_modes_agree(spec, spec.lr, /*decoupled=*/false);

@@ -1,0 +1,112 @@
+// The kernel of a loop fusion.
+//
+// A loop fusion's body (ir/graph.hpp) computes element i of every result
+// from element i of its full-size operands. The kernel walks the result a
+// row at a time, in chunks of at most kFusedChunk elements; within a chunk
+// it runs the body's ops one after another over small buffers that stay in
+// L1, so a chain of n ops reads its operands and writes its results once
+// instead of n times, in one parallel region instead of n. Each op runs the
+// array function its single-op kernel runs (elementwise.hpp, loops.hpp), so
+// a fused and an unfused program compute identical bits.
+//
+// Rows: the result shape with dims merged wherever every broadcast operand
+// allows it (merge_joint), so a row is as long as it can be while each
+// broadcast operand moves along it by one fixed stride. Operands: a
+// full-size operand is read where it lies; a one-element operand (a `full`
+// of the body, or a broadcast of a one-element operand) is read as one
+// value; a broadcast operand is, within a row, one value (a per-channel or
+// per-row statistic: stride 0), a contiguous run (a bias along a row:
+// stride 1), or else gathered into a buffer. Rows shorter than half a chunk
+// (a 7x7 feature map under a per-channel statistic) would make chunks too
+// short to pay for their set-up: then chunks run across rows and every
+// broadcast operand is gathered. A result is written straight into its
+// storage, unless a later op of the body reads an operand stored there (a
+// parameter updated in place, or a result given a dying operand's block):
+// then it goes through a buffer, copied out when the chunk is done.
+//
+// Buffers live on the stack (no allocation per step): at most
+// kMaxFusedBuffers at once, which the fuse pass guarantees by bounding a
+// group's size (fused_buffers_needed).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/program.hpp"
+#include "ir/graph.hpp"
+
+namespace ws::exec {
+
+constexpr int64_t kFusedChunk = 512;
+constexpr int kMaxFusedBuffers = 24;
+
+class FusedLoop {
+ public:
+  // in_slots[i], out_slots[j]: where operand i and result j live (-1 for a
+  // result nobody reads), used only to see which share storage.
+  FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots,
+            const std::vector<int32_t>& out_slots);
+
+  // ins[i]: operand i; outs[j]: result j (null when unused).
+  void run(const void* const* ins, void* const* outs) const;
+
+  // "fused(mul,add,sqrt,div,+3)": the ops, for listings and profiles.
+  const std::string& name() const { return name_; }
+  int64_t numel() const { return numel_; }
+
+  // Which kind of storage each body value is read from during a chunk.
+  enum class Kind : uint8_t {
+    input,       // a full-size operand
+    scalar,      // a one-element operand
+    constant,    // a `full` of the body
+    row_scalar,  // a broadcast operand, one value along each row
+    row_array,   // a broadcast operand, contiguous along each row
+    gather,      // a broadcast operand, gathered into a buffer
+    buffer,      // a computed value
+    output,      // a computed value written straight into its result
+  };
+  struct Value {
+    Kind kind = Kind::buffer;
+    int32_t index = -1;  // input, output or constant number
+    int32_t buf = -1;    // buffer number (buffer and gather)
+    int64_t esize = 4;
+    std::vector<int64_t> strides;  // broadcast operands: source strides over walk_
+    int64_t inner = 0;             // the last of them: along a row
+  };
+  using StepFn = void (*)(const void* a, const void* b, const void* c, void* y, int64_t n,
+                          int arrays);
+  struct Step {
+    StepFn fn;
+    int32_t args[3] = {-1, -1, -1};  // body values read
+    int32_t out = -1;                // body value written
+    int arrays = 0;                  // bit i: operand i is an array, not one value
+  };
+
+ private:
+  int64_t numel_ = 0;
+  Shape walk_;           // the result shape, merged
+  int64_t row_len_ = 1;  // elements of a chunk's row: walk_'s last dim, or numel_ across rows
+  int64_t chunks_per_row_ = 1;
+  int64_t grain_ = 1;  // chunks worth a thread
+  std::string name_;
+  std::vector<Value> values_;
+  std::vector<Step> steps_;
+  std::vector<int32_t> broadcasts_;                     // row_scalar, row_array and gather values
+  std::vector<std::pair<int32_t, int32_t>> copy_outs_;  // (value, output) after a chunk
+  std::vector<double> constants_;                       // storage of `full` values (8 bytes each)
+};
+
+// Fills k.fn, k.name and k.loop for a fusion node's kernel whose operand
+// and result slots (k.in, k.out, k.extra_out) are set.
+void choose_fused_kernel(Kernel& k, const ir::Graph& body);
+
+// Buffers the kernel for `body` needs at most (every result buffered).
+int fused_buffers_needed(const ir::Graph& body);
+
+// True when the fused loop kernel computes `n` (of graph `g`) in a loop body:
+// an elementwise op on f32/f64 operands (comparisons, select, and converts
+// between f32, f64 and bool included).
+bool fusible_elementwise(const ir::Graph& g, ir::ValueId n);
+
+}  // namespace ws::exec

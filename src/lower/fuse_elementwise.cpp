@@ -1,0 +1,366 @@
+#include "lower/fuse_elementwise.hpp"
+
+#include <algorithm>
+#include <queue>
+
+#include <fmt/format.h>
+
+#include "exec/fused_loop.hpp"
+#include "exec/program.hpp"
+
+namespace ws::lower {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+class Fuser {
+ public:
+  explicit Fuser(const ir::Graph& g) : g_(g), n_(size_t(g.size())) {}
+
+  ir::Graph run() {
+    group_.assign(n_, -1);
+    for (ValueId v = 0; v < g_.size(); ++v)
+      if (exec::fusible_elementwise(g_, v)) grow(v);
+    return rebuild();
+  }
+
+ private:
+  // A group: its members in id order, and what bounds it.
+  struct Group {
+    std::vector<ValueId> members;
+    int64_t values = 0;  // ops plus gathered broadcasts: the kernel's buffers at most
+  };
+
+  // The value a fused body reads for operand a: a broadcast's source (read
+  // through strides), nothing for a `full` (a constant of the body), else a.
+  ValueId read_of(ValueId a) const {
+    const ir::Node& n = g_.node(a);
+    if (n.op == Op::full) return ir::kNoValue;
+    if (n.op == Op::broadcast) return g_.node(n.args[0]).op == Op::full ? ir::kNoValue : n.args[0];
+    return a;
+  }
+  int64_t values_of(ValueId v) const {
+    int64_t count = 1;
+    for (ValueId a : g_.node(v).args)
+      if (g_.node(a).op == Op::broadcast && g_.type(g_.node(a).args[0]).numel() != 1) ++count;
+    return count;
+  }
+
+  // A loop over arrays larger than the caches runs at the speed of memory,
+  // and memory serves a few streams far better than many: measured on a
+  // 2-core AMD EPYC (Zen 5, KVM), one core reads and writes 6.4 MB arrays
+  // at 30-40 GB/s with up to four streams in flight, 10-20 GB/s with five
+  // to nine (benchmarks/fused_streams). So a group over such arrays keeps
+  // its full-size operands plus results within kMaxStreams; a group over
+  // small arrays (the optimizer's update of one small parameter, a bias)
+  // may have any number.
+  static constexpr int64_t kMaxStreams = 4;
+  static constexpr int64_t kCachedBytes = int64_t(1) << 20;
+  bool few_streams(const std::vector<ValueId>& members, const std::vector<ValueId>& reads) const {
+    const ir::Type& t = g_.type(members[0]);
+    if (int64_t(t.bytes()) <= kCachedBytes) return true;
+    int64_t streams = 0;
+    for (ValueId r : reads) streams += g_.type(r).numel() == t.numel();
+    for (ValueId m : members) {
+      bool outside = is_output_[size_t(m)];
+      for (ValueId u : users_[size_t(m)]) outside = outside || mark_[size_t(u)] != epoch_;
+      streams += outside;
+    }
+    return streams <= kMaxStreams;
+  }
+
+  // Tries to make v one group with the groups `join`; false if that would
+  // be too large or cyclic.
+  bool try_join(ValueId v, const std::vector<int32_t>& join) {
+    std::vector<ValueId> members = {v};
+    int64_t values = values_of(v);
+    for (int32_t gi : join) {
+      members.insert(members.end(), groups_[size_t(gi)].members.begin(),
+                     groups_[size_t(gi)].members.end());
+      values += groups_[size_t(gi)].values;
+    }
+    if (values > exec::kMaxFusedBuffers) return false;
+    ++epoch_;
+    ValueId min_id = v;
+    for (ValueId m : members) mark_[size_t(m)] = epoch_, min_id = std::min(min_id, m);
+    std::vector<ValueId> reads, stack;
+    for (ValueId m : members)
+      for (ValueId a : g_.node(m).args) {
+        const ValueId r = read_of(a);
+        if (r != ir::kNoValue && mark_[size_t(r)] != epoch_ &&
+            std::find(reads.begin(), reads.end(), r) == reads.end())
+          reads.push_back(r);
+      }
+    if (reads.size() > exec::kMaxOperands) return false;
+    if (!few_streams(members, reads)) return false;
+    // No value read from outside may depend on the group: walk back from
+    // them, seeing other groups as single nodes.
+    ++epoch_;
+    const int32_t in_union = epoch_ - 1;
+    stack = reads;
+    while (!stack.empty()) {
+      const ValueId x = stack.back();
+      stack.pop_back();
+      if (mark_[size_t(x)] == in_union) return false;
+      if (seen_[size_t(x)] == epoch_) continue;
+      seen_[size_t(x)] = epoch_;
+      if (group_[size_t(x)] >= 0) {
+        for (ValueId m : groups_[size_t(group_[size_t(x)])].members)
+          for (ValueId a : g_.node(m).args) stack.push_back(a);
+      } else if (x > min_id) {  // anything earlier cannot depend on the group
+        for (ValueId a : g_.node(x).args) stack.push_back(a);
+      }
+    }
+    // Join: the first group takes the others and v.
+    int32_t into = join.empty() ? int32_t(groups_.size()) : join[0];
+    if (join.empty()) groups_.push_back({});
+    Group& gr = groups_[size_t(into)];
+    gr.members = members;
+    std::sort(gr.members.begin(), gr.members.end());
+    gr.values = values;
+    for (size_t i = 1; i < join.size(); ++i) groups_[size_t(join[i])] = Group{};
+    for (ValueId m : gr.members) group_[size_t(m)] = into;
+    return true;
+  }
+
+  void grow(ValueId v) {
+    if (mark_.empty()) {
+      mark_.assign(n_, 0), seen_.assign(n_, 0);
+      users_.assign(n_, {});
+      is_output_.assign(n_, false);
+      for (ValueId u = 0; u < g_.size(); ++u)
+        for (ValueId a : g_.node(u).args) users_[size_t(a)].push_back(u);
+      for (const ir::Output& o : g_.outputs) is_output_[size_t(o.value)] = true;
+    }
+    std::vector<int32_t> cands;
+    for (ValueId a : g_.node(v).args) {
+      const int32_t gi = group_[size_t(a)];
+      if (gi >= 0 && g_.type(a).shape == g_.type(v).shape &&
+          std::find(cands.begin(), cands.end(), gi) == cands.end())
+        cands.push_back(gi);
+    }
+    if (cands.size() > 1 && try_join(v, cands)) return;
+    for (int32_t gi : cands)
+      if (try_join(v, {gi})) return;
+    try_join(v, {});
+  }
+
+  // The unit each node is placed with: its group if that has two or more
+  // members, else itself.
+  int64_t unit_of(ValueId v) const {
+    const int32_t gi = group_[size_t(v)];
+    return gi >= 0 && groups_[size_t(gi)].members.size() > 1 ? int64_t(n_) + gi : int64_t(v);
+  }
+
+  ir::Graph rebuild() {
+    // What must exist: outputs, inputs, every group (simplify left nothing
+    // dead) and what they read. A broadcast or full read only by groups is
+    // cloned into their bodies and dies.
+    std::vector<bool> needed(n_, false);
+    for (const ir::Output& o : g_.outputs) {
+      needed[size_t(o.value)] = true;
+      if (o.aliased_input != ir::kNoValue) needed[size_t(o.aliased_input)] = true;
+    }
+    for (ValueId v : g_.inputs) needed[size_t(v)] = true;
+    for (ValueId v = 0; v < g_.size(); ++v)
+      if (unit_of(v) != v) needed[size_t(v)] = true;
+    std::vector<int> outside_uses(n_, 0);  // readers in another unit, and outputs
+    for (const ir::Output& o : g_.outputs) ++outside_uses[size_t(o.value)];
+    for (ValueId v = g_.size() - 1; v >= 0; --v) {
+      if (!needed[size_t(v)]) continue;
+      const bool fused = unit_of(v) != v;
+      for (ValueId a : g_.node(v).args) {
+        const ValueId r = fused ? read_of(a) : a;
+        if (r == ir::kNoValue) continue;
+        needed[size_t(r)] = true;
+        if (unit_of(r) != unit_of(v)) ++outside_uses[size_t(r)];
+      }
+    }
+    // Units and the edges between them; soft edges keep every other reader
+    // of an old parameter before its update.
+    const size_t units = n_ + groups_.size();
+    std::vector<std::vector<int64_t>> succ(units);
+    std::vector<int> hard(units, 0), soft(units, 0);
+    std::vector<ValueId> key(units, -1);
+    std::vector<bool> present(units, false);
+    auto edge = [&](int64_t from, int64_t to, std::vector<int>& count) {
+      if (from == to) return;
+      succ[size_t(from)].push_back(to);
+      ++count[size_t(to)];
+    };
+    std::vector<std::vector<int64_t>> soft_succ(units);
+    for (ValueId v = 0; v < g_.size(); ++v) {
+      if (!needed[size_t(v)]) continue;
+      const int64_t u = unit_of(v);
+      present[size_t(u)] = true;
+      key[size_t(u)] = std::max(key[size_t(u)], v);
+      const bool fused = u != v;
+      for (ValueId a : g_.node(v).args) {
+        const ValueId r = fused ? read_of(a) : a;
+        if (r != ir::kNoValue) edge(unit_of(r), u, hard);
+      }
+    }
+    for (const ir::Output& o : g_.outputs) {
+      if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
+      const int64_t up = unit_of(o.value);
+      for (ValueId r = 0; r < g_.size(); ++r) {
+        if (!needed[size_t(r)] || r >= o.value || unit_of(r) == up) continue;
+        const std::vector<ValueId>& args = g_.node(r).args;
+        if (std::find(args.begin(), args.end(), o.aliased_input) == args.end()) continue;
+        soft_succ[size_t(unit_of(r))].push_back(up);
+        ++soft[size_t(up)];
+      }
+    }
+    // Topological order by key, soft edges obeyed while they can be.
+    using Item = std::pair<ValueId, int64_t>;  // (key, unit)
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> ready, blocked;
+    for (size_t u = 0; u < units; ++u)
+      if (present[u] && hard[u] == 0) (soft[u] ? blocked : ready).push({key[u], int64_t(u)});
+    std::vector<int64_t> order;
+    std::vector<bool> placed(units, false);
+    while (!ready.empty() || !blocked.empty()) {
+      // Units whose soft predecessors are all placed move to `ready`.
+      std::vector<Item> still;
+      for (; !blocked.empty(); blocked.pop()) {
+        const Item& it = blocked.top();
+        if (soft[size_t(it.second)])
+          still.push_back(it);
+        else
+          ready.push(it);
+      }
+      for (const Item& it : still) blocked.push(it);
+      Item it;
+      if (!ready.empty()) {
+        it = ready.top();
+        ready.pop();
+      } else {  // a cycle of soft edges: the update will be copied
+        it = blocked.top();
+        blocked.pop();
+      }
+      const int64_t u = it.second;
+      if (placed[size_t(u)]) continue;
+      placed[size_t(u)] = true;
+      order.push_back(u);
+      for (int64_t s : soft_succ[size_t(u)]) --soft[size_t(s)];
+      for (int64_t s : succ[size_t(u)])
+        if (--hard[size_t(s)] == 0) (soft[size_t(s)] ? blocked : ready).push({key[size_t(s)], s});
+    }
+    // Emit.
+    ir::Graph out;
+    out.name = g_.name;
+    std::vector<ValueId> map(n_, ir::kNoValue);
+    for (int64_t u : order) {
+      if (u < int64_t(n_)) {
+        ir::Node node = g_.node(ValueId(u));
+        for (ValueId& a : node.args) a = map[size_t(a)];
+        out.nodes.push_back(std::move(node));
+        map[size_t(u)] = ValueId(out.nodes.size() - 1);
+      } else {
+        emit_group(groups_[size_t(u - int64_t(n_))], outside_uses, map, out);
+      }
+    }
+    ir::copy_interface(g_, map, out);
+    return out;
+  }
+
+  void emit_group(const Group& gr, const std::vector<int>& outside_uses, std::vector<ValueId>& map,
+                  ir::Graph& out) const {
+    auto body = std::make_shared<ir::Graph>();
+    body->name = ir::kBodyName;
+    std::vector<ValueId> reads;
+    for (ValueId m : gr.members)
+      for (ValueId a : g_.node(m).args) {
+        const ValueId r = read_of(a);
+        if (r != ir::kNoValue && group_[size_t(r)] != group_[size_t(m)] &&
+            std::find(reads.begin(), reads.end(), r) == reads.end())
+          reads.push_back(r);
+      }
+    std::vector<ValueId> local(n_, ir::kNoValue);  // outer value -> body value
+    auto add = [&](ir::Node node) {
+      body->nodes.push_back(std::move(node));
+      return ValueId(body->nodes.size() - 1);
+    };
+    for (size_t i = 0; i < reads.size(); ++i) {
+      const ValueId r = reads[i];
+      local[size_t(r)] =
+          add(ir::Node{Op::input,
+                       {},
+                       ir::Attrs{{"role", std::string("data")}, {"name", fmt::format("a{}", i)}},
+                       g_.type(r),
+                       {},
+                       nullptr});
+      body->inputs.push_back(local[size_t(r)]);
+    }
+    std::vector<ValueId> local_op(n_, ir::kNoValue);  // a broadcast or full operand, cloned
+    for (ValueId m : gr.members) {
+      ir::Node node = g_.node(m);
+      for (ValueId& a : node.args) {
+        if (local[size_t(a)] != ir::kNoValue && group_[size_t(a)] == group_[size_t(m)]) {
+          a = local[size_t(a)];
+          continue;
+        }
+        const ir::Node& an = g_.node(a);
+        if (local_op[size_t(a)] == ir::kNoValue) {
+          if (an.op == Op::full) {
+            local_op[size_t(a)] = add(an);
+          } else if (an.op == Op::broadcast && g_.node(an.args[0]).op == Op::full) {
+            ir::Node f = g_.node(an.args[0]);
+            f.type = an.type;
+            local_op[size_t(a)] = add(f);
+          } else if (an.op == Op::broadcast) {
+            ir::Node b = an;
+            b.args = {local[size_t(an.args[0])]};
+            local_op[size_t(a)] = add(b);
+          } else {
+            local_op[size_t(a)] = local[size_t(a)];
+          }
+        }
+        a = local_op[size_t(a)];
+      }
+      local[size_t(m)] = add(std::move(node));
+    }
+    std::vector<ValueId> results;
+    for (ValueId m : gr.members)
+      if (outside_uses[size_t(m)] > 0) {
+        body->outputs.push_back({ir::OutputRole::user, local[size_t(m)], ir::kNoValue,
+                                 fmt::format("r{}", results.size())});
+        results.push_back(m);
+      }
+    WS_CHECK(!results.empty()) << "a fused group nobody reads";
+    ir::Node f{Op::fusion,
+               {},
+               ir::Attrs{{"kind", std::string("loop")}},
+               g_.type(results[0]),
+               g_.node(results[0]).loc,
+               body};
+    for (ValueId r : reads) f.args.push_back(map[size_t(r)]);
+    out.nodes.push_back(std::move(f));
+    const ValueId fid = ValueId(out.nodes.size() - 1);
+    map[size_t(results[0])] = fid;
+    for (size_t j = 1; j < results.size(); ++j) {
+      out.nodes.push_back(ir::Node{Op::fusion_result,
+                                   {fid},
+                                   ir::Attrs{{"index", int64_t(j)}},
+                                   g_.type(results[j]),
+                                   g_.node(results[j]).loc,
+                                   nullptr});
+      map[size_t(results[j])] = ValueId(out.nodes.size() - 1);
+    }
+  }
+
+  const ir::Graph& g_;
+  const size_t n_;
+  std::vector<int32_t> group_;  // node -> group, -1 for none
+  std::vector<Group> groups_;
+  std::vector<int32_t> mark_, seen_;
+  std::vector<std::vector<ValueId>> users_;
+  std::vector<bool> is_output_;
+  int32_t epoch_ = 0;
+};
+
+}  // namespace
+
+ir::Graph fuse_elementwise(const ir::Graph& g) { return Fuser(g).run(); }
+
+}  // namespace ws::lower

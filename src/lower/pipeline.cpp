@@ -1,0 +1,26 @@
+#include "lower/pipeline.hpp"
+
+#include "ir/dump.hpp"
+#include "ir/verify.hpp"
+#include "lower/fuse_elementwise.hpp"
+#include "lower/simplify.hpp"
+
+namespace ws::lower {
+
+std::vector<Pass> graph_passes(const LowerOptions& opts) {
+  std::vector<Pass> passes = {{"simplify", simplify}};
+  if (opts.fuse) passes.push_back({"fuse", fuse_elementwise});
+  return passes;
+}
+
+ir::Graph run_passes(const ir::Graph& g, const std::vector<Pass>& passes) {
+  ir::Graph cur = g;
+  for (const Pass& p : passes) {
+    cur = p.run(cur);
+    if (ir::verify_enabled()) ir::verify_with_round_trip(cur);
+    ir::dump(cur, cur.name + "." + p.name);
+  }
+  return cur;
+}
+
+}  // namespace ws::lower

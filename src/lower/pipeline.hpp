@@ -1,0 +1,30 @@
+// The graph passes of lowering, run in order by one driver.
+//
+// Each pass is a Graph -> Graph function in its own file (simplify.cpp,
+// fuse_elementwise.cpp); the driver runs them from one list, verifies the
+// graph after each (with a print/parse round trip) when verification is on,
+// and writes it with WS_DUMP as "<NNN>-<graph>.<pass>.ir". What follows the
+// passes turns the final graph into a Program (lower.cpp): operands read in
+// place, kernels, in-place updates, the memory plan.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.hpp"
+#include "lower/lower.hpp"
+
+namespace ws::lower {
+
+struct Pass {
+  const char* name;
+  ir::Graph (*run)(const ir::Graph&);
+};
+
+// The passes `opts` asks for, in order.
+std::vector<Pass> graph_passes(const LowerOptions& opts);
+
+// Runs `passes` over g, verifying and dumping after each.
+ir::Graph run_passes(const ir::Graph& g, const std::vector<Pass>& passes);
+
+}  // namespace ws::lower

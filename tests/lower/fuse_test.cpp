@@ -1,0 +1,140 @@
+// The fuse pass: what fuses and what must not (IR text in, IR text out,
+// golden files beside this test), and fused programs against the
+// interpreter and against unfused programs.
+#include <gtest/gtest.h>
+
+#include "capture/tensor_impl.hpp"
+#include "exec/fused_loop.hpp"
+#include "exec/interpreter.hpp"
+#include "exec/program.hpp"
+#include "ir/text.hpp"
+#include "ir/verify.hpp"
+#include "lower/fuse_elementwise.hpp"
+#include "lower/lower.hpp"
+#include "lower/pipeline.hpp"
+#include "test_util.hpp"
+
+namespace ws {
+namespace {
+
+// Inputs of g's types: floats near 1 (positive, so logs and roots are
+// defined), integers zero.
+std::vector<Tensor> inputs_for(const ir::Graph& g, uint64_t seed = 1) {
+  std::vector<Tensor> in;
+  manual_seed(seed);
+  for (ir::ValueId v : g.inputs) {
+    const ir::Type& t = g.type(v);
+    if (is_floating(t.dtype))
+      in.push_back(randn(t.shape, 1.0, 0.25, t.dtype));
+    else
+      in.push_back(Tensor::zeros(t.shape, t.dtype));
+  }
+  return in;
+}
+
+// Runs g lowered (fused or not) `runs` times on copies of `in`, updates
+// written into their inputs; an update's result is its input afterwards.
+std::vector<Tensor> run_lowered(const ir::Graph& g, const std::vector<Tensor>& in, bool fuse,
+                                int runs) {
+  std::vector<Tensor> args;
+  for (const Tensor& t : in) args.push_back(t.clone());
+  exec::Executable e(lower::lower(g, {.fuse = fuse}));
+  for (size_t i = 0; i < args.size(); ++i) e.bind_input(i, args[i].impl()->storage->data);
+  std::vector<Tensor> out(g.outputs.size());
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const ir::Output& o = g.outputs[i];
+    if (o.role == ir::OutputRole::update) continue;
+    out[i] = Tensor::zeros(g.type(o.value).shape, g.type(o.value).dtype);
+    e.bind_output(i, out[i].impl()->storage->data);
+  }
+  for (int r = 0; r < runs; ++r) e.run();
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    if (g.outputs[i].role == ir::OutputRole::update)
+      out[i] = args[size_t(g.input_index(g.outputs[i].aliased_input))];
+  return out;
+}
+
+// The interpreter run `runs` times, each run's updates fed to the next.
+std::vector<Tensor> interpret_runs(const ir::Graph& g, std::vector<Tensor> in, int runs) {
+  std::vector<Tensor> out;
+  for (int r = 0; r < runs; ++r) {
+    out = exec::interpret(g, in);
+    for (size_t i = 0; i < g.outputs.size(); ++i)
+      if (g.outputs[i].role == ir::OutputRole::update)
+        in[size_t(g.input_index(g.outputs[i].aliased_input))] = out[i];
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    if (g.outputs[i].role == ir::OutputRole::update)
+      out[i] = in[size_t(g.input_index(g.outputs[i].aliased_input))];
+  return out;
+}
+
+// Every way of running g gives the same bits: the interpreter on g and on
+// its fused form, and programs with fusion on and off, over `runs` runs.
+void expect_same_everywhere(const ir::Graph& g, const std::vector<Tensor>& in, int runs = 3) {
+  const std::vector<Tensor> want = interpret_runs(g, in, runs);
+  const ir::Graph fused = lower::run_passes(g, lower::graph_passes({}));
+  const std::vector<std::vector<Tensor>> got = {interpret_runs(fused, in, runs),
+                                                run_lowered(g, in, true, runs),
+                                                run_lowered(g, in, false, runs)};
+  const char* names[] = {"interpreted fused graph", "fused program", "unfused program"};
+  for (size_t k = 0; k < got.size(); ++k)
+    for (size_t i = 0; i < want.size(); ++i) {
+      SCOPED_TRACE(std::string(names[k]) + ", output " + g.outputs[i].name);
+      const std::vector<double> w = want[i].to_vector(), r = got[k][i].to_vector();
+      ASSERT_EQ(w.size(), r.size());
+      for (size_t j = 0; j < w.size(); ++j) ASSERT_EQ(r[j], w[j]) << "element " << j;
+    }
+}
+
+// fuse/<name>.in.ir through the fuse pass gives fuse/<name>.out.ir (the
+// verifier and a print/parse round trip pass on the result), and the fused
+// graph computes what the input graph computes, bit for bit.
+void expect_fuses_as_golden(const std::string& name) {
+  const ir::Graph in =
+      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
+  const ir::Graph out = lower::fuse_elementwise(in);
+  ir::verify_with_round_trip(out);
+  testing::expect_golden(ir::print(out), "fuse/" + name + ".out.ir");
+  expect_same_everywhere(in, inputs_for(in));
+}
+
+// Bias along rows, a statistic per row, a scalar, a constant, a comparison
+// and a select: one loop, every broadcast read in place.
+TEST(FuseElementwise, ChainWithBroadcastOperandsBecomesOneLoop) {
+  expect_fuses_as_golden("chain_with_broadcasts");
+}
+
+// exp feeds a product and a mul that also reads the product: putting the
+// mul with exp would make the group wait for a product that waits for it.
+// exp's value leaves its group as a result for the product: computed once.
+TEST(FuseElementwise, NeverFusesAcrossAProductThatDependsOnTheGroup) {
+  expect_fuses_as_golden("no_cycle_through_product");
+}
+
+// Softmax's exp is read by a row sum and by the division after it: the
+// division cannot join exp's group (it waits for the sum, which waits for
+// exp), and exp is computed once, not recomputed beside the division.
+TEST(FuseElementwise, NeverFusesAcrossAReductionOfTheGroup) {
+  expect_fuses_as_golden("shared_value_computed_once");
+}
+
+// A random draw is not an elementwise op and stays its own kernel; a value
+// of another shape (after a reshape) starts its own group.
+TEST(FuseElementwise, RandomDrawsAndOtherShapesStayOutOfAGroup) {
+  expect_fuses_as_golden("shapes_and_randomness_stay_apart");
+}
+
+// Over arrays larger than the caches, a group keeps at most four streams
+// (full-size operands plus results).
+TEST(FuseElementwise, GroupsOverLargeArraysKeepFewStreams) {
+  expect_fuses_as_golden("many_streams_over_large_arrays_split");
+}
+
+TEST(FuseElementwise, AdamUpdateOfOneParameterIsOneKernelAndExact) {
+  const ir::Graph g = ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/adam_step.ir"));
+  expect_same_everywhere(g, inputs_for(g));
+}
+
+}  // namespace
+}  // namespace ws
