@@ -24,11 +24,23 @@
 // parameter updated in place, or a result given a dying operand's block):
 // then it goes through a buffer, copied out when the chunk is done.
 //
+// A reduce fusion (kind "reduce") ends its loop in reductions: its loop
+// values have the shape S of the reductions' operand, every reduction sums
+// (or takes the maximum) over the same axes, and elementwise ops on the
+// reduced values (the epilogue: a mean's division, a variance's epsilon)
+// follow. The kernel walks one reduced result at a time (in parallel over
+// results): the elements of its sequence, a run at a time, go through the
+// loop in chunks and into a SumStream or MaxStream (reduce.hpp), which give
+// the bits reduce_sum and reduce_max give; then the epilogue runs on the
+// result's values. Only reductions whose operand's innermost dim is reduced
+// (rows: LayerNorm, softmax, BatchNorm statistics) are fused.
+//
 // Buffers live on the stack (no allocation per step): at most
 // kMaxFusedBuffers at once, which the fuse pass guarantees by bounding a
 // group's size (fused_buffers_needed).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,8 +50,8 @@
 
 namespace ws::exec {
 
-constexpr int64_t kFusedChunk = 512;
-constexpr int kMaxFusedBuffers = 24;
+constexpr int64_t kFusedChunk = 1024;
+constexpr int kMaxFusedBuffers = 16;
 
 class FusedLoop {
  public:
@@ -65,6 +77,10 @@ class FusedLoop {
     gather,      // a broadcast operand, gathered into a buffer
     buffer,      // a computed value
     output,      // a computed value written straight into its result
+    // Values of a reduce fusion's epilogue, one per reduced result:
+    reduced,     // a reduction's value, or an epilogue value not written out
+    red_input,   // an operand of the reduced shape
+    red_output,  // an epilogue value written straight into its result
   };
   struct Value {
     Kind kind = Kind::buffer;
@@ -82,19 +98,48 @@ class FusedLoop {
     int32_t out = -1;                // body value written
     int arrays = 0;                  // bit i: operand i is an array, not one value
   };
+  struct Reduction {
+    int32_t value;  // the reduce node
+    int32_t src;    // its operand
+    bool is_max;
+    DType dtype;
+  };
 
  private:
   int64_t numel_ = 0;
   Shape walk_;           // the result shape, merged
   int64_t row_len_ = 1;  // elements of a chunk's row: walk_'s last dim, or numel_ across rows
-  int64_t chunks_per_row_ = 1;
-  int64_t grain_ = 1;  // chunks worth a thread
+  int64_t grain_ = 1;    // elements (results, for a reduction) worth a thread
   std::string name_;
   std::vector<Value> values_;
   std::vector<Step> steps_;
   std::vector<int32_t> broadcasts_;                     // row_scalar, row_array and gather values
   std::vector<std::pair<int32_t, int32_t>> copy_outs_;  // (value, output) after a chunk
   std::vector<double> constants_;                       // storage of `full` values (8 bytes each)
+  // Reduce fusions: the reductions, the epilogue, and the walk of a result's
+  // sequence (kept dims select the result, reduced dims its runs).
+  std::vector<Reduction> reductions_;
+  std::vector<Step> epilogue_;
+  std::vector<std::pair<int32_t, int32_t>> red_copy_outs_;  // (value, output) after a result
+  int64_t results_ = 0;                                     // reduced results
+  Shape kept_, reduced_;                           // dims, outer to inner; reduced_ ends in the run
+  std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
+  void run_reduce(const void* const* ins, void* const* outs) const;
+  std::vector<int32_t> moving_;      // values whose pointer moves with the chunk
+  std::vector<int32_t> per_result_;  // values whose pointer moves with the result
+  void fixed_pointers(const void* const* ins, std::byte (*bufs)[kFusedChunk * 8],
+                      const void** ptr) const;
+  void prefetch(int64_t s, int64_t len, const void* const* ins, void* const* outs) const;
+  void chunk_pointers(int64_t s, int64_t len, const void* const* ins, void* const* outs,
+                      std::byte (*bufs)[kFusedChunk * 8], const void** ptr) const;
+  bool by_rows_ = false;
+  bool rows_matter_ = false;  // by rows, with broadcast operands that move along them
+  // Where the chunk starting at element s ends: kFusedChunk on, or the end
+  // of its row when rows matter.
+  int64_t chunk_end(int64_t s) const {
+    return rows_matter_ ? std::min(s + kFusedChunk, (s / row_len_ + 1) * row_len_)
+                        : s + kFusedChunk;
+  }
 };
 
 // Fills k.fn, k.name and k.loop for a fusion node's kernel whose operand

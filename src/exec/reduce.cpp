@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
@@ -216,7 +217,7 @@ T sum_contiguous(const T* x, int64_t n, bool split) {
 // One sequence arriving in runs: the lanes of the current block continue
 // across runs.
 template <class T>
-struct SumStream {
+struct Stream {
   alignas(64) T lanes[L][1] = {};
   int64_t pos = 0;  // elements in the current block
   Carry<T, 1> carry;
@@ -272,7 +273,7 @@ void sum_rows(const Walk& w, const T* x, T* y) {
             y[k.ob] = sum_contiguous(x + k.oa, run, false);
             continue;
           }
-          SumStream<T> s;
+          Stream<T> s;
           Odometer r(w.nr - 1, w.rsize, w.rin, w.rin, 0);
           for (int64_t i = 0; i < runs; ++i, r.next()) s.add(x + k.oa + r.oa, run);
           y[k.ob] = s.finish();
@@ -507,6 +508,32 @@ template float sum<float>(const float*, int64_t);
 template double sum<double>(const double*, int64_t);
 template void reduce_sum<float>(const Shape&, const std::vector<int64_t>&, const float*, float*);
 template void reduce_sum<double>(const Shape&, const std::vector<int64_t>&, const double*, double*);
+template <class T>
+SumStream<T>::SumStream() {
+  static_assert(sizeof(Stream<T>) <= sizeof(state_) && alignof(Stream<T>) <= 64);
+  new (state_) Stream<T>;
+}
+template <class T>
+void SumStream<T>::add(const T* x, int64_t n) {
+  std::launder(reinterpret_cast<Stream<T>*>(state_))->add(x, n);
+}
+template <class T>
+T SumStream<T>::finish() {
+  return std::launder(reinterpret_cast<Stream<T>*>(state_))->finish();
+}
+template <class T>
+void MaxStream<T>::add(const T* x, int64_t n) {
+  m_ = max_run(x, n, m_);
+}
+template <class T>
+T MaxStream<T>::finish() const {
+  return normalize(m_);
+}
+template class SumStream<float>;
+template class SumStream<double>;
+template class MaxStream<float>;
+template class MaxStream<double>;
+
 template void reduce_max<float>(const Shape&, const std::vector<int64_t>&, const float*, float*);
 template void reduce_max<double>(const Shape&, const std::vector<int64_t>&, const double*, double*);
 

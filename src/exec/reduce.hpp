@@ -28,7 +28,9 @@
 // -inf.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "wholestep/dtype.hpp"
@@ -52,6 +54,32 @@ template <class T>
 void reduce_sum(const Shape& shape, const std::vector<int64_t>& strides, const T* x, T* y);
 template <class T>
 void reduce_max(const Shape& shape, const std::vector<int64_t>& strides, const T* x, T* y);
+
+// One sum fed in pieces: add() calls continue one sequence, and finish()
+// returns what sum() and reduce_sum give for the whole sequence, bit for bit
+// (a fused loop sums values it computes a chunk at a time). Allocates
+// nothing; the state lives in the object.
+template <class T>
+class SumStream {
+ public:
+  SumStream();
+  void add(const T* x, int64_t n);
+  T finish();
+
+ private:
+  alignas(64) std::byte state_[1536];
+};
+
+// The maximum of a sequence fed in pieces, as reduce_max gives it.
+template <class T>
+class MaxStream {
+ public:
+  void add(const T* x, int64_t n);
+  T finish() const;
+
+ private:
+  T m_ = -std::numeric_limits<T>::infinity();
+};
 
 // How reduce_sum and reduce_max walk a reduction: "rows" when the operand's
 // innermost dim is reduced (contiguous runs per result), "columns" when it is

@@ -97,6 +97,41 @@ void check_loop_body(const Graph& g, ValueId id) {
   }
 }
 
+// A reduce fusion's loop ends in reductions: it holds what a loop body
+// holds, at the shape S of the reductions' operand, then reductions, all over
+// the same axes of S, then elementwise ops of the reduced shape (and
+// broadcasts of one-element inputs to it).
+void check_reduce_body(const Graph& g, ValueId id) {
+  const Graph& b = *g.node(id).body;
+  ValueId first = kNoValue;
+  for (ValueId v = 0; v < b.size() && first == kNoValue; ++v)
+    if (b.node(v).op == Op::reduce_sum || b.node(v).op == Op::reduce_max) first = v;
+  if (first == kNoValue) fail_node(g, id, "a reduce fusion's body has no reduction");
+  const Shape& in = b.type(b.node(first).args[0]).shape;
+  const Shape& out = b.type(first).shape;
+  for (ValueId v = 0; v < b.size(); ++v) {
+    const Node& m = b.node(v);
+    if (m.op == Op::input || m.op == Op::full) continue;
+    const bool red = m.op == Op::reduce_sum || m.op == Op::reduce_max;
+    if (red &&
+        (b.type(m.args[0]).shape != in || m.attrs.ints("axes") != b.node(first).attrs.ints("axes")))
+      fail_node(
+          g, id,
+          fmt::format("body node %{} reduces another shape or other axes than %{}", v, first));
+    if (red) continue;
+    if (m.op == Op::broadcast && b.node(m.args[0]).op == Op::input &&
+        (m.type.shape == in || b.type(m.args[0]).numel() == 1))
+      continue;
+    if (op_info(m.op).category != OpCategory::elementwise ||
+        (m.type.shape != in && m.type.shape != out))
+      fail_node(
+          g, id,
+          fmt::format("body node %{} is a {} of shape {}: a reduce body holds a loop of "
+                      "shape {}, its reductions, and elementwise ops of shape {}",
+                      v, op_name(m.op), shape_str(m.type.shape), shape_str(in), shape_str(out)));
+  }
+}
+
 void check_fusion(const Graph& g, ValueId id) {
   const Node& n = g.node(id);
   if (!n.body) fail_node(g, id, "a fusion needs a body");
@@ -121,9 +156,12 @@ void check_fusion(const Graph& g, ValueId id) {
               fmt::format("the type differs from its body's result 0, {}",
                           b.type(b.outputs[0].value).str()));
   const std::string* kind = attr<std::string>(n, "kind");
-  if (!kind || *kind != "loop")
-    fail_node(g, id, "a fusion needs a string attribute 'kind' (\"loop\")");
-  check_loop_body(g, id);
+  if (!kind || (*kind != "loop" && *kind != "reduce"))
+    fail_node(g, id, "a fusion needs a string attribute 'kind' (\"loop\" or \"reduce\")");
+  if (*kind == "loop")
+    check_loop_body(g, id);
+  else
+    check_reduce_body(g, id);
 }
 
 void check_fusion_result(const Graph& g, ValueId id) {

@@ -7,6 +7,7 @@
 
 #include "exec/fused_loop.hpp"
 #include "exec/program.hpp"
+#include "exec/reference.hpp"
 
 namespace ws::lower {
 namespace {
@@ -21,7 +22,7 @@ class Fuser {
   ir::Graph run() {
     group_.assign(n_, -1);
     for (ValueId v = 0; v < g_.size(); ++v)
-      if (exec::fusible_elementwise(g_, v)) grow(v);
+      if (exec::fusible_elementwise(g_, v) || fusible_reduction(v)) grow(v);
     return rebuild();
   }
 
@@ -29,8 +30,38 @@ class Fuser {
   // A group: its members in id order, and what bounds it.
   struct Group {
     std::vector<ValueId> members;
-    int64_t values = 0;  // ops plus gathered broadcasts: the kernel's buffers at most
+    int64_t values = 0;   // ops plus gathered broadcasts: the kernel's buffers at most
+    ValueId reduce = -1;  // its first reduction (a reduce fusion), or -1 (a loop)
   };
+
+  static bool is_reduction(const ir::Node& n) {
+    return n.op == Op::reduce_sum || n.op == Op::reduce_max;
+  }
+  // A reduction the fused loop kernel computes: f32 or f64, over its
+  // operand's innermost dim (rows), reducing something.
+  bool fusible_reduction(ValueId v) const {
+    const ir::Node& n = g_.node(v);
+    if (!is_reduction(n) || (n.type.dtype != DType::f32 && n.type.dtype != DType::f64))
+      return false;
+    const Shape& in = g_.type(n.args[0]).shape;
+    if (n.type.numel() >= ws::numel(in)) return false;
+    int64_t last = int64_t(in.size()) - 1;
+    while (last >= 0 && in[size_t(last)] == 1) --last;
+    const std::vector<int64_t>& axes = n.attrs.ints("axes");
+    return last >= 0 && std::any_of(axes.begin(), axes.end(), [&](int64_t a) {
+             return (a < 0 ? a + int64_t(in.size()) : a) == last;
+           });
+  }
+  const Shape& loop_shape(const Group& gr) const {
+    return gr.reduce >= 0 ? g_.type(g_.node(gr.reduce).args[0]).shape
+                          : g_.type(gr.members[0]).shape;
+  }
+  // Elements of the loop a group's members run in.
+  int64_t loop_numel(const std::vector<ValueId>& members) const {
+    for (ValueId m : members)
+      if (is_reduction(g_.node(m))) return g_.type(g_.node(m).args[0]).numel();
+    return g_.type(members[0]).numel();
+  }
 
   // The value a fused body reads for operand a: a broadcast's source (read
   // through strides), nothing for a `full` (a constant of the body), else a.
@@ -119,12 +150,37 @@ class Fuser {
     gr.members = members;
     std::sort(gr.members.begin(), gr.members.end());
     gr.values = values;
+    gr.reduce = -1;
+    for (ValueId m : gr.members)
+      if (is_reduction(g_.node(m))) {
+        gr.reduce = m;
+        break;
+      }
     for (size_t i = 1; i < join.size(); ++i) groups_[size_t(join[i])] = Group{};
     for (ValueId m : gr.members) group_[size_t(m)] = into;
     return true;
   }
 
+  // A broadcast that repeats one value along rows shorter than half a
+  // fused chunk (a per-channel statistic over a 14x14 or 7x7 feature map):
+  // a fused loop would gather it per chunk, costing more than the traffic
+  // it saves (measured per group against the unfused kernels, which read it
+  // as one value per row). Such an op stays its own kernel.
+  bool reads_short_row_broadcast(ValueId v) const {
+    for (ValueId a : g_.node(v).args) {
+      const ir::Node& b = g_.node(a);
+      if (b.op != Op::broadcast || g_.type(b.args[0]).numel() == 1) continue;
+      Shape walk = b.type.shape;
+      std::vector<int64_t> st =
+          exec::broadcast_source_strides(g_.type(b.args[0]).shape, walk, b.attrs.ints("dims"));
+      exec::merge_dims(walk, st);
+      if (walk.size() > 1 && st.back() == 0 && walk.back() < exec::kFusedChunk / 2) return true;
+    }
+    return false;
+  }
+
   void grow(ValueId v) {
+    if (!is_reduction(g_.node(v)) && reads_short_row_broadcast(v)) return;
     if (mark_.empty()) {
       mark_.assign(n_, 0), seen_.assign(n_, 0);
       users_.assign(n_, {});
@@ -133,12 +189,39 @@ class Fuser {
         for (ValueId a : g_.node(u).args) users_[size_t(a)].push_back(u);
       for (const ir::Output& o : g_.outputs) is_output_[size_t(o.value)] = true;
     }
+    // Candidates: groups of v's operands that v can continue. A loop
+    // continues with elementwise ops of its shape, or ends in a reduction of
+    // its values; a reduce fusion continues only with elementwise ops on its
+    // reduced values (the epilogue), whose other operands are single values
+    // or of the reduced shape.
+    const ir::Node& n = g_.node(v);
     std::vector<int32_t> cands;
-    for (ValueId a : g_.node(v).args) {
+    bool with_reduce = false;
+    for (ValueId a : n.args) {
       const int32_t gi = group_[size_t(a)];
-      if (gi >= 0 && g_.type(a).shape == g_.type(v).shape &&
-          std::find(cands.begin(), cands.end(), gi) == cands.end())
-        cands.push_back(gi);
+      if (gi < 0 || std::find(cands.begin(), cands.end(), gi) != cands.end()) continue;
+      const Group& gr = groups_[size_t(gi)];
+      bool fits = false;
+      if (is_reduction(n))
+        fits = gr.reduce < 0 && g_.type(a).shape == g_.type(gr.members[0]).shape;
+      else if (gr.reduce >= 0)  // a is the reduced value or an epilogue value
+        fits = g_.type(a).shape == n.type.shape && n.type.shape != loop_shape(gr);
+      else
+        fits = g_.type(a).shape == n.type.shape;
+      if (fits && gr.reduce >= 0) {
+        for (ValueId b : n.args)
+          if (g_.node(b).op == Op::broadcast && g_.type(g_.node(b).args[0]).numel() != 1)
+            fits = false;
+      }
+      if (!fits) continue;
+      cands.push_back(gi);
+      with_reduce = with_reduce || gr.reduce >= 0;
+    }
+    if (with_reduce) {  // an epilogue joins its one reduce fusion
+      for (int32_t gi : cands)
+        if (groups_[size_t(gi)].reduce >= 0 && try_join(v, {gi})) return;
+      try_join(v, {});
+      return;
     }
     if (cands.size() > 1 && try_join(v, cands)) return;
     for (int32_t gi : cands)
@@ -330,7 +413,7 @@ class Fuser {
     WS_CHECK(!results.empty()) << "a fused group nobody reads";
     ir::Node f{Op::fusion,
                {},
-               ir::Attrs{{"kind", std::string("loop")}},
+               ir::Attrs{{"kind", std::string(gr.reduce >= 0 ? "reduce" : "loop")}},
                g_.type(results[0]),
                g_.node(results[0]).loc,
                body};

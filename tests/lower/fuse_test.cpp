@@ -112,17 +112,30 @@ TEST(FuseElementwise, NeverFusesAcrossAProductThatDependsOnTheGroup) {
   expect_fuses_as_golden("no_cycle_through_product");
 }
 
-// Softmax's exp is read by a row sum and by the division after it: the
-// division cannot join exp's group (it waits for the sum, which waits for
-// exp), and exp is computed once, not recomputed beside the division.
-TEST(FuseElementwise, NeverFusesAcrossAReductionOfTheGroup) {
-  expect_fuses_as_golden("shared_value_computed_once");
+// Softmax: exp and its row sum are one reduce fusion (exp's values leave it
+// as a result, computed once); the division waits for the sum, so it cannot
+// join that loop and runs as a second.
+TEST(FuseElementwise, SoftmaxIsExpWithItsRowSumThenTheDivision) {
+  expect_fuses_as_golden("softmax_two_loops");
 }
 
 // A random draw is not an elementwise op and stays its own kernel; a value
 // of another shape (after a reshape) starts its own group.
 TEST(FuseElementwise, RandomDrawsAndOtherShapesStayOutOfAGroup) {
   expect_fuses_as_golden("shapes_and_randomness_stay_apart");
+}
+
+// relu (a comparison, then a select reading its mask) and a row mean:
+// buffers of different element sizes are never shared by a step and the
+// operand it still reads.
+TEST(FuseElementwise, ReluThenRowMeanKeepsTheMaskApartFromTheResult) {
+  expect_fuses_as_golden("relu_then_row_mean");
+}
+
+// A per-channel statistic repeated along 7x7 rows is not worth gathering:
+// that op stays its own kernel, and the ops after it fuse.
+TEST(FuseElementwise, ShortRowBroadcastsStayTheirOwnKernel) {
+  expect_fuses_as_golden("short_row_broadcast");
 }
 
 // Over arrays larger than the caches, a group keeps at most four streams
