@@ -67,7 +67,8 @@ class DnnlOp final : public BackendOp {
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
 
-  void run(const void* a, const void* b, void* out, void* scratch) const override {
+  void run(const void* a, const void* b, void* out, void* scratch,
+           const void* alpha) const override {
     // oneDNN sizes its teams from the calling thread's OpenMP setting; a step
     // run from another thread than the one that set the count gets it too.
     if (omp_get_max_threads() != num_threads()) omp_set_num_threads(num_threads());
@@ -78,6 +79,10 @@ class DnnlOp final : public BackendOp {
       if (o.bound == ptrs[o.which]) continue;
       set_handle(o.user, ptrs[o.which]);
       o.bound = ptrs[o.which];
+    }
+    if (scales_) {
+      WS_CHECK(alpha) << "a scaled product run without its scale";
+      if (alpha != scales_bound_) set_handle(scales_, alpha), scales_bound_ = alpha;
     }
     g_executing.fetch_add(1, std::memory_order_relaxed);
     for (const Operand& o : operands_)
@@ -125,9 +130,15 @@ class DnnlOp final : public BackendOp {
     impl_ = pd.impl_info_str();
   }
 
+  // The product is scaled by a value given at run time (matmul_add).
+  void set_runtime_scale() {
+    scales_ = dnnl::memory({{1}, dt::f32, tag::x}, engine(), DNNL_MEMORY_NONE);
+  }
+
   // Call after every operand and the main primitive are set.
   void finish(const std::string& what) {
     for (const Operand& o : operands_) main_args_.push_back({o.arg, o.inner.get()});
+    if (scales_) main_args_.push_back({DNNL_ARG_ATTR_OUTPUT_SCALES, scales_.get()});
     if (main_.scratchpad) main_args_.push_back({DNNL_ARG_SCRATCHPAD, main_.scratchpad.get()});
     if (!reordered_.empty()) impl_ += " (reorders: " + reordered_ + ")";
     if (impl_.rfind("ref", 0) == 0) warn_reference(what);
@@ -204,6 +215,8 @@ class DnnlOp final : public BackendOp {
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_, reordered_;
   mutable std::byte* scratch_bound_ = nullptr;
+  dnnl::memory scales_;  // matmul_add's alpha
+  mutable const void* scales_bound_ = nullptr;
 };
 
 // A product over an empty dimension: zeros (oneDNN leaves such outputs
@@ -214,8 +227,8 @@ class ZeroOp final : public BackendOp {
   int64_t scratch_bytes() const override { return 0; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return 0; }
-  void run(const void*, const void*, void* out, void*) const override {
-    std::memset(out, 0, size_t(bytes_));
+  void run(const void*, const void*, void* out, void*, const void* alpha) const override {
+    if (!alpha) std::memset(out, 0, size_t(bytes_));  // matmul_add adds nothing
   }
 
  private:
@@ -251,7 +264,8 @@ int64_t conv_flops(const Conv2dGeom& g) {
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
-                                             const std::vector<int64_t>& out_strides) {
+                                             const std::vector<int64_t>& out_strides,
+                                             bool accumulate) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -259,13 +273,21 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   };
   const auto a = matrix(in[0].shape, stride_of(0), d.ta),
              b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, out_strides, false);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), user_scratchpad(), engine());
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (accumulate) {  // dst = dst + alpha * (a @ b), alpha given at run time
+    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+    op->set_runtime_scale();
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
   op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
   op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
   op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
   op->set_main<dnnl::matmul>(pd, matmul_flops(d));
-  op->finish(fmt::format("matmul [{}x{}x{}] x{}{}{}{}", d.m, d.k, d.n, d.batch, d.ta ? " ta" : "",
-                         d.tb ? " tb" : "",
+  op->finish(fmt::format("{} [{}x{}x{}] x{}{}{}{}", accumulate ? "matmul_add" : "matmul", d.m, d.k,
+                         d.n, d.batch, d.ta ? " ta" : "", d.tb ? " tb" : "",
                          strides.empty() && out_strides.empty() ? "" : " strided"));
   return op;
 }
@@ -356,8 +378,8 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 
 bool is_backend_op(Op op, DType dt) {
-  return dt == DType::f32 && (op == Op::matmul || op == Op::conv2d || op == Op::conv2d_input_grad ||
-                              op == Op::conv2d_weight_grad);
+  return dt == DType::f32 && (op == Op::matmul || op == Op::matmul_add || op == Op::conv2d ||
+                              op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad);
 }
 
 std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
@@ -366,17 +388,18 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
                                                  std::span<const std::vector<int64_t>> in_strides,
                                                  const std::vector<int64_t>& out_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
-  WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul)
+  WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul || op == Op::matmul_add)
       << "strided operands of " << ir::op_name(op);
   for (const ir::Type& t : in_types)
     if (t.numel() == 0) return std::make_shared<ZeroOp>(int64_t(out_type.bytes()));
-  if (op == Op::matmul) return make_matmul(in_types, out_type, attrs, in_strides, out_strides);
+  if (op == Op::matmul || op == Op::matmul_add)
+    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, op == Op::matmul_add);
   return make_conv(op, conv2d_node_geom(op, attrs, in_types, out_type));
 }
 
 int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
                       const ir::Type& out_type) {
-  if (op == Op::matmul)
+  if (op == Op::matmul || op == Op::matmul_add)
     return matmul_flops(matmul_dims(in_types[0].shape, in_types[1].shape, attrs));
   return conv_flops(conv2d_node_geom(op, attrs, in_types, out_type));
 }
@@ -388,6 +411,11 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
   std::vector<std::byte> scratch(size_t(k->scratch_bytes() + 64));
   auto* aligned =
       reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  if (op == Op::matmul_add) {  // the accumulator is in[2], the scale in[3]
+    if (out != in[2]) std::memcpy(out, in[2], out_type.bytes());
+    k->run(in[0], in[1], out, aligned, in[3]);
+    return;
+  }
   k->run(in[0], in[1], out, aligned);
 }
 

@@ -42,11 +42,14 @@ class BackendOp {
   // Floating-point operations per run.
   virtual int64_t flops() const = 0;
   // out = op(a, b); `scratch` holds scratch_bytes() bytes, 64-byte aligned.
-  virtual void run(const void* a, const void* b, void* out, void* scratch) const = 0;
+  // For matmul_add, out = out + *alpha * (a @ b): out holds the accumulator.
+  virtual void run(const void* a, const void* b, void* out, void* scratch,
+                   const void* alpha = nullptr) const = 0;
 };
 
-// True for what oneDNN computes: f32 matmul, conv2d, conv2d_input_grad and
-// conv2d_weight_grad.
+// True for what oneDNN computes: f32 matmul and matmul_add (the product
+// scaled by a runtime alpha and added to its destination: output scales and
+// a sum post-op), conv2d, conv2d_input_grad and conv2d_weight_grad.
 bool is_backend_op(ir::Op op, DType dt);
 
 // The node's BackendOp (is_backend_op must hold). A shape oneDNN can only

@@ -127,6 +127,14 @@ void k_backend(const Kernel& k, void* const* s) {
   k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr);
 }
 
+// out = c + alpha * (a @ b), accumulated where the result lives (the
+// parameter it updates, when in place): c is copied there first otherwise.
+void k_backend_add(const Kernel& k, void* const* s) {
+  if (s[k.in[2]] != s[k.out]) std::memcpy(s[k.out], s[k.in[2]], k.out_type.bytes());
+  k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr,
+                 s[k.in[3]]);
+}
+
 // Strided gather for broadcast and transpose with precomputed strides.
 template <class T>
 void k_strided(const Kernel& k, void* const* s) {
@@ -300,8 +308,9 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     return;
   }
   if (k.backend) {
-    k.fn = k_backend;
-    k.name = k.op == Op::matmul              ? "dnnl_matmul"
+    k.fn = k.op == Op::matmul_add ? k_backend_add : k_backend;
+    k.name = k.op == Op::matmul_add          ? "dnnl_matmul_add"
+             : k.op == Op::matmul            ? "dnnl_matmul"
              : k.op == Op::conv2d            ? "dnnl_conv"
              : k.op == Op::conv2d_input_grad ? "dnnl_conv_input_grad"
                                              : "dnnl_conv_weight_grad";

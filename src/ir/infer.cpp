@@ -184,7 +184,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       return args[1];
     case Op::convert: return Type{parse_dtype_attr(op, attrs, loc), args[0].shape};
 
-    case Op::matmul: {
+    case Op::matmul:
+    case Op::matmul_add: {
       // [..., m, k] x [..., k, n]: leading (batch) dims must be equal.
       const Type &a = args[0], &b = args[1];
       if (a.rank() < 2 || b.rank() != a.rank() ||
@@ -207,6 +208,19 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       Shape out(a.shape.begin(), a.shape.end() - 2);
       out.push_back(m);
       out.push_back(n);
+      if (op == Op::matmul_add) {  // c + alpha * (a @ b): c of the product's type, alpha 0-d
+        const Type product{a.dtype, out};
+        if (args[2] != product)
+          fail(op,
+               fmt::format("the accumulator is {} but the product of {} is {}", args[2].str(),
+                           types_str({a, b}), product.str()),
+               loc);
+        if (args[3] != Type{a.dtype, {}})
+          fail(
+              op,
+              fmt::format("the scale must be a 0-d {}, got {}", dtype_name(a.dtype), args[3].str()),
+              loc);
+      }
       return Type{a.dtype, out};
     }
 

@@ -135,12 +135,14 @@ class Lowering {
       const DType dt = n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype;
       const bool folds = exec::takes_scalar_operands(n.op, dt);
       const bool strided = exec::takes_broadcast_operands(n.op, dt);
-      const bool product = exec::is_backend_op(n.op, n.type.dtype) && n.op == Op::matmul;
-      for (ValueId a : n.args) {
+      const bool product =
+          exec::is_backend_op(n.op, n.type.dtype) && (n.op == Op::matmul || n.op == Op::matmul_add);
+      for (size_t i = 0; i < n.args.size(); ++i) {
+        const ValueId a = n.args[i];
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;
         const Op aop = g_.node(a).op;
-        const bool th =
-            !sc && ((strided && aop == Op::broadcast) || (product && aop == Op::transpose));
+        const bool th = !sc && ((strided && aop == Op::broadcast) ||
+                                (product && i < 2 && aop == Op::transpose));
         scalar[size_t(v)].push_back(sc);
         through[size_t(v)].push_back(th);
         ValueId read = root[size_t(sc ? src[size_t(a)] : th ? g_.node(a).args[0] : a)];
@@ -243,12 +245,15 @@ class Lowering {
       if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
       const int32_t dest = slot_[size_t(o.aliased_input)];
       const int64_t at = pos_[size_t(o.value)];
-      const ir::OpCategory cat = ir::op_info(g_.node(o.value).op).category;
-      UpdateCandidate c{
-          at,
-          false,
-          at >= 0 && (cat == ir::OpCategory::elementwise || cat == ir::OpCategory::fusion),
-          {}};
+      // Loops, and a product accumulated into its destination, read element
+      // i of the old value only to write element i.
+      const Op op = g_.node(o.value).op;
+      const ir::OpCategory cat = ir::op_info(op).category;
+      UpdateCandidate c{at,
+                        false,
+                        at >= 0 && (cat == ir::OpCategory::elementwise ||
+                                    cat == ir::OpCategory::fusion || op == Op::matmul_add),
+                        {}};
       for (int64_t r : readers[size_t(o.aliased_input)]) {
         if (r == at)
           c.producer_reads_old = true;

@@ -10,8 +10,9 @@ struct LowerOptions {
   // Write in-place updates into their inputs' storage. Off only for
   // comparison: then every update is computed aside and copied.
   bool in_place_updates = true;
-  // Fuse elementwise chains into loop kernels (fuse_elementwise.hpp). Off
-  // only for comparison.
+  // Fuse elementwise chains and reductions into loop kernels
+  // (fuse_elementwise.hpp) and plain SGD updates into their gradient's
+  // product (fuse_update_into_product.hpp). Off only for comparison.
   bool fuse = true;
 };
 

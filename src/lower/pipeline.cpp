@@ -3,13 +3,17 @@
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
 #include "lower/fuse_elementwise.hpp"
+#include "lower/fuse_update_into_product.hpp"
 #include "lower/simplify.hpp"
 
 namespace ws::lower {
 
 std::vector<Pass> graph_passes(const LowerOptions& opts) {
   std::vector<Pass> passes = {{"simplify", simplify}};
-  if (opts.fuse) passes.push_back({"fuse", fuse_elementwise});
+  if (opts.fuse) {
+    passes.push_back({"update_into_product", fuse_update_into_product});
+    passes.push_back({"fuse", fuse_elementwise});
+  }
   return passes;
 }
 

@@ -1,7 +1,9 @@
 // The graph passes of lowering, run in order by one driver.
 //
-// Each pass is a Graph -> Graph function in its own file (simplify.cpp,
-// fuse_elementwise.cpp); the driver runs them from one list, verifies the
+// Each pass is a Graph -> Graph function in its own file: simplify.cpp
+// (CSE, DCE), fuse_update_into_product.cpp (plain SGD accumulated into the
+// weight by its gradient's product), fuse_elementwise.cpp (loop and reduce
+// fusions). The driver runs them from one list, verifies the
 // graph after each (with a print/parse round trip) when verification is on,
 // and writes it with WS_DUMP as "<NNN>-<graph>.<pass>.ir". What follows the
 // passes turns the final graph into a Program (lower.cpp): operands read in

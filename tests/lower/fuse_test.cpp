@@ -10,6 +10,7 @@
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
 #include "lower/fuse_elementwise.hpp"
+#include "lower/fuse_update_into_product.hpp"
 #include "lower/lower.hpp"
 #include "lower/pipeline.hpp"
 #include "test_util.hpp"
@@ -142,6 +143,23 @@ TEST(FuseElementwise, ShortRowBroadcastsStayTheirOwnKernel) {
 // (full-size operands plus results).
 TEST(FuseElementwise, GroupsOverLargeArraysKeepFewStreams) {
   expect_fuses_as_golden("many_streams_over_large_arrays_split");
+}
+
+// Plain SGD on a weight whose gradient is a product: one product
+// accumulated into the weight (w's); a gradient read elsewhere too (v's, an
+// output) stays a buffer and its update a loop.
+TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight) {
+  const ir::Graph in =
+      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/sgd_into_product.in.ir"));
+  const ir::Graph out = lower::fuse_update_into_product(in);
+  ir::verify_with_round_trip(out);
+  testing::expect_golden(ir::print(out), "fuse/sgd_into_product.out.ir");
+  expect_same_everywhere(in, inputs_for(in));
+  const exec::Program p = lower::lower(in);
+  EXPECT_EQ(p.copy_bytes, 0) << p.str();
+  int accumulated = 0;
+  for (const exec::Kernel& k : p.kernels) accumulated += k.op == ir::Op::matmul_add;
+  EXPECT_EQ(accumulated, 1) << p.str();
 }
 
 TEST(FuseElementwise, AdamUpdateOfOneParameterIsOneKernelAndExact) {
