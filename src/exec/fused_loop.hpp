@@ -50,7 +50,11 @@
 
 namespace ws::exec {
 
-constexpr int64_t kFusedChunk = 1024;
+// Elements a chunk holds. Measured on the developer machine (AMD EPYC Zen
+// 5, 2 threads), whole gpt and cnn steps, fused against unfused in the same
+// run: chunks of 256 elements lost 10-25% to per-chunk overhead, 512 lost
+// 5-15%, 2048 broke even. Buffers live on the stack: 16 x 16 KiB.
+constexpr int64_t kFusedChunk = 2048;
 constexpr int kMaxFusedBuffers = 16;
 
 class FusedLoop {
