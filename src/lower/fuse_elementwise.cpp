@@ -79,13 +79,14 @@ class Fuser {
   }
 
   // A loop over arrays larger than the caches runs at the speed of memory,
-  // and memory serves a few streams far better than many: measured on a
-  // 2-core AMD EPYC (Zen 5, KVM), one core reads and writes 6.4 MB arrays
-  // at 30-40 GB/s with up to four streams in flight, 10-20 GB/s with five
-  // to nine (benchmarks/fused_streams). So a group over such arrays keeps
-  // its full-size operands plus results within kMaxStreams; a group over
-  // small arrays (the optimizer's update of one small parameter, a bias)
-  // may have any number.
+  // and memory serves a few streams far better than many. Measured on a
+  // 2-core AMD EPYC (Zen 5, KVM) with build/benchmarks/fused_streams (6.4
+  // MB arrays, 2048-element chunks, writes counted twice): one core moves
+  // 51-67 GB/s one array pair at a time, and as a fused loop 36-81 GB/s with
+  // up to four streams in flight but 10-30 GB/s with five to twelve. So a
+  // group over such arrays keeps its full-size operands plus results within
+  // kMaxStreams; a group over arrays that stay in cache (the optimizer's
+  // update of one small parameter, a bias) may have any number.
   static constexpr int64_t kMaxStreams = 4;
   static constexpr int64_t kCachedBytes = int64_t(1) << 20;
   bool few_streams(const std::vector<ValueId>& members, const std::vector<ValueId>& reads) const {
