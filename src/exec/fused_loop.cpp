@@ -277,7 +277,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     walk_ = shape;
     merge_joint(walk_, strides);
     WS_CHECK(int64_t(walk_.size()) <= kMaxRank) << "fused loop of rank " << walk_.size();
-    by_rows_ = walk_.back() >= kFusedChunk / 2 || walk_.size() == 1;
+    by_rows_ = walk_.back() >= kMinFusedRow || walk_.size() == 1;
     rows_matter_ = by_rows_ && !broadcasts_.empty() && walk_.size() > 1;
     row_len_ = by_rows_ ? walk_.back() : numel_;
     for (size_t b = 0; b < broadcasts_.size(); ++b) {

@@ -16,10 +16,10 @@
 // of the body, or a broadcast of a one-element operand) is read as one
 // value; a broadcast operand is, within a row, one value (a per-channel or
 // per-row statistic: stride 0), a contiguous run (a bias along a row:
-// stride 1), or else gathered into a buffer. Rows shorter than half a chunk
-// (a 7x7 feature map under a per-channel statistic) would make chunks too
-// short to pay for their set-up: then chunks run across rows and every
-// broadcast operand is gathered. A result is written straight into its
+// stride 1), or else gathered into a buffer. Rows shorter than
+// kMinFusedRow (a 7x7 feature map under a per-channel statistic) would make
+// chunks too short to pay for their set-up: then chunks run across rows and
+// every broadcast operand is gathered. A result is written straight into its
 // storage, unless a later op of the body reads an operand stored there (a
 // parameter updated in place, or a result given a dying operand's block):
 // then it goes through a buffer, copied out when the chunk is done.
@@ -56,6 +56,13 @@ namespace ws::exec {
 // 5-15%, 2048 broke even. Buffers live on the stack: 16 x 16 KiB.
 constexpr int64_t kFusedChunk = 2048;
 constexpr int kMaxFusedBuffers = 16;
+// Rows at least this long are walked a row at a time (a broadcast operand
+// is one value or a contiguous run along each); shorter rows are walked
+// across, their broadcast operands gathered per chunk. The fuse pass leaves
+// an op reading a value repeated along shorter rows unfused: per group,
+// against the unfused kernels (which read it as one value per row), a cnn
+// step's BatchNorm ops over 14x14 and 7x7 maps ran 1.5-3.7x slower fused.
+constexpr int64_t kMinFusedRow = 256;
 
 class FusedLoop {
  public:

@@ -162,11 +162,10 @@ class Fuser {
     return true;
   }
 
-  // A broadcast that repeats one value along rows shorter than half a
-  // fused chunk (a per-channel statistic over a 14x14 or 7x7 feature map):
-  // a fused loop would gather it per chunk, costing more than the traffic
-  // it saves (measured per group against the unfused kernels, which read it
-  // as one value per row). Such an op stays its own kernel.
+  // A broadcast that repeats one value along rows shorter than
+  // exec::kMinFusedRow (a per-channel statistic over a 14x14 or 7x7 feature
+  // map): a fused loop would gather it per chunk, costing more than the
+  // traffic it saves. Such an op stays its own kernel.
   bool reads_short_row_broadcast(ValueId v) const {
     for (ValueId a : g_.node(v).args) {
       const ir::Node& b = g_.node(a);
@@ -175,7 +174,7 @@ class Fuser {
       std::vector<int64_t> st =
           exec::broadcast_source_strides(g_.type(b.args[0]).shape, walk, b.attrs.ints("dims"));
       exec::merge_dims(walk, st);
-      if (walk.size() > 1 && st.back() == 0 && walk.back() < exec::kFusedChunk / 2) return true;
+      if (walk.size() > 1 && st.back() == 0 && walk.back() < exec::kMinFusedRow) return true;
     }
     return false;
   }
