@@ -266,30 +266,6 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       cost += step_cost(n.op);
     }
   }
-  // Rows: the shape merged as far as every broadcast operand allows.
-  {
-    std::vector<std::vector<int64_t>> strides = {row_major_strides(shape)};
-    for (int32_t v : broadcasts_) {
-      const ir::Node& n = body.node(v);
-      strides.push_back(
-          broadcast_source_strides(body.type(n.args[0]).shape, shape, n.attrs.ints("dims")));
-    }
-    walk_ = shape;
-    merge_joint(walk_, strides);
-    WS_CHECK(int64_t(walk_.size()) <= kMaxRank) << "fused loop of rank " << walk_.size();
-    by_rows_ = walk_.back() >= kMinFusedRow || walk_.size() == 1;
-    rows_matter_ = by_rows_ && !broadcasts_.empty() && walk_.size() > 1;
-    row_len_ = by_rows_ ? walk_.back() : numel_;
-    for (size_t b = 0; b < broadcasts_.size(); ++b) {
-      Value& val = values_[size_t(broadcasts_[b])];
-      val.strides = strides[b + 1];
-      val.inner = val.strides.back();
-      val.kind = !by_rows_        ? Kind::gather
-                 : val.inner == 0 ? Kind::row_scalar
-                 : val.inner == 1 ? Kind::row_array
-                                  : Kind::gather;
-    }
-  }
   // A reduction's walk: kept and reduced dims of the operand, merged.
   if (!reductions_.empty()) {
     const Shape& in = body.type(reductions_[0].src).shape;
@@ -306,6 +282,34 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     WS_CHECK(!reduced_.empty() && red_stride_.back() == 1)
         << "fused loop: a reduction that keeps its operand's innermost dim";
     results_ = ws::numel(kept_);
+  }
+  // Rows: the shape merged as far as every broadcast operand allows.
+  {
+    std::vector<std::vector<int64_t>> strides = {row_major_strides(shape)};
+    for (int32_t v : broadcasts_) {
+      const ir::Node& n = body.node(v);
+      strides.push_back(
+          broadcast_source_strides(body.type(n.args[0]).shape, shape, n.attrs.ints("dims")));
+    }
+    walk_ = shape;
+    merge_joint(walk_, strides);
+    WS_CHECK(int64_t(walk_.size()) <= kMaxRank) << "fused loop of rank " << walk_.size();
+    // Several short sums a chunk (LayerNorm's rows, softmax over a
+    // vocabulary) are worth more than row-wise broadcasts: such a reduction
+    // walks across rows and gathers its broadcast operands.
+    const bool batched = reduced_.size() == 1 && 2 * reduced_.back() <= kFusedChunk;
+    by_rows_ = walk_.size() == 1 || (walk_.back() >= kMinFusedRow && !batched);
+    rows_matter_ = by_rows_ && !broadcasts_.empty() && walk_.size() > 1;
+    row_len_ = by_rows_ ? walk_.back() : numel_;
+    for (size_t b = 0; b < broadcasts_.size(); ++b) {
+      Value& val = values_[size_t(broadcasts_[b])];
+      val.strides = strides[b + 1];
+      val.inner = val.strides.back();
+      val.kind = !by_rows_        ? Kind::gather
+                 : val.inner == 0 ? Kind::row_scalar
+                 : val.inner == 1 ? Kind::row_array
+                                  : Kind::gather;
+    }
   }
   // Results: straight into their storage unless a later step reads an
   // operand stored there.

@@ -78,17 +78,20 @@ class Fuser {
     return count;
   }
 
-  // A loop over arrays larger than the caches runs at the speed of memory,
+  // A loop over arrays that come from memory runs at the speed of memory,
   // and memory serves a few streams far better than many. Measured on a
   // 2-core AMD EPYC (Zen 5, KVM) with build/benchmarks/fused_streams (6.4
   // MB arrays, 2048-element chunks, writes counted twice): one core moves
   // 51-67 GB/s one array pair at a time, and as a fused loop 36-81 GB/s with
-  // up to four streams in flight but 10-30 GB/s with five to twelve. So a
-  // group over such arrays keeps its full-size operands plus results within
-  // kMaxStreams; a group over arrays that stay in cache (the optimizer's
-  // update of one small parameter, a bias) may have any number.
+  // up to four streams in flight but 10-30 GB/s with five to twelve. In a
+  // step, a saved activation of 1 MB read by the backward pass comes from
+  // memory, not from cache (gpt's GELU gradient, five 1 MB streams, ran 4x
+  // slower in the step than alone). So a group over arrays above a core's
+  // share of L2 keeps its full-size operands plus results within
+  // kMaxStreams; a group over small arrays (a small parameter's update, a
+  // bias) may have any number.
   static constexpr int64_t kMaxStreams = 4;
-  static constexpr int64_t kCachedBytes = int64_t(1) << 20;
+  static constexpr int64_t kCachedBytes = int64_t(1) << 18;  // 256 KiB
   bool few_streams(const std::vector<ValueId>& members, const std::vector<ValueId>& reads) const {
     const ir::Type& t = g_.type(members[0]);
     if (int64_t(t.bytes()) <= kCachedBytes) return true;
