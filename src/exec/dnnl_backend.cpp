@@ -46,7 +46,7 @@ int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 // moves the data through a blocked copy in the scratch at `offset`.
 struct Operand {
   int arg = 0;    // DNNL_ARG_*
-  int which = 0;  // 0: a, 1: b, 2: out
+  int which = 0;  // 0: a, 1: b, 2: out, 3: extra (a bias)
   dnnl::memory user, inner;
   dnnl::primitive reorder;  // empty when user and inner layouts agree
   int64_t offset = -1;
@@ -68,11 +68,12 @@ class DnnlOp final : public BackendOp {
   int64_t flops() const override { return flops_; }
 
   void run(const void* a, const void* b, void* out, void* scratch,
-           const void* alpha) const override {
+           const void* extra) const override {
+    const void* alpha = extra;
     // oneDNN sizes its teams from the calling thread's OpenMP setting; a step
     // run from another thread than the one that set the count gets it too.
     if (omp_get_max_threads() != num_threads()) omp_set_num_threads(num_threads());
-    const void* ptrs[3] = {a, b, out};
+    const void* ptrs[4] = {a, b, out, extra};
     auto* base = static_cast<std::byte*>(scratch);
     if (base != scratch_bound_) bind_scratch(base);
     for (const Operand& o : operands_) {
@@ -223,16 +224,17 @@ class DnnlOp final : public BackendOp {
 // unwritten).
 class ZeroOp final : public BackendOp {
  public:
-  explicit ZeroOp(int64_t bytes) : bytes_(bytes) {}
+  ZeroOp(int64_t bytes, bool add) : bytes_(bytes), add_(add) {}
   int64_t scratch_bytes() const override { return 0; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return 0; }
-  void run(const void*, const void*, void* out, void*, const void* alpha) const override {
-    if (!alpha) std::memset(out, 0, size_t(bytes_));  // matmul_add adds nothing
+  void run(const void*, const void*, void* out, void*, const void*) const override {
+    if (!add_) std::memset(out, 0, size_t(bytes_));  // matmul_add adds nothing
   }
 
  private:
   int64_t bytes_;
+  bool add_;  // matmul_add: the destination keeps its values
   std::string impl_ = "zeros";
 };
 
@@ -265,7 +267,7 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
-                                             bool accumulate) {
+                                             bool accumulate, bool bias) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -281,13 +283,22 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
     attr.set_post_ops(po);
     op->set_runtime_scale();
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+  // A bias per column: [1, ..., 1, n], broadcast over the rows.
+  Shape bias_shape(out.shape.size(), 1);
+  bias_shape.back() = out.shape.back();
+  const dnnl::memory::desc bias_md = matrix(bias_shape, {}, false);
+  dnnl::matmul::primitive_desc pd(
+      bias ? dnnl::matmul::desc(a, b, bias_md, c) : dnnl::matmul::desc(a, b, c), attr, engine());
   op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
   op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
+  if (bias) op->add_operand(DNNL_ARG_BIAS, 3, bias_md, pd.bias_desc());
   op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
   op->set_main<dnnl::matmul>(pd, matmul_flops(d));
-  op->finish(fmt::format("{} [{}x{}x{}] x{}{}{}{}", accumulate ? "matmul_add" : "matmul", d.m, d.k,
-                         d.n, d.batch, d.ta ? " ta" : "", d.tb ? " tb" : "",
+  op->finish(fmt::format("{} [{}x{}x{}] x{}{}{}{}",
+                         accumulate ? "matmul_add"
+                         : bias     ? "matmul_bias"
+                                    : "matmul",
+                         d.m, d.k, d.n, d.batch, d.ta ? " ta" : "", d.tb ? " tb" : "",
                          strides.empty() && out_strides.empty() ? "" : " strided"));
   return op;
 }
@@ -378,8 +389,9 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 
 bool is_backend_op(Op op, DType dt) {
-  return dt == DType::f32 && (op == Op::matmul || op == Op::matmul_add || op == Op::conv2d ||
-                              op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad);
+  return dt == DType::f32 &&
+         (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias || op == Op::conv2d ||
+          op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad);
 }
 
 std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
@@ -388,18 +400,21 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
                                                  std::span<const std::vector<int64_t>> in_strides,
                                                  const std::vector<int64_t>& out_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
-  WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul || op == Op::matmul_add)
+  WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul ||
+           op == Op::matmul_add || op == Op::matmul_bias)
       << "strided operands of " << ir::op_name(op);
   for (const ir::Type& t : in_types)
-    if (t.numel() == 0) return std::make_shared<ZeroOp>(int64_t(out_type.bytes()));
-  if (op == Op::matmul || op == Op::matmul_add)
-    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, op == Op::matmul_add);
+    if (t.numel() == 0)
+      return std::make_shared<ZeroOp>(int64_t(out_type.bytes()), op == Op::matmul_add);
+  if (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias)
+    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, op == Op::matmul_add,
+                       op == Op::matmul_bias);
   return make_conv(op, conv2d_node_geom(op, attrs, in_types, out_type));
 }
 
 int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
                       const ir::Type& out_type) {
-  if (op == Op::matmul || op == Op::matmul_add)
+  if (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias)
     return matmul_flops(matmul_dims(in_types[0].shape, in_types[1].shape, attrs));
   return conv_flops(conv2d_node_geom(op, attrs, in_types, out_type));
 }
@@ -416,7 +431,7 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
     k->run(in[0], in[1], out, aligned, in[3]);
     return;
   }
-  k->run(in[0], in[1], out, aligned);
+  k->run(in[0], in[1], out, aligned, op == Op::matmul_bias ? in[2] : nullptr);
 }
 
 std::string backend_isa() {

@@ -42,14 +42,16 @@ class BackendOp {
   // Floating-point operations per run.
   virtual int64_t flops() const = 0;
   // out = op(a, b); `scratch` holds scratch_bytes() bytes, 64-byte aligned.
-  // For matmul_add, out = out + *alpha * (a @ b): out holds the accumulator.
+  // `extra` is matmul_add's alpha (out = out + *alpha * (a @ b): out holds
+  // the accumulator) or matmul_bias's bias (out = (a @ b) + bias).
   virtual void run(const void* a, const void* b, void* out, void* scratch,
-                   const void* alpha = nullptr) const = 0;
+                   const void* extra = nullptr) const = 0;
 };
 
-// True for what oneDNN computes: f32 matmul and matmul_add (the product
+// True for what oneDNN computes: f32 matmul, matmul_add (the product
 // scaled by a runtime alpha and added to its destination: output scales and
-// a sum post-op), conv2d, conv2d_input_grad and conv2d_weight_grad.
+// a sum post-op), matmul_bias (the product plus a bias per column), conv2d,
+// conv2d_input_grad and conv2d_weight_grad.
 bool is_backend_op(ir::Op op, DType dt);
 
 // The node's BackendOp (is_backend_op must hold). A shape oneDNN can only

@@ -127,6 +127,12 @@ void k_backend(const Kernel& k, void* const* s) {
   k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr);
 }
 
+// out = (a @ b) + bias: the bias is the primitive's.
+void k_backend_bias(const Kernel& k, void* const* s) {
+  k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr,
+                 s[k.in[2]]);
+}
+
 // out = c + alpha * (a @ b), accumulated where the result lives (the
 // parameter it updates, when in place): c is copied there first otherwise.
 void k_backend_add(const Kernel& k, void* const* s) {
@@ -308,8 +314,11 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     return;
   }
   if (k.backend) {
-    k.fn = k.op == Op::matmul_add ? k_backend_add : k_backend;
+    k.fn = k.op == Op::matmul_add    ? k_backend_add
+           : k.op == Op::matmul_bias ? k_backend_bias
+                                     : k_backend;
     k.name = k.op == Op::matmul_add          ? "dnnl_matmul_add"
+             : k.op == Op::matmul_bias       ? "dnnl_matmul_bias"
              : k.op == Op::matmul            ? "dnnl_matmul"
              : k.op == Op::conv2d            ? "dnnl_conv"
              : k.op == Op::conv2d_input_grad ? "dnnl_conv_input_grad"

@@ -320,6 +320,17 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
           matmul(a + i * d.m * d.k, b + i * d.k * d.n, c + i * d.m * d.n, d.m, d.k, d.n, d.ta,
                  d.tb);
       });
+    case Op::matmul_bias:  // (a @ b) + bias along the last dim
+      WS_CHECK(is_floating(out_type.dtype)) << "matmul_bias on " << out_type.str();
+      if (out_type.dtype == DType::f32) return run_backend(op, attrs, in_types, in, out_type, out);
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        run_reference(Op::matmul, attrs, in_types.first(2), in, out_type, out, loc);
+        const T* bias = static_cast<const T*>(in[2]);
+        T* y = static_cast<T*>(out);
+        const int64_t cols = out_type.shape.back();
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + bias[i % cols];
+      });
     case Op::matmul_add:  // c + alpha * (a @ b)
       WS_CHECK(is_floating(out_type.dtype)) << "matmul_add on " << out_type.str();
       if (out_type.dtype == DType::f32) return run_backend(op, attrs, in_types, in, out_type, out);

@@ -185,7 +185,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     case Op::convert: return Type{parse_dtype_attr(op, attrs, loc), args[0].shape};
 
     case Op::matmul:
-    case Op::matmul_add: {
+    case Op::matmul_add:
+    case Op::matmul_bias: {
       // [..., m, k] x [..., k, n]: leading (batch) dims must be equal.
       const Type &a = args[0], &b = args[1];
       if (a.rank() < 2 || b.rank() != a.rank() ||
@@ -208,6 +209,11 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       Shape out(a.shape.begin(), a.shape.end() - 2);
       out.push_back(m);
       out.push_back(n);
+      if (op == Op::matmul_bias && args[2] != Type{a.dtype, {n}})  // (a @ b) + bias per column
+        fail(op,
+             fmt::format("the bias must be a {}[{}] for {} columns, got {}", dtype_name(a.dtype), n,
+                         n, args[2].str()),
+             loc);
       if (op == Op::matmul_add) {  // c + alpha * (a @ b): c of the product's type, alpha 0-d
         const Type product{a.dtype, out};
         if (args[2] != product)

@@ -136,7 +136,8 @@ class Lowering {
       const bool folds = exec::takes_scalar_operands(n.op, dt);
       const bool strided = exec::takes_broadcast_operands(n.op, dt);
       const bool product =
-          exec::is_backend_op(n.op, n.type.dtype) && (n.op == Op::matmul || n.op == Op::matmul_add);
+          exec::is_backend_op(n.op, n.type.dtype) &&
+          (n.op == Op::matmul || n.op == Op::matmul_add || n.op == Op::matmul_bias);
       for (size_t i = 0; i < n.args.size(); ++i) {
         const ValueId a = n.args[i];
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;

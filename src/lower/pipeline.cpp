@@ -2,6 +2,7 @@
 
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
+#include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/simplify.hpp"
@@ -12,6 +13,7 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
   std::vector<Pass> passes = {{"simplify", simplify}};
   if (opts.fuse) {
     passes.push_back({"update_into_product", fuse_update_into_product});
+    passes.push_back({"bias_into_product", fuse_bias_into_product});
     passes.push_back({"fuse", fuse_elementwise});
   }
   return passes;

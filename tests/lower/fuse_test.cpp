@@ -9,6 +9,7 @@
 #include "exec/program.hpp"
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
+#include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/lower.hpp"
@@ -160,6 +161,17 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
   int accumulated = 0;
   for (const exec::Kernel& k : p.kernels) accumulated += k.op == ir::Op::matmul_add;
   EXPECT_EQ(accumulated, 1) << p.str();
+}
+
+// A bias along a product's rows becomes the product's bias; a product read
+// by anything else, or a bias repeated along columns, stays as it was.
+TEST(FuseBiasIntoProduct, ALinearLayersBiasIsTheProductsOwn) {
+  const ir::Graph in =
+      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/bias_into_product.in.ir"));
+  const ir::Graph out = lower::fuse_bias_into_product(in);
+  ir::verify_with_round_trip(out);
+  testing::expect_golden(ir::print(out), "fuse/bias_into_product.out.ir");
+  expect_same_everywhere(in, inputs_for(in));
 }
 
 TEST(FuseElementwise, AdamUpdateOfOneParameterIsOneKernelAndExact) {
