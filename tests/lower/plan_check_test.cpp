@@ -15,6 +15,7 @@
 #include "exec/program.hpp"
 #include "lower/lower.hpp"
 #include "partition/partition.hpp"
+#include "partition/update_order.hpp"
 #include "step/capture_step.hpp"
 #include "wholestep/wholestep.hpp"
 
@@ -92,6 +93,44 @@ TEST(PlanCheck, EveryModelsProgramsKeepLiveBuffersApartAndWriteBeforeReading) {
         check_program(p, what);
       }
   }
+}
+
+// No gradient outlives its update: in the single graph's order, every read
+// of a parameter's gradient comes before the node computing the parameter's
+// new value, so the gradient's buffer is free once the update has run (for
+// every model, with SGD with momentum and with Adam and clipping).
+TEST(PlanCheck, NoGradientIsReadAfterItsParametersUpdateInTheSingleGraph) {
+  for (const std::string& name : models::names())
+    for (bool adam : {false, true}) {
+      const models::Spec spec = models::spec(name);
+      manual_seed(0);
+      auto model = models::make(spec);
+      std::unique_ptr<optim::Optimizer> opt;
+      if (adam)
+        opt = std::make_unique<optim::Adam>(*model,
+                                            optim::AdamOptions{.lr = 1e-3, .max_grad_norm = 1.0});
+      else
+        opt = std::make_unique<optim::SGD>(*model, optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+      std::vector<ir::Type> types;
+      for (const Tensor& t : models::random_batch(spec, 0)) types.push_back({t.dtype(), t.shape()});
+      step::CapturedStep cap = step::capture_step(*model, *opt, models::loss_fn(*model), types, {});
+      const ir::Graph g = partition::updates_early(cap.joint);  // the single graph's order
+      std::vector<ir::ValueId> last_read(g.nodes.size(), -1);
+      for (ir::ValueId v = 0; v < g.size(); ++v)
+        for (ir::ValueId a : g.node(v).args) last_read[size_t(a)] = v;
+      int checked = 0;
+      for (const ir::Output& grad : g.outputs) {
+        if (grad.role != ir::OutputRole::grad) continue;
+        for (const ir::Output& u : g.outputs)
+          if (u.role == ir::OutputRole::update && u.name == grad.name) {
+            EXPECT_LE(last_read[size_t(grad.value)], u.value)
+                << name << (adam ? " adam" : " sgd") << ": the gradient of " << grad.name
+                << " is read after its update";
+            ++checked;
+          }
+      }
+      EXPECT_EQ(checked, int(model->named_parameters().size())) << name;
+    }
 }
 
 // The single graph's order (partition/update_order.hpp): the last layer's
