@@ -487,6 +487,16 @@ void run_steps(const std::vector<FusedLoop::Step>& steps, const void* const* ptr
           st.arrays);
 }
 
+// The sum or maximum of one contiguous run, as reduce_sum and reduce_max
+// give it.
+template <class T>
+T reduce_run(const T* x, int64_t n, bool is_max) {
+  if (!is_max) return sum(x, n);
+  MaxStream<T> m;
+  m.add(x, n);
+  return m.finish();
+}
+
 // Results a reduce fusion's task accumulates together (when their sequences
 // are several runs each).
 constexpr int64_t kResultBlock = 8;
@@ -589,27 +599,11 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
                 const int64_t off = (k - k0) * run;
                 double* y = &scalars[size_t(r.value)];
                 if (r.dtype == DType::f32) {
-                  const float* x = static_cast<const float*>(src[i]) + off;
-                  float m;
-                  if (r.is_max) {
-                    MaxStream<float> ms;
-                    ms.add(x, run);
-                    m = ms.finish();
-                  } else {
-                    m = sum(x, run);
-                  }
+                  const float m =
+                      reduce_run(static_cast<const float*>(src[i]) + off, run, r.is_max);
                   std::memcpy(y, &m, sizeof m);
                 } else {
-                  const double* x = static_cast<const double*>(src[i]) + off;
-                  double m;
-                  if (r.is_max) {
-                    MaxStream<double> ms;
-                    ms.add(x, run);
-                    m = ms.finish();
-                  } else {
-                    m = sum(x, run);
-                  }
-                  *y = m;
+                  *y = reduce_run(static_cast<const double*>(src[i]) + off, run, r.is_max);
                 }
               }
               finish(k);

@@ -89,73 +89,71 @@ void expect_same_everywhere(const ir::Graph& g, const std::vector<Tensor>& in, i
     }
 }
 
-// fuse/<name>.in.ir through the fuse pass gives fuse/<name>.out.ir (the
-// verifier and a print/parse round trip pass on the result), and the fused
-// graph computes what the input graph computes, bit for bit.
-void expect_fuses_as_golden(const std::string& name) {
+// fuse/<name>.in.ir through `pass` (the fuse pass unless named) gives
+// fuse/<name>.out.ir (the verifier and a print/parse round trip pass on the
+// result), and the rewritten graph computes what the input graph computes,
+// bit for bit. Returns the input graph.
+ir::Graph expect_pass_as_golden(const std::string& name,
+                                ir::Graph (*pass)(const ir::Graph&) = lower::fuse_elementwise) {
   const ir::Graph in =
       ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
-  const ir::Graph out = lower::fuse_elementwise(in);
+  const ir::Graph out = pass(in);
   ir::verify_with_round_trip(out);
   testing::expect_golden(ir::print(out), "fuse/" + name + ".out.ir");
   expect_same_everywhere(in, inputs_for(in));
+  return in;
 }
 
 // Bias along rows, a statistic per row, a scalar, a constant, a comparison
 // and a select: one loop, every broadcast read in place.
 TEST(FuseElementwise, ChainWithBroadcastOperandsBecomesOneLoop) {
-  expect_fuses_as_golden("chain_with_broadcasts");
+  expect_pass_as_golden("chain_with_broadcasts");
 }
 
 // exp feeds a product and a mul that also reads the product: putting the
 // mul with exp would make the group wait for a product that waits for it.
 // exp's value leaves its group as a result for the product: computed once.
 TEST(FuseElementwise, NeverFusesAcrossAProductThatDependsOnTheGroup) {
-  expect_fuses_as_golden("no_cycle_through_product");
+  expect_pass_as_golden("no_cycle_through_product");
 }
 
 // Softmax: exp and its row sum are one reduce fusion (exp's values leave it
 // as a result, computed once); the division waits for the sum, so it cannot
 // join that loop and runs as a second.
 TEST(FuseElementwise, SoftmaxIsExpWithItsRowSumThenTheDivision) {
-  expect_fuses_as_golden("softmax_two_loops");
+  expect_pass_as_golden("softmax_two_loops");
 }
 
 // A random draw is not an elementwise op and stays its own kernel; a value
 // of another shape (after a reshape) starts its own group.
 TEST(FuseElementwise, RandomDrawsAndOtherShapesStayOutOfAGroup) {
-  expect_fuses_as_golden("shapes_and_randomness_stay_apart");
+  expect_pass_as_golden("shapes_and_randomness_stay_apart");
 }
 
 // relu (a comparison, then a select reading its mask) and a row mean:
 // buffers of different element sizes are never shared by a step and the
 // operand it still reads.
 TEST(FuseElementwise, ReluThenRowMeanKeepsTheMaskApartFromTheResult) {
-  expect_fuses_as_golden("relu_then_row_mean");
+  expect_pass_as_golden("relu_then_row_mean");
 }
 
 // A per-channel statistic repeated along 7x7 rows is not worth gathering:
 // that op stays its own kernel, and the ops after it fuse.
 TEST(FuseElementwise, ShortRowBroadcastsStayTheirOwnKernel) {
-  expect_fuses_as_golden("short_row_broadcast");
+  expect_pass_as_golden("short_row_broadcast");
 }
 
 // Over arrays larger than the caches, a group keeps at most four streams
 // (full-size operands plus results).
 TEST(FuseElementwise, GroupsOverLargeArraysKeepFewStreams) {
-  expect_fuses_as_golden("many_streams_over_large_arrays_split");
+  expect_pass_as_golden("many_streams_over_large_arrays_split");
 }
 
 // Plain SGD on a weight whose gradient is a product: one product
 // accumulated into the weight (w's); a gradient read elsewhere too (v's, an
 // output) stays a buffer and its update a loop.
 TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight) {
-  const ir::Graph in =
-      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/sgd_into_product.in.ir"));
-  const ir::Graph out = lower::fuse_update_into_product(in);
-  ir::verify_with_round_trip(out);
-  testing::expect_golden(ir::print(out), "fuse/sgd_into_product.out.ir");
-  expect_same_everywhere(in, inputs_for(in));
+  const ir::Graph in = expect_pass_as_golden("sgd_into_product", lower::fuse_update_into_product);
   const exec::Program p = lower::lower(in);
   EXPECT_EQ(p.copy_bytes, 0) << p.str();
   int accumulated = 0;
@@ -166,12 +164,7 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
 // A bias along a product's rows becomes the product's bias; a product read
 // by anything else, or a bias repeated along columns, stays as it was.
 TEST(FuseBiasIntoProduct, ALinearLayersBiasIsTheProductsOwn) {
-  const ir::Graph in =
-      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/bias_into_product.in.ir"));
-  const ir::Graph out = lower::fuse_bias_into_product(in);
-  ir::verify_with_round_trip(out);
-  testing::expect_golden(ir::print(out), "fuse/bias_into_product.out.ir");
-  expect_same_everywhere(in, inputs_for(in));
+  expect_pass_as_golden("bias_into_product", lower::fuse_bias_into_product);
 }
 
 TEST(FuseElementwise, AdamUpdateOfOneParameterIsOneKernelAndExact) {
