@@ -18,7 +18,8 @@
 //                                 modes, each from the same initial values over <steps> steps
 //   quit
 //
-// Run: build/benchmarks/peer_server [--threads N] [--models mlp,cnn]
+// Run: build/benchmarks/peer_server [--threads N] [--models mlp,cnn,mlp:adam]
+// ("<model>:<optimizer>" runs a model with another optimizer than its own).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,20 @@
 namespace {
 
 const std::vector<ws::StepMode> kModes = {ws::StepMode::three_graph, ws::StepMode::single_graph};
+
+// A model by name; "<model>:<optimizer>" (mlp:adam) runs it with another
+// optimizer than its own.
+ws::models::Spec model_spec(const std::string& name) {
+  const size_t colon = name.find(':');
+  ws::models::Spec spec = ws::models::spec(name.substr(0, colon));
+  if (colon != std::string::npos) {
+    spec.optimizer = name.substr(colon + 1);
+    if (spec.optimizer != "sgd" && spec.optimizer != "adam" && spec.optimizer != "adamw")
+      throw ws::Error(fmt::format("model '{}': unknown optimizer '{}' (sgd, adam or adamw)", name,
+                                  spec.optimizer));
+  }
+  return spec;
+}
 
 // The benchmark optimizer of a model: step_bench's choice, with AdamW's own
 // default weight decay.
@@ -66,6 +81,7 @@ std::string optimizer_text(const ws::optim::Optimizer& opt) {
 // One model with its optimizer, batch and a compiled step per mode. The modes
 // share the model, so each one's steps continue the same training run.
 struct Entry {
+  std::string label;  // the name it was asked for ("mlp:adam")
   ws::models::Spec spec;
   std::unique_ptr<ws::models::Model> model;
   std::unique_ptr<ws::optim::Optimizer> opt;
@@ -76,7 +92,8 @@ struct Entry {
 Entry make_entry(const std::string& name) {
   Entry e;
   ws::manual_seed(0);
-  e.spec = ws::models::spec(name);
+  e.label = name;
+  e.spec = model_spec(name);
   e.model = ws::models::make(e.spec);
   e.opt = make_optimizer(e.spec, *e.model);
   e.batch = ws::models::random_batch(e.spec, 0);
@@ -97,7 +114,7 @@ std::string shape_text(const ws::Tensor& t) {
 std::string describe(const Entry& e) {
   const ws::models::Spec& s = e.spec;
   std::string line =
-      fmt::format("model {} batch={} optimizer={} {} x={} y={}", s.name, s.batch, s.optimizer,
+      fmt::format("model {} batch={} optimizer={} {} x={} y={}", e.label, s.batch, s.optimizer,
                   optimizer_text(*e.opt), e.batch[0].str(), e.batch[1].str());
   if (!s.sizes.empty()) line += fmt::format(" sizes={}", fmt::join(s.sizes, ","));
   if (s.data == ws::models::DataKind::text)
@@ -155,7 +172,7 @@ void write_tensor(std::ofstream& out, const char* kind, const std::string& name,
 // the same function), written out with its batch, then trained from the same
 // initial values in each mode.
 void export_model(const std::string& name, const std::string& path, int steps) {
-  ws::models::Spec spec = ws::models::spec(name);
+  ws::models::Spec spec = model_spec(name);
   spec.gpt.dropout = 0;
   const std::vector<ws::Tensor> batch = ws::models::random_batch(spec, 0);
   bool written = false;

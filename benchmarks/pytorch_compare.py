@@ -326,7 +326,7 @@ def make_gpt(vocab, context, d_model, heads, layers, mlp_ratio, dropout):
 
 
 def make_model(spec, dropout=None):
-    name = spec["name"]
+    name = spec["name"].split(":")[0]  # "mlp:adam": the mlp, with Adam
     if name == "cnn":
         return make_cnn()
     if name == "gpt":
@@ -665,7 +665,8 @@ def print_table(results, rounds):
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--models", default="mlp,tiny_mlp,cnn,gpt", help="comma-separated")
+    p.add_argument("--models", default="mlp,tiny_mlp,cnn,gpt",
+                   help="comma-separated; <model>:<optimizer> (mlp:adam) overrides its optimizer")
     p.add_argument("--rounds", type=int, default=10, help="alternating rounds per model")
     p.add_argument("--steps-per-round", type=int, default=0,
                    help="steps per side per round (0: as many as take the slowest side about "
