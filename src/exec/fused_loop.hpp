@@ -24,7 +24,8 @@
 // parameter updated in place, or a result given a dying operand's block):
 // then it goes through a buffer, copied out when the chunk is done.
 //
-// A reduce fusion (kind "reduce") ends its loop in reductions: its loop
+// A reduce fusion (kind "reduce"; its walk is in fused_reduce.cpp) ends its
+// loop in reductions: its loop
 // values have the shape S of the reductions' operand, every reduction sums
 // (or takes the maximum) over the same axes, and elementwise ops on the
 // reduced values (the epilogue: a mean's division, a variance's epsilon)
@@ -56,6 +57,8 @@ namespace ws::exec {
 // 5-15%, 2048 broke even. Buffers live on the stack: 16 x 16 KiB.
 constexpr int64_t kFusedChunk = 2048;
 constexpr int kMaxFusedBuffers = 16;
+// Body values a fused loop holds at most.
+constexpr size_t kMaxFusedValues = 128;
 // Rows at least this long are walked a row at a time (a broadcast operand
 // is one value or a contiguous run along each); shorter rows are walked
 // across, their broadcast operands gathered per chunk. The fuse pass leaves
@@ -135,7 +138,11 @@ class FusedLoop {
   int64_t results_ = 0;                                     // reduced results
   Shape kept_, reduced_;                           // dims, outer to inner; reduced_ ends in the run
   std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
-  void run_reduce(const void* const* ins, void* const* outs) const;
+  void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
+  // Runs `steps` over one chunk of `len` elements (one per result when 1).
+  static void run_steps(const std::vector<Step>& steps, const void* const* ptr, int64_t len);
+  // Results going through a buffer, written out for elements [s, s + len).
+  void copy_out(int64_t s, int64_t len, const void* const* ptr, void* const* outs) const;
   std::vector<int32_t> moving_;      // values whose pointer moves with the chunk
   std::vector<int32_t> per_result_;  // values whose pointer moves with the result
   void fixed_pointers(const void* const* ins, std::byte (*bufs)[kFusedChunk * 8],

@@ -1,0 +1,197 @@
+// The reduce fusions' walk (see fused_loop.hpp): one task takes a batch of
+// results whose sequences are single short runs side by side (a chunk
+// computes them all, each sums its run in one call), or a block of results
+// whose sequences are several runs each (BatchNorm's channels), visited in
+// memory order, every result's accumulator seeing its own runs in order.
+// Either way each result gets reduce_sum's or reduce_max's bits; then its
+// epilogue runs on its values.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <numeric>
+
+#include "exec/fused_loop.hpp"
+#include "exec/parallel.hpp"
+#include "exec/reduce.hpp"
+
+namespace ws::exec {
+namespace {
+
+// The sum or maximum of one contiguous run, as reduce_sum and reduce_max
+// give it.
+template <class T>
+T reduce_run(const T* x, int64_t n, bool is_max) {
+  if (!is_max) return sum(x, n);
+  MaxStream<T> m;
+  m.add(x, n);
+  return m.finish();
+}
+
+// Results a reduce fusion's task accumulates together (when their sequences
+// are several runs each).
+constexpr int64_t kResultBlock = 8;
+
+// The accumulator of one reduction for one result.
+union Accumulator {
+  Accumulator() {}
+  SumStream<float> sum_f32;
+  SumStream<double> sum_f64;
+  MaxStream<float> max_f32;
+  MaxStream<double> max_f64;
+};
+
+}  // namespace
+
+void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
+  const int64_t run = reduced_.back(), runs = ws::numel(reduced_) / run;
+  const int64_t nk = int64_t(kept_.size()), nr = int64_t(reduced_.size()) - 1;
+  WS_CHECK(reductions_.size() <= 4) << "fused loop: " << reductions_.size() << " reductions";
+  // Results whose sequence is one short run lie side by side (the reduced
+  // dim is the innermost): a chunk holds several, and each sums its run in
+  // one call, as reduce_sum does.
+  int64_t batch =
+      runs == 1 && (!by_rows_ || row_len_ % run == 0) ? std::max<int64_t>(1, kFusedChunk / run) : 1;
+  if (by_rows_) batch = std::gcd(batch, row_len_ / run);  // a chunk stays in a row of the walk
+  // Results a task takes: a batch, or a block whose short runs coalesce.
+  const int64_t block = 2 * run <= kFusedChunk ? kResultBlock : 1;
+  const int64_t group = batch > 1 ? batch : block;
+  parallel_for(
+      (results_ + group - 1) / group, std::max<int64_t>(1, grain_ / group),
+      [&](int64_t begin, int64_t end) {
+        alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
+        const void* ptr[kMaxFusedValues];
+        alignas(64) double scalars[kMaxFusedValues];  // per-result values (8 bytes each)
+        Accumulator acc[4][kResultBlock];
+        fixed_pointers(ins, bufs, ptr);
+        // Result k's reductions are in `scalars`: its epilogue, and its writes.
+        for (int32_t v : per_result_)
+          if (values_[size_t(v)].kind == Kind::reduced) ptr[v] = &scalars[v];
+        auto finish = [&](int64_t k) {
+          for (int32_t v : per_result_) {
+            const Value& val = values_[size_t(v)];
+            if (val.kind == Kind::red_input)
+              ptr[v] = static_cast<const std::byte*>(ins[val.index]) + k * val.esize;
+            else if (val.kind == Kind::red_output)
+              ptr[v] = static_cast<std::byte*>(outs[val.index]) + k * val.esize;
+          }
+          for (const Reduction& r : reductions_)
+            if (values_[size_t(r.value)].kind == Kind::red_output)
+              std::memcpy(const_cast<void*>(ptr[r.value]), &scalars[size_t(r.value)],
+                          dtype_size(r.dtype));
+          run_steps(epilogue_, ptr, 1);
+          for (auto [v, j] : red_copy_outs_) {
+            const int64_t es = values_[size_t(v)].esize;
+            std::memcpy(static_cast<std::byte*>(outs[j]) + k * es, ptr[v], size_t(es));
+          }
+        };
+        for (int64_t q = begin; q < end; ++q) {
+          if (batch > 1) {
+            const int64_t k0 = q * batch, k1 = std::min(results_, k0 + batch);
+            const int64_t s = k0 * run, len = (k1 - k0) * run;
+            chunk_pointers(s, len, ins, outs, bufs, ptr);
+            prefetch(s + 2 * len, len, ins, outs);
+            run_steps(steps_, ptr, len);
+            copy_out(s, len, ptr, outs);
+            const void* src[4];
+            for (size_t i = 0; i < reductions_.size(); ++i) src[i] = ptr[reductions_[i].src];
+            for (int64_t k = k0; k < k1; ++k) {
+              for (size_t i = 0; i < reductions_.size(); ++i) {
+                const Reduction& r = reductions_[i];
+                const int64_t off = (k - k0) * run;
+                double* y = &scalars[size_t(r.value)];
+                if (r.dtype == DType::f32) {
+                  const float m =
+                      reduce_run(static_cast<const float*>(src[i]) + off, run, r.is_max);
+                  std::memcpy(y, &m, sizeof m);
+                } else {
+                  *y = reduce_run(static_cast<const double*>(src[i]) + off, run, r.is_max);
+                }
+              }
+              finish(k);
+            }
+            continue;
+          }
+          // A block of neighbouring results, their runs visited in memory
+          // order: for BatchNorm's [N, C, HW] over N and HW, run n of every
+          // channel in the block before run n+1, so each thread streams
+          // through its channels' slice of every image. Each result's
+          // accumulator still sees its own runs in order: the same bits.
+          const int64_t k0 = q * block, k1 = std::min(results_, k0 + block);
+          int64_t base[kResultBlock];
+          for (int64_t k = k0; k < k1; ++k) {
+            base[k - k0] = 0;
+            for (int64_t d = nk - 1, r = k; d >= 0; --d) {
+              base[k - k0] += r % kept_[size_t(d)] * kept_stride_[size_t(d)];
+              r /= kept_[size_t(d)];
+            }
+            for (size_t i = 0; i < reductions_.size(); ++i) {
+              const Reduction& r = reductions_[i];
+              Accumulator& a = acc[i][k - k0];
+              if (r.is_max)
+                r.dtype == DType::f32 ? (void)new (&a.max_f32) MaxStream<float>
+                                      : (void)new (&a.max_f64) MaxStream<double>;
+              else
+                r.dtype == DType::f32 ? (void)new (&a.sum_f32) SumStream<float>
+                                      : (void)new (&a.sum_f64) SumStream<double>;
+            }
+          }
+          for (int64_t q2 = 0; q2 < runs; ++q2) {
+            int64_t run_off = 0;
+            for (int64_t d = nr - 1, r = q2; d >= 0; --d) {
+              run_off += r % reduced_[size_t(d)] * red_stride_[size_t(d)];
+              r /= reduced_[size_t(d)];
+            }
+            for (int64_t k = k0; k < k1;) {
+              const int64_t start = base[k - k0] + run_off;
+              // Short runs of neighbouring results that lie side by side
+              // (channels of one image) go through the loop as one chunk.
+              int64_t m = 1;
+              const bool fits = run < kFusedChunk && start % row_len_ + run <= row_len_;
+              while (fits && k + m < k1 && base[k + m - k0] + run_off == start + m * run &&
+                     (m + 1) * run <= kFusedChunk && start % row_len_ + (m + 1) * run <= row_len_)
+                ++m;
+              for (int64_t s = start; s < start + m * run;) {
+                const int64_t len = fits ? m * run : std::min(chunk_end(s), start + run) - s;
+                chunk_pointers(s, len, ins, outs, bufs, ptr);
+                run_steps(steps_, ptr, len);
+                for (size_t i = 0; i < reductions_.size(); ++i) {
+                  const Reduction& r = reductions_[i];
+                  const int64_t es = int64_t(dtype_size(r.dtype));
+                  for (int64_t j = 0; j < (fits ? m : 1); ++j) {
+                    const void* x = static_cast<const std::byte*>(ptr[r.src]) + j * run * es;
+                    const int64_t n = fits ? run : len;
+                    Accumulator& a = acc[i][k + j - k0];
+                    if (r.is_max)
+                      r.dtype == DType::f32 ? a.max_f32.add(static_cast<const float*>(x), n)
+                                            : a.max_f64.add(static_cast<const double*>(x), n);
+                    else
+                      r.dtype == DType::f32 ? a.sum_f32.add(static_cast<const float*>(x), n)
+                                            : a.sum_f64.add(static_cast<const double*>(x), n);
+                  }
+                }
+                copy_out(s, len, ptr, outs);
+                s += len;
+              }
+              k += m;
+            }
+          }
+          for (int64_t k = k0; k < k1; ++k) {
+            for (size_t i = 0; i < reductions_.size(); ++i) {
+              const Reduction& r = reductions_[i];
+              Accumulator& a = acc[i][k - k0];
+              double* y = &scalars[size_t(r.value)];
+              if (r.dtype == DType::f32) {
+                const float m = r.is_max ? a.max_f32.finish() : a.sum_f32.finish();
+                std::memcpy(y, &m, sizeof m);
+              } else {
+                *y = r.is_max ? a.max_f64.finish() : a.sum_f64.finish();
+              }
+            }
+            finish(k);
+          }
+        }
+      },
+      1);
+}
+
+}  // namespace ws::exec
