@@ -149,6 +149,12 @@ std::vector<int> use_counts(const Graph& g) {
   return uses;
 }
 
+ValueId append_renamed(Graph& out, Node n, const std::vector<ValueId>& map) {
+  for (ValueId& a : n.args) a = map[size_t(a)];
+  out.nodes.push_back(std::move(n));
+  return ValueId(out.nodes.size() - 1);
+}
+
 void copy_interface(const Graph& g, const std::vector<ValueId>& map, Graph& out) {
   for (ValueId v : g.inputs) out.inputs.push_back(map[size_t(v)]);
   for (Output o : g.outputs) {

@@ -129,6 +129,10 @@ struct Graph {
 // Number of users of each value (graph outputs count as users).
 std::vector<int> use_counts(const Graph& g);
 
+// For passes that rebuild a graph: appends n to `out` with its operands
+// renamed through `map` (old id -> new id) and returns its new id.
+ValueId append_renamed(Graph& out, Node n, const std::vector<ValueId>& map);
+
 // For passes that rebuild a graph: g's inputs and outputs, with every value
 // renamed through `map` (old id -> new id), appended to `out`.
 void copy_interface(const Graph& g, const std::vector<ValueId>& map, Graph& out);

@@ -40,9 +40,7 @@ ir::Graph fuse_bias_into_product(const ir::Graph& g) {
                    pn.attrs,        n.type,
                    pn.loc,          nullptr};
     }
-    for (ValueId& a : n.args) a = map[size_t(a)];
-    out.nodes.push_back(std::move(n));
-    map[size_t(v)] = ValueId(out.nodes.size() - 1);
+    map[size_t(v)] = ir::append_renamed(out, std::move(n), map);
   }
   ir::copy_interface(g, map, out);
   return out;

@@ -338,10 +338,7 @@ class Fuser {
     std::vector<ValueId> map(n_, ir::kNoValue);
     for (int64_t u : order) {
       if (u < int64_t(n_)) {
-        ir::Node node = g_.node(ValueId(u));
-        for (ValueId& a : node.args) a = map[size_t(a)];
-        out.nodes.push_back(std::move(node));
-        map[size_t(u)] = ValueId(out.nodes.size() - 1);
+        map[size_t(u)] = ir::append_renamed(out, g_.node(ValueId(u)), map);
       } else {
         emit_group(groups_[size_t(u - int64_t(n_))], outside_uses, map, out);
       }

@@ -50,10 +50,7 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
     const ir::Node& n = g.node(v);
     auto it = at_update.find(v);
     if (it == at_update.end()) {
-      ir::Node copy = n;
-      for (ValueId& a : copy.args) a = map[size_t(a)];
-      out.nodes.push_back(std::move(copy));
-      map[size_t(v)] = ValueId(out.nodes.size() - 1);
+      map[size_t(v)] = ir::append_renamed(out, n, map);
       continue;
     }
     const Match& m = it->second;

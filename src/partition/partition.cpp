@@ -91,11 +91,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
   Graph out;
   out.name = name;
   std::vector<ValueId> map(static_cast<size_t>(n), ir::kNoValue);
-  auto push = [&](ir::Node node) {
-    for (ValueId& a : node.args) a = map[size_t(a)];
-    out.nodes.push_back(std::move(node));
-    return ValueId(out.nodes.size() - 1);
-  };
+  auto push = [&](ir::Node node) { return ir::append_renamed(out, std::move(node), map); };
   // Graph inputs keep their joint order (parameters first); interface inputs
   // follow in producer order.
   for (ValueId v : g.inputs)

@@ -111,12 +111,7 @@ ir::Graph updates_early(const JointGraph& joint) {
   ir::Graph out;
   out.name = g.name;
   std::vector<ValueId> map(count, ir::kNoValue);
-  for (ValueId v : order) {
-    ir::Node node = g.node(v);
-    for (ValueId& a : node.args) a = map[size_t(a)];
-    out.nodes.push_back(std::move(node));
-    map[size_t(v)] = ValueId(out.nodes.size() - 1);
-  }
+  for (ValueId v : order) map[size_t(v)] = ir::append_renamed(out, g.node(v), map);
   ir::copy_interface(g, map, out);
   return out;
 }
