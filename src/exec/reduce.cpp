@@ -256,30 +256,40 @@ struct Stream {
   }
 };
 
-template <class T>
-void sum_rows(const Walk& w, const T* x, T* y) {
+// Every result of a rows walk, in parallel over results: a result of one
+// run takes one_run(x, n); a result of several runs feeds them in order to
+// an accumulator `Acc` (Stream or MaxStream: add(x, n), finish()).
+template <class Acc, class T, class OneRun>
+void each_row_result(const Walk& w, const T* x, T* y, OneRun one_run) {
   const int64_t run = w.rsize[w.nr - 1], runs = w.length / run;
-  if (w.nr == 1 && w.results < num_threads()) {  // few long rows: split each
-    Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
-    for (int64_t o = 0; o < w.results; ++o, k.next()) y[k.ob] = sum_contiguous(x + k.oa, run, true);
-    return;
-  }
   parallel_for(
       w.results, grain_for(w.length),
       [&](int64_t b, int64_t e) {
         Odometer k(w.nk, w.ksize, w.kin, w.kout, b);
         for (int64_t o = b; o < e; ++o, k.next()) {
           if (w.nr == 1) {
-            y[k.ob] = sum_contiguous(x + k.oa, run, false);
+            y[k.ob] = one_run(x + k.oa, run);
             continue;
           }
-          Stream<T> s;
+          Acc acc;
           Odometer r(w.nr - 1, w.rsize, w.rin, w.rin, 0);
-          for (int64_t i = 0; i < runs; ++i, r.next()) s.add(x + k.oa + r.oa, run);
-          y[k.ob] = s.finish();
+          for (int64_t i = 0; i < runs; ++i, r.next()) acc.add(x + k.oa + r.oa, run);
+          y[k.ob] = acc.finish();
         }
       },
       1);
+}
+
+template <class T>
+void sum_rows(const Walk& w, const T* x, T* y) {
+  const int64_t run = w.rsize[w.nr - 1];
+  if (w.nr == 1 && w.results < num_threads()) {  // few long rows: split each
+    Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
+    for (int64_t o = 0; o < w.results; ++o, k.next()) y[k.ob] = sum_contiguous(x + k.oa, run, true);
+    return;
+  }
+  each_row_result<Stream<T>>(w, x, y,
+                             [](const T* p, int64_t n) { return sum_contiguous(p, n, false); });
 }
 
 // Steps [s0, s1) of the sequences of `width` neighbouring results starting
@@ -387,7 +397,7 @@ T max_run(const T* __restrict x, int64_t n, T m) {
 
 template <class T>
 void max_rows(const Walk& w, const T* x, T* y) {
-  const int64_t run = w.rsize[w.nr - 1], runs = w.length / run;
+  const int64_t run = w.rsize[w.nr - 1];
   constexpr T lowest = -std::numeric_limits<T>::infinity();
   if (w.nr == 1 && w.results < num_threads() && run >= kSplitLength) {
     Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
@@ -410,18 +420,8 @@ void max_rows(const Walk& w, const T* x, T* y) {
     }
     return;
   }
-  parallel_for(
-      w.results, grain_for(w.length),
-      [&](int64_t b, int64_t e) {
-        Odometer k(w.nk, w.ksize, w.kin, w.kout, b);
-        for (int64_t o = b; o < e; ++o, k.next()) {
-          T m = lowest;
-          Odometer r(w.nr - 1, w.rsize, w.rin, w.rin, 0);
-          for (int64_t i = 0; i < runs; ++i, r.next()) m = max_run(x + k.oa + r.oa, run, m);
-          y[k.ob] = normalize(m);
-        }
-      },
-      1);
+  each_row_result<MaxStream<T>>(
+      w, x, y, [](const T* p, int64_t n) { return normalize(max_run(p, n, lowest)); });
 }
 
 // The maxima of `width` neighbouring results starting at x into out.
