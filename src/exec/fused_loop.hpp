@@ -25,8 +25,8 @@
 // then it goes through a buffer, copied out when the chunk is done.
 //
 // A reduce fusion (kind "reduce"; its walk is in fused_reduce.cpp) ends its
-// loop in reductions: its loop
-// values have the shape S of the reductions' operand, every reduction sums
+// loop in reductions: its loop values have the shape S of the reductions'
+// operand, every reduction sums
 // (or takes the maximum) over the same axes, and elementwise ops on the
 // reduced values (the epilogue: a mean's division, a variance's epsilon)
 // follow. The kernel walks one reduced result at a time (in parallel over
@@ -147,7 +147,6 @@ class FusedLoop {
   std::vector<int32_t> per_result_;  // values whose pointer moves with the result
   void fixed_pointers(const void* const* ins, std::byte (*bufs)[kFusedChunk * 8],
                       const void** ptr) const;
-  void prefetch(int64_t s, int64_t len, const void* const* ins, void* const* outs) const;
   void chunk_pointers(int64_t s, int64_t len, const void* const* ins, void* const* outs,
                       std::byte (*bufs)[kFusedChunk * 8], const void** ptr) const;
   bool by_rows_ = false;

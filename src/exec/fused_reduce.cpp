@@ -89,7 +89,6 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
             const int64_t k0 = q * batch, k1 = std::min(results_, k0 + batch);
             const int64_t s = k0 * run, len = (k1 - k0) * run;
             chunk_pointers(s, len, ins, outs, bufs, ptr);
-            prefetch(s + 2 * len, len, ins, outs);
             run_steps(steps_, ptr, len);
             copy_out(s, len, ptr, outs);
             const void* src[4];
