@@ -45,8 +45,8 @@ void report(benchmark::State& state, int nin, int nout) {
 }
 
 // A fused loop: every chunk reads all inputs and writes all outputs; with
-// `prefetch`, it first asks for the chunk after next of every array, as the
-// fused loop kernel does.
+// `prefetch`, it first asks for the chunk after next of every array (which
+// the fused loop kernel does not do: see the top).
 void interleaved(benchmark::State& state, bool prefetch) {
   const int nin = int(state.range(0)), nout = int(state.range(1));
   Arrays a(nin, nout);
