@@ -81,22 +81,6 @@ StepFn step_fn(const ir::Graph& body, const ir::Node& n) {
   return fn;
 }
 
-// Work per element in cheap elements (parallel.hpp): transcendentals cost
-// several, pow (std::pow in double) tens.
-int64_t step_cost(Op op) {
-  switch (op) {
-    case Op::exp:
-    case Op::log:
-    case Op::tanh:
-    case Op::sigmoid:
-    case Op::erf:
-    case Op::rsqrt:
-    case Op::sqrt: return 4;
-    case Op::pow: return 32;
-    default: return 1;
-  }
-}
-
 // Buffers for the computed values in `buffered` (and the gathered ones,
 // which hold theirs for the whole chunk), reusing a buffer once its value is
 // read for the last time. A step may write over an operand it reads last
@@ -257,7 +241,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
         epilogue_.push_back(st);
       }
       ops.emplace_back(ir::op_name(n.op));
-      cost += step_cost(n.op);
+      cost += elementwise_cost(n.op);
     }
   }
   // A reduction's walk: kept and reduced dims of the operand, merged.

@@ -34,10 +34,9 @@ void k_reference(const Kernel& k, void* const* s) {
 }
 
 // Work estimates for parallel_for, in cheap elements (see parallel.hpp):
-// a byte copied, and an element of a transcendental function.
+// a byte copied.
 constexpr int64_t kCopyGrain = 4 * kCheapGrain;  // bytes
-constexpr int64_t kTranscendentalCost = 4;
-constexpr int64_t kPhiloxCost = 16;  // ten rounds of 32x32->64-bit products: ~2 ns
+constexpr int64_t kPhiloxCost = 16;              // ten rounds of 32x32->64-bit products: ~2 ns
 
 void k_copy(const Kernel& k, void* const* s) {
   const char* x = at<const char>(s, k.in[0]);
@@ -96,7 +95,7 @@ template <class T, Op op>
 void k_unary(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  parallel_for(k.p[0], grain_for(op == Op::neg ? 1 : kTranscendentalCost),
+  parallel_for(k.p[0], grain_for(elementwise_cost(op)),
                [&](int64_t b, int64_t e) { unary_array<op>(x + b, y + b, e - b); });
 }
 
@@ -107,8 +106,7 @@ void k_binary(const Kernel& k, void* const* s) {
   const T *a = at<T>(s, k.in[0]), *b = at<T>(s, k.in[1]);
   R* y = at<R>(s, k.out);
   const bool va = k.p[1], vb = k.p[2];
-  // std::pow in double costs tens of cheap elements.
-  parallel_for(k.p[0], grain_for(op == Op::pow ? 32 : 1),
+  parallel_for(k.p[0], grain_for(elementwise_cost(op)),
                [=](int64_t lo, int64_t hi) { binary_range<T, op>(a, b, y, va, vb, lo, hi); });
 }
 
