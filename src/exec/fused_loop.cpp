@@ -131,16 +131,6 @@ int assign_buffers(const ir::Graph& body, const std::vector<bool>& buffered,
   return count;
 }
 
-// `len` elements of a broadcast value at source offset `off`, `inner` apart.
-void gather(const void* x, int64_t esize, int64_t off, int64_t inner, std::byte* y, int64_t len) {
-  if (esize == 8)
-    strided_row(static_cast<const uint64_t*>(x) + off, reinterpret_cast<uint64_t*>(y), len, inner);
-  else if (esize == 4)
-    strided_row(static_cast<const uint32_t*>(x) + off, reinterpret_cast<uint32_t*>(y), len, inner);
-  else
-    strided_row(static_cast<const uint8_t*>(x) + off, reinterpret_cast<uint8_t*>(y), len, inner);
-}
-
 // Elements [s, s + len) of a broadcast value over the whole walk.
 template <class T>
 void gather_range_typed(const Shape& walk, const std::vector<int64_t>& strides, const T* x, T* y,
@@ -272,18 +262,15 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     walk_ = shape;
     merge_joint(walk_, strides);
     WS_CHECK(int64_t(walk_.size()) <= kMaxRank) << "fused loop of rank " << walk_.size();
-    // Several short sums a chunk (LayerNorm's rows, softmax over a
-    // vocabulary) are worth more than row-wise broadcasts: such a reduction
-    // walks across rows and gathers its broadcast operands.
-    const bool batched = reduced_.size() == 1 && 2 * reduced_.back() <= kFusedChunk;
-    by_rows_ = walk_.size() == 1 || (walk_.back() >= kMinFusedRow && !batched);
-    rows_matter_ = by_rows_ && !broadcasts_.empty() && walk_.size() > 1;
-    row_len_ = by_rows_ ? walk_.back() : numel_;
+    row_len_ = walk_.empty() ? 1 : walk_.back();
+    segmented_ = walk_.size() == 1 || row_len_ >= kMinSegment;
+    WS_CHECK(broadcasts_.size() <= size_t(kMaxFusedBuffers))
+        << "fused loop: " << broadcasts_.size() << " broadcast operands";
     for (size_t b = 0; b < broadcasts_.size(); ++b) {
       Value& val = values_[size_t(broadcasts_[b])];
       val.strides = strides[b + 1];
       val.inner = val.strides.back();
-      val.kind = !by_rows_        ? Kind::gather
+      val.kind = !segmented_      ? Kind::gather
                  : val.inner == 0 ? Kind::row_scalar
                  : val.inner == 1 ? Kind::row_array
                                   : Kind::gather;
@@ -365,7 +352,33 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
           const Kind k = values_[size_t(st.args[i])].kind;
           if (k != Kind::scalar && k != Kind::constant && k != Kind::row_scalar)
             st.arrays |= 1 << i;
+          if (k == Kind::row_scalar || k == Kind::row_array) st.per_segment = true;
         }
+  // Slots: the operands read per segment, with their walks in bytes.
+  std::vector<int8_t> slot_of(values_.size(), -1);
+  for (int32_t v : broadcasts_) {
+    const Value& val = values_[size_t(v)];
+    if (val.kind != Kind::row_scalar && val.kind != Kind::row_array) continue;
+    SlotWalk w{val.index, val.inner * val.esize, {}, {}};
+    for (size_t d = 0; d + 1 < walk_.size(); ++d) w.stride[d] = val.strides[d] * val.esize;
+    for (int64_t d = int64_t(walk_.size()) - 2, wrapped = 0; d >= 0; --d) {
+      w.next[d] = w.stride[d] - wrapped;
+      wrapped += (walk_[size_t(d)] - 1) * w.stride[d];
+    }
+    slot_of[size_t(v)] = int8_t(slots_.size());
+    slots_.push_back(w);
+  }
+  for (Step& st : steps_) {
+    if (!st.per_segment) continue;
+    for (int i = 0; i < 3; ++i) {
+      if (st.args[i] < 0) continue;
+      const Value& val = values_[size_t(st.args[i])];
+      st.slot[i] = slot_of[size_t(st.args[i])];
+      st.cls[i] = st.slot[i] >= 0 ? 2 : (st.arrays >> i & 1) ? 1 : 0;
+      st.es[i] = int32_t(val.esize);
+    }
+    st.es[3] = int32_t(values_[size_t(st.out)].esize);
+  }
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()
                ? per_chunk
@@ -392,17 +405,10 @@ void FusedLoop::fixed_pointers(const void* const* ins, std::byte (*bufs)[kFusedC
 }
 
 // Pointers to the loop values that move with the chunk, for elements
-// [s, s + len) of the loop (a chunk within one row when by_rows_),
-// gathering broadcast operands.
+// [s, s + len) of the loop, gathering broadcast operands that are neither
+// one value nor a run along a row.
 void FusedLoop::chunk_pointers(int64_t s, int64_t len, const void* const* ins, void* const* outs,
                                std::byte (*bufs)[kFusedChunk * 8], const void** ptr) const {
-  int64_t idx[kMaxRank];
-  const int64_t rank = rows_matter_ ? int64_t(walk_.size()) - 1 : 0;
-  const int64_t row = rows_matter_ ? s / row_len_ : 0, c0 = rows_matter_ ? s % row_len_ : s;
-  for (int64_t d = rank - 1, r = row; d >= 0; --d) {
-    idx[d] = r % walk_[size_t(d)];
-    r /= walk_[size_t(d)];
-  }
   for (int32_t v : moving_) {
     const Value& val = values_[size_t(v)];
     switch (val.kind) {
@@ -411,34 +417,88 @@ void FusedLoop::chunk_pointers(int64_t s, int64_t len, const void* const* ins, v
         break;
       case Kind::output: ptr[v] = static_cast<std::byte*>(outs[val.index]) + s * val.esize; break;
       case Kind::gather:
-        if (!by_rows_) {  // chunks across rows: the whole walk
-          gather_range(walk_, val, ins[val.index], s, len, bufs[val.buf]);
-          ptr[v] = bufs[val.buf];
-          break;
-        }
-        [[fallthrough]];
-      case Kind::row_scalar:
-      case Kind::row_array: {
-        int64_t off = c0 * val.inner;
-        for (int64_t d = 0; d < rank; ++d) off += idx[d] * val.strides[size_t(d)];
-        if (val.kind == Kind::gather) {
-          gather(ins[val.index], val.esize, off, val.inner, bufs[val.buf], len);
-          ptr[v] = bufs[val.buf];
-        } else {
-          ptr[v] = static_cast<const std::byte*>(ins[val.index]) + off * val.esize;
-        }
+        gather_range(walk_, val, ins[val.index], s, len, bufs[val.buf]);
+        ptr[v] = bufs[val.buf];
         break;
-      }
       default: break;
     }
   }
 }
 
-void FusedLoop::run_steps(const std::vector<Step>& steps, const void* const* ptr, int64_t len) {
-  for (const Step& st : steps)
+// The row pieces of the chunk [s, s + len), and where each slot lies in
+// each: the dim each next row counts up, then per slot its pointers.
+void FusedLoop::segments(int64_t s, int64_t len, const void* const* ins, Segments& sg) const {
+  const int64_t rank = int64_t(walk_.size()) - 1;
+  int64_t idx[kMaxRank], idx0[kMaxRank];
+  const int64_t row = s / row_len_, c0 = s % row_len_;
+  for (int64_t d = rank - 1, r = row; d >= 0; --d) {
+    idx0[d] = idx[d] = r % walk_[size_t(d)];
+    r /= walk_[size_t(d)];
+  }
+  const int64_t n = (c0 + len + row_len_ - 1) / row_len_;
+  WS_CHECK(n <= kMaxSegments) << "fused loop: a chunk of " << n << " segments";
+  sg.n = n;
+  int8_t up[kMaxSegments];  // the dim that counts up from segment k to k + 1
+  for (int64_t k = 0; k < n; ++k) {
+    sg.start[k] = k == 0 ? 0 : k * row_len_ - c0;
+    sg.len[k] = std::min((k + 1) * row_len_ - c0, len) - sg.start[k];
+    if (k + 1 == n) break;
+    int64_t d = rank - 1;
+    while (d > 0 && idx[d] + 1 == walk_[size_t(d)]) idx[d--] = 0;
+    ++idx[d];
+    up[k] = int8_t(d);
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const SlotWalk& w = slots_[i];
+    const std::byte* at = static_cast<const std::byte*>(ins[w.index]);
+    for (int64_t d = 0; d < rank; ++d) at += idx0[d] * w.stride[d];
+    sg.at[i][0] = at + c0 * w.inner;
+    for (int64_t k = 1; k < n; ++k) sg.at[i][k] = at += w.next[up[k - 1]];
+  }
+}
+
+void FusedLoop::run_steps(const Step* first, const Step* last, const void* const* ptr,
+                          int64_t len) {
+  for (const Step* p = first; p != last; ++p) {
+    const Step& st = *p;
     st.fn(st.args[0] >= 0 ? ptr[st.args[0]] : nullptr, st.args[1] >= 0 ? ptr[st.args[1]] : nullptr,
           st.args[2] >= 0 ? ptr[st.args[2]] : nullptr, const_cast<void*>(ptr[st.out]), len,
           st.arrays);
+  }
+}
+
+void FusedLoop::run_chunk(int64_t s, int64_t len, const void* const* ins, void* const* outs,
+                          std::byte (*bufs)[kFusedChunk * 8], const void** ptr,
+                          Segments& sg) const {
+  chunk_pointers(s, len, ins, outs, bufs, ptr);
+  const Step* steps = steps_.data();
+  if (broadcasts_.empty() || !segmented_) return run_steps(steps, steps + steps_.size(), ptr, len);
+  segments(s, len, ins, sg);
+  for (size_t i = 0; i < steps_.size();) {
+    if (!steps_[i].per_segment) {
+      run_steps(steps + i, steps + i + 1, ptr, len);
+      ++i;
+      continue;
+    }
+    // A run of steps reading broadcast operands: segment by segment.
+    size_t j = i;
+    while (j < steps_.size() && steps_[j].per_segment) ++j;
+    for (int64_t k = 0; k < sg.n; ++k)
+      for (size_t t = i; t < j; ++t) {
+        const Step& st = steps[t];
+        const void* a[3];
+        for (int q = 0; q < 3; ++q)
+          a[q] = st.cls[q] == 2 ? sg.at[st.slot[q]][k]
+                 : st.cls[q] == 1
+                     ? static_cast<const std::byte*>(ptr[st.args[q]]) + sg.start[k] * st.es[q]
+                 : st.args[q] >= 0 ? ptr[st.args[q]]
+                                   : nullptr;
+        std::byte* y =
+            static_cast<std::byte*>(const_cast<void*>(ptr[st.out])) + sg.start[k] * st.es[3];
+        st.fn(a[0], a[1], a[2], y, sg.len[k], st.arrays);
+      }
+    i = j;
+  }
 }
 
 void FusedLoop::copy_out(int64_t s, int64_t len, const void* const* ptr, void* const* outs) const {
@@ -455,11 +515,11 @@ void FusedLoop::run(const void* const* ins, void* const* outs) const {
       [&](int64_t begin, int64_t end) {
         alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
         const void* ptr[kMaxFusedValues];
+        Segments sg;
         fixed_pointers(ins, bufs, ptr);
         for (int64_t s = begin; s < end;) {
-          const int64_t len = std::min(chunk_end(s), end) - s;
-          chunk_pointers(s, len, ins, outs, bufs, ptr);
-          run_steps(steps_, ptr, len);
+          const int64_t len = std::min(s + kFusedChunk, end) - s;
+          run_chunk(s, len, ins, outs, bufs, ptr, sg);
           copy_out(s, len, ptr, outs);
           s += len;
         }

@@ -15,11 +15,14 @@
 // full-size operand is read where it lies; a one-element operand (a `full`
 // of the body, or a broadcast of a one-element operand) is read as one
 // value; a broadcast operand is, within a row, one value (a per-channel or
-// per-row statistic: stride 0), a contiguous run (a bias along a row:
-// stride 1), or else gathered into a buffer. Rows shorter than
-// kMinFusedRow (a 7x7 feature map under a per-channel statistic) would make
-// chunks too short to pay for their set-up: then chunks run across rows and
-// every broadcast operand is gathered. A result is written straight into its
+// per-row statistic: stride 0) or a contiguous run (a bias along a row:
+// stride 1), or else gathered into a buffer. Chunks run across rows; a
+// chunk is cut into segments, the pieces of rows it covers, and a step
+// reading a broadcast operand runs once per segment, reading it as one
+// value or a run there: a chunk of LayerNorm's 128-element rows runs such a
+// step 16 times, each as the single-op broadcast kernel runs a row. Rows
+// shorter than kMinSegment would pay a call per few elements: then every
+// broadcast operand is gathered. A result is written straight into its
 // storage, unless a later op of the body reads an operand stored there (a
 // parameter updated in place, or a result given a dying operand's block):
 // then it goes through a buffer, copied out when the chunk is done.
@@ -47,6 +50,7 @@
 #include <vector>
 
 #include "exec/program.hpp"
+#include "exec/reference.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::exec {
@@ -59,13 +63,11 @@ constexpr int64_t kFusedChunk = 2048;
 constexpr int kMaxFusedBuffers = 16;
 // Body values a fused loop holds at most.
 constexpr size_t kMaxFusedValues = 128;
-// Rows at least this long are walked a row at a time (a broadcast operand
-// is one value or a contiguous run along each); shorter rows are walked
-// across, their broadcast operands gathered per chunk. The fuse pass leaves
-// an op reading a value repeated along shorter rows unfused: per group,
-// against the unfused kernels (which read it as one value per row), a cnn
-// step's BatchNorm ops over 14x14 and 7x7 maps ran 1.5-3.7x slower fused.
-constexpr int64_t kMinFusedRow = 256;
+// Rows at least this long are read in segments (a broadcast operand as one
+// value or a run per segment); along shorter rows broadcast operands are
+// gathered per chunk. The fuse pass leaves an op reading a value repeated
+// along shorter rows unfused.
+constexpr int64_t kMinSegment = 16;
 
 class FusedLoop {
  public:
@@ -111,6 +113,13 @@ class FusedLoop {
     int32_t args[3] = {-1, -1, -1};  // body values read
     int32_t out = -1;                // body value written
     int arrays = 0;                  // bit i: operand i is an array, not one value
+    bool per_segment = false;        // reads a broadcast operand that moves along rows
+    // Per segment, how operand i (and the result) is found: 0 where ptr
+    // says, 1 that plus the segment's start times es[i] bytes, 2 at
+    // Segments::at[slot[i]].
+    int8_t cls[3] = {0, 0, 0};
+    int8_t slot[3] = {-1, -1, -1};
+    int32_t es[4] = {0, 0, 0, 0};  // es[3]: the result's
   };
   struct Reduction {
     int32_t value;  // the reduce node
@@ -122,7 +131,7 @@ class FusedLoop {
  private:
   int64_t numel_ = 0;
   Shape walk_;           // the result shape, merged
-  int64_t row_len_ = 1;  // elements of a chunk's row: walk_'s last dim, or numel_ across rows
+  int64_t row_len_ = 1;  // walk_'s last dim
   int64_t grain_ = 1;    // elements (results, for a reduction) worth a thread
   std::string name_;
   std::vector<Value> values_;
@@ -140,7 +149,7 @@ class FusedLoop {
   std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
   void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
   // Runs `steps` over one chunk of `len` elements (one per result when 1).
-  static void run_steps(const std::vector<Step>& steps, const void* const* ptr, int64_t len);
+  static void run_steps(const Step* first, const Step* last, const void* const* ptr, int64_t len);
   // Results going through a buffer, written out for elements [s, s + len).
   void copy_out(int64_t s, int64_t len, const void* const* ptr, void* const* outs) const;
   std::vector<int32_t> moving_;      // values whose pointer moves with the chunk
@@ -149,14 +158,28 @@ class FusedLoop {
                       const void** ptr) const;
   void chunk_pointers(int64_t s, int64_t len, const void* const* ins, void* const* outs,
                       std::byte (*bufs)[kFusedChunk * 8], const void** ptr) const;
-  bool by_rows_ = false;
-  bool rows_matter_ = false;  // by rows, with broadcast operands that move along them
-  // Where the chunk starting at element s ends: kFusedChunk on, or the end
-  // of its row when rows matter.
-  int64_t chunk_end(int64_t s) const {
-    return rows_matter_ ? std::min(s + kFusedChunk, (s / row_len_ + 1) * row_len_)
-                        : s + kFusedChunk;
-  }
+  // Segments: when broadcast operands move along rows of at least
+  // kMinSegment, a chunk's row pieces, and where each such operand (a slot)
+  // is read in each.
+  static constexpr int64_t kMaxSegments = kFusedChunk / kMinSegment + 2;
+  struct Segments {
+    int64_t n = 0;
+    int64_t start[kMaxSegments];  // first element, relative to the chunk
+    int64_t len[kMaxSegments];
+    const std::byte* at[kMaxFusedBuffers][kMaxSegments];
+  };
+  bool segmented_ = false;
+  struct SlotWalk {
+    int32_t index;             // the operand
+    int64_t inner;             // bytes along a row
+    int64_t stride[kMaxRank];  // bytes per step of each outer dim of walk_
+    int64_t next[kMaxRank];    // bytes to the next row when dim d counts up (and inner dims wrap)
+  };
+  std::vector<SlotWalk> slots_;
+  void segments(int64_t s, int64_t len, const void* const* ins, Segments& sg) const;
+  // Runs the loop's steps over the chunk [s, s + len).
+  void run_chunk(int64_t s, int64_t len, const void* const* ins, void* const* outs,
+                 std::byte (*bufs)[kFusedChunk * 8], const void** ptr, Segments& sg) const;
 };
 
 // Fills k.fn, k.name and k.loop for a fusion node's kernel whose operand

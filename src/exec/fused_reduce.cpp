@@ -49,9 +49,7 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
   // Results whose sequence is one short run lie side by side (the reduced
   // dim is the innermost): a chunk holds several, and each sums its run in
   // one call, as reduce_sum does.
-  int64_t batch =
-      runs == 1 && (!by_rows_ || row_len_ % run == 0) ? std::max<int64_t>(1, kFusedChunk / run) : 1;
-  if (by_rows_) batch = std::gcd(batch, row_len_ / run);  // a chunk stays in a row of the walk
+  const int64_t batch = runs == 1 ? std::max<int64_t>(1, kFusedChunk / run) : 1;
   // Results a task takes: a batch, or a block whose short runs coalesce.
   const int64_t block = 2 * run <= kFusedChunk ? kResultBlock : 1;
   const int64_t group = batch > 1 ? batch : block;
@@ -62,6 +60,7 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
         const void* ptr[kMaxFusedValues];
         alignas(64) double scalars[kMaxFusedValues];  // per-result values (8 bytes each)
         Accumulator acc[4][kResultBlock];
+        Segments sg;
         fixed_pointers(ins, bufs, ptr);
         // Result k's reductions are in `scalars`: its epilogue, and its writes.
         for (int32_t v : per_result_)
@@ -78,7 +77,7 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
             if (values_[size_t(r.value)].kind == Kind::red_output)
               std::memcpy(const_cast<void*>(ptr[r.value]), &scalars[size_t(r.value)],
                           dtype_size(r.dtype));
-          run_steps(epilogue_, ptr, 1);
+          run_steps(epilogue_.data(), epilogue_.data() + epilogue_.size(), ptr, 1);
           for (auto [v, j] : red_copy_outs_) {
             const int64_t es = values_[size_t(v)].esize;
             std::memcpy(static_cast<std::byte*>(outs[j]) + k * es, ptr[v], size_t(es));
@@ -88,8 +87,7 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
           if (batch > 1) {
             const int64_t k0 = q * batch, k1 = std::min(results_, k0 + batch);
             const int64_t s = k0 * run, len = (k1 - k0) * run;
-            chunk_pointers(s, len, ins, outs, bufs, ptr);
-            run_steps(steps_, ptr, len);
+            run_chunk(s, len, ins, outs, bufs, ptr, sg);
             copy_out(s, len, ptr, outs);
             const void* src[4];
             for (size_t i = 0; i < reductions_.size(); ++i) src[i] = ptr[reductions_[i].src];
@@ -145,14 +143,13 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
               // Short runs of neighbouring results that lie side by side
               // (channels of one image) go through the loop as one chunk.
               int64_t m = 1;
-              const bool fits = run < kFusedChunk && start % row_len_ + run <= row_len_;
+              const bool fits = run < kFusedChunk;
               while (fits && k + m < k1 && base[k + m - k0] + run_off == start + m * run &&
-                     (m + 1) * run <= kFusedChunk && start % row_len_ + (m + 1) * run <= row_len_)
+                     (m + 1) * run <= kFusedChunk)
                 ++m;
               for (int64_t s = start; s < start + m * run;) {
-                const int64_t len = fits ? m * run : std::min(chunk_end(s), start + run) - s;
-                chunk_pointers(s, len, ins, outs, bufs, ptr);
-                run_steps(steps_, ptr, len);
+                const int64_t len = fits ? m * run : std::min(s + kFusedChunk, start + run) - s;
+                run_chunk(s, len, ins, outs, bufs, ptr, sg);
                 for (size_t i = 0; i < reductions_.size(); ++i) {
                   const Reduction& r = reductions_[i];
                   const int64_t es = int64_t(dtype_size(r.dtype));

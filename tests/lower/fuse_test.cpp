@@ -137,10 +137,28 @@ TEST(FuseElementwise, ReluThenRowMeanKeepsTheMaskApartFromTheResult) {
   expect_pass_as_golden("relu_then_row_mean");
 }
 
-// A per-channel statistic repeated along 7x7 rows is not worth gathering:
-// that op stays its own kernel, and the ops after it fuse.
+// A per-channel statistic repeated along 3x3 rows would cost a call per
+// nine elements: that op stays its own kernel, and the ops after it fuse.
 TEST(FuseElementwise, ShortRowBroadcastsStayTheirOwnKernel) {
   expect_pass_as_golden("short_row_broadcast");
+}
+
+// A parameter read through a reshape and a broadcast by a loop that ends
+// after its update: the loop still runs first, and the update is written in
+// place (no copy).
+TEST(FuseElementwise, UpdateWaitsForReadsThroughAReshape) {
+  const ir::Graph in = expect_pass_as_golden("update_after_reads_through_reshape");
+  exec::Executable e(lower::lower(in, {}));
+  for (const exec::Kernel& k : e.program().kernels) EXPECT_STRNE(k.name, "copy");
+}
+
+// BatchNorm's normalization, affine map and relu over 7x7 maps, per-channel
+// statistics read one value per row piece, and a global pool: one reduce
+// fusion. Chunks (2048 elements) and threads start mid-row.
+TEST(FuseElementwise, PerChannelStatisticsOverShortRowsFuse) {
+  const ir::Graph in = expect_pass_as_golden("per_channel_statistics_over_short_rows");
+  exec::Executable e(lower::lower(in, {}));
+  EXPECT_EQ(e.program().kernels.size(), 1u);
 }
 
 // Over arrays larger than the caches, a group keeps at most four streams
