@@ -298,10 +298,11 @@ Tensor rand_stream(const Shape& shape, DType dtype, Loc loc) {
   if (!is_floating(dtype))
     throw Error(fmt::format("rand_stream: dtype must be floating-point, got {}{}",
                             dtype_name(dtype), at(sl(loc))));
-  const Attrs attrs{{"dtype", std::string(dtype_name(dtype))}, {"shape", shape}};
+  Attrs attrs{{"dtype", std::string(dtype_name(dtype))}, {"shape", shape}};
   if (capture::Tracer* tr = capture::Tracer::current()) {
-    auto [seed, offset] = tr->take_random(t.numel(), sl(loc));
-    return tr->wrap(tr->builder().add(Op::random_uniform, {seed, offset}, attrs, sl(loc)));
+    const capture::Tracer::RandomDraw d = tr->take_random(t.numel());
+    if (d.skip) attrs.set("skip", d.skip);
+    return tr->wrap(tr->builder().add(Op::random_uniform, {d.seed, d.offset}, attrs, sl(loc)));
   }
   detail::RngState& st = detail::rng_state();
   Tensor out = apply(Op::random_uniform, {&st.seed, &st.offset}, attrs, loc);

@@ -62,21 +62,15 @@ void Tracer::assign(const Tensor& dst, const Tensor& src, const SourceLoc& loc) 
   assigned_.emplace_back(in, v);
 }
 
-std::pair<ir::ValueId, ir::ValueId> Tracer::take_random(int64_t count, const SourceLoc& loc) {
+Tracer::RandomDraw Tracer::take_random(int64_t count) {
   detail::RngState& st = detail::rng_state();
   if (rng_seed_ == ir::kNoValue) {
     rng_seed_ = lift(st.seed, ir::InputRole::rng, "rng.seed");
     rng_offset_ = lift(st.offset, ir::InputRole::rng, "rng.offset");
   }
-  SourceLoc saved = builder_.loc;
-  builder_.loc = loc;
-  ir::ValueId off = rng_taken_ == 0
-                        ? rng_offset_
-                        : builder_.binary(ir::Op::add, rng_offset_,
-                                          builder_.scalar(double(rng_taken_), DType::i64));
-  builder_.loc = saved;
+  const RandomDraw d{rng_seed_, rng_offset_, rng_taken_};
   rng_taken_ += count;
-  return {rng_seed_, off};
+  return d;
 }
 
 void Tracer::finish_mutations() {

@@ -37,10 +37,14 @@ class Tracer {
   // in this trace see `src`, and the buffer's final value becomes an output
   // aliased to its input.
   void assign(const Tensor& dst, const Tensor& src, const SourceLoc& loc);
-  // The seed and the offset of the next `count` numbers of the random
-  // stream, as graph values; the first use lifts the stream's state as `rng`
-  // inputs.
-  std::pair<ir::ValueId, ir::ValueId> take_random(int64_t count, const SourceLoc& loc);
+  // The next `count` numbers of the random stream: the stream's seed and
+  // offset as graph values (the first use lifts them as `rng` inputs), and
+  // how many numbers past the offset they start (random_uniform's `skip`).
+  struct RandomDraw {
+    ir::ValueId seed, offset;
+    int64_t skip;
+  };
+  RandomDraw take_random(int64_t count);
   // Appends the outputs for assigned buffers and the advanced random offset
   // (role update, aliased to their inputs). Call once, when tracing ends.
   void finish_mutations();

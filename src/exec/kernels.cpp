@@ -151,12 +151,12 @@ void k_strided(const Kernel& k, void* const* s) {
   });
 }
 
-// Counter-based random numbers: element i depends on (seed, offset + i)
+// Counter-based random numbers: element i depends on (seed, offset + skip + i)
 // alone, so chunks continue the stream at offset + begin.
 template <class T>
 void k_random_uniform(const Kernel& k, void* const* s) {
   const uint64_t seed = uint64_t(*at<const int64_t>(s, k.in[0]));
-  const uint64_t offset = uint64_t(*at<const int64_t>(s, k.in[1]));
+  const uint64_t offset = uint64_t(*at<const int64_t>(s, k.in[1]) + k.attrs.i_or("skip", 0));
   T* y = at<T>(s, k.out);
   parallel_for(k.p[0], grain_for(kPhiloxCost), [&](int64_t b, int64_t e) {
     philox_uniform(seed, offset + uint64_t(b), y + b, e - b);

@@ -432,7 +432,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         philox_uniform(uint64_t(*static_cast<const int64_t*>(in[0])),
-                       uint64_t(*static_cast<const int64_t*>(in[1])), static_cast<T*>(out), n);
+                       uint64_t(*static_cast<const int64_t*>(in[1]) + attrs.i_or("skip", 0)),
+                       static_cast<T*>(out), n);
       });
     case Op::conv2d:
     case Op::conv2d_input_grad:
