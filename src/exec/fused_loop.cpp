@@ -7,6 +7,7 @@
 
 #include "exec/elementwise.hpp"
 #include "exec/loops.hpp"
+#include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
 
@@ -52,6 +53,16 @@ void s_convert(const void* a, const void*, const void*, void* y, int64_t n, int 
 }
 
 bool float_dtype(DType d) { return d == DType::f32 || d == DType::f64; }
+
+// Draws as the random_uniform kernel draws them.
+template <class T>
+void draw_uniform(uint64_t seed, uint64_t offset, void* y, int64_t n) {
+  philox_uniform(seed, offset, static_cast<T*>(y), n);
+}
+
+FusedLoop::DrawFn draw_fn(DType d) {
+  return d == DType::f32 ? draw_uniform<float> : d == DType::f64 ? draw_uniform<double> : nullptr;
+}
 
 // The step function for node n of the body, or nullptr.
 StepFn step_fn(const ir::Graph& body, const ir::Node& n) {
@@ -216,9 +227,15 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       ops.emplace_back(ir::op_name(n.op));
     } else {
       Step st;
-      st.fn = step_fn(body, n);
-      WS_CHECK(st.fn) << "fused loop: no step for " << ir::op_name(n.op) << " on "
-                      << body.type(n.args.back()).str();
+      if (n.op == Op::random_uniform) {
+        WS_CHECK(loop) << "fused loop: a random draw after a reduction";
+        st.draw = draw_fn(n.type.dtype);
+        st.skip = n.attrs.i_or("skip", 0);
+      } else {
+        st.fn = step_fn(body, n);
+      }
+      WS_CHECK(st.fn || st.draw) << "fused loop: no step for " << ir::op_name(n.op) << " on "
+                                 << body.type(n.args.back()).str();
       WS_CHECK(n.args.size() <= 3) << "fused loop: " << ir::op_name(n.op);
       for (size_t i = 0; i < n.args.size(); ++i) st.args[i] = n.args[i];
       st.out = v;
@@ -457,10 +474,16 @@ void FusedLoop::segments(int64_t s, int64_t len, const void* const* ins, Segment
   }
 }
 
-void FusedLoop::run_steps(const Step* first, const Step* last, const void* const* ptr,
-                          int64_t len) {
+void FusedLoop::run_steps(const Step* first, const Step* last, const void* const* ptr, int64_t len,
+                          int64_t s) {
   for (const Step* p = first; p != last; ++p) {
     const Step& st = *p;
+    if (st.draw) {
+      st.draw(uint64_t(*static_cast<const int64_t*>(ptr[st.args[0]])),
+              uint64_t(*static_cast<const int64_t*>(ptr[st.args[1]]) + st.skip + s),
+              const_cast<void*>(ptr[st.out]), len);
+      continue;
+    }
     st.fn(st.args[0] >= 0 ? ptr[st.args[0]] : nullptr, st.args[1] >= 0 ? ptr[st.args[1]] : nullptr,
           st.args[2] >= 0 ? ptr[st.args[2]] : nullptr, const_cast<void*>(ptr[st.out]), len,
           st.arrays);
@@ -472,11 +495,12 @@ void FusedLoop::run_chunk(int64_t s, int64_t len, const void* const* ins, void* 
                           Segments& sg) const {
   chunk_pointers(s, len, ins, outs, bufs, ptr);
   const Step* steps = steps_.data();
-  if (broadcasts_.empty() || !segmented_) return run_steps(steps, steps + steps_.size(), ptr, len);
+  if (broadcasts_.empty() || !segmented_)
+    return run_steps(steps, steps + steps_.size(), ptr, len, s);
   segments(s, len, ins, sg);
   for (size_t i = 0; i < steps_.size();) {
     if (!steps_[i].per_segment) {
-      run_steps(steps + i, steps + i + 1, ptr, len);
+      run_steps(steps + i, steps + i + 1, ptr, len, s);
       ++i;
       continue;
     }
@@ -567,6 +591,7 @@ int fused_buffers_needed(const ir::Graph& body) {
 
 bool fusible_elementwise(const ir::Graph& g, ir::ValueId v) {
   const ir::Node& n = g.node(v);
+  if (n.op == Op::random_uniform) return draw_fn(n.type.dtype) != nullptr;
   if (ir::op_info(n.op).category != ir::OpCategory::elementwise) return false;
   return step_fn(g, n) != nullptr;
 }

@@ -108,8 +108,12 @@ class FusedLoop {
   };
   using StepFn = void (*)(const void* a, const void* b, const void* c, void* y, int64_t n,
                           int arrays);
+  // A random draw: y[j] = number offset + j of the stream.
+  using DrawFn = void (*)(uint64_t seed, uint64_t offset, void* y, int64_t n);
   struct Step {
-    StepFn fn;
+    StepFn fn = nullptr;
+    DrawFn draw = nullptr;           // a random draw (fn null): args are the seed and the offset
+    int64_t skip = 0;                // the draw's numbers start at offset + skip
     int32_t args[3] = {-1, -1, -1};  // body values read
     int32_t out = -1;                // body value written
     int arrays = 0;                  // bit i: operand i is an array, not one value
@@ -148,8 +152,10 @@ class FusedLoop {
   Shape kept_, reduced_;                           // dims, outer to inner; reduced_ ends in the run
   std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
   void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
-  // Runs `steps` over one chunk of `len` elements (one per result when 1).
-  static void run_steps(const Step* first, const Step* last, const void* const* ptr, int64_t len);
+  // Runs `steps` over one chunk of `len` elements starting at element s of
+  // the loop (one per result when len is 1).
+  static void run_steps(const Step* first, const Step* last, const void* const* ptr, int64_t len,
+                        int64_t s);
   // Results going through a buffer, written out for elements [s, s + len).
   void copy_out(int64_t s, int64_t len, const void* const* ptr, void* const* outs) const;
   std::vector<int32_t> moving_;      // values whose pointer moves with the chunk
@@ -191,7 +197,7 @@ int fused_buffers_needed(const ir::Graph& body);
 
 // True when the fused loop kernel computes `n` (of graph `g`) in a loop body:
 // an elementwise op on f32/f64 operands (comparisons, select, and converts
-// between f32, f64 and bool included).
+// between f32, f64 and bool included), or a random draw of f32/f64.
 bool fusible_elementwise(const ir::Graph& g, ir::ValueId n);
 
 }  // namespace ws::exec

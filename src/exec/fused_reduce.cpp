@@ -77,7 +77,7 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
             if (values_[size_t(r.value)].kind == Kind::red_output)
               std::memcpy(const_cast<void*>(ptr[r.value]), &scalars[size_t(r.value)],
                           dtype_size(r.dtype));
-          run_steps(epilogue_.data(), epilogue_.data() + epilogue_.size(), ptr, 1);
+          run_steps(epilogue_.data(), epilogue_.data() + epilogue_.size(), ptr, 1, k);
           for (auto [v, j] : red_copy_outs_) {
             const int64_t es = values_[size_t(v)].esize;
             std::memcpy(static_cast<std::byte*>(outs[j]) + k * es, ptr[v], size_t(es));

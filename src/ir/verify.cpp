@@ -75,8 +75,9 @@ void check_source(const Graph& g, ValueId id) {
 
 // A loop fusion computes one element of every result from the same element
 // of its full-size operands (broadcast operands read through strides):
-// its body holds inputs, fulls, broadcasts of inputs and elementwise ops,
-// every result of which has the fusion's shape.
+// its body holds inputs, fulls, broadcasts of inputs, elementwise ops and
+// random draws (element i of a draw is the stream's number i), every
+// result of which has the fusion's shape.
 void check_loop_body(const Graph& g, ValueId id) {
   const Node& n = g.node(id);
   const Graph& b = *n.body;
@@ -85,10 +86,10 @@ void check_loop_body(const Graph& g, ValueId id) {
     const OpCategory c = op_info(m.op).category;
     if (m.op == Op::input || m.op == Op::full) continue;
     if (m.op == Op::broadcast && b.node(m.args[0]).op == Op::input) continue;
-    if (c != OpCategory::elementwise)
+    if (c != OpCategory::elementwise && m.op != Op::random_uniform)
       fail_node(g, id,
                 fmt::format("body node %{} is a {}: a loop body holds only inputs, fulls, "
-                            "broadcasts of inputs and elementwise ops",
+                            "broadcasts of inputs, elementwise ops and random draws",
                             v, op_name(m.op)));
     if (m.type.shape != n.type.shape)
       fail_node(g, id,
@@ -98,9 +99,9 @@ void check_loop_body(const Graph& g, ValueId id) {
 }
 
 // A reduce fusion's loop ends in reductions: it holds what a loop body
-// holds, at the shape S of the reductions' operand, then reductions, all over
-// the same axes of S, then elementwise ops of the reduced shape (and
-// broadcasts of one-element inputs to it).
+// holds (random draws included), at the shape S of the reductions' operand,
+// then reductions, all over the same axes of S, then elementwise ops of the
+// reduced shape (and broadcasts of one-element inputs to it).
 void check_reduce_body(const Graph& g, ValueId id) {
   const Graph& b = *g.node(id).body;
   ValueId first = kNoValue;
@@ -122,6 +123,7 @@ void check_reduce_body(const Graph& g, ValueId id) {
     if (m.op == Op::broadcast && b.node(m.args[0]).op == Op::input &&
         (m.type.shape == in || b.type(m.args[0]).numel() == 1))
       continue;
+    if (m.op == Op::random_uniform && m.type.shape == in) continue;
     if (op_info(m.op).category != OpCategory::elementwise ||
         (m.type.shape != in && m.type.shape != out))
       fail_node(

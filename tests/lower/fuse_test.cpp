@@ -124,10 +124,12 @@ TEST(FuseElementwise, SoftmaxIsExpWithItsRowSumThenTheDivision) {
   expect_pass_as_golden("softmax_two_loops");
 }
 
-// A random draw is not an elementwise op and stays its own kernel; a value
-// of another shape (after a reshape) starts its own group.
-TEST(FuseElementwise, RandomDrawsAndOtherShapesStayOutOfAGroup) {
-  expect_pass_as_golden("shapes_and_randomness_stay_apart");
+// Dropout: a random draw joins the loop that reads it (element i of the
+// draw is number offset + skip + i of the stream, whichever chunk and
+// thread computes it), so the draw never reaches memory; a value of another
+// shape (after a reshape) starts its own group.
+TEST(FuseElementwise, RandomDrawsFuseWithTheirReadersAndOtherShapesStayApart) {
+  expect_pass_as_golden("random_draw_fuses_other_shapes_stay_apart");
 }
 
 // relu (a comparison, then a select reading its mask) and a row mean:
