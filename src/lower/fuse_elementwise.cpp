@@ -224,8 +224,26 @@ class Fuser {
       with_reduce = with_reduce || gr.reduce >= 0;
     }
     if (with_reduce) {  // an epilogue joins its one reduce fusion
-      for (int32_t gi : cands)
-        if (groups_[size_t(gi)].reduce >= 0 && try_join(v, {gi})) return;
+      // Loops of the reduced shape that v reads (an Adam moment's decay, a
+      // running statistic's momentum: ops on inputs alone) join with it.
+      std::vector<int32_t> producers;
+      for (ValueId a : n.args) {
+        const int32_t gj = group_[size_t(a)];
+        if (gj < 0 || groups_[size_t(gj)].reduce >= 0 ||
+            std::find(producers.begin(), producers.end(), gj) != producers.end())
+          continue;
+        const std::vector<ValueId>& ms = groups_[size_t(gj)].members;
+        if (std::all_of(ms.begin(), ms.end(),
+                        [&](ValueId m) { return g_.type(m).shape == n.type.shape; }))
+          producers.push_back(gj);
+      }
+      for (int32_t gi : cands) {
+        if (groups_[size_t(gi)].reduce < 0) continue;
+        std::vector<int32_t> join = {gi};
+        join.insert(join.end(), producers.begin(), producers.end());
+        if ((producers.empty() || !try_join(v, join)) && !try_join(v, {gi})) continue;
+        return;
+      }
       try_join(v, {});
       return;
     }

@@ -3,8 +3,9 @@
 // Each pass is a Graph -> Graph function in its own file: simplify.cpp
 // (CSE, DCE), fuse_update_into_product.cpp (plain SGD accumulated into the
 // weight by its gradient's product), fuse_bias_into_product.cpp (a bias
-// added along a product's rows as the product's bias), fuse_elementwise.cpp (loop and reduce
-// fusions). The driver runs them from one list, verifies the
+// added along a product's rows as the product's bias), move_reshapes.cpp
+// (elementwise ops before the reshapes they read), fuse_elementwise.cpp
+// (loop and reduce fusions). The driver runs them from one list, verifies the
 // graph after each (with a print/parse round trip) when verification is on,
 // and writes it with WS_DUMP as "<NNN>-<graph>.<pass>.ir". What follows the
 // passes turns the final graph into a Program (lower.cpp): operands read in

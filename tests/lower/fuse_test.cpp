@@ -13,6 +13,7 @@
 #include "lower/fuse_elementwise.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/lower.hpp"
+#include "lower/move_reshapes.hpp"
 #include "lower/pipeline.hpp"
 #include "test_util.hpp"
 
@@ -152,6 +153,29 @@ TEST(FuseElementwise, UpdateWaitsForReadsThroughAReshape) {
   const ir::Graph in = expect_pass_as_golden("update_after_reads_through_reshape");
   exec::Executable e(lower::lower(in, {}));
   for (const exec::Kernel& k : e.program().kernels) EXPECT_STRNE(k.name, "copy");
+}
+
+// An Adam moment's decay reads only inputs, of the reduced shape: it joins
+// the epilogue of the reduction that gives the gradient it is added to, and
+// the moment is updated in place by that one kernel.
+TEST(FuseElementwise, EpilogueTakesInTheLoopsOfTheReducedShapeItReads) {
+  const ir::Graph in = expect_pass_as_golden("epilogue_reads_loops_of_the_reduced_shape");
+  exec::Executable e(lower::lower(in, {}));
+  EXPECT_EQ(e.program().kernels.size(), 1u);
+}
+
+// LayerNorm's statistic: the ops between its reduction and the reshape that
+// broadcasts it run before the reshape (so they join the reduction's
+// epilogue); an op with a full-size operand that is no reshape, and a graph
+// output, stay; a reshape there and back is its operand.
+TEST(MoveReshapes, ElementwiseOpsRunBeforeTheReshapesTheyRead) {
+  const ir::Graph in =
+      expect_pass_as_golden("reshapes_move_after_elementwise_ops", lower::move_reshapes);
+  // The reduction, its epilogue (scale, epsilon, rsqrt) and the negated sum
+  // are one kernel; the normalization and the scaling by w two more; the
+  // negated statistic (an output of another shape) one.
+  exec::Executable e(lower::lower(in, {}));
+  EXPECT_EQ(e.program().kernels.size(), 4u);
 }
 
 // BatchNorm's normalization, affine map and relu over 7x7 maps, per-channel
