@@ -10,7 +10,10 @@
 //                   (forward, backward, then updates: every read of an old
 //                   parameter precedes its update); a reshape is a view of
 //                   its operand, with no kernel; a product read only by a
-//                   transpose writes the transposed layout itself.
+//                   transpose writes the transposed layout itself; a small
+//                   value computed from constants alone (a causal mask from
+//                   iotas) is computed here, once, into the program's
+//                   constants.
 //  4. alias         updates written into their inputs' storage when safe.
 //  5. plan memory   arena offsets for everything else.
 //  6. emit          slots and kernel implementations.
@@ -183,6 +186,7 @@ class Lowering {
         pos_[size_t(v)] = pos_[size_t(f)];
         continue;
       }
+      if (fold_constant(v, root)) continue;
       Pending k;
       k.out = written_into[size_t(v)] != ir::kNoValue ? written_into[size_t(v)] : v;
       k.node = v;
@@ -219,6 +223,36 @@ class Lowering {
       pos_[size_t(k.out)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
     }
+  }
+
+  // A value of at most this many bytes computed from constants alone is a
+  // constant of the program.
+  static constexpr size_t kMaxFoldedBytes = size_t(64) << 10;
+
+  // Computes v into the program's constants when its operands are all
+  // constants (a source op has none) and it is small; false otherwise.
+  bool fold_constant(ValueId v, const std::vector<ValueId>& root) {
+    const ir::Node& n = g_.node(v);
+    const ir::OpCategory cat = ir::op_info(n.op).category;
+    const bool computable = n.op == Op::full || n.op == Op::iota || n.op == Op::constant ||
+                            cat == ir::OpCategory::elementwise || cat == ir::OpCategory::shape;
+    if (!computable || n.type.bytes() > kMaxFoldedBytes) return false;
+    std::vector<const void*> in;
+    std::vector<ir::Type> in_types;
+    for (ValueId a : n.args) {
+      const int32_t s = slot_[size_t(root[size_t(a)])];
+      if (s < 0 || p_.slots[size_t(s)].kind != SlotKind::constant) return false;
+      in.push_back(&p_.constants[size_t(p_.slots[size_t(s)].index)]);
+      in_types.push_back(g_.type(a));
+    }
+    std::vector<std::byte> out(n.type.bytes());
+    exec::run_reference(n.op, n.attrs, in_types, in.data(), n.type, out.data(), n.loc);
+    const int64_t off = int64_t((p_.constants.size() + 63) / 64 * 64);
+    p_.constants.resize(size_t(off) + out.size());
+    std::memcpy(&p_.constants[size_t(off)], out.data(), out.size());
+    slot_[size_t(v)] = new_slot(SlotKind::constant, off, out.size());
+    pos_[size_t(v)] = -1;
+    return true;
   }
 
   int32_t new_constant(ValueId v) {

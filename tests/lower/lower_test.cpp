@@ -165,6 +165,39 @@ TEST(Lower, ReshapeIsAViewAndOnlyAReshapedOutputIsCopied) {
   }
 }
 
+// A causal mask built from iotas depends on nothing the step is given: it
+// is computed once, at compile time, into the program's constants, and the
+// select reads it there. A value too large to keep (the full over x) stays
+// a kernel.
+TEST(Lower, ValuesComputedFromConstantsAloneAreProgramConstants) {
+  ir::Graph g = ir::parse(R"(graph g {
+  %0 = input data "x" : f32[4,4]
+  %1 = iota {axis=0} : i64[4,4]
+  %2 = iota {axis=1} : i64[4,4]
+  %3 = ge %1, %2 : bool[4,4]
+  %4 = full {value=-1.0} : f32[4,4]
+  %5 = select %3, %0, %4 : f32[4,4]
+  %6 = full {value=0.0} : f32[256,128]
+  %7 = neg %6 : f32[256,128]
+  out user %5 "y"
+  out user %7 "z"
+}
+)");
+  exec::Program p = lower::lower(g, {.fuse = false});
+  ASSERT_EQ(p.kernels.size(), 3u) << p.str();  // the select; the large full and its neg
+  EXPECT_EQ(p.slots[size_t(p.kernels[0].in[0])].kind, exec::SlotKind::constant) << p.str();
+  float x[16], y[16];
+  std::vector<float> z(256 * 128);
+  for (int i = 0; i < 16; ++i) x[i] = float(i);
+  exec::Executable e(std::move(p));
+  e.bind_input(0, x);
+  e.bind_output(0, y);
+  e.bind_output(1, z.data());
+  e.run();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(y[i * 4 + j], i >= j ? float(i * 4 + j) : -1.0f);
+}
+
 // An elementwise kernel writes over an operand of its size that dies there;
 // one that is read again later keeps its own block.
 TEST(Lower, ElementwiseResultTakesTheBlockOfAnOperandThatDiesThere) {
