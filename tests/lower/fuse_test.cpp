@@ -13,6 +13,7 @@
 #include "lower/fuse_elementwise.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/lower.hpp"
+#include "lower/merge_padded_sums.hpp"
 #include "lower/move_reshapes.hpp"
 #include "lower/pipeline.hpp"
 #include "test_util.hpp"
@@ -162,6 +163,13 @@ TEST(FuseElementwise, EpilogueTakesInTheLoopsOfTheReducedShapeItReads) {
   const ir::Graph in = expect_pass_as_golden("epilogue_reads_loops_of_the_reduced_shape");
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 1u);
+}
+
+// The gradient of q, k and v sliced from one product: three zero-padded
+// pieces summed are one concatenation, whatever the zero pieces' bounds
+// (v, w and q); pieces that overlap (w and k) are summed as before.
+TEST(MergePaddedSums, DisjointPaddedPiecesSumToOneConcatenation) {
+  expect_pass_as_golden("padded_sums_merge", lower::merge_padded_sums);
 }
 
 // LayerNorm's statistic: the ops between its reduction and the reshape that
