@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "lower/simplify.hpp"
+#include "lower/rewrite.hpp"
 
 namespace ws::lower {
 
@@ -75,24 +75,12 @@ bool merged(const std::vector<Piece>& x, const std::vector<Piece>& y, std::vecto
 }  // namespace
 
 ir::Graph merge_padded_sums(const ir::Graph& g) {
-  ir::Graph out;
-  out.name = g.name;
-  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
-  auto append = [&](ir::Node n) {
-    out.nodes.push_back(std::move(n));
-    return ValueId(out.nodes.size() - 1);
-  };
-  bool any = false;
-  for (ValueId v = 0; v < g.size(); ++v) {
-    ir::Node n = g.node(v);
-    for (ValueId& a : n.args) a = map[size_t(a)];
+  return rewrite_nodes(g, [](ir::Graph& out, ValueId, const ir::Node& n) {
     int64_t ax = 0, ay = 0;
     std::vector<Piece> px, py, sum;
     if (n.op != Op::add || !pieces_of(out, n.args[0], ax, px) ||
-        !pieces_of(out, n.args[1], ay, py) || ax != ay || !merged(px, py, sum)) {
-      map[size_t(v)] = append(std::move(n));
-      continue;
-    }
+        !pieces_of(out, n.args[1], ay, py) || ax != ay || !merged(px, py, sum))
+      return ir::kNoValue;
     ir::Node cat{Op::concat, {}, ir::Attrs{{"axis", ax}}, n.type, n.loc, nullptr};
     for (const Piece& p : sum) {
       if (p.value != ir::kNoValue) {
@@ -102,14 +90,10 @@ ir::Graph merge_padded_sums(const ir::Graph& g) {
       ir::Type t = n.type;
       t.shape[size_t(ax)] = p.end - p.begin;
       cat.args.push_back(
-          append(ir::Node{Op::full, {}, ir::Attrs{{"value", 0.0}}, t, n.loc, nullptr}));
+          append(out, ir::Node{Op::full, {}, ir::Attrs{{"value", 0.0}}, t, n.loc, nullptr}));
     }
-    map[size_t(v)] = cat.args.size() == 1 ? cat.args[0] : append(std::move(cat));
-    any = true;
-  }
-  if (!any) return g;
-  ir::copy_interface(g, map, out);
-  return simplify(out);
+    return cat.args.size() == 1 ? cat.args[0] : append(out, std::move(cat));
+  });
 }
 
 }  // namespace ws::lower

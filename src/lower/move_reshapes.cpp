@@ -1,6 +1,6 @@
 #include "lower/move_reshapes.hpp"
 
-#include "lower/simplify.hpp"
+#include "lower/rewrite.hpp"
 
 namespace ws::lower {
 
@@ -32,33 +32,23 @@ const Shape* common_source(const ir::Graph& out, const ir::Node& n) {
 ir::Graph move_reshapes(const ir::Graph& g) {
   std::vector<bool> is_output(g.nodes.size(), false);
   for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
-  ir::Graph out;
-  out.name = g.name;
-  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
-  auto append = [&](ir::Node n) {
-    out.nodes.push_back(std::move(n));
-    return ValueId(out.nodes.size() - 1);
-  };
-  bool moved = false;
-  for (ValueId v = 0; v < g.size(); ++v) {
-    ir::Node n = g.node(v);
-    for (ValueId& a : n.args) a = map[size_t(a)];
-    if (n.op == Op::reshape) {  // a reshape of a reshape reads the first's operand
-      if (out.node(n.args[0]).op == Op::reshape) n.args[0] = out.node(n.args[0]).args[0];
-      if (out.type(n.args[0]).shape == n.type.shape && !is_output[size_t(v)]) {
-        map[size_t(v)] = n.args[0];  // back to where it started: no reshape at all
-        moved = true;
-        continue;
-      }
+  return rewrite_nodes(g, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
+    if (n.op == Op::reshape) {
+      // A reshape of a reshape reads the first's operand; back where that
+      // started, it is no reshape at all.
+      ValueId src = n.args[0];
+      if (out.node(src).op == Op::reshape) src = out.node(src).args[0];
+      if (src == n.args[0]) return ir::kNoValue;
+      if (out.type(src).shape == n.type.shape && !is_output[size_t(v)]) return src;
+      ir::Node r = n;
+      r.args[0] = src;
+      return append(out, std::move(r));
     }
     const Shape* src =
         ir::op_info(n.op).category == ir::OpCategory::elementwise && !is_output[size_t(v)]
             ? common_source(out, n)
             : nullptr;
-    if (!src) {
-      map[size_t(v)] = append(std::move(n));
-      continue;
-    }
+    if (!src) return ir::kNoValue;
     const Shape from = *src;
     ir::Node early = n;
     early.type.shape = from;
@@ -71,16 +61,13 @@ ir::Graph move_reshapes(const ir::Graph& g) {
       ir::Node c = an;  // a full, or a broadcast of a 0-d value: at the source shape
       c.type.shape = from;
       if (c.op == Op::broadcast) c.attrs.set("shape", from);
-      a = append(std::move(c));
+      a = append(out, std::move(c));
     }
-    const ValueId e = append(std::move(early));
-    map[size_t(v)] = append(
+    const ValueId e = append(out, std::move(early));
+    return append(
+        out,
         ir::Node{Op::reshape, {e}, ir::Attrs{{"shape", n.type.shape}}, n.type, n.loc, nullptr});
-    moved = true;
-  }
-  if (!moved) return g;
-  ir::copy_interface(g, map, out);
-  return simplify(out);
+  });
 }
 
 }  // namespace ws::lower
