@@ -175,13 +175,16 @@ TEST(MergePaddedSums, DisjointPaddedPiecesSumToOneConcatenation) {
 // LayerNorm's statistic: the ops between its reduction and the reshape that
 // broadcasts it run before the reshape (so they join the reduction's
 // epilogue); an op with a full-size operand that is no reshape, and a graph
-// output, stay; a reshape there and back is its operand.
-TEST(MoveReshapes, ElementwiseOpsRunBeforeTheReshapesTheyRead) {
+// output, stay; a reshape there and back is its operand. A scaling of an
+// input read only through a reshape runs after the reshape, on a view of
+// the input, and joins the add that reads it.
+TEST(MoveReshapes, ElementwiseOpsMoveToTheShapeOfWhatTheyFuseWith) {
   const ir::Graph in =
       expect_pass_as_golden("reshapes_move_after_elementwise_ops", lower::move_reshapes);
   // The reduction, its epilogue (scale, epsilon, rsqrt) and the negated sum
-  // are one kernel; the normalization and the scaling by w two more; the
-  // negated statistic (an output of another shape) one.
+  // are one kernel; the normalization with the scaled p and the add another;
+  // the scaling by w one; the negated statistic (an output of another
+  // shape) one.
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 4u);
 }
