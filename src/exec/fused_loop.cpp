@@ -164,6 +164,21 @@ void gather_range(const Shape& walk, const FusedLoop::Value& val, const void* x,
                        reinterpret_cast<uint8_t*>(y), s, len);
 }
 
+// The operand walk of a reduction over `axes` of `in`, merged: kept and
+// reduced dims, outer to inner, with their strides in the operand.
+void split_walk(const Shape& in, const std::vector<int64_t>& axes, Shape& kept,
+                std::vector<int64_t>& kept_stride, Shape& reduced,
+                std::vector<int64_t>& red_stride) {
+  std::vector<std::vector<int64_t>> st = {row_major_strides(in), reduce_result_strides(in, axes)};
+  Shape walk = in;
+  merge_joint(walk, st);
+  for (size_t d = 0; d < walk.size(); ++d) {
+    const bool r = st[1][d] == 0 && walk[d] > 1;
+    (r ? reduced : kept).push_back(walk[d]);
+    (r ? red_stride : kept_stride).push_back(st[0][d]);
+  }
+}
+
 }  // namespace
 
 FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots,
@@ -253,20 +268,17 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   }
   // A reduction's walk: kept and reduced dims of the operand, merged.
   if (!reductions_.empty()) {
-    const Shape& in = body.type(reductions_[0].src).shape;
-    std::vector<std::vector<int64_t>> st = {
-        row_major_strides(in),
-        reduce_result_strides(in, body.node(reductions_[0].value).attrs.ints("axes"))};
-    Shape walk = in;
-    merge_joint(walk, st);
-    for (size_t d = 0; d < walk.size(); ++d) {
-      const bool reduced = st[1][d] == 0 && walk[d] > 1;
-      (reduced ? reduced_ : kept_).push_back(walk[d]);
-      (reduced ? red_stride_ : kept_stride_).push_back(st[0][d]);
-    }
-    WS_CHECK(!reduced_.empty() && red_stride_.back() == 1)
-        << "fused loop: a reduction that keeps its operand's innermost dim";
+    split_walk(body.type(reductions_[0].src).shape,
+               body.node(reductions_[0].value).attrs.ints("axes"), kept_, kept_stride_, reduced_,
+               red_stride_);
+    WS_CHECK(!reduced_.empty()) << "fused loop: a reduction that reduces nothing";
+    columns_ = red_stride_.back() != 1;
+    WS_CHECK(!columns_ || (reductions_.size() == 1 && !reductions_[0].is_max &&
+                           reduced_.size() == 1 && kept_.size() == 1 && kept_stride_[0] == 1))
+        << "fused loop: a reduction keeping its operand's innermost dim that is not one sum "
+           "over leading dims";
     results_ = ws::numel(kept_);
+    if (columns_) column_walk_ = {reduced_[0], kept_[0]};
   }
   // Rows: the shape merged as far as every broadcast operand allows.
   {
@@ -416,7 +428,7 @@ void FusedLoop::fixed_pointers(const void* const* ins, std::byte (*bufs)[kFusedC
       ptr[v] = ins[val.index];
     else if (val.kind == Kind::constant)
       ptr[v] = &constants_[size_t(val.index)];
-    else if (val.kind == Kind::buffer)
+    else if (val.kind == Kind::buffer && bufs)
       ptr[v] = bufs[val.buf];
   }
 }
@@ -532,7 +544,8 @@ void FusedLoop::copy_out(int64_t s, int64_t len, const void* const* ptr, void* c
   }
 }
 
-void FusedLoop::run(const void* const* ins, void* const* outs) const {
+void FusedLoop::run(const void* const* ins, void* const* outs, void* scratch) const {
+  if (columns_) return run_columns(ins, outs, scratch);
   if (!reductions_.empty()) return run_reduce(ins, outs);
   parallel_for(
       numel_, grain_,
@@ -560,7 +573,7 @@ void k_fused(const Kernel& k, void* const* s) {
   outs[0] = s[k.out];
   for (size_t j = 0; j < k.extra_out.size(); ++j)
     outs[j + 1] = k.extra_out[j] >= 0 ? s[k.extra_out[j]] : nullptr;
-  k.loop->run(ins, outs);
+  k.loop->run(ins, outs, k.scratch >= 0 ? s[k.scratch] : nullptr);
 }
 
 }  // namespace
@@ -587,6 +600,36 @@ int fused_buffers_needed(const ir::Graph& body) {
   for (const ir::Output& o : body.outputs) held[size_t(o.value)] = true;
   std::vector<int32_t> buf;
   return assign_buffers(body, buffered, gathered, held, buf);
+}
+
+bool fusible_reduction(const ir::Graph& g, ir::ValueId v) {
+  const ir::Node& n = g.node(v);
+  if ((n.op != Op::reduce_sum && n.op != Op::reduce_max) || !float_dtype(n.type.dtype))
+    return false;
+  const Shape& in = g.type(n.args[0]).shape;
+  if (n.type.numel() >= ws::numel(in)) return false;
+  Shape kept, reduced;
+  std::vector<int64_t> ks, rs;
+  split_walk(in, n.attrs.ints("axes"), kept, ks, reduced, rs);
+  if (reduced.empty()) return false;
+  if (rs.back() == 1) return true;  // rows
+  return n.op == Op::reduce_sum && reduced.size() == 1 && kept.size() == 1 && ks[0] == 1;
+}
+
+int64_t fused_scratch_bytes(const ir::Graph& body) {
+  for (ir::ValueId v = 0; v < body.size(); ++v) {
+    const ir::Node& n = body.node(v);
+    if (n.op != Op::reduce_sum && n.op != Op::reduce_max) continue;
+    Shape kept, reduced;
+    std::vector<int64_t> ks, rs;
+    split_walk(body.type(n.args[0]).shape, n.attrs.ints("axes"), kept, ks, reduced, rs);
+    if (reduced.empty() || rs.back() == 1) return 0;  // rows: streamed
+    // Columns: the operand (unless the kernel is given it) and the sums.
+    const int64_t es = int64_t(dtype_size(n.type.dtype));
+    const int64_t operand = body.node(n.args[0]).op == Op::input ? 0 : body.type(n.args[0]).numel();
+    return (operand + 64 / es) * es + n.type.numel() * es;
+  }
+  return 0;
 }
 
 bool fusible_elementwise(const ir::Graph& g, ir::ValueId v) {

@@ -36,8 +36,15 @@
 // results): the elements of its sequence, a run at a time, go through the
 // loop in chunks and into a SumStream or MaxStream (reduce.hpp), which give
 // the bits reduce_sum and reduce_max give; then the epilogue runs on the
-// result's values. Only reductions whose operand's innermost dim is reduced
-// (rows: LayerNorm, softmax, BatchNorm statistics) are fused.
+// values of a run of results, as arrays. A sum over the leading dims of its operand that keeps the
+// innermost (columns: a bias's gradient, over [M, K]) is not streamed: its
+// bits come from sum_columns' tiles, which walk each column tile through all
+// M rows, and a thread cannot compute a tile's rows without computing the
+// neighbouring columns too. So the kernel runs in three phases: the loop
+// writes the operand (into its result when something reads it, else into
+// the kernel's scratch), reduce_sum sums its columns, and the epilogue (the
+// bias's optimizer update) runs per column. What that saves is the launches
+// and the gradient's own buffer, not the pass over the operand.
 //
 // Buffers live on the stack (no allocation per step): at most
 // kMaxFusedBuffers at once, which the fuse pass guarantees by bounding a
@@ -76,8 +83,9 @@ class FusedLoop {
   FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots,
             const std::vector<int32_t>& out_slots);
 
-  // ins[i]: operand i; outs[j]: result j (null when unused).
-  void run(const void* const* ins, void* const* outs) const;
+  // ins[i]: operand i; outs[j]: result j (null when unused); scratch:
+  // scratch_bytes() of the kernel's temporaries.
+  void run(const void* const* ins, void* const* outs, void* scratch = nullptr) const;
 
   // "fused(mul,add,sqrt,div,+3)": the ops, for listings and profiles.
   const std::string& name() const { return name_; }
@@ -152,6 +160,18 @@ class FusedLoop {
   Shape kept_, reduced_;                           // dims, outer to inner; reduced_ ends in the run
   std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
   void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
+  bool columns_ = false;  // a column sum (three phases; see above)
+  Shape column_walk_;     // [M, K]
+  std::vector<int64_t> column_strides_ = {0, 1};
+  void run_columns(const void* const* ins, void* const* outs, void* scratch) const;
+  // Results whose epilogue runs as one: each epilogue value is an array of
+  // them.
+  static constexpr int64_t kEpilogueRun = 128;
+  // The epilogue of results [k0, k0 + n), n <= kEpilogueRun: reduction i's
+  // values at red[i]; values it computes in vals.
+  void run_epilogue(int64_t k0, int64_t n, const void* const* ins, void* const* outs,
+                    const void** ptr, std::byte (*vals)[kEpilogueRun * 8],
+                    const std::byte* const* red) const;
   // Runs `steps` over one chunk of `len` elements starting at element s of
   // the loop (one per result when len is 1).
   static void run_steps(const Step* first, const Step* last, const void* const* ptr, int64_t len,
@@ -194,6 +214,15 @@ void choose_fused_kernel(Kernel& k, const ir::Graph& body);
 
 // Buffers the kernel for `body` needs at most (every result buffered).
 int fused_buffers_needed(const ir::Graph& body);
+
+// Bytes of scratch the kernel for `body` needs (a column sum's operand and
+// sums; 0 for every other fusion).
+int64_t fused_scratch_bytes(const ir::Graph& body);
+
+// True when a fused loop computes reduction `n` of `g`: a sum or maximum of
+// f32 or f64 whose operand's innermost dim is reduced (rows), or a sum over
+// the leading dims that keeps the innermost (columns).
+bool fusible_reduction(const ir::Graph& g, ir::ValueId n);
 
 // True when the fused loop kernel computes `n` (of graph `g`) in a loop body:
 // an elementwise op on f32/f64 operands (comparisons, select, and converts

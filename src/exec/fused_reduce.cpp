@@ -3,8 +3,11 @@
 // computes them all, each sums its run in one call), or a block of results
 // whose sequences are several runs each (BatchNorm's channels), visited in
 // memory order, every result's accumulator seeing its own runs in order.
-// Either way each result gets reduce_sum's or reduce_max's bits; then its
-// epilogue runs on its values.
+// Either way each result gets reduce_sum's or reduce_max's bits; then the
+// epilogue runs over the batch's or block's results at once, every epilogue
+// value an array of them (one call per op, not one per op and result).
+// A column sum (run_columns) runs its loop, then reduce_sum, then the
+// epilogue over runs of columns.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -31,6 +34,9 @@ T reduce_run(const T* x, int64_t n, bool is_max) {
 // are several runs each).
 constexpr int64_t kResultBlock = 8;
 
+// Columns a column sum's epilogue computes at once.
+constexpr int64_t kEpilogueRun = 256;
+
 // The accumulator of one reduction for one result.
 union Accumulator {
   Accumulator() {}
@@ -41,6 +47,86 @@ union Accumulator {
 };
 
 }  // namespace
+
+void FusedLoop::run_epilogue(int64_t k0, int64_t n, const void* const* ins, void* const* outs,
+                             const void** ptr, std::byte (*vals)[kEpilogueRun * 8],
+                             const std::byte* const* red) const {
+  for (int32_t v : per_result_) {
+    const Value& val = values_[size_t(v)];
+    if (val.kind == Kind::red_input)
+      ptr[v] = static_cast<const std::byte*>(ins[val.index]) + k0 * val.esize;
+    else if (val.kind == Kind::red_output)
+      ptr[v] = static_cast<std::byte*>(outs[val.index]) + k0 * val.esize;
+    else
+      ptr[v] = vals[v];
+  }
+  for (size_t i = 0; i < reductions_.size(); ++i) {
+    const Reduction& r = reductions_[i];
+    const Value& val = values_[size_t(r.value)];
+    if (val.kind == Kind::red_output)
+      std::memcpy(static_cast<std::byte*>(outs[val.index]) + k0 * val.esize, red[i],
+                  size_t(n * val.esize));
+    ptr[r.value] = red[i];
+  }
+  run_steps(epilogue_.data(), epilogue_.data() + epilogue_.size(), ptr, n, k0);
+  for (auto [v, j] : red_copy_outs_) {
+    const int64_t es = values_[size_t(v)].esize;
+    std::memcpy(static_cast<std::byte*>(outs[j]) + k0 * es, ptr[v], size_t(n * es));
+  }
+}
+
+void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scratch) const {
+  const Reduction& r = reductions_[0];
+  const Value& src = values_[size_t(r.src)];
+  const int64_t es = int64_t(dtype_size(r.dtype));
+  WS_CHECK(src.kind == Kind::input || src.kind == Kind::output || src.kind == Kind::buffer)
+      << "fused loop: a column sum of a broadcast";
+  WS_CHECK(scratch) << "fused loop: a column sum without scratch";
+  // 1. The loop, leaving the operand in its result, or in scratch.
+  std::byte* sc = static_cast<std::byte*>(scratch);
+  const void* x = src.kind == Kind::input    ? ins[src.index]
+                  : src.kind == Kind::output ? outs[src.index]
+                                             : sc;
+  std::byte* sums = sc + (x == sc ? (numel_ + 64 / es) * es : 0);
+  if (!steps_.empty())
+    parallel_for(
+        numel_, grain_ * std::max<int64_t>(1, numel_ / results_),
+        [&](int64_t begin, int64_t end) {
+          alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
+          const void* ptr[kMaxFusedValues];
+          Segments sg;
+          fixed_pointers(ins, bufs, ptr);
+          for (int64_t s = begin; s < end;) {
+            const int64_t len = std::min(s + kFusedChunk, end) - s;
+            run_chunk(s, len, ins, outs, bufs, ptr, sg);
+            copy_out(s, len, ptr, outs);
+            if (x == sc) std::memcpy(sc + s * es, ptr[r.src], size_t(len * es));
+            s += len;
+          }
+        },
+        1);
+  // 2. The column sums, as the reduce_sum kernel sums them.
+  if (r.dtype == DType::f32)
+    reduce_sum(column_walk_, column_strides_, static_cast<const float*>(x),
+               reinterpret_cast<float*>(sums));
+  else
+    reduce_sum(column_walk_, column_strides_, static_cast<const double*>(x),
+               reinterpret_cast<double*>(sums));
+  // 3. The epilogue, over runs of columns (the sums read where phase 2 left
+  // them).
+  parallel_for(
+      results_, kEpilogueRun * 16,
+      [&](int64_t begin, int64_t end) {
+        alignas(64) std::byte vals[kMaxFusedValues][kEpilogueRun * 8];
+        const void* ptr[kMaxFusedValues];
+        fixed_pointers(ins, nullptr, ptr);
+        for (int64_t k0 = begin; k0 < end; k0 += kEpilogueRun) {
+          const std::byte* red[1] = {sums + k0 * es};
+          run_epilogue(k0, std::min(end - k0, kEpilogueRun), ins, outs, ptr, vals, red);
+        }
+      },
+      1);
+}
 
 void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
   const int64_t run = reduced_.back(), runs = ws::numel(reduced_) / run;
@@ -58,31 +144,12 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
       [&](int64_t begin, int64_t end) {
         alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
         const void* ptr[kMaxFusedValues];
-        alignas(64) double scalars[kMaxFusedValues];  // per-result values (8 bytes each)
+        alignas(64) std::byte vals[kMaxFusedValues][kEpilogueRun * 8];
+        alignas(64) std::byte redv[4][kEpilogueRun * 8];  // the reductions' values
+        const std::byte* red[4] = {redv[0], redv[1], redv[2], redv[3]};
         Accumulator acc[4][kResultBlock];
         Segments sg;
         fixed_pointers(ins, bufs, ptr);
-        // Result k's reductions are in `scalars`: its epilogue, and its writes.
-        for (int32_t v : per_result_)
-          if (values_[size_t(v)].kind == Kind::reduced) ptr[v] = &scalars[v];
-        auto finish = [&](int64_t k) {
-          for (int32_t v : per_result_) {
-            const Value& val = values_[size_t(v)];
-            if (val.kind == Kind::red_input)
-              ptr[v] = static_cast<const std::byte*>(ins[val.index]) + k * val.esize;
-            else if (val.kind == Kind::red_output)
-              ptr[v] = static_cast<std::byte*>(outs[val.index]) + k * val.esize;
-          }
-          for (const Reduction& r : reductions_)
-            if (values_[size_t(r.value)].kind == Kind::red_output)
-              std::memcpy(const_cast<void*>(ptr[r.value]), &scalars[size_t(r.value)],
-                          dtype_size(r.dtype));
-          run_steps(epilogue_.data(), epilogue_.data() + epilogue_.size(), ptr, 1, k);
-          for (auto [v, j] : red_copy_outs_) {
-            const int64_t es = values_[size_t(v)].esize;
-            std::memcpy(static_cast<std::byte*>(outs[j]) + k * es, ptr[v], size_t(es));
-          }
-        };
         for (int64_t q = begin; q < end; ++q) {
           if (batch > 1) {
             const int64_t k0 = q * batch, k1 = std::min(results_, k0 + batch);
@@ -91,20 +158,20 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
             copy_out(s, len, ptr, outs);
             const void* src[4];
             for (size_t i = 0; i < reductions_.size(); ++i) src[i] = ptr[reductions_[i].src];
-            for (int64_t k = k0; k < k1; ++k) {
-              for (size_t i = 0; i < reductions_.size(); ++i) {
-                const Reduction& r = reductions_[i];
-                const int64_t off = (k - k0) * run;
-                double* y = &scalars[size_t(r.value)];
-                if (r.dtype == DType::f32) {
-                  const float m =
-                      reduce_run(static_cast<const float*>(src[i]) + off, run, r.is_max);
-                  std::memcpy(y, &m, sizeof m);
-                } else {
-                  *y = reduce_run(static_cast<const double*>(src[i]) + off, run, r.is_max);
+            for (int64_t e0 = k0; e0 < k1; e0 += kEpilogueRun) {
+              const int64_t e1 = std::min(k1, e0 + kEpilogueRun);
+              for (int64_t k = e0; k < e1; ++k)
+                for (size_t i = 0; i < reductions_.size(); ++i) {
+                  const Reduction& r = reductions_[i];
+                  const int64_t off = (k - k0) * run;
+                  if (r.dtype == DType::f32)
+                    reinterpret_cast<float*>(redv[i])[k - e0] =
+                        reduce_run(static_cast<const float*>(src[i]) + off, run, r.is_max);
+                  else
+                    reinterpret_cast<double*>(redv[i])[k - e0] =
+                        reduce_run(static_cast<const double*>(src[i]) + off, run, r.is_max);
                 }
-              }
-              finish(k);
+              run_epilogue(e0, e1 - e0, ins, outs, ptr, vals, red);
             }
             continue;
           }
@@ -171,20 +238,18 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
               k += m;
             }
           }
-          for (int64_t k = k0; k < k1; ++k) {
+          for (int64_t k = k0; k < k1; ++k)
             for (size_t i = 0; i < reductions_.size(); ++i) {
               const Reduction& r = reductions_[i];
               Accumulator& a = acc[i][k - k0];
-              double* y = &scalars[size_t(r.value)];
-              if (r.dtype == DType::f32) {
-                const float m = r.is_max ? a.max_f32.finish() : a.sum_f32.finish();
-                std::memcpy(y, &m, sizeof m);
-              } else {
-                *y = r.is_max ? a.max_f64.finish() : a.sum_f64.finish();
-              }
+              if (r.dtype == DType::f32)
+                reinterpret_cast<float*>(redv[i])[k - k0] =
+                    r.is_max ? a.max_f32.finish() : a.sum_f32.finish();
+              else
+                reinterpret_cast<double*>(redv[i])[k - k0] =
+                    r.is_max ? a.max_f64.finish() : a.sum_f64.finish();
             }
-            finish(k);
-          }
+          run_epilogue(k0, k1 - k0, ins, outs, ptr, vals, red);
         }
       },
       1);

@@ -37,21 +37,7 @@ class Fuser {
   static bool is_reduction(const ir::Node& n) {
     return n.op == Op::reduce_sum || n.op == Op::reduce_max;
   }
-  // A reduction the fused loop kernel computes: f32 or f64, over its
-  // operand's innermost dim (rows), reducing something.
-  bool fusible_reduction(ValueId v) const {
-    const ir::Node& n = g_.node(v);
-    if (!is_reduction(n) || (n.type.dtype != DType::f32 && n.type.dtype != DType::f64))
-      return false;
-    const Shape& in = g_.type(n.args[0]).shape;
-    if (n.type.numel() >= ws::numel(in)) return false;
-    int64_t last = int64_t(in.size()) - 1;
-    while (last >= 0 && in[size_t(last)] == 1) --last;
-    const std::vector<int64_t>& axes = n.attrs.ints("axes");
-    return last >= 0 && std::any_of(axes.begin(), axes.end(), [&](int64_t a) {
-             return (a < 0 ? a + int64_t(in.size()) : a) == last;
-           });
-  }
+  bool fusible_reduction(ValueId v) const { return exec::fusible_reduction(g_, v); }
   const Shape& loop_shape(const Group& gr) const {
     return gr.reduce >= 0 ? g_.type(g_.node(gr.reduce).args[0]).shape
                           : g_.type(gr.members[0]).shape;

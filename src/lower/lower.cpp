@@ -202,8 +202,8 @@ class Lowering {
         in_types.push_back(g_.type(n.args[i]));
       }
       if (exec::is_backend_op(n.op, n.type.dtype)) {
-        // Created once here; its scratch (the only kernel scratch there is)
-        // is planned with everything else.
+        // Created once here; its scratch is planned with everything else
+        // (as a column sum's, below).
         // Transposed operands are read where their source lies.
         std::vector<std::vector<int64_t>> strides;
         if (std::find(k.through.begin(), k.through.end(), true) != k.through.end())
@@ -220,6 +220,7 @@ class Lowering {
         k.scratch_bytes = k.backend->scratch_bytes();
         p_.flops += k.backend->flops();
       }
+      if (n.op == Op::fusion) k.scratch_bytes = exec::fused_scratch_bytes(*n.body);
       pos_[size_t(k.out)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
     }

@@ -189,6 +189,17 @@ TEST(MoveReshapes, ElementwiseOpsMoveToTheShapeOfWhatTheyFuseWith) {
   EXPECT_EQ(e.program().kernels.size(), 4u);
 }
 
+// A LayerNorm weight's gradient, the column sum of dy * xhat over [B*T, C],
+// with its SGD update as the epilogue: one kernel, the parameter written in
+// place, sums bit for bit as the column sum kernel's. A sum over a middle
+// dim (keeping an outer one too) stays its own kernel after its producer.
+TEST(FuseElementwise, ColumnSumTakesItsProducerAndItsUpdate) {
+  const ir::Graph in = expect_pass_as_golden("column_sum_with_producer_and_update");
+  exec::Executable e(lower::lower(in, {}));
+  EXPECT_EQ(e.program().kernels.size(), 3u) << e.program().str();
+  EXPECT_EQ(e.program().copy_bytes, 0);
+}
+
 // BatchNorm's normalization, affine map and relu over 7x7 maps, per-channel
 // statistics read one value per row piece, and a global pool: one reduce
 // fusion. Chunks (2048 elements) and threads start mid-row.
