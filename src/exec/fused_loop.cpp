@@ -547,8 +547,13 @@ void FusedLoop::copy_out(int64_t s, int64_t len, const void* const* ptr, void* c
 void FusedLoop::run(const void* const* ins, void* const* outs, void* scratch) const {
   if (columns_) return run_columns(ins, outs, scratch);
   if (!reductions_.empty()) return run_reduce(ins, outs);
+  run_loop(ins, outs, grain_, -1, nullptr);
+}
+
+void FusedLoop::run_loop(const void* const* ins, void* const* outs, int64_t grain, int32_t keep,
+                         std::byte* kept) const {
   parallel_for(
-      numel_, grain_,
+      numel_, grain,
       [&](int64_t begin, int64_t end) {
         alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
         const void* ptr[kMaxFusedValues];
@@ -558,6 +563,10 @@ void FusedLoop::run(const void* const* ins, void* const* outs, void* scratch) co
           const int64_t len = std::min(s + kFusedChunk, end) - s;
           run_chunk(s, len, ins, outs, bufs, ptr, sg);
           copy_out(s, len, ptr, outs);
+          if (kept) {
+            const int64_t es = values_[size_t(keep)].esize;
+            std::memcpy(kept + s * es, ptr[keep], size_t(len * es));
+          }
           s += len;
         }
       },

@@ -164,6 +164,10 @@ class FusedLoop {
   Shape column_walk_;     // [M, K]
   std::vector<int64_t> column_strides_ = {0, 1};
   void run_columns(const void* const* ins, void* const* outs, void* scratch) const;
+  // The loop over every element, in parallel chunks; with `kept`, value
+  // `keep` of each chunk is copied there too (at its element offset).
+  void run_loop(const void* const* ins, void* const* outs, int64_t grain, int32_t keep,
+                std::byte* kept) const;
   // Results whose epilogue runs as one: each epilogue value is an array of
   // them.
   static constexpr int64_t kEpilogueRun = 128;

@@ -89,22 +89,8 @@ void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scr
                                              : sc;
   std::byte* sums = sc + (x == sc ? (numel_ + 64 / es) * es : 0);
   if (!steps_.empty())
-    parallel_for(
-        numel_, grain_ * std::max<int64_t>(1, numel_ / results_),
-        [&](int64_t begin, int64_t end) {
-          alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
-          const void* ptr[kMaxFusedValues];
-          Segments sg;
-          fixed_pointers(ins, bufs, ptr);
-          for (int64_t s = begin; s < end;) {
-            const int64_t len = std::min(s + kFusedChunk, end) - s;
-            run_chunk(s, len, ins, outs, bufs, ptr, sg);
-            copy_out(s, len, ptr, outs);
-            if (x == sc) std::memcpy(sc + s * es, ptr[r.src], size_t(len * es));
-            s += len;
-          }
-        },
-        1);
+    run_loop(ins, outs, grain_ * std::max<int64_t>(1, numel_ / results_), r.src,
+             x == sc ? sc : nullptr);
   // 2. The column sums, as the reduce_sum kernel sums them.
   if (r.dtype == DType::f32)
     reduce_sum(column_walk_, column_strides_, static_cast<const float*>(x),
