@@ -75,7 +75,10 @@ class Fuser {
   // slower in the step than alone). So a group over arrays above a core's
   // share of L2 keeps its full-size operands plus results within
   // kMaxStreams; a group over small arrays (a small parameter's update, a
-  // bias) may have any number.
+  // bias) may have any number. A parameter or state updated in place is one
+  // stream, read and written: SGD with momentum on a [512, 784] weight (the
+  // gradient, the buffer and the weight, two of them updated) ran as one
+  // loop in 0.060 ms against 0.069 ms split in two (medians, same run).
   static constexpr int64_t kMaxStreams = 4;
   static constexpr int64_t kCachedBytes = int64_t(1) << 18;  // 256 KiB
   bool few_streams(const std::vector<ValueId>& members, const std::vector<ValueId>& reads) const {
@@ -84,6 +87,11 @@ class Fuser {
     int64_t streams = 0;
     for (ValueId r : reads) streams += g_.type(r).numel() == t.numel();
     for (ValueId m : members) {
+      // An update written over an operand the group reads is one stream
+      // with that read: the same lines, read then written.
+      const ValueId old = update_of_[size_t(m)];
+      if (old != ir::kNoValue && std::find(reads.begin(), reads.end(), old) != reads.end())
+        continue;
       bool outside = is_output_[size_t(m)];
       for (ValueId u : users_[size_t(m)]) outside = outside || mark_[size_t(u)] != epoch_;
       streams += outside;
@@ -179,7 +187,11 @@ class Fuser {
       is_output_.assign(n_, false);
       for (ValueId u = 0; u < g_.size(); ++u)
         for (ValueId a : g_.node(u).args) users_[size_t(a)].push_back(u);
-      for (const ir::Output& o : g_.outputs) is_output_[size_t(o.value)] = true;
+      update_of_.assign(n_, ir::kNoValue);
+      for (const ir::Output& o : g_.outputs) {
+        is_output_[size_t(o.value)] = true;
+        if (o.role == ir::OutputRole::update) update_of_[size_t(o.value)] = o.aliased_input;
+      }
     }
     // Candidates: groups of v's operands that v can continue. A loop
     // continues with elementwise ops of its shape, or ends in a reduction of
@@ -459,6 +471,7 @@ class Fuser {
   std::vector<int32_t> mark_, seen_;
   std::vector<std::vector<ValueId>> users_;
   std::vector<bool> is_output_;
+  std::vector<ValueId> update_of_;  // an update output's input, else kNoValue
   int32_t epoch_ = 0;
 };
 

@@ -215,6 +215,15 @@ TEST(FuseElementwise, GroupsOverLargeArraysKeepFewStreams) {
   expect_pass_as_golden("many_streams_over_large_arrays_split");
 }
 
+// SGD with momentum over arrays larger than the caches: the gradient, the
+// buffer and the weight, the last two updated in place, are three streams,
+// so the whole update is one loop.
+TEST(FuseElementwise, InPlaceUpdatesCountAsOneStreamWithTheirRead) {
+  const ir::Graph in = expect_pass_as_golden("momentum_update_over_large_arrays");
+  exec::Executable e(lower::lower(in, {}));
+  EXPECT_EQ(e.program().kernels.size(), 1u) << e.program().str();
+}
+
 // Plain SGD on a weight whose gradient is a product: one product
 // accumulated into the weight (w's); a gradient read elsewhere too (v's, an
 // output) stays a buffer and its update a loop.
