@@ -237,12 +237,17 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top,
       "(trace, compile, one step) {:.0f} ms\n",
       c.model, mode, p.steps, p.step_ms, r.counters.kernels, double(r.counters.flops) * 1e-9,
       first_ms);
-  fmt::print("{:<28} {:>10} {:>10} {:>7} {:>9}\n", "kernel", "calls/step", "ms/step", "share",
-             "GFLOP/s");
+  // The name column fits the longest listed name (fused kernels are named by
+  // their ops).
+  size_t width = 6;
+  for (size_t i = 0; i < p.kernels.size() && int(i) < top; ++i)
+    width = std::max(width, p.kernels[i].name.size());
+  fmt::print("{:<{}} {:>10} {:>10} {:>7} {:>9}\n", "kernel", width, "calls/step", "ms/step",
+             "share", "GFLOP/s");
   for (size_t i = 0; i < p.kernels.size() && int(i) < top; ++i) {
     const ws::KernelTime& k = p.kernels[i];
     const double ms = k.ms / double(p.steps);
-    fmt::print("{:<28} {:>10} {:>10.3f} {:>6.1f}% {:>9}\n", k.name, k.calls / p.steps, ms,
+    fmt::print("{:<{}} {:>10} {:>10.3f} {:>6.1f}% {:>9}\n", k.name, width, k.calls / p.steps, ms,
                100 * k.ms / total,
                k.flops ? fmt::format("{:.1f}", double(k.flops) / ms * 1e-6) : std::string("-"));
   }
