@@ -4,8 +4,10 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -67,8 +69,8 @@ class DnnlOp final : public BackendOp {
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
 
-  void run(const void* a, const void* b, void* out, void* scratch,
-           const void* extra) const override {
+  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
+           const void*) const override {
     const void* alpha = extra;
     // oneDNN sizes its teams from the calling thread's OpenMP setting; a step
     // run from another thread than the one that set the count gets it too.
@@ -228,14 +230,55 @@ class ZeroOp final : public BackendOp {
   int64_t scratch_bytes() const override { return 0; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return 0; }
-  void run(const void*, const void*, void* out, void*, const void*) const override {
-    if (!add_) std::memset(out, 0, size_t(bytes_));  // matmul_add adds nothing
+  void run(const void*, const void*, void* out, void*, const void*,
+           const void* beta) const override {
+    if (!add_) {
+      std::memset(out, 0, size_t(bytes_));
+      return;
+    }
+    // matmul_add adds nothing: out = beta * out
+    const float b = *static_cast<const float*>(beta);
+    float* y = static_cast<float*>(out);
+    for (int64_t i = 0; i < bytes_ / 4; ++i) y[i] = std::fma(y[i], b, 0.0f);
   }
 
  private:
   int64_t bytes_;
   bool add_;  // matmul_add: the destination keeps its values
   std::string impl_ = "zeros";
+};
+
+// matmul_add: oneDNN 2.6 fixes a sum post-op's scale (beta) when the
+// primitive is created, while beta (SGD's momentum) is a value of the step.
+// The primitive is made for the beta it last saw, and made again when beta
+// changes (a hyperparameter changed: an allocation then, none per step).
+// Its scratch is planned for the first one; another beta gives the same
+// primitive with another constant, so the same scratch (checked).
+class ScaledSumOp final : public BackendOp {
+ public:
+  using Make = std::function<std::shared_ptr<const BackendOp>(float beta)>;
+  explicit ScaledSumOp(Make make) : make_(std::move(make)), op_(make_(beta_)) {}
+  int64_t scratch_bytes() const override { return op_->scratch_bytes(); }
+  const std::string& impl() const override { return op_->impl(); }
+  int64_t flops() const override { return op_->flops(); }
+  void run(const void* a, const void* b, void* out, void* scratch, const void* alpha,
+           const void* beta) const override {
+    WS_CHECK(beta) << "matmul_add run without its beta";
+    const float want = *static_cast<const float*>(beta);
+    if (std::memcmp(&want, &beta_, sizeof want) != 0) {
+      auto fresh = make_(want);
+      WS_CHECK(fresh->scratch_bytes() <= op_->scratch_bytes())
+          << "matmul_add: the primitive for beta " << want << " needs more scratch";
+      op_ = std::move(fresh);
+      beta_ = want;
+    }
+    op_->run(a, b, out, scratch, alpha);
+  }
+
+ private:
+  Make make_;
+  mutable float beta_ = 1.0f;
+  mutable std::shared_ptr<const BackendOp> op_;
 };
 
 dnnl::primitive_attr user_scratchpad() {
@@ -267,7 +310,7 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
-                                             bool accumulate, bool bias) {
+                                             bool accumulate, bool bias, float beta = 1.0f) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -276,10 +319,10 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   const auto a = matrix(in[0].shape, stride_of(0), d.ta),
              b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, out_strides, false);
   dnnl::primitive_attr attr = user_scratchpad();
-  if (accumulate) {  // dst = dst + alpha * (a @ b), alpha given at run time
+  if (accumulate) {  // dst = beta * dst + alpha * (a @ b), alpha given at run time
     attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
     dnnl::post_ops po;
-    po.append_sum(1.0f);
+    po.append_sum(beta);
     attr.set_post_ops(po);
     op->set_runtime_scale();
   }
@@ -406,8 +449,16 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
   for (const ir::Type& t : in_types)
     if (t.numel() == 0)
       return std::make_shared<ZeroOp>(int64_t(out_type.bytes()), op == Op::matmul_add);
-  if (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias)
-    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, op == Op::matmul_add,
+  if (op == Op::matmul_add) {
+    std::vector<ir::Type> in(in_types.begin(), in_types.end());
+    std::vector<std::vector<int64_t>> st(in_strides.begin(), in_strides.end());
+    return std::make_shared<ScaledSumOp>(
+        [in, out_type, attrs, st, out_strides](float beta) -> std::shared_ptr<const BackendOp> {
+          return make_matmul(in, out_type, attrs, st, out_strides, true, false, beta);
+        });
+  }
+  if (op == Op::matmul || op == Op::matmul_bias)
+    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false,
                        op == Op::matmul_bias);
   return make_conv(op, conv2d_node_geom(op, attrs, in_types, out_type));
 }
@@ -426,9 +477,9 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
   std::vector<std::byte> scratch(size_t(k->scratch_bytes() + 64));
   auto* aligned =
       reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-  if (op == Op::matmul_add) {  // the accumulator is in[2], the scale in[3]
+  if (op == Op::matmul_add) {  // the accumulator is in[2], alpha in[3], beta in[4]
     if (out != in[2]) std::memcpy(out, in[2], out_type.bytes());
-    k->run(in[0], in[1], out, aligned, in[3]);
+    k->run(in[0], in[1], out, aligned, in[3], in[4]);
     return;
   }
   k->run(in[0], in[1], out, aligned, op == Op::matmul_bias ? in[2] : nullptr);

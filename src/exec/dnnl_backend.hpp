@@ -42,10 +42,11 @@ class BackendOp {
   // Floating-point operations per run.
   virtual int64_t flops() const = 0;
   // out = op(a, b); `scratch` holds scratch_bytes() bytes, 64-byte aligned.
-  // `extra` is matmul_add's alpha (out = out + *alpha * (a @ b): out holds
-  // the accumulator) or matmul_bias's bias (out = (a @ b) + bias).
+  // `extra` is matmul_add's alpha and `extra2` its beta (out = *beta * out +
+  // *alpha * (a @ b): out holds the accumulator), or `extra` matmul_bias's
+  // bias (out = (a @ b) + bias).
   virtual void run(const void* a, const void* b, void* out, void* scratch,
-                   const void* extra = nullptr) const = 0;
+                   const void* extra = nullptr, const void* extra2 = nullptr) const = 0;
 };
 
 // True for what oneDNN computes: f32 matmul, matmul_add (the product

@@ -136,7 +136,7 @@ void k_backend_bias(const Kernel& k, void* const* s) {
 void k_backend_add(const Kernel& k, void* const* s) {
   if (s[k.in[2]] != s[k.out]) std::memcpy(s[k.out], s[k.in[2]], k.out_type.bytes());
   k.backend->run(s[k.in[0]], s[k.in[1]], s[k.out], k.scratch >= 0 ? s[k.scratch] : nullptr,
-                 s[k.in[3]]);
+                 s[k.in[3]], s[k.in[4]]);
 }
 
 // Strided gather for broadcast and transpose with precomputed strides.

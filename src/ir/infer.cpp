@@ -214,18 +214,22 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
              fmt::format("the bias must be a {}[{}] for {} columns, got {}", dtype_name(a.dtype), n,
                          n, args[2].str()),
              loc);
-      if (op == Op::matmul_add) {  // c + alpha * (a @ b): c of the product's type, alpha 0-d
+      if (op == Op::matmul_add) {  // beta * c + alpha * (a @ b): c the product's type, alpha and
+                                   // beta 0-d
         const Type product{a.dtype, out};
         if (args[2] != product)
           fail(op,
                fmt::format("the accumulator is {} but the product of {} is {}", args[2].str(),
                            types_str({a, b}), product.str()),
                loc);
-        if (args[3] != Type{a.dtype, {}})
-          fail(
-              op,
-              fmt::format("the scale must be a 0-d {}, got {}", dtype_name(a.dtype), args[3].str()),
-              loc);
+        for (size_t i : {size_t(3), size_t(4)})
+          if (args[i] != Type{a.dtype, {}})
+            fail(op,
+                 fmt::format(
+                     "{} must be a 0-d {}, got {}",
+                     i == 3 ? "alpha (the product's scale)" : "beta (the accumulator's scale)",
+                     dtype_name(a.dtype), args[i].str()),
+                 loc);
       }
       return Type{a.dtype, out};
     }

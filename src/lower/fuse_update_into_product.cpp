@@ -2,14 +2,20 @@
 
 #include <map>
 
+#include "lower/simplify.hpp"
+
 namespace ws::lower {
 namespace {
 
 using ir::Op;
 using ir::ValueId;
 
+// An update that becomes one matmul_add: the product it absorbs, its alpha
+// (negated when `negate`: SGD's -lr) and its beta (kNoValue: 1).
 struct Match {
-  ValueId product = ir::kNoValue, scaled = ir::kNoValue, lr = ir::kNoValue;
+  ValueId product = ir::kNoValue, alpha = ir::kNoValue, beta = ir::kNoValue;
+  bool negate = false;
+  ValueId into = ir::kNoValue;  // the input the update overwrites: the accumulator
 };
 
 // The 0-d value a broadcast to a full shape repeats, or kNoValue.
@@ -19,24 +25,47 @@ ValueId scalar_source(const ir::Graph& g, ValueId v) {
   return n.args[0];
 }
 
+// For x = mul(p, broadcast s) (either order) read only once: p and s.
+bool scaled(const ir::Graph& g, const std::vector<int>& uses, ValueId x, ValueId& p, ValueId& s) {
+  const ir::Node& n = g.node(x);
+  if (n.op != Op::mul || uses[size_t(x)] != 1) return false;
+  for (int side = 0; side < 2; ++side) {
+    s = scalar_source(g, n.args[size_t(1 - side)]);
+    p = n.args[size_t(side)];
+    if (s != ir::kNoValue) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 ir::Graph fuse_update_into_product(const ir::Graph& g) {
   const std::vector<int> uses = ir::use_counts(g);
   std::map<ValueId, Match> at_update;  // update value -> what it absorbs
   std::vector<bool> absorbed(g.nodes.size(), false);
+  auto product = [&](ValueId p) { return g.node(p).op == Op::matmul && uses[size_t(p)] == 1; };
   for (const ir::Output& o : g.outputs) {
     if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
     const ir::Node& u = g.node(o.value);
-    if (u.op != Op::sub || u.args[0] != o.aliased_input || u.type.dtype != DType::f32) continue;
-    const ValueId s = u.args[1];
-    const ir::Node& sn = g.node(s);
-    if (sn.op != Op::mul || uses[size_t(s)] != 1) continue;
+    if (u.type.dtype != DType::f32) continue;
+    ValueId p, s;
+    // Plain SGD: W' = W - g * lr.
+    if (u.op == Op::sub && u.args[0] == o.aliased_input && scaled(g, uses, u.args[1], p, s) &&
+        product(p)) {
+      at_update[o.value] = {p, s, ir::kNoValue, true, o.aliased_input};
+      absorbed[size_t(p)] = absorbed[size_t(u.args[1])] = true;
+      continue;
+    }
+    // A momentum buffer: buf' = buf * momentum + g * (1 - dampening).
+    if (u.op != Op::add) continue;
     for (int side = 0; side < 2; ++side) {
-      const ValueId p = sn.args[size_t(side)], lr = scalar_source(g, sn.args[size_t(1 - side)]);
-      if (lr == ir::kNoValue || g.node(p).op != Op::matmul || uses[size_t(p)] != 1) continue;
-      at_update[o.value] = {p, s, lr};
-      absorbed[size_t(p)] = absorbed[size_t(s)] = true;
+      ValueId b, m;
+      const ValueId decayed = u.args[size_t(side)], fresh = u.args[size_t(1 - side)];
+      if (!scaled(g, uses, decayed, b, m) || b != o.aliased_input ||
+          !scaled(g, uses, fresh, p, s) || !product(p))
+        continue;
+      at_update[o.value] = {p, s, m, false, o.aliased_input};
+      absorbed[size_t(p)] = absorbed[size_t(decayed)] = absorbed[size_t(fresh)] = true;
       break;
     }
   }
@@ -45,6 +74,7 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
   out.name = g.name;
   std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
   std::map<ValueId, ValueId> negated;  // lr -> -lr
+  ValueId one = ir::kNoValue;
   for (ValueId v = 0; v < g.size(); ++v) {
     if (absorbed[size_t(v)]) continue;
     const ir::Node& n = g.node(v);
@@ -54,23 +84,37 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
       continue;
     }
     const Match& m = it->second;
-    auto [neg, fresh] = negated.emplace(m.lr, ir::kNoValue);
-    if (fresh) {
-      out.nodes.push_back(ir::Node{Op::neg, {map[size_t(m.lr)]}, {}, g.type(m.lr), n.loc, nullptr});
-      neg->second = ValueId(out.nodes.size() - 1);
+    ValueId alpha = map[size_t(m.alpha)], beta;
+    if (m.negate) {
+      auto [neg, fresh] = negated.emplace(m.alpha, ir::kNoValue);
+      if (fresh) {
+        out.nodes.push_back(ir::Node{Op::neg, {alpha}, {}, g.type(m.alpha), n.loc, nullptr});
+        neg->second = ValueId(out.nodes.size() - 1);
+      }
+      alpha = neg->second;
+    }
+    if (m.beta != ir::kNoValue) {
+      beta = map[size_t(m.beta)];
+    } else {
+      if (one == ir::kNoValue) {
+        out.nodes.push_back(ir::Node{
+            Op::full, {}, ir::Attrs{{"value", 1.0}}, ir::Type{DType::f32, {}}, n.loc, nullptr});
+        one = ValueId(out.nodes.size() - 1);
+      }
+      beta = one;
     }
     const ir::Node& p = g.node(m.product);
-    out.nodes.push_back(ir::Node{
-        Op::matmul_add,
-        {map[size_t(p.args[0])], map[size_t(p.args[1])], map[size_t(n.args[0])], neg->second},
-        p.attrs,
-        n.type,
-        p.loc,
-        nullptr});
+    out.nodes.push_back(
+        ir::Node{Op::matmul_add,
+                 {map[size_t(p.args[0])], map[size_t(p.args[1])], map[size_t(m.into)], alpha, beta},
+                 p.attrs,
+                 n.type,
+                 p.loc,
+                 nullptr});
     map[size_t(v)] = ValueId(out.nodes.size() - 1);
   }
   ir::copy_interface(g, map, out);
-  return out;
+  return simplify(out);  // the absorbed scalings' broadcasts are dead
 }
 
 }  // namespace ws::lower

@@ -1,25 +1,32 @@
-// fuse_update_into_product: plain SGD on a weight whose gradient is a
-// matrix product becomes one product accumulated into the weight.
+// fuse_update_into_product: an optimizer update of a weight whose gradient
+// is a matrix product becomes one product accumulated where the update
+// writes.
 //
-//   g = matmul(a, b)            W' = matmul_add(a, b, W, -lr)
-//   W' = W - g * lr       =>        (W + (-lr) * (a @ b), in W's storage)
+//   g = matmul(a, b)               W' = matmul_add(a, b, W, -lr, 1)
+//   W' = W - g * lr          =>         (1 * W + (-lr) * (a @ b), in W)
 //
-// oneDNN runs it as the product with a runtime output scale (-lr) and a sum
-// post-op (beta = 1): the gradient never exists as a buffer, and the update
-// costs no pass of its own. Only a graph holding both the product and the
-// update (the single graph) has the pattern; it is also what lets the
-// optimizer be in the graph at all.
+//   g = matmul(a, b)               buf' = matmul_add(a, b, buf, 1 - d, m)
+//   buf' = buf * m + g * (1 - d)  =>      (m * buf + (1 - d) * (a @ b))
 //
-// The rewrite applies where the product is f32, read only by the scaling,
-// whose result is read only by the update, and the update is an output that
-// overwrites the weight. Weight decay (W' = (1 - lr·wd)·W - lr·g) and
-// momentum (buf' = m·buf + g) would need a runtime scale on the accumulator
-// too, which oneDNN 2.6's sum post-op takes only when the primitive is
-// created: they stay one product plus one fused update loop.
+// Plain SGD writes the weight; SGD with momentum writes the momentum buffer
+// (the weight's own update then reads the buffer, as before). oneDNN runs
+// it as the product with a runtime output scale (alpha) and a sum post-op
+// (beta): the gradient never exists as a buffer, and the update costs no
+// pass of its own. Only a graph holding both the product and the update
+// (the single graph) has the pattern; it is also what lets the optimizer be
+// in the graph at all. oneDNN 2.6 takes beta only when the primitive is
+// created, so the kernel makes it again when momentum changes
+// (dnnl_backend.cpp's ScaledSumOp).
 //
-// Bits: the product is the same primitive's; oneDNN may contract the scaling
-// and the addition into one fused multiply-add, so the result can differ
-// from the unfused W - lr·g in the last bit.
+// The rewrite applies where the product is f32 and read only by the
+// scaling, whose result is read only by the update, and the update is an
+// output that overwrites its input. Weight decay (a gradient read by two
+// ops) stays a product plus one fused update loop.
+//
+// Bits: the product is the same primitive's; oneDNN computes beta * c +
+// t as one fused multiply-add (matmul_add's definition, which the reference
+// follows), where the unfused update rounds beta * c first: the result can
+// differ from the unfused one in the last bit.
 #pragma once
 
 #include "ir/graph.hpp"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.hpp"
+#include "ir/text.hpp"
 #include "ir/verify.hpp"
 
 namespace ws::ir {
@@ -92,6 +93,24 @@ TEST(IrVerify, RejectsWrongArity) {
   g.nodes[0].args = {};
   g.nodes[1].args = {0};
   EXPECT_TRUE(Contains(VerifyError(g), "input takes 0 operands, got 1"));
+}
+
+// matmul_add's alpha and beta are 0-d; a beta of another shape is named.
+TEST(IrVerify, RejectsAMatmulAddWhoseBetaIsNotAScalar) {
+  Graph g = ir::parse(R"(graph g {
+  %0 = input data "a" : f32[2,3]
+  %1 = input data "b" : f32[3,4]
+  %2 = input param "c" : f32[2,4]
+  %3 = input hyper "alpha" : f32[]
+  %4 = input hyper "beta" : f32[]
+  %5 = matmul_add %0, %1, %2, %3, %4 : f32[2,4]
+  out update %5 -> %2 "c"
+}
+)");
+  verify(g);
+  g.nodes[5].args[4] = 2;
+  const std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "beta (the accumulator's scale) must be a 0-d f32, got f32[2,4]"));
 }
 
 TEST(IrVerify, ReportsOperandErrorsAsInternalErrorsNamingTheNode) {

@@ -236,6 +236,40 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
   EXPECT_EQ(accumulated, 1) << p.str();
 }
 
+// SGD with momentum: the gradient's product is accumulated into the
+// momentum buffer (beta = momentum, alpha = 1 - dampening), and the weight's
+// update reads the buffer. oneDNN adds beta * buf as a fused multiply-add,
+// so the result is compared within a rounding of the unfused one; the
+// primitive is made again when momentum changes between runs.
+TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer) {
+  const ir::Graph in =
+      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/momentum_into_product.in.ir"));
+  const ir::Graph out = lower::fuse_update_into_product(in);
+  ir::verify_with_round_trip(out);
+  testing::expect_golden(ir::print(out), "fuse/momentum_into_product.out.ir");
+  std::vector<Tensor> args = inputs_for(in);
+  exec::Executable e(lower::lower(in, {}));
+  int accumulated = 0;
+  for (const exec::Kernel& k : e.program().kernels) accumulated += k.op == ir::Op::matmul_add;
+  EXPECT_EQ(accumulated, 1) << e.program().str();
+  EXPECT_EQ(e.program().copy_bytes, 0);
+  std::vector<Tensor> live;
+  for (const Tensor& t : args) live.push_back(t.clone());
+  for (size_t i = 0; i < live.size(); ++i) e.bind_input(i, live[i].impl()->storage->data);
+  for (float momentum : {0.9f, 0.9f, 0.5f}) {  // the third run makes the primitive again
+    args[3] = Tensor::full({}, momentum, DType::f32);
+    *static_cast<float*>(live[3].impl()->storage->data) = momentum;
+    const std::vector<Tensor> want = exec::interpret(in, args);
+    e.run();
+    for (int o = 0; o < 2; ++o) {  // w, then buf, against the unfused arithmetic
+      const std::vector<double> w = want[size_t(o)].to_vector(), r = live[size_t(o)].to_vector();
+      for (size_t j = 0; j < w.size(); ++j)
+        EXPECT_NEAR(r[j], w[j], 1e-6 * std::abs(w[j]) + 1e-7) << "output " << o << ", " << j;
+      args[size_t(o)] = want[size_t(o)];
+    }
+  }
+}
+
 // A bias along a product's rows becomes the product's bias; a product read
 // by anything else, or a bias repeated along columns, stays as it was.
 TEST(FuseBiasIntoProduct, ALinearLayersBiasIsTheProductsOwn) {
