@@ -319,6 +319,13 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   const auto a = matrix(in[0].shape, stride_of(0), d.ta),
              b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, out_strides, false);
   dnnl::primitive_attr attr = user_scratchpad();
+  if (attrs.has("activation")) {  // relu as the product is written: max(x, +0)
+    WS_CHECK(attrs.s("activation") == "relu" && !accumulate)
+        << "matmul: activation " << attrs.s("activation");
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
   if (accumulate) {  // dst = beta * dst + alpha * (a @ b), alpha given at run time
     attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
     dnnl::post_ops po;

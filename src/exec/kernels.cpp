@@ -315,8 +315,9 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     k.fn = k.op == Op::matmul_add    ? k_backend_add
            : k.op == Op::matmul_bias ? k_backend_bias
                                      : k_backend;
-    k.name = k.op == Op::matmul_add          ? "dnnl_matmul_add"
-             : k.op == Op::matmul_bias       ? "dnnl_matmul_bias"
+    k.name = k.op == Op::matmul_add ? "dnnl_matmul_add"
+             : k.op == Op::matmul_bias
+                 ? (k.attrs.has("activation") ? "dnnl_matmul_bias_relu" : "dnnl_matmul_bias")
              : k.op == Op::matmul            ? "dnnl_matmul"
              : k.op == Op::conv2d            ? "dnnl_conv"
              : k.op == Op::conv2d_input_grad ? "dnnl_conv_input_grad"

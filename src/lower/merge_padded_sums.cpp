@@ -17,11 +17,6 @@ struct Piece {
   ValueId value;
 };
 
-bool is_zero(const ir::Graph& g, ValueId v) {
-  const ir::Node& n = g.node(v);
-  return n.op == Op::full && n.attrs.f("value") == 0.0;
-}
-
 // The pieces of x along its axis when x is a concatenation.
 bool pieces_of(const ir::Graph& g, ValueId x, int64_t& axis, std::vector<Piece>& out) {
   const ir::Node& n = g.node(x);

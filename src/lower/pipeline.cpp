@@ -2,6 +2,7 @@
 
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
+#include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
 #include "lower/fuse_update_into_product.hpp"
@@ -16,6 +17,7 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
   if (opts.fuse) {
     passes.push_back({"update_into_product", fuse_update_into_product});
     passes.push_back({"bias_into_product", fuse_bias_into_product});
+    passes.push_back({"activation_into_product", fuse_activation_into_product});
     passes.push_back({"merge_padded_sums", merge_padded_sums});
     passes.push_back({"move_reshapes", move_reshapes});
     passes.push_back({"fuse", fuse_elementwise});

@@ -3,7 +3,9 @@
 // Each pass is a Graph -> Graph function in its own file: simplify.cpp
 // (CSE, DCE), fuse_update_into_product.cpp (plain SGD accumulated into the
 // weight by its gradient's product), fuse_bias_into_product.cpp (a bias
-// added along a product's rows as the product's bias), merge_padded_sums.cpp
+// added along a product's rows as the product's bias),
+// fuse_activation_into_product.cpp (a relu of it as its epilogue),
+// merge_padded_sums.cpp
 // (zero-padded pieces summed as one concatenation), move_reshapes.cpp
 // (elementwise ops before the reshapes they read), fuse_elementwise.cpp
 // (loop and reduce fusions). The driver runs them from one list, verifies the

@@ -37,6 +37,13 @@ ir::Graph rewrite_nodes(const ir::Graph& g, F&& f) {
   return simplify(out);
 }
 
+// True when v is zeros: a `full` of 0, or a broadcast of one.
+inline bool is_zero(const ir::Graph& g, ir::ValueId v) {
+  const ir::Node& n = g.node(v);
+  if (n.op == ir::Op::broadcast) return is_zero(g, n.args[0]);
+  return n.op == ir::Op::full && n.attrs.f("value") == 0.0;
+}
+
 // Appends n to g and returns its id.
 inline ir::ValueId append(ir::Graph& g, ir::Node n) {
   g.nodes.push_back(std::move(n));

@@ -9,6 +9,7 @@
 #include "exec/program.hpp"
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
+#include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
 #include "lower/fuse_update_into_product.hpp"
@@ -268,6 +269,18 @@ TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer)
       args[size_t(o)] = want[size_t(o)];
     }
   }
+}
+
+// A relu of a linear layer's output is the product's epilogue, its mask
+// read from the rectified product, bit for bit (values of both signs); a
+// product whose pre-activation value is an output keeps its relu.
+TEST(FuseActivationIntoProduct, ReluOfALinearLayerIsTheProductsEpilogue) {
+  const ir::Graph in =
+      expect_pass_as_golden("relu_into_product", lower::fuse_activation_into_product);
+  const std::vector<Tensor> out = exec::interpret(in, inputs_for(in));
+  const std::vector<double> y = out[0].to_vector();
+  EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return v == 0; }));
+  EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return v > 0; }));
 }
 
 // A bias along a product's rows becomes the product's bias; a product read
