@@ -15,7 +15,8 @@ using ir::ValueId;
 struct Match {
   ValueId product = ir::kNoValue, alpha = ir::kNoValue, beta = ir::kNoValue;
   bool negate = false;
-  ValueId into = ir::kNoValue;  // the input the update overwrites: the accumulator
+  ValueId into = ir::kNoValue;   // the input the update overwrites: the accumulator
+  ValueId decay = ir::kNoValue;  // SGD's weight decay: beta = 1 - lr * decay
 };
 
 // The 0-d value a broadcast to a full shape repeats, or kNoValue.
@@ -49,11 +50,25 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
     const ir::Node& u = g.node(o.value);
     if (u.type.dtype != DType::f32) continue;
     ValueId p, s;
-    // Plain SGD: W' = W - g * lr.
-    if (u.op == Op::sub && u.args[0] == o.aliased_input && scaled(g, uses, u.args[1], p, s) &&
-        product(p)) {
-      at_update[o.value] = {p, s, ir::kNoValue, true, o.aliased_input};
-      absorbed[size_t(p)] = absorbed[size_t(u.args[1])] = true;
+    // Plain SGD: W' = W - g * lr, or with weight decay W' = W - (g + W *
+    // wd) * lr = (1 - lr * wd) * W - lr * g.
+    if (u.op == Op::sub && u.args[0] == o.aliased_input && scaled(g, uses, u.args[1], p, s)) {
+      if (product(p)) {
+        at_update[o.value] = {p, s, ir::kNoValue, true, o.aliased_input};
+        absorbed[size_t(p)] = absorbed[size_t(u.args[1])] = true;
+        continue;
+      }
+      const ir::Node& pn = g.node(p);
+      if (pn.op != Op::add || uses[size_t(p)] != 1) continue;
+      for (int side = 0; side < 2; ++side) {
+        ValueId w, wd;
+        const ValueId q = pn.args[size_t(side)], decayed = pn.args[size_t(1 - side)];
+        if (!product(q) || !scaled(g, uses, decayed, w, wd) || w != o.aliased_input) continue;
+        at_update[o.value] = {q, s, ir::kNoValue, true, o.aliased_input, wd};
+        absorbed[size_t(q)] = absorbed[size_t(p)] = absorbed[size_t(decayed)] =
+            absorbed[size_t(u.args[1])] = true;
+        break;
+      }
       continue;
     }
     // A momentum buffer: buf' = buf * momentum + g * (1 - dampening).
@@ -95,6 +110,18 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
     }
     if (m.beta != ir::kNoValue) {
       beta = map[size_t(m.beta)];
+    } else if (m.decay != ir::kNoValue) {  // 1 - lr * wd
+      const ir::Type t = g.type(m.alpha);
+      out.nodes.push_back(
+          ir::Node{Op::mul, {map[size_t(m.alpha)], map[size_t(m.decay)]}, {}, t, n.loc, nullptr});
+      out.nodes.push_back(ir::Node{Op::full, {}, ir::Attrs{{"value", 1.0}}, t, n.loc, nullptr});
+      out.nodes.push_back(ir::Node{Op::sub,
+                                   {ValueId(out.nodes.size() - 1), ValueId(out.nodes.size() - 2)},
+                                   {},
+                                   t,
+                                   n.loc,
+                                   nullptr});
+      beta = ValueId(out.nodes.size() - 1);
     } else {
       if (one == ir::kNoValue) {
         out.nodes.push_back(ir::Node{

@@ -5,10 +5,13 @@
 //   g = matmul(a, b)               W' = matmul_add(a, b, W, -lr, 1)
 //   W' = W - g * lr          =>         (1 * W + (-lr) * (a @ b), in W)
 //
+//   W' = W - (g + W * wd) * lr  =>  W' = matmul_add(a, b, W, -lr, 1 - lr * wd)
+//
 //   g = matmul(a, b)               buf' = matmul_add(a, b, buf, 1 - d, m)
 //   buf' = buf * m + g * (1 - d)  =>      (m * buf + (1 - d) * (a @ b))
 //
-// Plain SGD writes the weight; SGD with momentum writes the momentum buffer
+// Plain SGD (with weight decay or not) writes the weight; SGD with momentum
+// writes the momentum buffer
 // (the weight's own update then reads the buffer, as before). oneDNN runs
 // it as the product with a runtime output scale (alpha) and a sum post-op
 // (beta): the gradient never exists as a buffer, and the update costs no
@@ -20,8 +23,9 @@
 //
 // The rewrite applies where the product is f32 and read only by the
 // scaling, whose result is read only by the update, and the update is an
-// output that overwrites its input. Weight decay (a gradient read by two
-// ops) stays a product plus one fused update loop.
+// output that overwrites its input. Momentum with weight decay (the decayed
+// gradient both scaled into the buffer and read by nothing else) stays a
+// product plus one fused update loop.
 //
 // Bits: the product is the same primitive's; oneDNN computes beta * c +
 // t as one fused multiply-add (matmul_add's definition, which the reference

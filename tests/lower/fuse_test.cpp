@@ -237,17 +237,18 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
   EXPECT_EQ(accumulated, 1) << p.str();
 }
 
-// SGD with momentum: the gradient's product is accumulated into the
-// momentum buffer (beta = momentum, alpha = 1 - dampening), and the weight's
-// update reads the buffer. oneDNN adds beta * buf as a fused multiply-add,
-// so the result is compared within a rounding of the unfused one; the
-// primitive is made again when momentum changes between runs.
-TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer) {
+// `in` through fuse_update_into_product gives fuse/<name>.out.ir with one
+// matmul_add; then `in` lowered and interpreted, run after run (input
+// `hyper` set to the next of `values` first, the updates fed on), agree
+// within a few roundings on every update: oneDNN adds beta * c as a fused
+// multiply-add where the unfused update rounds beta * c first.
+void expect_update_into_product_close(const std::string& name, size_t hyper,
+                                      const std::vector<float>& values) {
   const ir::Graph in =
-      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/momentum_into_product.in.ir"));
+      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
   const ir::Graph out = lower::fuse_update_into_product(in);
   ir::verify_with_round_trip(out);
-  testing::expect_golden(ir::print(out), "fuse/momentum_into_product.out.ir");
+  testing::expect_golden(ir::print(out), "fuse/" + name + ".out.ir");
   std::vector<Tensor> args = inputs_for(in);
   exec::Executable e(lower::lower(in, {}));
   int accumulated = 0;
@@ -257,18 +258,33 @@ TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer)
   std::vector<Tensor> live;
   for (const Tensor& t : args) live.push_back(t.clone());
   for (size_t i = 0; i < live.size(); ++i) e.bind_input(i, live[i].impl()->storage->data);
-  for (float momentum : {0.9f, 0.9f, 0.5f}) {  // the third run makes the primitive again
-    args[3] = Tensor::full({}, momentum, DType::f32);
-    *static_cast<float*>(live[3].impl()->storage->data) = momentum;
+  for (float value : values) {
+    args[hyper] = Tensor::full({}, value, DType::f32);
+    *static_cast<float*>(live[hyper].impl()->storage->data) = value;
     const std::vector<Tensor> want = exec::interpret(in, args);
     e.run();
-    for (int o = 0; o < 2; ++o) {  // w, then buf, against the unfused arithmetic
-      const std::vector<double> w = want[size_t(o)].to_vector(), r = live[size_t(o)].to_vector();
+    for (size_t o = 0; o < in.outputs.size(); ++o) {
+      const size_t i = size_t(in.input_index(in.outputs[o].aliased_input));
+      const std::vector<double> w = want[o].to_vector(), r = live[i].to_vector();
       for (size_t j = 0; j < w.size(); ++j)
-        EXPECT_NEAR(r[j], w[j], 1e-6 * std::abs(w[j]) + 1e-7) << "output " << o << ", " << j;
-      args[size_t(o)] = want[size_t(o)];
+        EXPECT_NEAR(r[j], w[j], 1e-6 * std::abs(w[j]) + 1e-7) << in.outputs[o].name << ", " << j;
+      args[i] = want[o];
     }
   }
+}
+
+// SGD with momentum: the gradient's product is accumulated into the
+// momentum buffer (beta = momentum, alpha = 1 - dampening), and the weight's
+// update reads the buffer. The primitive is made again when momentum
+// changes between runs.
+TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer) {
+  expect_update_into_product_close("momentum_into_product", 3, {0.9f, 0.9f, 0.5f});
+}
+
+// Plain SGD with weight decay: W' = (1 - lr * wd) * W - lr * (a @ b), one
+// product accumulated into the weight with beta = 1 - lr * wd.
+TEST(FuseUpdateIntoProduct, WeightDecayIsTheAccumulatorsScale) {
+  expect_update_into_product_close("sgd_weight_decay_into_product", 2, {0.1f, 0.1f, 0.2f});
 }
 
 // A relu of a linear layer's output is the product's epilogue, its mask
