@@ -23,8 +23,8 @@
 //
 // The rewrite applies where the product is f32 and read only by the
 // scaling, whose result is read only by the update, and the update is an
-// output that overwrites its input. Momentum with weight decay (the decayed
-// gradient both scaled into the buffer and read by nothing else) stays a
+// output that overwrites its input. SGD with both momentum and weight decay
+// (its buffer takes g + W * wd, a second array beside the product) stays a
 // product plus one fused update loop.
 //
 // Bits: the product is the same primitive's; oneDNN computes beta * c +
