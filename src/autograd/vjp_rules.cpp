@@ -265,6 +265,7 @@ VjpRule vjp_rule(Op op) {
     case Op::fusion_result:
     case Op::matmul_add:
     case Op::matmul_bias:
+    case Op::matmul_bias_add:
     case Op::avg_pool2d_grad:
     case Op::conv2d_input_grad:
     case Op::conv2d_weight_grad:

@@ -310,7 +310,8 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
-                                             bool accumulate, bool bias, float beta = 1.0f) {
+                                             bool accumulate, bool bias, float beta = 1.0f,
+                                             bool residual = false) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -324,6 +325,11 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
         << "matmul: activation " << attrs.s("activation");
     dnnl::post_ops po;
     po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
+  if (residual) {  // dst = dst + ((a @ b) + bias): the sum post-op with scale 1 is an add
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
     attr.set_post_ops(po);
   }
   if (accumulate) {  // dst = beta * dst + alpha * (a @ b), alpha given at run time
@@ -346,6 +352,7 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   op->set_main<dnnl::matmul>(pd, matmul_flops(d));
   op->finish(fmt::format("{} [{}x{}x{}] x{}{}{}{}",
                          accumulate ? "matmul_add"
+                         : residual ? "matmul_bias_add"
                          : bias     ? "matmul_bias"
                                     : "matmul",
                          d.m, d.k, d.n, d.batch, d.ta ? " ta" : "", d.tb ? " tb" : "",
@@ -439,9 +446,9 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 
 bool is_backend_op(Op op, DType dt) {
-  return dt == DType::f32 &&
-         (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias || op == Op::conv2d ||
-          op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad);
+  return dt == DType::f32 && (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias ||
+                              op == Op::matmul_bias_add || op == Op::conv2d ||
+                              op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad);
 }
 
 std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
@@ -451,11 +458,19 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
                                                  const std::vector<int64_t>& out_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
   WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul ||
-           op == Op::matmul_add || op == Op::matmul_bias)
+           op == Op::matmul_add || op == Op::matmul_bias || op == Op::matmul_bias_add)
       << "strided operands of " << ir::op_name(op);
   for (const ir::Type& t : in_types)
-    if (t.numel() == 0)
+    if (t.numel() == 0) {
+      if ((op == Op::matmul_bias || op == Op::matmul_bias_add) && out_type.numel() > 0)
+        throw Error(
+            fmt::format("{}: a product over an empty contraction ({} by {}) with a bias "
+                        "is not built; write matmul, then add the bias",
+                        ir::op_name(op), in_types[0].str(), in_types[1].str()));
       return std::make_shared<ZeroOp>(int64_t(out_type.bytes()), op == Op::matmul_add);
+    }
+  if (op == Op::matmul_bias_add)
+    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false, true, 1.0f, true);
   if (op == Op::matmul_add) {
     std::vector<ir::Type> in(in_types.begin(), in_types.end());
     std::vector<std::vector<int64_t>> st(in_strides.begin(), in_strides.end());
@@ -472,7 +487,8 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
 
 int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
                       const ir::Type& out_type) {
-  if (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias)
+  if (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias ||
+      op == Op::matmul_bias_add)
     return matmul_flops(matmul_dims(in_types[0].shape, in_types[1].shape, attrs));
   return conv_flops(conv2d_node_geom(op, attrs, in_types, out_type));
 }
@@ -489,7 +505,9 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
     k->run(in[0], in[1], out, aligned, in[3], in[4]);
     return;
   }
-  k->run(in[0], in[1], out, aligned, op == Op::matmul_bias ? in[2] : nullptr);
+  if (op == Op::matmul_bias_add && out != in[3]) std::memcpy(out, in[3], out_type.bytes());
+  k->run(in[0], in[1], out, aligned,
+         op == Op::matmul_bias || op == Op::matmul_bias_add ? in[2] : nullptr);
 }
 
 std::string backend_isa() {

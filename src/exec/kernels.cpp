@@ -131,6 +131,13 @@ void k_backend_bias(const Kernel& k, void* const* s) {
                  s[k.in[2]]);
 }
 
+// out = c + ((a @ b) + bias), accumulated where the result lives (c's
+// block, when c dies there): c is copied there first otherwise.
+void k_backend_bias_add(const Kernel& k, void* const* s) {
+  if (s[k.in[3]] != s[k.out]) std::memcpy(s[k.out], s[k.in[3]], k.out_type.bytes());
+  k_backend_bias(k, s);
+}
+
 // out = c + alpha * (a @ b), accumulated where the result lives (the
 // parameter it updates, when in place): c is copied there first otherwise.
 void k_backend_add(const Kernel& k, void* const* s) {
@@ -312,12 +319,14 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     return;
   }
   if (k.backend) {
-    k.fn = k.op == Op::matmul_add    ? k_backend_add
-           : k.op == Op::matmul_bias ? k_backend_bias
-                                     : k_backend;
+    k.fn = k.op == Op::matmul_add        ? k_backend_add
+           : k.op == Op::matmul_bias     ? k_backend_bias
+           : k.op == Op::matmul_bias_add ? k_backend_bias_add
+                                         : k_backend;
     k.name = k.op == Op::matmul_add ? "dnnl_matmul_add"
              : k.op == Op::matmul_bias
                  ? (k.attrs.has("activation") ? "dnnl_matmul_bias_relu" : "dnnl_matmul_bias")
+             : k.op == Op::matmul_bias_add   ? "dnnl_matmul_bias_add"
              : k.op == Op::matmul            ? "dnnl_matmul"
              : k.op == Op::conv2d            ? "dnnl_conv"
              : k.op == Op::conv2d_input_grad ? "dnnl_conv_input_grad"

@@ -186,7 +186,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
 
     case Op::matmul:
     case Op::matmul_add:
-    case Op::matmul_bias: {
+    case Op::matmul_bias:
+    case Op::matmul_bias_add: {
       // [..., m, k] x [..., k, n]: leading (batch) dims must be equal.
       const Type &a = args[0], &b = args[1];
       if (a.rank() < 2 || b.rank() != a.rank() ||
@@ -209,10 +210,16 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
       Shape out(a.shape.begin(), a.shape.end() - 2);
       out.push_back(m);
       out.push_back(n);
-      if (op == Op::matmul_bias && args[2] != Type{a.dtype, {n}})  // (a @ b) + bias per column
+      if ((op == Op::matmul_bias || op == Op::matmul_bias_add) &&
+          args[2] != Type{a.dtype, {n}})  // (a @ b) + bias per column
         fail(op,
              fmt::format("the bias must be a {}[{}] for {} columns, got {}", dtype_name(a.dtype), n,
                          n, args[2].str()),
+             loc);
+      if (op == Op::matmul_bias_add && args[3] != Type{a.dtype, out})  // c + ((a @ b) + bias)
+        fail(op,
+             fmt::format("the accumulator is {} but the product of {} is {}", args[3].str(),
+                         types_str({a, b}), Type{a.dtype, out}.str()),
              loc);
       if (op == Op::matmul_add) {  // beta * c + alpha * (a @ b): c the product's type, alpha and
                                    // beta 0-d

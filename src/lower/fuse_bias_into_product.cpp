@@ -18,7 +18,8 @@ ir::Graph fuse_bias_into_product(const ir::Graph& g) {
       const ValueId p = n.args[size_t(side)], b = n.args[size_t(1 - side)];
       const ir::Node& pn = g.node(p);
       const ir::Node& bn = g.node(b);
-      if (pn.op != Op::matmul || uses[size_t(p)] != 1 || bn.op != Op::broadcast ||
+      if (pn.op != Op::matmul || uses[size_t(p)] != 1 || g.type(pn.args[0]).numel() == 0 ||
+          g.type(pn.args[1]).numel() == 0 || bn.op != Op::broadcast ||
           g.type(bn.args[0]).rank() != 1 || bn.attrs.ints("dims") != std::vector<int64_t>{1})
         continue;
       product_of[size_t(v)] = p;

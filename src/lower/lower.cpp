@@ -138,9 +138,9 @@ class Lowering {
       const DType dt = n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype;
       const bool folds = exec::takes_scalar_operands(n.op, dt);
       const bool strided = exec::takes_broadcast_operands(n.op, dt);
-      const bool product =
-          exec::is_backend_op(n.op, n.type.dtype) &&
-          (n.op == Op::matmul || n.op == Op::matmul_add || n.op == Op::matmul_bias);
+      const bool product = exec::is_backend_op(n.op, n.type.dtype) &&
+                           (n.op == Op::matmul || n.op == Op::matmul_add ||
+                            n.op == Op::matmul_bias || n.op == Op::matmul_bias_add);
       for (size_t i = 0; i < n.args.size(); ++i) {
         const ValueId a = n.args[i];
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;
@@ -327,8 +327,9 @@ class Lowering {
     for (size_t k = 0; k < kernels_.size(); ++k)
       for (ValueId a : kernels_[k].ins) last[size_t(a)] = int64_t(k);
     // In place: an elementwise kernel writes over a full-size operand of its
-    // size that dies there. owner[v] is the value whose planned block v
-    // uses (v itself unless it took an operand's); the block lives from its
+    // size that dies there, and a product that accumulates into an operand
+    // (matmul_bias_add's residual, matmul_add's accumulator) over that one. owner[v] is the value
+    // whose planned block v uses (v itself unless it took an operand's); the block lives from its
     // owner's definition to the last read of anything in it.
     std::vector<ValueId> owner(g_.nodes.size(), ir::kNoValue);
     std::vector<int64_t> block_last(g_.nodes.size(), -1);
@@ -340,8 +341,11 @@ class Lowering {
         owner[size_t(out)] = out;
         const ir::Node& n = g_.node(pk.node);
         const DType dt = g_.type(n.args.empty() ? out : n.args.back()).dtype;
-        if (pk.backend || (n.op != Op::fusion && !exec::computes_in_place(n.op, dt))) return;
+        const int64_t acc = n.op == Op::matmul_bias_add ? 3 : n.op == Op::matmul_add ? 2 : -1;
+        if (acc < 0 && (pk.backend || (n.op != Op::fusion && !exec::computes_in_place(n.op, dt))))
+          return;
         for (size_t i = 0; i < pk.ins.size(); ++i) {
+          if (acc >= 0 && int64_t(i) != acc) continue;
           const ValueId a = pk.ins[i];
           if (donated[i] || pk.scalar[i] || pk.through[i] || owner[size_t(a)] == ir::kNoValue ||
               last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(out).bytes())

@@ -5,6 +5,7 @@
 #include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
+#include "lower/fuse_residual_into_product.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/merge_padded_sums.hpp"
 #include "lower/move_reshapes.hpp"
@@ -18,6 +19,7 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
     passes.push_back({"update_into_product", fuse_update_into_product});
     passes.push_back({"bias_into_product", fuse_bias_into_product});
     passes.push_back({"activation_into_product", fuse_activation_into_product});
+    passes.push_back({"residual_into_product", fuse_residual_into_product});
     passes.push_back({"merge_padded_sums", merge_padded_sums});
     passes.push_back({"move_reshapes", move_reshapes});
     passes.push_back({"fuse", fuse_elementwise});

@@ -5,6 +5,7 @@
 // weight by its gradient's product), fuse_bias_into_product.cpp (a bias
 // added along a product's rows as the product's bias),
 // fuse_activation_into_product.cpp (a relu of it as its epilogue),
+// fuse_residual_into_product.cpp (a residual added to it, accumulated),
 // merge_padded_sums.cpp
 // (zero-padded pieces summed as one concatenation), move_reshapes.cpp
 // (elementwise ops before the reshapes they read), fuse_elementwise.cpp

@@ -12,6 +12,7 @@
 #include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
+#include "lower/fuse_residual_into_product.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/lower.hpp"
 #include "lower/merge_padded_sums.hpp"
@@ -297,6 +298,21 @@ TEST(FuseActivationIntoProduct, ReluOfALinearLayerIsTheProductsEpilogue) {
   const std::vector<double> y = out[0].to_vector();
   EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return v == 0; }));
   EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return v > 0; }));
+}
+
+// A residual added to a linear layer's output is accumulated by the
+// product, bit for bit, in the residual's block where it dies there; a
+// product read by anything else keeps its add.
+TEST(FuseResidualIntoProduct, AResidualIsTheProductsAccumulator) {
+  const ir::Graph in =
+      expect_pass_as_golden("residual_into_product", lower::fuse_residual_into_product);
+  const exec::Program p = lower::lower(in);
+  const exec::Kernel* k = nullptr;
+  for (const exec::Kernel& kk : p.kernels)
+    if (kk.op == ir::Op::matmul_bias_add) k = &kk;
+  ASSERT_NE(k, nullptr) << p.str();
+  EXPECT_EQ(k->out, k->in[3]) << "exp(x) dies at the add: the product adds into its block\n"
+                              << p.str();
 }
 
 // A bias along a product's rows becomes the product's bias; a product read
