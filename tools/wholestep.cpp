@@ -193,7 +193,8 @@ int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
   return 0;
 }
 
-int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, bool unfused_rows) {
+int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, bool unfused_rows,
+            bool save_all_rows) {
   const ws::models::Spec spec = ws::models::spec(c.model);
   BatchSource source(c, spec);
   std::vector<std::vector<ws::Tensor>> batches;
@@ -208,6 +209,7 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, 
     configs.push_back({ws::StepMode::three_graph, true, false});
     configs.push_back({ws::StepMode::single_graph, true, false});
   }
+  if (save_all_rows) configs.push_back({ws::StepMode::three_graph, true, true, false});
   fmt::print(
       "comparing modes on {} (batch {}, {}): {} timed steps after {} warm-up, round robin, "
       "median ms/step; max diff is parameters and buffers vs interpret after the last step\n",
@@ -297,8 +299,10 @@ int main(int argc, char** argv) {
   cmp->add_option("--steps", steps, "timed steps")->capture_default_str();
   cmp->add_option("--warmup", warmup, "untimed first steps")->capture_default_str();
   cmp->add_flag("--no-alias-rows", no_alias_rows, "also run the compiled modes with aliasing off");
-  bool unfused_rows = false, no_fuse = false;
+  bool unfused_rows = false, no_fuse = false, save_all_rows = false;
   cmp->add_flag("--unfused-rows", unfused_rows, "also run the compiled modes without fusion");
+  cmp->add_flag("--save-all-rows", save_all_rows,
+                "also run three_graph saving every value the backward reads (no recomputation)");
 
   int top = 12;
   auto* pr = app.add_subcommand("profile", "time every kernel of a compiled step");
@@ -323,7 +327,7 @@ int main(int argc, char** argv) {
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
     if (tr->parsed()) return train(c, epochs, max_steps, mode);
-    if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows);
+    if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode);
   } catch (const ws::Error& e) {

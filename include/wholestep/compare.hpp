@@ -23,6 +23,7 @@ struct CompareConfig {
   StepMode mode;
   bool aliasing = true;
   bool fuse = true;
+  bool recompute = true;
 };
 
 struct CompareRow {

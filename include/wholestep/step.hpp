@@ -32,6 +32,11 @@ struct StepOptions {
   // Fuse chains of elementwise ops into one loop kernel each. Off (for
   // comparison only): one kernel per op.
   bool fuse = true;
+  // three_graph: the forward saves a minimum cut of what the backward needs
+  // and the backward recomputes the rest (cheap elementwise, reduction and
+  // shape ops). Off (for comparison): the forward saves every value the
+  // backward reads.
+  bool recompute = true;
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;

@@ -1,5 +1,6 @@
 #include "partition/partition.hpp"
 
+#include "partition/min_cut.hpp"
 #include "partition/update_order.hpp"
 
 #include <algorithm>
@@ -142,7 +143,11 @@ Graph single_graph(const JointGraph& joint) {
   return g;
 }
 
-ThreeGraphs three_graphs(const JointGraph& joint) {
+ThreeGraphs three_graphs(const JointGraph& joint, Saving saving) {
+  if (saving == Saving::min_cut) {
+    const JointGraph j = recompute_in_backward(joint, min_cut(joint));
+    return three_graphs(j, Saving::all);
+  }
   return ThreeGraphs{extract(joint, kForward, "forward"), extract(joint, kBackward, "backward"),
                      extract(joint, kOptimizer, "optimizer")};
 }

@@ -11,8 +11,9 @@
 // forward, `grad` from backward) and an input of the same name in each
 // consumer. Graph inputs (params, data, hypers) are imported by every graph
 // that reads them; `full` and `constant` nodes are recomputed rather than
-// saved. For now forward saves everything backward reads; the min-cut
-// rematerialization comes later.
+// saved. What the forward saves is a minimum cut (min_cut.hpp): the backward
+// recomputes cheap forward values when that keeps fewer bytes alive between
+// the graphs; Saving::all saves every forward value the backward reads.
 #pragma once
 
 #include <string>
@@ -34,6 +35,8 @@ struct ThreeGraphs {
   ir::Graph forward, backward, optimizer;
 };
 
-ThreeGraphs three_graphs(const JointGraph& joint);
+enum class Saving { min_cut, all };
+
+ThreeGraphs three_graphs(const JointGraph& joint, Saving saving = Saving::min_cut);
 
 }  // namespace ws::partition

@@ -32,8 +32,10 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     setups.push_back(make_setup());
     streams.push_back(random_stream());
     TrainSetup& s = setups.back();
-    steps.emplace_back(*s.model, *s.opt, s.loss_fn,
-                       StepOptions{.mode = c.mode, .aliasing = c.aliasing, .fuse = c.fuse});
+    steps.emplace_back(
+        *s.model, *s.opt, s.loss_fn,
+        StepOptions{
+            .mode = c.mode, .aliasing = c.aliasing, .fuse = c.fuse, .recompute = c.recompute});
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size());
@@ -77,9 +79,10 @@ std::string format_comparison(const std::vector<CompareRow>& rows) {
       fmt::format("{:<22} {:>9} {:>8} {:>7} {:>8} {:>12} {:>12} {:>10} {:>10}\n", "mode", "ms/step",
                   "speedup", "graphs", "kernels", "copied/step", "between", "peak", "max diff");
   for (const CompareRow& r : rows) {
-    std::string name = std::string(mode_name(r.config.mode)) +
-                       (r.config.aliasing ? "" : " (no alias)") +
-                       (r.config.fuse || r.config.mode == StepMode::interpret ? "" : " (unfused)");
+    std::string name =
+        std::string(mode_name(r.config.mode)) + (r.config.aliasing ? "" : " (no alias)") +
+        (r.config.fuse || r.config.mode == StepMode::interpret ? "" : " (unfused)") +
+        (r.config.recompute || r.config.mode != StepMode::three_graph ? "" : " (save all)");
     s += fmt::format("{:<22} {:>9.2f} {:>7.2f}x {:>7} {:>8} {:>12} {:>12} {:>10} {:>10.2e}\n", name,
                      r.ms_per_step, rows[0].ms_per_step / r.ms_per_step, r.counters.graphs,
                      r.counters.kernels, mib(r.counters.bytes_copied),

@@ -163,7 +163,8 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
   if (opts.mode == StepMode::single_graph) {
     c->graphs = {partition::single_graph(cap.joint)};
   } else {
-    partition::ThreeGraphs three = partition::three_graphs(cap.joint);
+    partition::ThreeGraphs three = partition::three_graphs(
+        cap.joint, opts.recompute ? partition::Saving::min_cut : partition::Saving::all);
     c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
   }
   // Aliasing off: the step keeps its own copy of every tensor it updates.

@@ -1,0 +1,148 @@
+#include "partition/min_cut.hpp"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/boykov_kolmogorov_max_flow.hpp>
+
+#include <limits>
+
+namespace ws::partition {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
+using FlowGraph = boost::adjacency_list<
+    boost::vecS, boost::vecS, boost::directedS,
+    boost::property<
+        boost::vertex_color_t, boost::default_color_type,
+        boost::property<boost::vertex_distance_t, int64_t,
+                        boost::property<boost::vertex_predecessor_t, Traits::edge_descriptor>>>,
+    boost::property<
+        boost::edge_capacity_t, int64_t,
+        boost::property<boost::edge_residual_capacity_t, int64_t,
+                        boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
+
+constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max() / 4;
+
+// A value computed by the forward stage (not an input, nor a `full` or a
+// `constant`, which every graph makes for itself).
+bool computed_forward(const JointGraph& j, ValueId v) {
+  const Op op = j.graph.node(v).op;
+  return v < j.forward_end && op != Op::input && op != Op::full && op != Op::constant;
+}
+
+// Ops the backward may compute again: cheap per byte, deterministic.
+bool recomputable(const ir::Node& n) {
+  const ir::OpCategory c = ir::op_info(n.op).category;
+  return c == ir::OpCategory::elementwise || c == ir::OpCategory::reduction ||
+         c == ir::OpCategory::shape || n.op == Op::iota;
+}
+
+class Network {
+ public:
+  explicit Network(int64_t vertices) : g_(size_t(vertices)) {}
+  void edge(int64_t from, int64_t to, int64_t capacity) {
+    auto cap = boost::get(boost::edge_capacity, g_);
+    auto rev = boost::get(boost::edge_reverse, g_);
+    const auto e = boost::add_edge(size_t(from), size_t(to), g_).first;
+    const auto r = boost::add_edge(size_t(to), size_t(from), g_).first;
+    cap[e] = capacity;
+    cap[r] = 0;
+    rev[e] = r;
+    rev[r] = e;
+  }
+  // Solves, and returns which vertices lie on the source side of the cut.
+  std::vector<bool> source_side(int64_t s, int64_t t) {
+    boost::boykov_kolmogorov_max_flow(g_, size_t(s), size_t(t));
+    auto color = boost::get(boost::vertex_color, g_);
+    std::vector<bool> side(boost::num_vertices(g_));
+    for (size_t v = 0; v < side.size(); ++v)
+      side[v] = color[v] == boost::black_color;  // reached from the source
+    return side;
+  }
+
+ private:
+  FlowGraph g_;
+};
+
+}  // namespace
+
+RematPlan min_cut(const JointGraph& j) {
+  const ir::Graph& g = j.graph;
+  const int64_t n = g.size();
+  // Forward values read by later stages: they must reach the backward.
+  std::vector<bool> needed(size_t(n), false);
+  for (ValueId v = ValueId(j.forward_end); v < n; ++v)
+    for (ValueId a : g.node(v).args)
+      if (computed_forward(j, a)) needed[size_t(a)] = true;
+  // Vertices: in(v) = 2v, out(v) = 2v + 1, then the source and the sink.
+  const int64_t s = 2 * n, t = 2 * n + 1;
+  Network net(2 * n + 2);
+  RematPlan plan;
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v) {
+    if (!computed_forward(j, v)) continue;
+    const ir::Node& node = g.node(v);
+    const int64_t bytes = int64_t(node.type.bytes());
+    net.edge(2 * v, 2 * v + 1, std::max<int64_t>(bytes, 1));
+    if (!recomputable(node)) net.edge(s, 2 * v, kInfinite);
+    for (ValueId a : node.args)
+      if (computed_forward(j, a)) net.edge(2 * a + 1, 2 * v, kInfinite);
+    if (needed[size_t(v)]) {
+      net.edge(2 * v + 1, t, kInfinite);
+      plan.save_all_bytes += bytes;
+    }
+  }
+  const std::vector<bool> side = net.source_side(s, t);
+  // Saved: the cut in -> out edges. Recomputed: what the backward needs
+  // behind them, walked back from its reads.
+  std::vector<bool> saved(size_t(n), false), recomputed(size_t(n), false);
+  std::vector<ValueId> stack;
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v) {
+    if (!computed_forward(j, v)) continue;
+    saved[size_t(v)] = side[size_t(2 * v)] && !side[size_t(2 * v + 1)];
+    if (needed[size_t(v)]) stack.push_back(v);
+  }
+  while (!stack.empty()) {
+    const ValueId v = stack.back();
+    stack.pop_back();
+    if (saved[size_t(v)] || recomputed[size_t(v)]) continue;
+    WS_CHECK(recomputable(g.node(v))) << "min cut: %" << v << " (" << ir::op_name(g.node(v).op)
+                                      << ") is neither saved nor recomputable";
+    recomputed[size_t(v)] = true;
+    for (ValueId a : g.node(v).args)
+      if (computed_forward(j, a)) stack.push_back(a);
+  }
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v) {
+    if (saved[size_t(v)]) {
+      plan.saved.push_back(v);
+      plan.saved_bytes += int64_t(g.type(v).bytes());
+    }
+    if (recomputed[size_t(v)]) plan.recomputed.push_back(v);
+  }
+  return plan;
+}
+
+JointGraph recompute_in_backward(const JointGraph& j, const RematPlan& plan) {
+  const ir::Graph& g = j.graph;
+  JointGraph out;
+  out.graph.name = g.name;
+  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue), clone(g.nodes.size(), ir::kNoValue);
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v)
+    map[size_t(v)] = ir::append_renamed(out.graph, g.node(v), map);
+  out.forward_end = out.graph.size();
+  // The clones read saved values, inputs, and each other.
+  std::vector<ValueId> read = map;
+  for (ValueId v : plan.recomputed) {
+    clone[size_t(v)] = ir::append_renamed(out.graph, g.node(v), read);
+    read[size_t(v)] = clone[size_t(v)];
+  }
+  // Later stages read the clones where there are clones.
+  for (ValueId v = ValueId(j.forward_end); v < g.size(); ++v)
+    map[size_t(v)] = read[size_t(v)] = ir::append_renamed(out.graph, g.node(v), read);
+  out.backward_end = j.backward_end + int64_t(plan.recomputed.size());
+  ir::copy_interface(g, map, out.graph);
+  return out;
+}
+
+}  // namespace ws::partition

@@ -1,0 +1,44 @@
+// What the forward saves for the backward, chosen by a minimum cut.
+//
+// Every forward value the backward reads must reach it: saved by the forward
+// (an interface output, its bytes kept alive between the graphs) or
+// recomputed by the backward from values that reach it. Saving is a cut:
+// each computed forward node v is split into in(v) -> out(v) with capacity
+// bytes(v); a data edge a -> v is out(a) -> in(v) with infinite capacity;
+// out(v) -> sink is infinite for every value a backward (or optimizer) node
+// reads; source -> in(v) is infinite for the ops never recomputed (matrix
+// products, convolutions, random draws, and anything that is not an
+// elementwise, reduction or shape op or an iota). Graph inputs and constants reach
+// every graph for free and are not in the network. A minimum source/sink
+// cut (Boost's Boykov-Kolmogorov max-flow) is the cheapest set of values to
+// save: each cut in -> out edge is a saved value, and the forward nodes on
+// the sink side that the backward needs are recomputed there, cloned into
+// the backward stage of the joint graph. This is AOTAutograd's partitioner
+// without its heuristics: the cost is bytes only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "partition/partition.hpp"
+
+namespace ws::partition {
+
+struct RematPlan {
+  std::vector<ir::ValueId> saved;       // forward values the forward outputs for the backward
+  std::vector<ir::ValueId> recomputed;  // forward values the backward computes again
+  int64_t saved_bytes = 0;
+  int64_t save_all_bytes = 0;  // what saving every forward value the backward reads costs
+};
+
+// The cheapest set of forward values to save, and what the backward then
+// recomputes.
+RematPlan min_cut(const JointGraph& joint);
+
+// `joint` with the plan's recomputed values cloned at the start of the
+// backward stage and every backward (and optimizer) read of them redirected
+// to the clones.
+JointGraph recompute_in_backward(const JointGraph& joint, const RematPlan& plan);
+
+}  // namespace ws::partition
