@@ -267,11 +267,30 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top,
   return 0;
 }
 
-int dump(const Common& c, const std::string& mode) {
+int dump(const Common& c, const std::string& mode, bool explain, const std::string& dot,
+         bool save_all) {
   ws::TrainSetup s = make_setup(c);
-  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
+  ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
+                     {.mode = ws::parse_mode(mode), .recompute = !save_all});
   step.run(ws::models::random_batch(ws::models::spec(c.model), 0));
-  fmt::print("{}\n{}", step.graphs_text(), step.programs_text());
+  if ((explain || !dot.empty()) && step.partition_report().empty())
+    throw ws::Error(
+        fmt::format("dump: --explain and --dot describe the three_graph partition; "
+                    "got --mode {}",
+                    mode));
+  if (!dot.empty()) {
+    std::FILE* f = std::fopen(dot.c_str(), "w");
+    if (!f) throw ws::Error(fmt::format("dump: cannot write {}", dot));
+    const std::string text = step.partition_dot();
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    fmt::print("wrote {} (render: dot -Tpng {} -o step.png)\n", dot, dot);
+  }
+  if (explain) {
+    fmt::print("{}", step.partition_report());
+    return 0;
+  }
+  if (dot.empty()) fmt::print("{}\n{}", step.graphs_text(), step.programs_text());
   return 0;
 }
 
@@ -319,6 +338,13 @@ int main(int argc, char** argv) {
   auto* dp = app.add_subcommand("dump", "print the compiled graphs and programs");
   add_common(dp, c);
   dp->add_option("--mode", mode, "interpret | three_graph | single_graph")->capture_default_str();
+  bool explain = false, save_all = false;
+  std::string dot;
+  dp->add_flag("--explain", explain,
+               "three_graph: what the forward saves, what the backward recomputes, and why");
+  dp->add_option("--dot", dot,
+                 "three_graph: write the partitioned step as Graphviz DOT to this file");
+  dp->add_flag("--save-all", save_all, "three_graph: save every value the backward reads");
 
   app.set_version_flag("--version", [] { return "wholestep 0.1\n" + ws::backend_info(); });
 
@@ -329,7 +355,7 @@ int main(int argc, char** argv) {
     if (tr->parsed()) return train(c, epochs, max_steps, mode);
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
-    if (dp->parsed()) return dump(c, mode);
+    if (dp->parsed()) return dump(c, mode, explain, dot, save_all);
   } catch (const ws::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

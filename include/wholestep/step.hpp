@@ -125,6 +125,12 @@ class TrainStep {
   std::string graphs_text() const;
   // The lowered Programs of the last compiled signature, as listings.
   std::string programs_text() const;
+  // three_graph: what the forward saves for the backward and what the
+  // backward recomputes, with bytes and reasons (empty in other modes).
+  std::string partition_report() const;
+  // three_graph: the partitioned joint graph in Graphviz DOT (forward,
+  // backward and optimizer coloured, saved values marked).
+  std::string partition_dot() const;
   // Runs `steps` real steps on this batch (parameters are updated) with every
   // kernel timed, then times the contractions alone. Compiled modes only.
   StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());

@@ -68,14 +68,31 @@ class Network {
 
 }  // namespace
 
+// Forward values read by later stages: they must reach the backward.
+std::vector<bool> needed_later(const JointGraph& j) {
+  std::vector<bool> needed(j.graph.nodes.size(), false);
+  for (ValueId v = ValueId(j.forward_end); v < j.graph.size(); ++v)
+    for (ValueId a : j.graph.node(v).args)
+      if (computed_forward(j, a)) needed[size_t(a)] = true;
+  return needed;
+}
+
+RematPlan save_all(const JointGraph& j) {
+  const std::vector<bool> needed = needed_later(j);
+  RematPlan plan;
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v)
+    if (needed[size_t(v)]) {
+      plan.saved.push_back(v);
+      plan.saved_bytes += int64_t(j.graph.type(v).bytes());
+    }
+  plan.save_all_bytes = plan.saved_bytes;
+  return plan;
+}
+
 RematPlan min_cut(const JointGraph& j) {
   const ir::Graph& g = j.graph;
   const int64_t n = g.size();
-  // Forward values read by later stages: they must reach the backward.
-  std::vector<bool> needed(size_t(n), false);
-  for (ValueId v = ValueId(j.forward_end); v < n; ++v)
-    for (ValueId a : g.node(v).args)
-      if (computed_forward(j, a)) needed[size_t(a)] = true;
+  const std::vector<bool> needed = needed_later(j);
   // Vertices: in(v) = 2v, out(v) = 2v + 1, then the source and the sink.
   const int64_t s = 2 * n, t = 2 * n + 1;
   Network net(2 * n + 2);

@@ -36,6 +36,9 @@ struct RematPlan {
 // recomputes.
 RematPlan min_cut(const JointGraph& joint);
 
+// Every forward value the backward reads saved, nothing recomputed.
+RematPlan save_all(const JointGraph& joint);
+
 // `joint` with the plan's recomputed values cloned at the start of the
 // backward stage and every backward (and optimizer) read of them redirected
 // to the clones.

@@ -144,12 +144,13 @@ Graph single_graph(const JointGraph& joint) {
 }
 
 ThreeGraphs three_graphs(const JointGraph& joint, Saving saving) {
-  if (saving == Saving::min_cut) {
-    const JointGraph j = recompute_in_backward(joint, min_cut(joint));
-    return three_graphs(j, Saving::all);
-  }
-  return ThreeGraphs{extract(joint, kForward, "forward"), extract(joint, kBackward, "backward"),
-                     extract(joint, kOptimizer, "optimizer")};
+  return three_graphs(joint, saving == Saving::min_cut ? min_cut(joint) : save_all(joint));
+}
+
+ThreeGraphs three_graphs(const JointGraph& joint, const RematPlan& plan) {
+  const JointGraph j = recompute_in_backward(joint, plan);
+  return ThreeGraphs{extract(j, kForward, "forward"), extract(j, kBackward, "backward"),
+                     extract(j, kOptimizer, "optimizer")};
 }
 
 }  // namespace ws::partition

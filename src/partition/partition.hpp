@@ -39,4 +39,8 @@ enum class Saving { min_cut, all };
 
 ThreeGraphs three_graphs(const JointGraph& joint, Saving saving = Saving::min_cut);
 
+struct RematPlan;
+// The three graphs with the plan's values saved and the rest recomputed.
+ThreeGraphs three_graphs(const JointGraph& joint, const RematPlan& plan);
+
 }  // namespace ws::partition

@@ -21,6 +21,7 @@
 #include "exec/program.hpp"
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
+#include "partition/explain.hpp"
 #include "step/capture_step.hpp"
 
 namespace ws {
@@ -93,6 +94,7 @@ struct Copy {
 
 struct Compiled {
   std::vector<ir::Type> signature;
+  std::string partition_report, partition_dot;  // three_graph
   std::vector<ir::Graph> graphs;
   std::vector<ir::Graph> lowered;  // the graphs as their Programs run them (fused)
   ir::Graph step_graph;            // interpret
@@ -163,8 +165,11 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
   if (opts.mode == StepMode::single_graph) {
     c->graphs = {partition::single_graph(cap.joint)};
   } else {
-    partition::ThreeGraphs three = partition::three_graphs(
-        cap.joint, opts.recompute ? partition::Saving::min_cut : partition::Saving::all);
+    const partition::RematPlan plan =
+        opts.recompute ? partition::min_cut(cap.joint) : partition::save_all(cap.joint);
+    partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
+    c->partition_report = partition::explain(cap.joint, plan);
+    c->partition_dot = partition::to_dot(cap.joint, plan);
     c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
   }
   // Aliasing off: the step keeps its own copy of every tensor it updates.
@@ -263,6 +268,14 @@ std::string TrainStep::graphs_text() const {
          impl_->last->lowered.empty() ? impl_->last->graphs : impl_->last->lowered)
       s += ir::print(g, {.locations = false});
   return s;
+}
+
+std::string TrainStep::partition_report() const {
+  return impl_->last ? impl_->last->partition_report : std::string();
+}
+
+std::string TrainStep::partition_dot() const {
+  return impl_->last ? impl_->last->partition_dot : std::string();
 }
 
 std::string TrainStep::programs_text() const {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "partition/explain.hpp"
 #include "partition/min_cut.hpp"
 #include "step/capture_step.hpp"
 #include "test_util.hpp"
@@ -73,6 +74,38 @@ TEST(MinCut, TwoLayerMlpSavesExactlyTheseValues) {
   for (ir::ValueId v : plan.recomputed) line("recomputed", v);
   text += fmt::format("saved bytes {} of {}\n", plan.saved_bytes, plan.save_all_bytes);
   testing::expect_golden(text, "two_layer_mlp.min_cut.txt");
+}
+
+// The report has one line per saved or recomputed value with its reason,
+// and the DOT picture marks the saved values; a step in another mode than
+// three_graph has no partition to describe.
+TEST(MinCut, ReportAndPictureDescribeThePlan) {
+  const partition::JointGraph joint = joint_of(models::spec("cnn"));
+  const partition::RematPlan plan = partition::min_cut(joint);
+  const std::string report = partition::explain(joint, plan), dot = partition::to_dot(joint, plan);
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(report, " saved "), plan.saved.size()) << report;
+  EXPECT_EQ(count(report, " recompute "), plan.recomputed.size()) << report;
+  EXPECT_EQ(count(report, "never recomputed: conv2d is not"), 3u) << report;
+  EXPECT_EQ(count(dot, "peripheries=2"), plan.saved.size());
+  EXPECT_EQ(count(dot, "dashed"), plan.recomputed.size());
+  EXPECT_EQ(dot.rfind("digraph step {", 0), 0u);
+
+  models::Spec spec = models::spec("mlp");
+  manual_seed(0);
+  auto model = models::make(spec);
+  optim::SGD opt(*model, {.lr = 0.01});
+  TrainStep single(*model, opt, models::loss_fn(*model), {.mode = StepMode::single_graph});
+  single.run(models::random_batch(spec, 0));
+  EXPECT_EQ(single.partition_report(), "");
+  TrainStep three(*model, opt, models::loss_fn(*model), {.mode = StepMode::three_graph});
+  three.run(models::random_batch(spec, 0));
+  EXPECT_NE(three.partition_report().find("saving everything the backward reads keeps"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,74 @@
+#include "partition/explain.hpp"
+
+#include <fmt/format.h>
+
+namespace ws::partition {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+bool free_value(const ir::Node& n) {
+  return n.op == Op::input || n.op == Op::full || n.op == Op::constant;
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", double(bytes) / (1 << 20)); }
+
+}  // namespace
+
+std::string explain(const JointGraph& j, const RematPlan& plan) {
+  const ir::Graph& g = j.graph;
+  std::vector<int> kind(g.nodes.size(), 0);  // 1 saved, 2 recomputed
+  for (ValueId v : plan.saved) kind[size_t(v)] = 1;
+  for (ValueId v : plan.recomputed) kind[size_t(v)] = 2;
+  std::string s = fmt::format("{:<11} {:<10} {:<18} {:<20} {:>10}  {}\n", "value", "decision", "op",
+                              "type", "bytes", "reason");
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v) {
+    if (!kind[size_t(v)]) continue;
+    const ir::Node& n = g.node(v);
+    const ir::OpCategory c = ir::op_info(n.op).category;
+    const bool cheap = c == ir::OpCategory::elementwise || c == ir::OpCategory::reduction ||
+                       c == ir::OpCategory::shape || n.op == Op::iota;
+    const std::string reason =
+        kind[size_t(v)] == 2 ? "recomputed from values that reach the backward"
+        : cheap              ? "cheaper to save than what recomputing it needs"
+                             : fmt::format(
+                                   "never recomputed: {} is not an elementwise, reduction "
+                                                "or shape op",
+                                   ir::op_name(n.op));
+    s += fmt::format("{:<11} {:<10} {:<18} {:<20} {:>10}  {}\n", fmt::format("%{}", v),
+                     kind[size_t(v)] == 1 ? "saved" : "recompute", ir::op_name(n.op), n.type.str(),
+                     n.type.bytes(), reason);
+  }
+  s += fmt::format(
+      "saved {} ({} values), recomputed {} values; saving everything the backward "
+      "reads keeps {}\n",
+      mib(plan.saved_bytes), plan.saved.size(), plan.recomputed.size(), mib(plan.save_all_bytes));
+  return s;
+}
+
+std::string to_dot(const JointGraph& j, const RematPlan& plan) {
+  const ir::Graph& g = j.graph;
+  std::vector<int> kind(g.nodes.size(), 0);
+  for (ValueId v : plan.saved) kind[size_t(v)] = 1;
+  for (ValueId v : plan.recomputed) kind[size_t(v)] = 2;
+  std::string s = "digraph step {\n  rankdir=TB;\n  node [shape=box, style=filled, fontsize=10];\n";
+  for (ValueId v = 0; v < g.size(); ++v) {
+    const ir::Node& n = g.node(v);
+    if (free_value(n)) continue;
+    const char* color = v < ValueId(j.forward_end)    ? "lightblue"
+                        : v < ValueId(j.backward_end) ? "lightpink"
+                                                      : "palegreen";
+    std::string style = "filled";
+    if (kind[size_t(v)] == 2) style += ",dashed";
+    s += fmt::format("  n{} [label=\"%{} {}\\n{}\", fillcolor={}, style=\"{}\"{}];\n", v, v,
+                     ir::op_name(n.op), n.type.str(), color, style,
+                     kind[size_t(v)] == 1 ? ", peripheries=2, penwidth=2" : "");
+    for (ValueId a : n.args)
+      if (!free_value(g.node(a))) s += fmt::format("  n{} -> n{};\n", a, v);
+  }
+  s += "}\n";
+  return s;
+}
+
+}  // namespace ws::partition
