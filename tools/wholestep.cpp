@@ -26,6 +26,7 @@ struct Common {
   double momentum = 0.9, weight_decay = -1, max_grad_norm = 0;
   std::string schedule = "cosine";
   int threads = 0;
+  double memory_budget = 0;
 };
 
 void add_common(CLI::App* app, Common& c) {
@@ -42,6 +43,10 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--max-grad-norm", c.max_grad_norm, "global-norm gradient clipping (0: off)")
       ->capture_default_str();
   app->add_option("--threads", c.threads, "threads (0: all cores)")->capture_default_str();
+  app->add_option("--memory-budget", c.memory_budget,
+                  "forward values kept for the backward: a fraction in (0, 1] of keeping all, "
+                  "or bytes; the backward recomputes the rest (0: none)")
+      ->capture_default_str();
   app->add_option("--schedule", c.schedule,
                   "learning rate schedule: cosine (decay to 0 over the run) or constant")
       ->capture_default_str();
@@ -149,7 +154,8 @@ int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
   BatchSource source(c, spec);
   if (steps <= 0) steps = source.epoch_steps() > 0 ? epochs * source.epoch_steps() : 300;
   ws::TrainSetup s = make_setup(c);
-  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode)});
+  ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
+                     {.mode = ws::parse_mode(mode), .memory_budget = c.memory_budget});
   const char* data = spec.data == DataKind::fashion_mnist ? "Fashion-MNIST"
                      : spec.data == DataKind::text        ? c.text.c_str()
                                                           : "random data";
@@ -224,7 +230,9 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, 
 int profile(const Common& c, int64_t steps, const std::string& mode, int top,
             const std::string& trace, bool no_fuse) {
   ws::TrainSetup s = make_setup(c);
-  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, {.mode = ws::parse_mode(mode), .fuse = !no_fuse});
+  ws::TrainStep step(
+      *s.model, *s.opt, s.loss_fn,
+      {.mode = ws::parse_mode(mode), .fuse = !no_fuse, .memory_budget = c.memory_budget});
   const std::vector<ws::Tensor> batch = ws::models::random_batch(ws::models::spec(c.model), 0);
   auto t0 = std::chrono::steady_clock::now();
   const ws::StepResult r = step.run(batch);  // traces, compiles and runs one step
@@ -270,8 +278,9 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top,
 int dump(const Common& c, const std::string& mode, bool explain, const std::string& dot,
          bool save_all) {
   ws::TrainSetup s = make_setup(c);
-  ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
-                     {.mode = ws::parse_mode(mode), .recompute = !save_all});
+  ws::TrainStep step(
+      *s.model, *s.opt, s.loss_fn,
+      {.mode = ws::parse_mode(mode), .recompute = !save_all, .memory_budget = c.memory_budget});
   step.run(ws::models::random_batch(ws::models::spec(c.model), 0));
   if ((explain || !dot.empty()) && step.partition_report().empty())
     throw ws::Error(

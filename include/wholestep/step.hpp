@@ -37,6 +37,13 @@ struct StepOptions {
   // shape ops). Off (for comparison): the forward saves every value the
   // backward reads.
   bool recompute = true;
+  // Bytes of forward values kept alive for the backward, at most: in
+  // (0, 1], that fraction of what saving every value the backward reads
+  // keeps; above 1, bytes. The backward recomputes the rest (the fewest
+  // recomputations that fit; never below the minimum cut). Applies to
+  // three_graph (what the forward saves) and single_graph (what stays alive
+  // across the forward/backward boundary). 0: no budget.
+  double memory_budget = 0;
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;

@@ -89,7 +89,11 @@ RematPlan save_all(const JointGraph& j) {
   return plan;
 }
 
-RematPlan min_cut(const JointGraph& j) {
+namespace {
+
+// The cut where saving a value costs save_weight per byte and recomputing a
+// cheap one recompute_weight per byte.
+RematPlan weighted_cut(const JointGraph& j, int64_t save_weight, int64_t recompute_weight) {
   const ir::Graph& g = j.graph;
   const int64_t n = g.size();
   const std::vector<bool> needed = needed_later(j);
@@ -101,8 +105,11 @@ RematPlan min_cut(const JointGraph& j) {
     if (!computed_forward(j, v)) continue;
     const ir::Node& node = g.node(v);
     const int64_t bytes = int64_t(node.type.bytes());
-    net.edge(2 * v, 2 * v + 1, std::max<int64_t>(bytes, 1));
-    if (!recomputable(node)) net.edge(s, 2 * v, kInfinite);
+    net.edge(2 * v, 2 * v + 1, std::max<int64_t>(bytes, 1) * save_weight);
+    if (!recomputable(node))
+      net.edge(s, 2 * v, kInfinite);
+    else if (recompute_weight > 0)
+      net.edge(s, 2 * v, std::max<int64_t>(bytes, 1) * recompute_weight);
     for (ValueId a : node.args)
       if (computed_forward(j, a)) net.edge(2 * a + 1, 2 * v, kInfinite);
     if (needed[size_t(v)]) {
@@ -140,6 +147,33 @@ RematPlan min_cut(const JointGraph& j) {
   return plan;
 }
 
+}  // namespace
+
+RematPlan min_cut(const JointGraph& j) { return weighted_cut(j, 1, 0); }
+
+RematPlan budgeted_cut(const JointGraph& j, int64_t budget) {
+  // Recomputing costs nothing at weight 0 (the fewest bytes saved) and more
+  // than saving at 64: the largest weight whose cut fits the budget
+  // recomputes least. Saved bytes grow with the weight.
+  constexpr int64_t kSave = 64, kMaxWeight = 64 * 64;
+  RematPlan best = weighted_cut(j, kSave, 0);
+  if (best.saved_bytes > budget) return best;  // below the minimum: the minimum
+  int64_t lo = 0, hi = kMaxWeight;
+  const RematPlan most = weighted_cut(j, kSave, hi);
+  if (most.saved_bytes <= budget) return most;
+  while (hi - lo > 1) {  // saved(lo) <= budget < saved(hi)
+    const int64_t mid = (lo + hi) / 2;
+    RematPlan p = weighted_cut(j, kSave, mid);
+    if (p.saved_bytes <= budget) {
+      lo = mid;
+      best = std::move(p);
+    } else {
+      hi = mid;
+    }
+  }
+  return best;
+}
+
 JointGraph recompute_in_backward(const JointGraph& j, const RematPlan& plan) {
   const ir::Graph& g = j.graph;
   JointGraph out;
@@ -151,7 +185,11 @@ JointGraph recompute_in_backward(const JointGraph& j, const RematPlan& plan) {
   // The clones read saved values, inputs, and each other.
   std::vector<ValueId> read = map;
   for (ValueId v : plan.recomputed) {
-    clone[size_t(v)] = ir::append_renamed(out.graph, g.node(v), read);
+    // Marked, so that common-subexpression elimination does not merge the
+    // clone back into the forward value it recomputes (in one graph).
+    ir::Node n = g.node(v);
+    n.attrs.set("recompute", int64_t(1));
+    clone[size_t(v)] = ir::append_renamed(out.graph, std::move(n), read);
     read[size_t(v)] = clone[size_t(v)];
   }
   // Later stages read the clones where there are clones.

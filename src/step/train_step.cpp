@@ -8,6 +8,7 @@
 //   exec      bind persistent storage once; per call bind data and run
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -162,11 +163,21 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
         c->counters.bytes_copied += int64_t(c->step_graph.type(o.value).bytes());
     return c;
   }
-  if (opts.mode == StepMode::single_graph) {
-    c->graphs = {partition::single_graph(cap.joint)};
+  // What the backward recomputes: within the budget, else (three_graph) the
+  // minimum cut or everything saved.
+  partition::RematPlan plan;
+  if (opts.memory_budget > 0) {
+    const int64_t all = partition::save_all(cap.joint).saved_bytes;
+    const int64_t budget = opts.memory_budget <= 1 ? int64_t(opts.memory_budget * double(all))
+                                                   : int64_t(opts.memory_budget);
+    plan = partition::budgeted_cut(cap.joint, budget);
   } else {
-    const partition::RematPlan plan =
-        opts.recompute ? partition::min_cut(cap.joint) : partition::save_all(cap.joint);
+    plan = opts.recompute && opts.mode == StepMode::three_graph ? partition::min_cut(cap.joint)
+                                                                : partition::save_all(cap.joint);
+  }
+  if (opts.mode == StepMode::single_graph) {
+    c->graphs = {partition::single_graph(partition::recompute_in_backward(cap.joint, plan))};
+  } else {
     partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
     c->partition_report = partition::explain(cap.joint, plan);
     c->partition_dot = partition::to_dot(cap.joint, plan);
@@ -252,8 +263,20 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
   }
 }
 
+namespace {
+
+const StepOptions& checked(const StepOptions& o) {
+  if (!(o.memory_budget >= 0) || !std::isfinite(o.memory_budget))
+    throw Error(fmt::format(
+        "TrainStep: memory_budget must be 0 (none), a fraction in (0, 1] or bytes above 1; got {}",
+        o.memory_budget));
+  return o;
+}
+
+}  // namespace
+
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, LossFn fn, StepOptions opts)
-    : impl_(std::make_unique<Impl>(model, opt, std::move(fn), opts)) {}
+    : impl_(std::make_unique<Impl>(model, opt, std::move(fn), checked(opts))) {}
 TrainStep::~TrainStep() = default;
 TrainStep::TrainStep(TrainStep&&) noexcept = default;
 TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
