@@ -13,8 +13,11 @@
 // cut (Boost's Boykov-Kolmogorov max-flow) is the cheapest set of values to
 // save: each cut in -> out edge is a saved value, and the forward nodes on
 // the sink side that the backward needs are recomputed there, cloned into
-// the backward stage of the joint graph. This is AOTAutograd's partitioner
-// without its heuristics: the cost is bytes only.
+// the backward stage of the joint graph. Recomputation is priced too:
+// source -> in(v) carries a fraction of v's bytes for a cheap op (an eighth
+// by default, measured: min_cut.cpp), so a cut never recomputes a long chain
+// to keep a few bytes fewer. This is AOTAutograd's partitioner with bytes
+// as the only cost.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,8 @@ struct RematPlan {
   int64_t save_all_bytes = 0;  // what saving every forward value the backward reads costs
 };
 
-// The cheapest set of forward values to save, and what the backward then
-// recomputes.
+// The cheapest cut (a saved byte costs 8, a recomputed byte 1), and what
+// the backward then recomputes.
 RematPlan min_cut(const JointGraph& joint);
 
 // Every forward value the backward reads saved, nothing recomputed.
@@ -42,7 +45,8 @@ RematPlan save_all(const JointGraph& joint);
 // The cut that recomputes least while saving at most `budget` bytes:
 // recomputing a value is priced per byte too, and the price is the highest
 // that keeps the cut within the budget (a binary search over parametric
-// cuts). Below the minimum cut's bytes, the minimum cut. The bytes kept
+// cuts). Below the fewest bytes any cut saves (recomputation priced at
+// nothing: budgeted_cut(joint, 0)), that cut. The bytes kept
 // between forward and backward fall with the budget; the planned peak need
 // not (recomputed values live in the backward with the gradients): on cnn
 // three_graph, budgets 1, 0.8, 0.4 and the minimum cut plan 86.5, 53.4, 61.8

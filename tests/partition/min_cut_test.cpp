@@ -88,7 +88,7 @@ TEST(MinCut, MemoryBudgetBoundsTheSavedBytesInBothModes) {
     const std::vector<Tensor> batch = models::random_batch(spec, 0);
     const partition::JointGraph joint = joint_of(spec);
     const int64_t all = partition::save_all(joint).saved_bytes,
-                  least = partition::min_cut(joint).saved_bytes;
+                  least = partition::budgeted_cut(joint, 0).saved_bytes;
     int64_t previous = INT64_MAX;
     double first_loss = 0;
     for (double budget : {1.0, 0.8, 0.6, 0.4, 0.2}) {
@@ -147,7 +147,10 @@ TEST(MinCut, ReportAndPictureDescribeThePlan) {
   };
   EXPECT_EQ(count(report, " saved "), plan.saved.size()) << report;
   EXPECT_EQ(count(report, " recompute "), plan.recomputed.size()) << report;
-  EXPECT_EQ(count(report, "never recomputed: conv2d is not"), 3u) << report;
+  EXPECT_EQ(count(report, "never recomputed: ") + count(report, "cheaper to save"),
+            plan.saved.size())
+      << report;
+  EXPECT_GT(count(report, "never recomputed: "), 0u) << report;
   EXPECT_EQ(count(dot, "peripheries=2"), plan.saved.size());
   EXPECT_EQ(count(dot, "dashed"), plan.recomputed.size());
   EXPECT_EQ(dot.rfind("digraph step {", 0), 0u);
