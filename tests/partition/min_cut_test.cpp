@@ -133,6 +133,46 @@ TEST(MinCut, MemoryBudgetBoundsTheSavedBytesInBothModes) {
       Error);
 }
 
+// gpt's attention dropout: the cut saves the 1-byte mask of the draw and the
+// backward recomputes the dropped-out probabilities from it, so the draw is
+// never repeated and the gradients are unchanged: three steps of three_graph
+// with the cut leave exactly the parameters the interpreter leaves.
+TEST(MinCut, RecomputedDropoutUsesTheSavedMaskOfTheOriginalDraw) {
+  const models::Spec spec = models::spec("gpt");
+  ASSERT_GT(spec.gpt.dropout, 0);
+  const partition::JointGraph joint = joint_of(spec);
+  const partition::RematPlan plan = partition::min_cut(joint);
+  const ir::Graph& g = joint.graph;
+  int from_saved_mask = 0;
+  for (ir::ValueId v : plan.recomputed) {
+    const ir::Node& n = g.node(v);
+    if (n.op != ir::Op::select) continue;
+    const ir::Node& mask = g.node(n.args[0]);
+    if (mask.op == ir::Op::ge && g.node(mask.args[0]).op == ir::Op::random_uniform &&
+        std::find(plan.saved.begin(), plan.saved.end(), n.args[0]) != plan.saved.end())
+      ++from_saved_mask;
+  }
+  for (ir::ValueId v : plan.recomputed)
+    EXPECT_NE(g.node(v).op, ir::Op::random_uniform) << "a draw is recomputed";
+  EXPECT_GE(from_saved_mask, 2) << "one per attention layer";
+  std::vector<std::vector<double>> params;
+  for (StepMode mode : {StepMode::interpret, StepMode::three_graph}) {
+    manual_seed(3);
+    auto model = models::make(spec);
+    optim::Adam opt(*model, {.lr = 1e-3}, true);
+    TrainStep step(*model, opt, models::loss_fn(*model), {.mode = mode});
+    for (int i = 0; i < 3; ++i) step.run(models::random_batch(spec, uint64_t(i)));
+    params.emplace_back();
+    for (const auto& [name, p] : model->named_parameters()) {
+      const std::vector<double> v = p.to_vector();
+      params.back().insert(params.back().end(), v.begin(), v.end());
+    }
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i)
+    ASSERT_EQ(params[1][i], params[0][i]) << "parameter element " << i;
+}
+
 // The report has one line per saved or recomputed value with its reason,
 // and the DOT picture marks the saved values; a step in another mode than
 // three_graph has no partition to describe.
