@@ -1,13 +1,14 @@
 // The kernel of a loop fusion.
 //
 // A loop fusion's body (ir/graph.hpp) computes element i of every result
-// from element i of its full-size operands. The kernel walks the result a
-// row at a time, in chunks of at most kFusedChunk elements; within a chunk
-// it runs the body's ops one after another over small buffers that stay in
-// L1, so a chain of n ops reads its operands and writes its results once
-// instead of n times, in one parallel region instead of n. Each op runs the
-// array function its single-op kernel runs (elementwise.hpp, loops.hpp), so
-// a fused and an unfused program compute identical bits.
+// from element i of its full-size operands (and number i of a random draw's
+// stream). The kernel walks the result in chunks of at most kFusedChunk
+// elements; within a chunk it runs the body's ops one after another over
+// small buffers that stay in L1, so a chain of n ops reads its operands and
+// writes its results once instead of n times, in one parallel region
+// instead of n. Each op runs the array function its single-op kernel runs
+// (elementwise.hpp, loops.hpp, the Philox stream), so a fused and an
+// unfused program compute identical bits.
 //
 // Rows: the result shape with dims merged wherever every broadcast operand
 // allows it (merge_joint), so a row is as long as it can be while each
@@ -27,24 +28,25 @@
 // parameter updated in place, or a result given a dying operand's block):
 // then it goes through a buffer, copied out when the chunk is done.
 //
-// A reduce fusion (kind "reduce"; its walk is in fused_reduce.cpp) ends its
-// loop in reductions: its loop values have the shape S of the reductions'
-// operand, every reduction sums
-// (or takes the maximum) over the same axes, and elementwise ops on the
-// reduced values (the epilogue: a mean's division, a variance's epsilon)
-// follow. The kernel walks one reduced result at a time (in parallel over
-// results): the elements of its sequence, a run at a time, go through the
-// loop in chunks and into a SumStream or MaxStream (reduce.hpp), which give
-// the bits reduce_sum and reduce_max give; then the epilogue runs on the
-// values of a run of results, as arrays. A sum over the leading dims of its operand that keeps the
-// innermost (columns: a bias's gradient, over [M, K]) is not streamed: its
-// bits come from sum_columns' tiles, which walk each column tile through all
-// M rows, and a thread cannot compute a tile's rows without computing the
-// neighbouring columns too. So the kernel runs in three phases: the loop
-// writes the operand (into its result when something reads it, else into
-// the kernel's scratch), reduce_sum sums its columns, and the epilogue (the
-// bias's optimizer update) runs per column. What that saves is the launches
-// and the gradient's own buffer, not the pass over the operand.
+// A reduce fusion (kind "reduce"; its walks are in fused_reduce.cpp) ends
+// its loop in reductions: its loop values have the shape S of the
+// reductions' operand, every reduction sums (or takes the maximum) over the
+// same axes, and elementwise ops on the reduced values (the epilogue: a
+// mean's division, a variance's epsilon, a parameter's update) follow. The
+// kernel walks the reduced results in parallel: the elements of each
+// result's sequence, a run at a time, go through the loop in chunks and
+// into a SumStream or MaxStream (reduce.hpp), which give the bits
+// reduce_sum and reduce_max give; then the epilogue runs on the values of a
+// run of results, as arrays. A sum over the leading dims of its operand that
+// keeps the innermost (columns: a bias's gradient, over [M, K]) is not
+// streamed: its bits come from sum_columns' tiles, which walk each column
+// tile through all M rows, and a thread cannot compute a tile's rows
+// without computing the neighbouring columns too. So that kernel runs in
+// three phases: the loop writes the operand (into its result when something
+// reads it, else into the kernel's scratch), reduce_sum sums its columns,
+// and the epilogue (the bias's optimizer update) runs over runs of columns.
+// What that saves is the launches and the gradient's own buffer, not the
+// pass over the operand.
 //
 // Buffers live on the stack (no allocation per step): at most
 // kMaxFusedBuffers at once, which the fuse pass guarantees by bounding a
