@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <numeric>
 
 #include "exec/fused_loop.hpp"
 #include "exec/parallel.hpp"

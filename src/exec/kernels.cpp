@@ -163,7 +163,7 @@ void k_strided(const Kernel& k, void* const* s) {
 template <class T>
 void k_random_uniform(const Kernel& k, void* const* s) {
   const uint64_t seed = uint64_t(*at<const int64_t>(s, k.in[0]));
-  const uint64_t offset = uint64_t(*at<const int64_t>(s, k.in[1]) + k.attrs.i_or("skip", 0));
+  const uint64_t offset = uint64_t(*at<const int64_t>(s, k.in[1]) + k.p[1]);
   T* y = at<T>(s, k.out);
   parallel_for(k.p[0], grain_for(kPhiloxCost), [&](int64_t b, int64_t e) {
     philox_uniform(seed, offset + uint64_t(b), y + b, e - b);
@@ -314,6 +314,7 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
   }
   if (k.op == Op::random_uniform) {  // i64 operands, floating result
     k.p[0] = k.out_type.numel();
+    k.p[1] = k.attrs.i_or("skip", 0);
     k.fn = k.out_type.dtype == DType::f32 ? k_random_uniform<float> : k_random_uniform<double>;
     k.name = "random_uniform";
     return;

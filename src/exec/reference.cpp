@@ -338,23 +338,21 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       if (out_type.dtype == DType::f32) return run_backend(op, attrs, in_types, in, out_type, out);
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);
-        std::vector<T> p(static_cast<size_t>(n));
-        run_reference(Op::matmul_bias, attrs, in_types.first(3), in, out_type, p.data(), loc);
+        run_reference(Op::matmul_bias, attrs, in_types.first(3), in, out_type, out, loc);
         const T* c = static_cast<const T*>(in[3]);
         T* y = static_cast<T*>(out);
-        for (int64_t i = 0; i < n; ++i) y[i] = c[i] + p[size_t(i)];
+        for (int64_t i = 0; i < n; ++i) y[i] = c[i] + y[i];
       });
     case Op::matmul_add:  // beta * c + alpha * (a @ b), as one fused multiply-add
       WS_CHECK(is_floating(out_type.dtype)) << "matmul_add on " << out_type.str();
       if (out_type.dtype == DType::f32) return run_backend(op, attrs, in_types, in, out_type, out);
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);
-        std::vector<T> p(static_cast<size_t>(n));
-        run_reference(Op::matmul, attrs, in_types.first(2), in, out_type, p.data(), loc);
+        run_reference(Op::matmul, attrs, in_types.first(2), in, out_type, out, loc);
         const T *c = static_cast<const T*>(in[2]), alpha = *static_cast<const T*>(in[3]),
                 beta = *static_cast<const T*>(in[4]);
         T* y = static_cast<T*>(out);
-        for (int64_t i = 0; i < n; ++i) y[i] = std::fma(c[i], beta, p[size_t(i)] * alpha);
+        for (int64_t i = 0; i < n; ++i) y[i] = std::fma(c[i], beta, y[i] * alpha);
       });
     case Op::reduce_sum:
     case Op::reduce_max:

@@ -71,29 +71,6 @@ void strided_walk(const Shape& shape, const std::vector<int64_t>& strides, F&& f
   }
 }
 
-// Visits every element of `shape` one row (last dim) at a time:
-// f(flat, offset, length, stride) covers flat..flat+length-1 at offsets
-// offset + j*stride. Run merge_dims first so rows are as long as possible.
-template <class F>
-void strided_rows(const Shape& shape, const std::vector<int64_t>& strides, F&& f) {
-  const int64_t r = int64_t(shape.size()), n = numel(shape);
-  if (n == 0) return;
-  if (r == 0) return f(int64_t(0), int64_t(0), int64_t(1), int64_t(0));
-  WS_CHECK(r <= kMaxRank) << "rank " << r << " is above the supported " << kMaxRank;
-  const int64_t len = shape[size_t(r - 1)], inner = strides[size_t(r - 1)];
-  int64_t idx[kMaxRank] = {};
-  int64_t off = 0;
-  for (int64_t row = 0; row < n / len; ++row) {
-    f(row * len, off, len, inner);
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += strides[size_t(d)];
-      if (++idx[d] < shape[size_t(d)]) break;
-      off -= strides[size_t(d)] * shape[size_t(d)];
-      idx[d] = 0;
-    }
-  }
-}
-
 // merge_dims for several operands walking one shape: merges adjacent dims
 // where every operand's strides allow it and drops size-1 dims (a rank-0
 // shape becomes [1]); `strides` holds one vector per operand.

@@ -22,7 +22,7 @@ class Fuser {
   ir::Graph run() {
     group_.assign(n_, -1);
     for (ValueId v = 0; v < g_.size(); ++v)
-      if (exec::fusible_elementwise(g_, v) || fusible_reduction(v)) grow(v);
+      if (exec::fusible_elementwise(g_, v) || exec::fusible_reduction(g_, v)) grow(v);
     return rebuild();
   }
 
@@ -37,7 +37,6 @@ class Fuser {
   static bool is_reduction(const ir::Node& n) {
     return n.op == Op::reduce_sum || n.op == Op::reduce_max;
   }
-  bool fusible_reduction(ValueId v) const { return exec::fusible_reduction(g_, v); }
   const Shape& loop_shape(const Group& gr) const {
     return gr.reduce >= 0 ? g_.type(g_.node(gr.reduce).args[0]).shape
                           : g_.type(gr.members[0]).shape;

@@ -246,23 +246,28 @@ class Lowering {
       in.push_back(&p_.constants[size_t(p_.slots[size_t(s)].index)]);
       in_types.push_back(g_.type(a));
     }
+    // Computed aside: the operands point into the constants, which grow.
     std::vector<std::byte> out(n.type.bytes());
     exec::run_reference(n.op, n.attrs, in_types, in.data(), n.type, out.data(), n.loc);
-    const int64_t off = int64_t((p_.constants.size() + 63) / 64 * 64);
-    p_.constants.resize(size_t(off) + out.size());
-    std::memcpy(&p_.constants[size_t(off)], out.data(), out.size());
-    slot_[size_t(v)] = new_slot(SlotKind::constant, off, out.size());
+    slot_[size_t(v)] = constant_slot(out.data(), out.size());
     pos_[size_t(v)] = -1;
     return true;
   }
 
+  // The one value of `full` v, in its dtype, as a constant.
   int32_t new_constant(ValueId v) {
     const ir::Type one{g_.type(v).dtype, {}};
-    int64_t off = int64_t((p_.constants.size() + 7) / 8 * 8);
-    p_.constants.resize(size_t(off) + 8);
-    // The reference `full` kernel writes the value in the node's dtype.
-    exec::run_reference(Op::full, g_.node(v).attrs, {}, nullptr, one, &p_.constants[size_t(off)]);
-    return new_slot(SlotKind::constant, off, one.bytes());
+    alignas(8) std::byte value[8];
+    exec::run_reference(Op::full, g_.node(v).attrs, {}, nullptr, one, value);
+    return constant_slot(value, one.bytes());
+  }
+
+  // `bytes` of data appended to the program's constants, 64-byte aligned.
+  int32_t constant_slot(const void* data, size_t bytes) {
+    const int64_t off = int64_t((p_.constants.size() + 63) / 64 * 64);
+    p_.constants.resize(size_t(off) + bytes);
+    std::memcpy(&p_.constants[size_t(off)], data, bytes);
+    return new_slot(SlotKind::constant, off, bytes);
   }
 
   // Step 4: updates first (so a value that is both an update and another

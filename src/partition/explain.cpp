@@ -26,15 +26,12 @@ std::string explain(const JointGraph& j, const RematPlan& plan) {
   for (ValueId v = 0; v < ValueId(j.forward_end); ++v) {
     if (!kind[size_t(v)]) continue;
     const ir::Node& n = g.node(v);
-    const ir::OpCategory c = ir::op_info(n.op).category;
-    const bool cheap = c == ir::OpCategory::elementwise || c == ir::OpCategory::reduction ||
-                       c == ir::OpCategory::shape || n.op == Op::iota;
     const std::string reason =
         kind[size_t(v)] == 2 ? "recomputed from values that reach the backward"
-        : cheap              ? "cheaper to save than what recomputing it needs"
+        : recomputable(n)    ? "cheaper to save than what recomputing it needs"
                              : fmt::format(
                                    "never recomputed: {} is not an elementwise, reduction "
-                                                "or shape op",
+                                      "or shape op",
                                    ir::op_name(n.op));
     s += fmt::format("{:<11} {:<10} {:<18} {:<20} {:>10}  {}\n", fmt::format("%{}", v),
                      kind[size_t(v)] == 1 ? "saved" : "recompute", ir::op_name(n.op), n.type.str(),

@@ -32,13 +32,6 @@ bool computed_forward(const JointGraph& j, ValueId v) {
   return v < j.forward_end && op != Op::input && op != Op::full && op != Op::constant;
 }
 
-// Ops the backward may compute again: cheap per byte, deterministic.
-bool recomputable(const ir::Node& n) {
-  const ir::OpCategory c = ir::op_info(n.op).category;
-  return c == ir::OpCategory::elementwise || c == ir::OpCategory::reduction ||
-         c == ir::OpCategory::shape || n.op == Op::iota;
-}
-
 class Network {
  public:
   explicit Network(int64_t vertices) : g_(size_t(vertices)) {}
@@ -66,8 +59,6 @@ class Network {
   FlowGraph g_;
 };
 
-}  // namespace
-
 // Forward values read by later stages: they must reach the backward.
 std::vector<bool> needed_later(const JointGraph& j) {
   std::vector<bool> needed(j.graph.nodes.size(), false);
@@ -76,20 +67,6 @@ std::vector<bool> needed_later(const JointGraph& j) {
       if (computed_forward(j, a)) needed[size_t(a)] = true;
   return needed;
 }
-
-RematPlan save_all(const JointGraph& j) {
-  const std::vector<bool> needed = needed_later(j);
-  RematPlan plan;
-  for (ValueId v = 0; v < ValueId(j.forward_end); ++v)
-    if (needed[size_t(v)]) {
-      plan.saved.push_back(v);
-      plan.saved_bytes += int64_t(j.graph.type(v).bytes());
-    }
-  plan.save_all_bytes = plan.saved_bytes;
-  return plan;
-}
-
-namespace {
 
 // The cut where saving a value costs save_weight per byte and recomputing a
 // cheap one recompute_weight per byte.
@@ -148,6 +125,24 @@ RematPlan weighted_cut(const JointGraph& j, int64_t save_weight, int64_t recompu
 }
 
 }  // namespace
+
+bool recomputable(const ir::Node& n) {
+  const ir::OpCategory c = ir::op_info(n.op).category;
+  return c == ir::OpCategory::elementwise || c == ir::OpCategory::reduction ||
+         c == ir::OpCategory::shape || n.op == Op::iota;
+}
+
+RematPlan save_all(const JointGraph& j) {
+  const std::vector<bool> needed = needed_later(j);
+  RematPlan plan;
+  for (ValueId v = 0; v < ValueId(j.forward_end); ++v)
+    if (needed[size_t(v)]) {
+      plan.saved.push_back(v);
+      plan.saved_bytes += int64_t(j.graph.type(v).bytes());
+    }
+  plan.save_all_bytes = plan.saved_bytes;
+  return plan;
+}
 
 // Recomputing a byte is priced at an eighth of keeping one alive. Measured
 // on the reference models (three_graph, `wholestep compare --save-all-rows`,

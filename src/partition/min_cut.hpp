@@ -35,6 +35,10 @@ struct RematPlan {
   int64_t save_all_bytes = 0;  // what saving every forward value the backward reads costs
 };
 
+// Ops the backward may compute again: elementwise, reduction and shape ops
+// and iotas (cheap per byte, deterministic).
+bool recomputable(const ir::Node& n);
+
 // The cheapest cut (a saved byte costs 8, a recomputed byte 1), and what
 // the backward then recomputes.
 RematPlan min_cut(const JointGraph& joint);
@@ -49,8 +53,8 @@ RematPlan save_all(const JointGraph& joint);
 // nothing: budgeted_cut(joint, 0)), that cut. The bytes kept
 // between forward and backward fall with the budget; the planned peak need
 // not (recomputed values live in the backward with the gradients): on cnn
-// three_graph, budgets 1, 0.8, 0.4 and the minimum cut plan 86.5, 53.4, 61.8
-// and 64.6 MiB.
+// three_graph, budgets 1, 0.8, 0.4 and the fewest-bytes cut plan 86.5, 53.4,
+// 61.8 and 64.6 MiB.
 RematPlan budgeted_cut(const JointGraph& joint, int64_t budget);
 
 // `joint` with the plan's recomputed values cloned at the start of the

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -95,7 +96,9 @@ struct Copy {
 
 struct Compiled {
   std::vector<ir::Type> signature;
-  std::string partition_report, partition_dot;  // three_graph
+  // three_graph: the joint graph and what its forward saves, for the
+  // partition report and picture (made when asked for).
+  std::optional<std::pair<partition::JointGraph, partition::RematPlan>> partition;
   std::vector<ir::Graph> graphs;
   std::vector<ir::Graph> lowered;  // the graphs as their Programs run them (fused)
   ir::Graph step_graph;            // interpret
@@ -179,8 +182,7 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     c->graphs = {partition::single_graph(partition::recompute_in_backward(cap.joint, plan))};
   } else {
     partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
-    c->partition_report = partition::explain(cap.joint, plan);
-    c->partition_dot = partition::to_dot(cap.joint, plan);
+    c->partition.emplace(std::move(cap.joint), std::move(plan));
     c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
   }
   // Aliasing off: the step keeps its own copy of every tensor it updates.
@@ -294,11 +296,15 @@ std::string TrainStep::graphs_text() const {
 }
 
 std::string TrainStep::partition_report() const {
-  return impl_->last ? impl_->last->partition_report : std::string();
+  if (!impl_->last || !impl_->last->partition) return {};
+  const auto& [joint, plan] = *impl_->last->partition;
+  return partition::explain(joint, plan);
 }
 
 std::string TrainStep::partition_dot() const {
-  return impl_->last ? impl_->last->partition_dot : std::string();
+  if (!impl_->last || !impl_->last->partition) return {};
+  const auto& [joint, plan] = *impl_->last->partition;
+  return partition::to_dot(joint, plan);
 }
 
 std::string TrainStep::programs_text() const {
