@@ -125,11 +125,15 @@ ir::Attrs with_shape(const VjpContext& c, const char* key, int i) {
   return a;
 }
 
+// The weight's gradient comes first: it is the last reader of the layer's
+// input (saved, or recomputed just before it), which then dies before the
+// input's gradient is allocated. Measured on cnn (planned peak): 39.2 to
+// 35.4 MiB in single_graph, 54.1 to 48.0 MiB in three_graph with the cut.
 void vjp_conv2d(const VjpContext& c, Dargs& d) {
-  if (c.want[0])
-    d[0] = c.b.add(Op::conv2d_input_grad, {c.dy, arg(c, 1)}, with_shape(c, "input_shape", 0));
   if (c.want[1])
     d[1] = c.b.add(Op::conv2d_weight_grad, {arg(c, 0), c.dy}, with_shape(c, "weight_shape", 1));
+  if (c.want[0])
+    d[0] = c.b.add(Op::conv2d_input_grad, {c.dy, arg(c, 1)}, with_shape(c, "input_shape", 0));
 }
 
 void vjp_max_pool2d(const VjpContext& c, Dargs& d) {
@@ -164,12 +168,14 @@ void vjp_convert(const VjpContext& c, Dargs& d) {
 void vjp_matmul(const VjpContext& c, Dargs& d) {
   ValueId a = arg(c, 0), b = arg(c, 1), dc = c.dy;
   bool ta = c.node.attrs.i_or("transpose_a", 0), tb = c.node.attrs.i_or("transpose_b", 0);
-  if (c.want[0])
-    d[0] = ta ? c.b.matmul(b, dc, tb, true)     // dA = op(B) dCᵀ
-              : c.b.matmul(dc, b, false, !tb);  // dA = dC op(B)ᵀ
+  // dB first, as for a convolution: in a linear layer (x Wᵀ) it is the
+  // weight's gradient, the last reader of the saved or recomputed x.
   if (c.want[1])
     d[1] = tb ? c.b.matmul(dc, a, true, ta)     // dB = dCᵀ op(A)
               : c.b.matmul(a, dc, !ta, false);  // dB = op(A)ᵀ dC
+  if (c.want[0])
+    d[0] = ta ? c.b.matmul(b, dc, tb, true)     // dA = op(B) dCᵀ
+              : c.b.matmul(dc, b, false, !tb);  // dA = dC op(B)ᵀ
 }
 
 std::vector<int64_t> kept_axes(int64_t rank, const std::vector<int64_t>& axes) {
