@@ -67,9 +67,13 @@ namespace ws::exec {
 // Elements a chunk holds. Measured on the developer machine (AMD EPYC Zen
 // 5, 2 threads), whole gpt and cnn steps, fused against unfused in the same
 // run: chunks of 256 elements lost 10-25% to per-chunk overhead, 512 lost
-// 5-15%, 2048 broke even. Buffers live on the stack: 16 x 16 KiB.
+// 5-15%, 2048 broke even.
 constexpr int64_t kFusedChunk = 2048;
-constexpr int kMaxFusedBuffers = 16;
+// Buffers a fused kernel holds at once, on the stack: 24 x 16 KiB. With 16,
+// a LayerNorm weight's gradient (its normalized input recomputed in the
+// loop) and its AdamW update (13 ops) did not fit one kernel: gpt ran 5
+// more kernels, and 10 more with recomputation.
+constexpr int kMaxFusedBuffers = 24;
 // Body values a fused loop holds at most.
 constexpr size_t kMaxFusedValues = 128;
 // Rows at least this long are read in segments (a broadcast operand as one
