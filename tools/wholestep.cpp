@@ -215,7 +215,10 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, 
     configs.push_back({ws::StepMode::three_graph, true, false});
     configs.push_back({ws::StepMode::single_graph, true, false});
   }
-  if (save_all_rows) configs.push_back({ws::StepMode::three_graph, true, true, false});
+  if (save_all_rows) {
+    configs.push_back({ws::StepMode::three_graph, true, true, false});
+    configs.push_back({ws::StepMode::single_graph, true, true, false});
+  }
   fmt::print(
       "comparing modes on {} (batch {}, {}): {} timed steps after {} warm-up, round robin, "
       "median ms/step; max diff is parameters and buffers vs interpret after the last step\n",
@@ -284,8 +287,8 @@ int dump(const Common& c, const std::string& mode, bool explain, const std::stri
   step.run(ws::models::random_batch(ws::models::spec(c.model), 0));
   if ((explain || !dot.empty()) && step.partition_report().empty())
     throw ws::Error(
-        fmt::format("dump: --explain and --dot describe the three_graph partition; "
-                    "got --mode {}",
+        fmt::format("dump: --explain and --dot describe how a compiled step is partitioned; "
+                    "--mode {} interprets the step graph unpartitioned",
                     mode));
   if (!dot.empty()) {
     std::FILE* f = std::fopen(dot.c_str(), "w");
@@ -350,10 +353,10 @@ int main(int argc, char** argv) {
   bool explain = false, save_all = false;
   std::string dot;
   dp->add_flag("--explain", explain,
-               "three_graph: what the forward saves, what the backward recomputes, and why");
-  dp->add_option("--dot", dot,
-                 "three_graph: write the partitioned step as Graphviz DOT to this file");
-  dp->add_flag("--save-all", save_all, "three_graph: save every value the backward reads");
+               "what the forward keeps for the backward, what the backward recomputes, and why");
+  dp->add_option("--dot", dot, "write the partitioned step as Graphviz DOT to this file");
+  dp->add_flag("--save-all", save_all,
+               "keep every forward value the backward reads (no recomputation)");
 
   app.set_version_flag("--version", [] { return "wholestep 0.1\n" + ws::backend_info(); });
 

@@ -32,10 +32,11 @@ struct StepOptions {
   // Fuse chains of elementwise ops into one loop kernel each. Off (for
   // comparison only): one kernel per op.
   bool fuse = true;
-  // three_graph: the forward saves a minimum cut of what the backward needs
-  // and the backward recomputes the rest (cheap elementwise, reduction and
-  // shape ops). Off (for comparison): the forward saves every value the
-  // backward reads.
+  // The forward keeps a minimum cut of what the backward needs (three_graph:
+  // saves it between the graphs; single_graph: keeps it alive into the
+  // backward) and the backward recomputes the rest (cheap elementwise,
+  // reduction and shape ops). Off (for comparison): every forward value the
+  // backward reads is kept.
   bool recompute = true;
   // Bytes of forward values kept alive for the backward, at most: in
   // (0, 1], that fraction of what saving every value the backward reads
@@ -132,11 +133,12 @@ class TrainStep {
   std::string graphs_text() const;
   // The lowered Programs of the last compiled signature, as listings.
   std::string programs_text() const;
-  // three_graph: what the forward saves for the backward and what the
-  // backward recomputes, with bytes and reasons (empty in other modes).
+  // What the forward keeps for the backward (three_graph: saves between the
+  // graphs; single_graph: keeps alive) and what the backward recomputes,
+  // with bytes and reasons (empty when interpreted).
   std::string partition_report() const;
-  // three_graph: the partitioned joint graph in Graphviz DOT (forward,
-  // backward and optimizer coloured, saved values marked).
+  // The partitioned joint graph in Graphviz DOT (forward, backward and
+  // optimizer coloured, saved values marked; empty when interpreted).
   std::string partition_dot() const;
   // Runs `steps` real steps on this batch (parameters are updated) with every
   // kernel timed, then times the contractions alone. Compiled modes only.

@@ -68,6 +68,17 @@ std::vector<bool> needed_later(const JointGraph& j) {
   return needed;
 }
 
+// What recomputing v moves: its bytes, and for a reduction the bytes of
+// its operand, which it reads whole to make a few values (a softmax's row
+// maxima cost a pass over the scores, not 1 KiB).
+int64_t recompute_bytes(const ir::Graph& g, ValueId v) {
+  const ir::Node& n = g.node(v);
+  int64_t bytes = int64_t(n.type.bytes());
+  if (ir::op_info(n.op).category == ir::OpCategory::reduction)
+    for (ValueId a : n.args) bytes = std::max(bytes, int64_t(g.type(a).bytes()));
+  return bytes;
+}
+
 // The cut where saving a value costs save_weight per byte and recomputing a
 // cheap one recompute_weight per byte.
 RematPlan weighted_cut(const JointGraph& j, int64_t save_weight, int64_t recompute_weight) {
@@ -86,7 +97,7 @@ RematPlan weighted_cut(const JointGraph& j, int64_t save_weight, int64_t recompu
     if (!recomputable(node))
       net.edge(s, 2 * v, kInfinite);
     else if (recompute_weight > 0)
-      net.edge(s, 2 * v, std::max<int64_t>(bytes, 1) * recompute_weight);
+      net.edge(s, 2 * v, std::max<int64_t>(recompute_bytes(g, v), 1) * recompute_weight);
     for (ValueId a : node.args)
       if (computed_forward(j, a)) net.edge(2 * a + 1, 2 * v, kInfinite);
     if (needed[size_t(v)]) {
@@ -144,23 +155,32 @@ RematPlan save_all(const JointGraph& j) {
   return plan;
 }
 
-// Recomputing a byte is priced at an eighth of keeping one alive. Measured
-// on the reference models (three_graph, `wholestep compare --save-all-rows`,
-// same run), against pricing recomputation at nothing: mlp no longer
-// recomputes its relus to save 0.13 MiB (+10% step time, +4% peak), cnn's
-// peak falls from 64.6 to 61.8 MiB and gpt's from 33.9 to 25.8 MiB for
-// 0.2 MiB more between the graphs, and both steps run faster than saving
-// everything (cnn 14.76 against 15.46 ms, gpt 6.96 against 7.42).
-RematPlan min_cut(const JointGraph& j) { return weighted_cut(j, 8, 1); }
+// Recomputing a byte is priced at 3/8 of keeping one alive, for a
+// reduction counting the operand it reads. Measured on the reference models
+// (`wholestep compare --save-all-rows`, weights tried 1 to 6, same run
+// against saving everything): at 1/8 the single graph recomputes every
+// LayerNorm output and attention probability a product reads, one kernel
+// each (gpt: 152 kernels against 147, planned peak 14.2 MiB); at 3/8 it
+// recomputes what fuses into its readers, with no more kernels than saving
+// everything (gpt 143, cnn 60, mlp 30, tiny_mlp 58) and planned peaks of
+// 21.5 against 25.7 MiB (gpt) and 26.9 against 35.4 (cnn); at 6/8 gpt
+// keeps almost everything (23.5 MiB). Step times are within the machine's
+// noise of saving everything in both modes. Lower budgets recompute more
+// (budgeted_cut).
+RematPlan min_cut(const JointGraph& j) { return weighted_cut(j, 8, 3); }
 
 RematPlan budgeted_cut(const JointGraph& j, int64_t budget) {
-  // Recomputing costs nothing at weight 0 (the fewest bytes saved) and more
-  // than saving at 64: the largest weight whose cut fits the budget
-  // recomputes least. Saved bytes grow with the weight.
+  // Recomputing a byte costs a 64th of saving one at weight 1 (the fewest
+  // bytes saved) and more than saving at 64: the largest weight whose cut
+  // fits the budget recomputes least. Saved bytes grow with the weight.
+  // Weight 0 is not tried: with recomputation free, a cut may recompute a
+  // whole layer's statistics (two reductions over its activations) to keep
+  // 128 bytes fewer, and then the planned peak rises (cnn: 50.9 against
+  // 48.0 MiB in three_graph).
   constexpr int64_t kSave = 64, kMaxWeight = 64 * 64;
-  RematPlan best = weighted_cut(j, kSave, 0);
+  RematPlan best = weighted_cut(j, kSave, 1);
   if (best.saved_bytes > budget) return best;  // below the minimum: the minimum
-  int64_t lo = 0, hi = kMaxWeight;
+  int64_t lo = 1, hi = kMaxWeight;
   const RematPlan most = weighted_cut(j, kSave, hi);
   if (most.saved_bytes <= budget) return most;
   while (hi - lo > 1) {  // saved(lo) <= budget < saved(hi)
@@ -180,24 +200,56 @@ JointGraph recompute_in_backward(const JointGraph& j, const RematPlan& plan) {
   const ir::Graph& g = j.graph;
   JointGraph out;
   out.graph.name = g.name;
-  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue), clone(g.nodes.size(), ir::kNoValue);
+  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
   for (ValueId v = 0; v < ValueId(j.forward_end); ++v)
     map[size_t(v)] = ir::append_renamed(out.graph, g.node(v), map);
   out.forward_end = out.graph.size();
-  // The clones read saved values, inputs, and each other.
-  std::vector<ValueId> read = map;
-  for (ValueId v : plan.recomputed) {
-    // Marked, so that common-subexpression elimination does not merge the
-    // clone back into the forward value it recomputes (in one graph).
+  // Recomputed values are placed where they are read, so they live briefly.
+  // A reduction (or an iota) is computed once, just before its first
+  // reader. An elementwise or shape op is computed again for every backward
+  // node that reads it, just before that node: it then fuses into its
+  // reader's loop, or lives only until its reader ran, and never keeps a
+  // layer's activations alive from one use to the next (the normalized
+  // values BatchNorm's backward reads, recomputed for the relu that follows
+  // them, would otherwise stay alive across the convolution's backward).
+  // Each copy is marked with its number (`recompute`), so that common
+  // subexpression elimination merges it neither with the forward value nor
+  // with another copy.
+  std::vector<bool> recomputed(g.nodes.size(), false);
+  for (ValueId v : plan.recomputed) recomputed[size_t(v)] = true;
+  std::vector<ValueId> copy(g.nodes.size(), ir::kNoValue);
+  std::vector<int64_t> copy_reader(g.nodes.size(), -1);  // the reader a copy serves; -1: all
+  int64_t reader = 0, copies = 0;
+  auto get = [&](auto& self, ValueId v) -> ValueId {
+    if (!recomputed[size_t(v)]) return map[size_t(v)];
+    if (copy[size_t(v)] != ir::kNoValue &&
+        (copy_reader[size_t(v)] < 0 || copy_reader[size_t(v)] == reader))
+      return copy[size_t(v)];
     ir::Node n = g.node(v);
-    n.attrs.set("recompute", int64_t(1));
-    clone[size_t(v)] = ir::append_renamed(out.graph, std::move(n), read);
-    read[size_t(v)] = clone[size_t(v)];
+    for (ValueId& a : n.args) a = self(self, a);
+    n.attrs.set("recompute", ++copies);
+    out.graph.nodes.push_back(std::move(n));
+    copy[size_t(v)] = out.graph.size() - 1;
+    const ir::OpCategory c = ir::op_info(g.node(v).op).category;
+    const bool per_reader = c == ir::OpCategory::elementwise || c == ir::OpCategory::shape;
+    copy_reader[size_t(v)] = per_reader ? reader : -1;
+    return copy[size_t(v)];
+  };
+  for (ValueId v = ValueId(j.forward_end); v < g.size(); ++v) {
+    if (v == ValueId(j.backward_end)) {
+      // What updates read is recomputed in the backward, once.
+      reader = -1;
+      for (ValueId u = v; u < g.size(); ++u)
+        for (ValueId a : g.node(u).args) get(get, a);
+      out.backward_end = out.graph.size();
+    }
+    if (v < ValueId(j.backward_end)) reader = v;
+    ir::Node n = g.node(v);
+    for (ValueId& a : n.args) a = get(get, a);
+    out.graph.nodes.push_back(std::move(n));
+    map[size_t(v)] = out.graph.size() - 1;
   }
-  // Later stages read the clones where there are clones.
-  for (ValueId v = ValueId(j.forward_end); v < g.size(); ++v)
-    map[size_t(v)] = read[size_t(v)] = ir::append_renamed(out.graph, g.node(v), read);
-  out.backward_end = j.backward_end + int64_t(plan.recomputed.size());
+  if (j.backward_end >= g.size()) out.backward_end = out.graph.size();
   ir::copy_interface(g, map, out.graph);
   return out;
 }

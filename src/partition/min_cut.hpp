@@ -14,10 +14,12 @@
 // save: each cut in -> out edge is a saved value, and the forward nodes on
 // the sink side that the backward needs are recomputed there, cloned into
 // the backward stage of the joint graph. Recomputation is priced too:
-// source -> in(v) carries a fraction of v's bytes for a cheap op (an eighth
-// by default, measured: min_cut.cpp), so a cut never recomputes a long chain
-// to keep a few bytes fewer. This is AOTAutograd's partitioner with bytes
-// as the only cost.
+// source -> in(v) carries a fraction of v's bytes for a cheap op (3/8 by
+// default, measured: min_cut.cpp; for a reduction, of the operand it reads),
+// so a cut never recomputes a long chain to keep a few bytes fewer. This is
+// AOTAutograd's partitioner with bytes as the only cost. Both modes use it:
+// in single_graph the "saved" values are those kept alive from the forward
+// into the backward.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,7 @@ struct RematPlan {
 // and iotas (cheap per byte, deterministic).
 bool recomputable(const ir::Node& n);
 
-// The cheapest cut (a saved byte costs 8, a recomputed byte 1), and what
+// The cheapest cut (a saved byte costs 8, a recomputed byte 3), and what
 // the backward then recomputes.
 RematPlan min_cut(const JointGraph& joint);
 
@@ -49,17 +51,21 @@ RematPlan save_all(const JointGraph& joint);
 // The cut that recomputes least while saving at most `budget` bytes:
 // recomputing a value is priced per byte too, and the price is the highest
 // that keeps the cut within the budget (a binary search over parametric
-// cuts). Below the fewest bytes any cut saves (recomputation priced at
-// nothing: budgeted_cut(joint, 0)), that cut. The bytes kept
-// between forward and backward fall with the budget; the planned peak need
-// not (recomputed values live in the backward with the gradients): on cnn
-// three_graph, budgets 1, 0.8, 0.4 and the fewest-bytes cut plan 86.5, 53.4,
-// 61.8 and 64.6 MiB.
+// cuts). Below the fewest bytes any cut saves (budgeted_cut(joint, 0)),
+// that cut. The bytes kept between forward and backward fall with the
+// budget, and on cnn and gpt so does the planned peak, in both modes
+// (tests/partition/min_cut_test.cpp sweeps it). That is a property of how
+// the backward recomputes (recompute_in_backward), not a bound: on mlp, a
+// budget recomputes the relus to keep 0.13 MiB fewer, and the planned peak
+// rises by 0.25 MiB, because the forward then writes the pre-activation
+// and the relu separately instead of the relu as the product's post-op.
 RematPlan budgeted_cut(const JointGraph& joint, int64_t budget);
 
-// `joint` with the plan's recomputed values cloned at the start of the
-// backward stage and every backward (and optimizer) read of them redirected
-// to the clones.
+// `joint` with the plan's recomputed values cloned into the backward stage
+// where they are read, and every backward (and optimizer) read of them
+// redirected to the clones: a reduction once, before its first reader; an
+// elementwise or shape op again for each backward reader, just before it
+// (min_cut.cpp says why).
 JointGraph recompute_in_backward(const JointGraph& joint, const RematPlan& plan);
 
 }  // namespace ws::partition

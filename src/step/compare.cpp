@@ -82,7 +82,7 @@ std::string format_comparison(const std::vector<CompareRow>& rows) {
     std::string name =
         std::string(mode_name(r.config.mode)) + (r.config.aliasing ? "" : " (no alias)") +
         (r.config.fuse || r.config.mode == StepMode::interpret ? "" : " (unfused)") +
-        (r.config.recompute || r.config.mode != StepMode::three_graph ? "" : " (save all)");
+        (r.config.recompute || r.config.mode == StepMode::interpret ? "" : " (save all)");
     s += fmt::format("{:<22} {:>9.2f} {:>7.2f}x {:>7} {:>8} {:>12} {:>12} {:>10} {:>10.2e}\n", name,
                      r.ms_per_step, rows[0].ms_per_step / r.ms_per_step, r.counters.graphs,
                      r.counters.kernels, mib(r.counters.bytes_copied),

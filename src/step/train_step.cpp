@@ -166,8 +166,8 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
         c->counters.bytes_copied += int64_t(c->step_graph.type(o.value).bytes());
     return c;
   }
-  // What the backward recomputes: within the budget, else (three_graph) the
-  // minimum cut or everything saved.
+  // What the backward recomputes: within the budget, else the minimum cut
+  // or everything saved.
   partition::RematPlan plan;
   if (opts.memory_budget > 0) {
     const int64_t all = partition::save_all(cap.joint).saved_bytes;
@@ -175,16 +175,15 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
                                                    : int64_t(opts.memory_budget);
     plan = partition::budgeted_cut(cap.joint, budget);
   } else {
-    plan = opts.recompute && opts.mode == StepMode::three_graph ? partition::min_cut(cap.joint)
-                                                                : partition::save_all(cap.joint);
+    plan = opts.recompute ? partition::min_cut(cap.joint) : partition::save_all(cap.joint);
   }
   if (opts.mode == StepMode::single_graph) {
     c->graphs = {partition::single_graph(partition::recompute_in_backward(cap.joint, plan))};
   } else {
     partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
-    c->partition.emplace(std::move(cap.joint), std::move(plan));
     c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
   }
+  c->partition.emplace(std::move(cap.joint), std::move(plan));
   // Aliasing off: the step keeps its own copy of every tensor it updates.
   if (!opts.aliasing) {
     for (const ir::Graph& g : c->graphs)

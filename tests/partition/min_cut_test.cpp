@@ -55,33 +55,39 @@ TEST(MinCut, EveryModelSavesNoMoreThanSaveAllAndRecomputesOnlyCheapOps) {
 }
 
 // A 2-layer MLP (784 -> 32 -> 10, batch 8): the exact values the cut saves
-// (golden text beside this test) and what it recomputes.
+// and what it recomputes (golden text beside this test), at the default
+// prices and at the smallest budget.
 TEST(MinCut, TwoLayerMlpSavesExactlyTheseValues) {
   models::Spec spec = models::spec("mlp");
   spec.sizes = {784, 32, 10};
   spec.batch = 8;
   const partition::JointGraph joint = joint_of(spec);
-  const partition::RematPlan plan = partition::min_cut(joint);
   std::string text;
-  auto line = [&](const char* what, ir::ValueId v) {
-    const ir::Node& n = joint.graph.node(v);
-    std::string args;
-    for (ir::ValueId a : n.args)
-      args += fmt::format("{}{}", args.empty() ? "" : ", ", ir::op_name(joint.graph.node(a).op));
-    text += fmt::format("{} %{} = {}({}) : {}\n", what, v, ir::op_name(n.op), args, n.type.str());
+  auto describe = [&](const char* title, const partition::RematPlan& plan) {
+    text += fmt::format("{}:\n", title);
+    auto line = [&](const char* what, ir::ValueId v) {
+      const ir::Node& n = joint.graph.node(v);
+      std::string args;
+      for (ir::ValueId a : n.args)
+        args += fmt::format("{}{}", args.empty() ? "" : ", ", ir::op_name(joint.graph.node(a).op));
+      text += fmt::format("{} %{} = {}({}) : {}\n", what, v, ir::op_name(n.op), args, n.type.str());
+    };
+    for (ir::ValueId v : plan.saved) line("saved", v);
+    for (ir::ValueId v : plan.recomputed) line("recomputed", v);
+    text += fmt::format("saved bytes {} of {}\n", plan.saved_bytes, plan.save_all_bytes);
   };
-  for (ir::ValueId v : plan.saved) line("saved", v);
-  for (ir::ValueId v : plan.recomputed) line("recomputed", v);
-  text += fmt::format("saved bytes {} of {}\n", plan.saved_bytes, plan.save_all_bytes);
+  describe("min cut", partition::min_cut(joint));
+  describe("smallest budget", partition::budgeted_cut(joint, 0));
   testing::expect_golden(text, "two_layer_mlp.min_cut.txt");
 }
 
-// A memory budget bounds what the forward keeps for the backward: across a
-// sweep on cnn and gpt, the bytes between the graphs never grow as the
-// budget falls, stay within it down to the minimum cut's bytes, and the
-// step computes the same bits (recomputation repeats the same ops). In
-// single_graph the budget lowers the planned peak below keeping everything.
-TEST(MinCut, MemoryBudgetBoundsTheSavedBytesInBothModes) {
+// A memory budget bounds what the forward keeps for the backward. Across a
+// sweep on cnn and gpt, in both modes: the bytes between the graphs never
+// grow as the budget falls and stay within it down to the fewest bytes any
+// cut keeps; the planned peak never rises as the budget falls, and at the
+// smallest budget it is below saving everything's; and the step computes
+// the same bits (recomputation repeats the same ops).
+TEST(MinCut, LoweringTheBudgetLowersSavedBytesAndPlannedPeakInBothModes) {
   for (const char* name : {"cnn", "gpt"}) {
     SCOPED_TRACE(name);
     const models::Spec spec = models::spec(name);
@@ -89,33 +95,79 @@ TEST(MinCut, MemoryBudgetBoundsTheSavedBytesInBothModes) {
     const partition::JointGraph joint = joint_of(spec);
     const int64_t all = partition::save_all(joint).saved_bytes,
                   least = partition::budgeted_cut(joint, 0).saved_bytes;
-    int64_t previous = INT64_MAX;
-    double first_loss = 0;
-    for (double budget : {1.0, 0.8, 0.6, 0.4, 0.2}) {
-      SCOPED_TRACE(budget);
+    EXPECT_LT(least, all);
+    auto run = [&](StepOptions opts) {
       manual_seed(0);  // the same parameters and random stream for every budget
       auto model = models::make(spec);
       optim::Adam opt(*model, {.lr = 1e-3});
-      TrainStep step(*model, opt, models::loss_fn(*model),
-                     {.mode = StepMode::three_graph, .memory_budget = budget});
-      const StepResult r = step.run(batch);
-      const int64_t between = r.counters.interface_bytes;
-      EXPECT_LE(between, previous);
-      previous = between;
-      const partition::RematPlan plan = partition::budgeted_cut(joint, int64_t(budget * all));
-      EXPECT_LE(plan.saved_bytes, std::max<int64_t>(int64_t(budget * all), least));
-      if (budget == 1.0) first_loss = r.loss;
-      EXPECT_EQ(r.loss, first_loss);
+      TrainStep step(*model, opt, models::loss_fn(*model), opts);
+      return step.run(batch);
+    };
+    for (StepMode mode : {StepMode::three_graph, StepMode::single_graph}) {
+      SCOPED_TRACE(mode == StepMode::three_graph ? "three_graph" : "single_graph");
+      // Saving everything: three_graph without the cut; single_graph
+      // without a budget.
+      const StepResult keep = run({.mode = mode, .recompute = false});
+      int64_t previous_between = keep.counters.interface_bytes,
+              previous_peak = keep.counters.peak_bytes;
+      // The last budget, 2 bytes (above 1: bytes), is below every cut: the
+      // fewest bytes.
+      for (double budget : {1.0, 0.8, 0.6, 0.4, 0.2, 2.0}) {
+        const bool smallest = budget == 2.0;
+        SCOPED_TRACE(budget);
+        const StepResult r = run({.mode = mode, .memory_budget = budget});
+        EXPECT_LE(r.counters.interface_bytes, previous_between);
+        EXPECT_LE(r.counters.peak_bytes, previous_peak);
+        previous_between = r.counters.interface_bytes;
+        previous_peak = r.counters.peak_bytes;
+        const int64_t bytes = budget > 1 ? int64_t(budget) : int64_t(budget * double(all));
+        EXPECT_LE(partition::budgeted_cut(joint, bytes).saved_bytes, std::max(bytes, least));
+        EXPECT_EQ(r.loss, keep.loss);
+        if (smallest) {
+          EXPECT_LT(r.counters.peak_bytes, keep.counters.peak_bytes);
+          std::printf("%s %s: planned peak %.2f MiB saving everything, %.2f MiB at the fewest\n",
+                      name, mode == StepMode::three_graph ? "three_graph" : "single_graph",
+                      double(keep.counters.peak_bytes) / (1 << 20),
+                      double(r.counters.peak_bytes) / (1 << 20));
+        }
+      }
     }
-    manual_seed(0);
-    auto model = models::make(spec);
-    optim::Adam opt(*model, {.lr = 1e-3});
-    TrainStep keep(*model, opt, models::loss_fn(*model), {.mode = StepMode::single_graph});
-    TrainStep budgeted(*model, opt, models::loss_fn(*model),
-                       {.mode = StepMode::single_graph, .memory_budget = 0.8});
-    const StepResult a = keep.run(batch), b = budgeted.run(batch);
-    EXPECT_LT(b.counters.peak_bytes, a.counters.peak_bytes);
   }
+}
+
+// With the cut in both modes, the single graph plans a lower peak than the
+// three graphs on every reference model, with SGD and with Adam; and cnn's
+// three graphs keep at most 80% of what saving everything keeps between
+// them.
+TEST(MinCut, SingleGraphPlansALowerPeakThanThreeGraphsOnEveryModel) {
+  for (const std::string& name : models::names()) {
+    for (bool adam : {false, true}) {
+      SCOPED_TRACE(name + (adam ? " adam" : " sgd"));
+      const models::Spec spec = models::spec(name);
+      auto run = [&](StepOptions opts) {
+        manual_seed(0);
+        auto model = models::make(spec);
+        std::unique_ptr<optim::Optimizer> opt;
+        if (adam)
+          opt = std::make_unique<optim::Adam>(*model, optim::AdamOptions{.lr = 1e-3});
+        else
+          opt =
+              std::make_unique<optim::SGD>(*model, optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+        TrainStep step(*model, *opt, models::loss_fn(*model), opts);
+        return step.run(models::random_batch(spec, 0)).counters;
+      };
+      const StepCounters single = run({.mode = StepMode::single_graph}),
+                         three = run({.mode = StepMode::three_graph});
+      EXPECT_LT(single.peak_bytes, three.peak_bytes);
+      if (name == "cnn") {
+        const StepCounters all = run({.mode = StepMode::three_graph, .recompute = false});
+        EXPECT_LE(double(three.interface_bytes), 0.8 * double(all.interface_bytes));
+      }
+    }
+  }
+}
+
+TEST(MinCut, ANegativeBudgetIsAClearError) {
   manual_seed(0);
   auto model = models::make(models::spec("mlp"));
   optim::SGD opt(*model, {.lr = 0.01});
@@ -141,7 +193,9 @@ TEST(MinCut, RecomputedDropoutUsesTheSavedMaskOfTheOriginalDraw) {
   const models::Spec spec = models::spec("gpt");
   ASSERT_GT(spec.gpt.dropout, 0);
   const partition::JointGraph joint = joint_of(spec);
-  const partition::RematPlan plan = partition::min_cut(joint);
+  // The smallest budget: the cut that keeps the fewest bytes recomputes
+  // the dropped-out attention probabilities.
+  const partition::RematPlan plan = partition::budgeted_cut(joint, 0);
   const ir::Graph& g = joint.graph;
   int from_saved_mask = 0;
   for (ir::ValueId v : plan.recomputed) {
@@ -160,7 +214,7 @@ TEST(MinCut, RecomputedDropoutUsesTheSavedMaskOfTheOriginalDraw) {
     manual_seed(3);
     auto model = models::make(spec);
     optim::Adam opt(*model, {.lr = 1e-3}, true);
-    TrainStep step(*model, opt, models::loss_fn(*model), {.mode = mode});
+    TrainStep step(*model, opt, models::loss_fn(*model), {.mode = mode, .memory_budget = 2});
     for (int i = 0; i < 3; ++i) step.run(models::random_batch(spec, uint64_t(i)));
     params.emplace_back();
     for (const auto& [name, p] : model->named_parameters()) {
@@ -174,8 +228,8 @@ TEST(MinCut, RecomputedDropoutUsesTheSavedMaskOfTheOriginalDraw) {
 }
 
 // The report has one line per saved or recomputed value with its reason,
-// and the DOT picture marks the saved values; a step in another mode than
-// three_graph has no partition to describe.
+// and the DOT picture marks the saved values. Compiled steps in both modes
+// describe their partition; an interpreted step has none.
 TEST(MinCut, ReportAndPictureDescribeThePlan) {
   const partition::JointGraph joint = joint_of(models::spec("cnn"));
   const partition::RematPlan plan = partition::min_cut(joint);
@@ -199,13 +253,16 @@ TEST(MinCut, ReportAndPictureDescribeThePlan) {
   manual_seed(0);
   auto model = models::make(spec);
   optim::SGD opt(*model, {.lr = 0.01});
-  TrainStep single(*model, opt, models::loss_fn(*model), {.mode = StepMode::single_graph});
-  single.run(models::random_batch(spec, 0));
-  EXPECT_EQ(single.partition_report(), "");
-  TrainStep three(*model, opt, models::loss_fn(*model), {.mode = StepMode::three_graph});
-  three.run(models::random_batch(spec, 0));
-  EXPECT_NE(three.partition_report().find("saving everything the backward reads keeps"),
-            std::string::npos);
+  for (StepMode mode : {StepMode::single_graph, StepMode::three_graph}) {
+    TrainStep step(*model, opt, models::loss_fn(*model), {.mode = mode});
+    step.run(models::random_batch(spec, 0));
+    EXPECT_NE(step.partition_report().find("saving everything the backward reads keeps"),
+              std::string::npos);
+    EXPECT_EQ(step.partition_dot().rfind("digraph step {", 0), 0u);
+  }
+  TrainStep interpreted(*model, opt, models::loss_fn(*model), {.mode = StepMode::interpret});
+  interpreted.run(models::random_batch(spec, 0));
+  EXPECT_EQ(interpreted.partition_report(), "");
 }
 
 }  // namespace
