@@ -47,6 +47,8 @@ class Optimizer {
   // Steps taken so far; the compiled step advances it.
   int64_t step_count() const { return step_; }
   void advance() { ++step_; }
+  // Restores the step count (loading a checkpoint); must be >= 0.
+  void set_step_count(int64_t steps);
 
   // Gradient clipping by global norm, as torch.nn.utils.clip_grad_norm_
   // before each step: all gradients are scaled by min(1, max_norm / (norm +

@@ -13,6 +13,11 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
+void Optimizer::set_step_count(int64_t steps) {
+  if (steps < 0) throw Error(fmt::format("set_step_count({}): must be >= 0", steps));
+  step_ = steps;
+}
+
 void Optimizer::add_state(const std::vector<std::string>& slots) {
   for (auto& [name, p] : params_)  // param-major, slot-minor
     for (const std::string& slot : slots)
