@@ -1,20 +1,35 @@
 // The wholestep command line: train a reference model, compare the modes,
 // print the compiled graphs.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <new>
 #include <optional>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "wholestep/wholestep.hpp"
 
 namespace {
 
+using nlohmann::json;
 using ws::models::DataKind;
+
+// A flag or file the user gave that cannot work: reported before any work
+// starts, with exit status 2.
+class UsageError : public ws::Error {
+ public:
+  using ws::Error::Error;
+};
 
 struct Common {
   std::string model = "mlp";
@@ -86,10 +101,15 @@ ws::TrainSetup make_setup(const Common& c) {
 class BatchSource {
  public:
   BatchSource(const Common& c, const ws::models::Spec& spec) : c_(c), spec_(spec) {
-    if (spec.data == DataKind::fashion_mnist)
+    if (spec.data == DataKind::fashion_mnist) {
       fm_.emplace("train", c.data_dir);
-    else if (spec.data == DataKind::text)
+      if (fm_->size() < spec.batch)
+        throw UsageError(
+            fmt::format("--data {}: the training set holds {} examples, fewer than one batch of {}",
+                        c.data_dir, fm_->size(), spec.batch));
+    } else if (spec.data == DataKind::text) {
       text_.emplace(ws::data::ByteText(c.text).split("train"));
+    }
   }
   // Batches per epoch (0: no epochs).
   int64_t epoch_steps() const { return fm_ ? fm_->size() / spec_.batch : 0; }
@@ -149,50 +169,186 @@ double validation_loss(ws::models::Model& model, const Common& c, const ws::mode
   return total / batches;
 }
 
-int train(const Common& c, int epochs, int64_t steps, const std::string& mode) {
+// What `train` takes beyond the common options.
+struct TrainFlags {
+  int epochs = 1;
+  std::optional<int64_t> steps;
+  std::string mode = "single_graph";
+  std::string save_dir;
+  int64_t save_every = 0;  // 0: at the end and when interrupted only
+  int keep = 3;
+  std::string resume;
+  std::optional<int64_t> stop_after;
+};
+
+// The signal that asked `train` to stop (SIGINT, SIGTERM), or 0.
+std::atomic<int> g_stop_signal{0};
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  ::signal(sig, SIG_DFL);  // a second one stops at once
+}
+
+// The configuration a checkpoint keeps, so a resumed run continues exactly
+// as it was set up.
+json run_config(const Common& c, const TrainFlags& f, int64_t steps) {
+  return {{"model", c.model},
+          {"optimizer", optimizer_name(c)},
+          {"lr", learning_rate(c)},
+          {"momentum", c.momentum},
+          {"weight_decay", c.weight_decay},
+          {"max_grad_norm", c.max_grad_norm},
+          {"schedule", c.schedule},
+          {"seed", c.seed},
+          {"mode", f.mode},
+          {"memory_budget", c.memory_budget},
+          {"steps", steps},
+          {"data", c.data_dir},
+          {"text", c.text}};
+}
+
+// --resume: the run's configuration comes from the checkpoint. A flag given
+// on the command line with another value is a usage error (the run would
+// not continue as it was); --steps may extend or shorten the run, and
+// --data and --text may point to where the same data now lives.
+void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags& f) {
+  ws::CheckpointState st;
+  json cfg;
+  try {
+    st = ws::read_checkpoint_state(resume);
+    cfg = json::parse(st.user_json).at("config");
+  } catch (const json::exception& e) {
+    throw UsageError(fmt::format("--resume {}: no training configuration in the checkpoint ({})",
+                                 resume, e.what()));
+  } catch (const ws::Error& e) {
+    throw UsageError(fmt::format("--resume {}: {}", resume, e.what()));
+  }
+  auto given = [&](const char* flag) { return tr->get_option(flag)->count() > 0; };
+  auto take = [&](const char* flag, const char* key, auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    T saved;
+    try {
+      saved = cfg.at(key).get<T>();
+    } catch (const json::exception& e) {
+      throw UsageError(
+          fmt::format("--resume {}: the saved configuration's '{}': {}", resume, key, e.what()));
+    }
+    if (given(flag) && !(field == saved))
+      throw UsageError(fmt::format(
+          "{} {} differs from the checkpoint's {} ({}); a resumed run keeps its configuration",
+          flag, json(field).dump(), json(saved).dump(), st.path));
+    field = saved;
+  };
+  take("--model", "model", c.model);
+  take("--seed", "seed", c.seed);
+  take("--momentum", "momentum", c.momentum);
+  take("--weight-decay", "weight_decay", c.weight_decay);
+  take("--max-grad-norm", "max_grad_norm", c.max_grad_norm);
+  take("--schedule", "schedule", c.schedule);
+  take("--memory-budget", "memory_budget", c.memory_budget);
+  take("--mode", "mode", f.mode);
+  std::string opt = c.optimizer.value_or("");
+  double lr = c.lr.value_or(0);
+  take("--optimizer", "optimizer", opt);
+  take("--lr", "lr", lr);
+  c.optimizer = opt;
+  c.lr = lr;
+  if (!given("--steps")) f.steps = cfg.value("steps", int64_t(0));
+  if (!given("--data")) c.data_dir = cfg.value("data", c.data_dir);
+  if (!given("--text")) c.text = cfg.value("text", c.text);
+  f.resume = st.path;
+}
+
+// A directory `train --save` can write checkpoints into.
+void check_writable_dir(const char* flag, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || ::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(fmt::format("{} {}: cannot write there ({})", flag, dir,
+                                 ec ? ec.message() : std::string(std::strerror(errno))));
+}
+
+int train(const Common& c, const TrainFlags& f) {
   const ws::models::Spec spec = ws::models::spec(c.model);
   BatchSource source(c, spec);
-  if (steps <= 0) steps = source.epoch_steps() > 0 ? epochs * source.epoch_steps() : 300;
+  const int64_t steps =
+      f.steps.value_or(source.epoch_steps() > 0 ? int64_t(f.epochs) * source.epoch_steps() : 300);
   ws::TrainSetup s = make_setup(c);
   ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
-                     {.mode = ws::parse_mode(mode), .memory_budget = c.memory_budget});
+                     {.mode = ws::parse_mode(f.mode), .memory_budget = c.memory_budget});
+  // The test set is read before training, so a broken one stops nothing.
+  std::optional<ws::data::FashionMnist> test;
+  if (spec.data == DataKind::fashion_mnist) {
+    test.emplace("test", c.data_dir);
+    if (test->size() == 0)
+      throw UsageError(fmt::format("--data {}: the test set holds no examples", c.data_dir));
+  }
+  int64_t start = 0;
+  if (!f.resume.empty()) {
+    start = ws::load_checkpoint(f.resume, *s.model, *s.opt).step;
+    fmt::print("resumed from {} at step {}\n", f.resume, start);
+  }
+  const int64_t end = std::min(steps, f.stop_after ? start + *f.stop_after : steps);
   const char* data = spec.data == DataKind::fashion_mnist ? "Fashion-MNIST"
                      : spec.data == DataKind::text        ? c.text.c_str()
                                                           : "random data";
   fmt::print("training {} on {}: {} steps, batch {}, {} lr {} ({}), mode {}\n", c.model, data,
-             steps, spec.batch, optimizer_name(c), learning_rate(c), c.schedule, mode);
+             steps, spec.batch, optimizer_name(c), learning_rate(c), c.schedule, f.mode);
+  auto save = [&] {
+    if (f.save_dir.empty()) return std::string();
+    const int64_t i = s.opt->step_count();
+    json user = {{"config", run_config(c, f, steps)},
+                 {"data", {{"step", i}, {"shuffle_seed", c.seed}}}};
+    if (source.epoch_steps() > 0) {
+      user["data"]["epoch"] = i / source.epoch_steps();
+      user["data"]["index"] = i % source.epoch_steps();
+    }
+    return ws::save_checkpoint(f.save_dir, *s.model, *s.opt, user.dump(), f.keep);
+  };
+  g_stop_signal = 0;
+  ::signal(SIGINT, on_stop_signal);
+  ::signal(SIGTERM, on_stop_signal);
   auto t0 = std::chrono::steady_clock::now();
   double first = 0, loss = 0, recent = 0;
   int64_t recent_n = 0;
   const int64_t window = 20;
-  if (c.schedule != "cosine" && c.schedule != "constant")
-    throw ws::Error(fmt::format("unknown schedule '{}': expected cosine or constant", c.schedule));
-  for (int64_t i = 0; i < steps; ++i) {
+  for (int64_t i = start; i < end; ++i) {
     // The learning rate is a graph input: changing it never recompiles.
     if (c.schedule == "cosine")
       s.opt->set_lr(learning_rate(c) * 0.5 * (1 + std::cos(M_PI * double(i) / double(steps))));
     ws::StepResult r = step.run(source.get(i));
     loss = r.loss;
-    if (i == 0) first = loss;
-    if (i >= steps - window) recent += loss, ++recent_n;
-    if ((i + 1) % 50 == 0 || i == 0) {
+    if (i == start) first = loss;
+    if (i >= end - window) recent += loss, ++recent_n;
+    if ((i + 1) % 50 == 0 || i == start) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::string epoch =
           source.epoch_steps() > 0 ? fmt::format("  epoch {}", i / source.epoch_steps() + 1) : "";
       fmt::print("step {:5d}{}  loss {:.4f}  {:.1f} steps/s\n", i + 1, epoch, loss,
-                 double(i + 1) / secs);
+                 double(i + 1 - start) / secs);
       std::fflush(stdout);
     }
+    if (const int sig = g_stop_signal.load()) {
+      const std::string where = save();
+      fmt::print(stderr, "stopped by {} after step {}{}\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 i + 1, where.empty() ? "" : fmt::format("; saved {}", where));
+      return 128 + sig;
+    }
+    if (f.save_every > 0 && (i + 1) % f.save_every == 0 && i + 1 < end) save();
   }
+  if (const std::string where = save(); !where.empty()) fmt::print("saved {}\n", where);
+  if (end < steps) {
+    fmt::print("stopped after step {} of {} (--stop-after)\n", end, steps);
+    return 0;
+  }
+  const int64_t ran = end - start;
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("trained {} steps in {:.1f} s ({:.2f} ms/step), traces {}\n", steps, secs,
-             1000 * secs / double(steps), step.traces());
-  fmt::print("loss: first step {:.4f}, mean of the last {} steps {:.4f} ({:.2f}x lower)\n", first,
-             recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
+  fmt::print("trained {} steps in {:.1f} s ({:.2f} ms/step), traces {}\n", ran, secs,
+             1000 * secs / double(std::max<int64_t>(ran, 1)), step.traces());
+  if (recent_n > 0)
+    fmt::print("loss: first step {:.4f}, mean of the last {} steps {:.4f} ({:.2f}x lower)\n", first,
+               recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
   auto& model = static_cast<ws::models::Model&>(*s.model);
-  if (spec.data == DataKind::fashion_mnist)
-    fmt::print("test accuracy: {:.4f}\n",
-               accuracy(model, ws::data::FashionMnist("test", c.data_dir)));
+  if (test) fmt::print("test accuracy: {:.4f}\n", accuracy(model, *test));
   if (spec.data == DataKind::text)
     fmt::print("validation loss (last 10% of the text, eval mode): {:.4f}\n",
                validation_loss(model, c, spec, 20));
@@ -308,21 +464,126 @@ int dump(const Common& c, const std::string& mode, bool explain, const std::stri
 
 }  // namespace
 
+// ---- what the user gave, checked before any work --------------------------
+
+void require(bool ok, const char* flag, const std::string& value, const char* what) {
+  if (!ok) throw UsageError(fmt::format("{} {}: {}", flag, value, what));
+}
+void require_count(const char* flag, int64_t value, int64_t least) {
+  if (value < least)
+    throw UsageError(fmt::format("{} {}: must be at least {}", flag, value, least));
+}
+void require_nonnegative(const char* flag, double value) {
+  require(std::isfinite(value) && value >= 0, flag, fmt::format("{}", value),
+          "must be a finite number >= 0");
+}
+
+// A file a subcommand will write: its directory must exist and be writable.
+void check_output_file(const char* flag, const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(fmt::format("{} {}: is a directory", flag, path));
+  if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+    throw UsageError(fmt::format("{} {}: cannot write in {} ({})", flag, path,
+                                 dir.empty() ? "." : dir, std::strerror(errno)));
+}
+
+void check_common(CLI::App* app, const Common& c) {
+  try {
+    ws::models::spec(c.model);
+  } catch (const ws::Error& e) {
+    throw UsageError(fmt::format("--model {}: {}", c.model, e.what()));
+  }
+  const std::string opt = optimizer_name(c);
+  require(opt == "sgd" || opt == "adam" || opt == "adamw", "--optimizer", opt,
+          "expected sgd, adam or adamw");
+  require_nonnegative("--lr", learning_rate(c));
+  require_nonnegative("--momentum", c.momentum);
+  if (app->get_option("--weight-decay")->count() > 0)
+    require_nonnegative("--weight-decay", c.weight_decay);
+  require_nonnegative("--max-grad-norm", c.max_grad_norm);
+  require_nonnegative("--memory-budget", c.memory_budget);
+  require(c.threads >= 0, "--threads", std::to_string(c.threads), "must be >= 0 (0: all cores)");
+  require(c.schedule == "cosine" || c.schedule == "constant", "--schedule", c.schedule,
+          "expected cosine or constant");
+}
+
+// The data a training run reads: a directory the user named must exist,
+// and a text must hold a window for training and one for validation.
+void check_data(CLI::App* app, const Common& c) {
+  const ws::models::Spec spec = ws::models::spec(c.model);
+  std::error_code ec;
+  if (spec.data == DataKind::fashion_mnist && app->get_option("--data")->count() > 0 &&
+      !std::filesystem::is_directory(c.data_dir, ec))
+    throw UsageError(fmt::format("--data {}: no such directory", c.data_dir));
+  if (spec.data == DataKind::text) {
+    try {
+      const ws::data::ByteText text(c.text);
+      for (const char* part : {"train", "val"}) {
+        const int64_t bytes = text.split(part).size();
+        if (bytes <= spec.gpt.context)
+          throw UsageError(fmt::format(
+              "--text {}: its {} part ({} of {} bytes) is shorter than one window of {} bytes",
+              c.text, part, bytes, text.size(), spec.gpt.context + 1));
+      }
+    } catch (const UsageError&) {
+      throw;
+    } catch (const ws::Error& e) {
+      throw UsageError(fmt::format("--text {}: {}", c.text, e.what()));
+    }
+  }
+}
+
+void check_mode(const std::string& mode) {
+  try {
+    ws::parse_mode(mode);
+  } catch (const ws::Error& e) {
+    throw UsageError(fmt::format("--mode {}: {}", mode, e.what()));
+  }
+}
+
+void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
+  require_count("--epochs", f.epochs, 1);
+  if (f.steps) require_count("--steps", *f.steps, 1);
+  if (f.stop_after) require_count("--stop-after", *f.stop_after, 1);
+  require_count("--save-every", f.save_every, 0);
+  require_count("--keep", f.keep, 0);
+  if (f.save_dir.empty() &&
+      (tr->get_option("--save-every")->count() > 0 || tr->get_option("--keep")->count() > 0))
+    throw UsageError("--save-every and --keep need --save DIR");
+  check_mode(f.mode);
+  if (!f.save_dir.empty()) check_writable_dir("--save", f.save_dir);
+  check_data(tr, c);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"wholestep: compile a whole training step into one graph"};
   app.require_subcommand(1);
   Common c;
-  int epochs = 1;
-  int64_t max_steps = 0, steps = 20, warmup = 3;
+  TrainFlags f;
+  int64_t steps = 20, warmup = 3;
   std::string mode = "single_graph";
   bool no_alias_rows = false;
 
   auto* tr = app.add_subcommand(
       "train", "train a model (Fashion-MNIST: then test accuracy; gpt: then validation loss)");
   add_common(tr, c);
-  tr->add_option("--epochs", epochs, "epochs (Fashion-MNIST models)")->capture_default_str();
-  tr->add_option("--steps", max_steps, "steps (default: the epochs, or 300 for gpt)");
-  tr->add_option("--mode", mode, "interpret | three_graph | single_graph")->capture_default_str();
+  tr->add_option("--epochs", f.epochs, "epochs (Fashion-MNIST models)")->capture_default_str();
+  tr->add_option("--steps", f.steps, "steps (default: the epochs, or 300 for gpt)");
+  tr->add_option("--mode", f.mode, "interpret | three_graph | single_graph")->capture_default_str();
+  tr->add_option("--save", f.save_dir,
+                 "write checkpoints into this directory (checkpoint-<step>/: model.safetensors, "
+                 "optimizer.safetensors, trainer_state.json) at the end, every --save-every "
+                 "steps, and when stopped by SIGINT or SIGTERM");
+  tr->add_option("--save-every", f.save_every, "steps between checkpoints (0: at the end only)")
+      ->capture_default_str();
+  tr->add_option("--keep", f.keep, "checkpoints kept, the newest (0: all)")->capture_default_str();
+  tr->add_option("--resume", f.resume,
+                 "continue the run saved in this checkpoint (or the newest in this directory), "
+                 "with its configuration");
+  tr->add_option("--stop-after", f.stop_after,
+                 "stop after this many steps of this run (saving when --save is given)");
 
   auto* cmp =
       app.add_subcommand("compare", "train in every mode and compare time, memory, agreement");
@@ -333,7 +594,7 @@ int main(int argc, char** argv) {
   bool unfused_rows = false, no_fuse = false, save_all_rows = false;
   cmp->add_flag("--unfused-rows", unfused_rows, "also run the compiled modes without fusion");
   cmp->add_flag("--save-all-rows", save_all_rows,
-                "also run three_graph saving every value the backward reads (no recomputation)");
+                "also run both modes keeping every value the backward reads (no recomputation)");
 
   int top = 12;
   auto* pr = app.add_subcommand("profile", "time every kernel of a compiled step");
@@ -360,15 +621,57 @@ int main(int argc, char** argv) {
 
   app.set_version_flag("--version", [] { return "wholestep 0.1\n" + ws::backend_info(); });
 
-  CLI11_PARSE(app, argc, argv);
+  // Every failure is one line on stderr: usage errors (a flag, a file, a
+  // data set that cannot work) exit 2, other errors 1, a bug in wholestep
+  // 70 with a request to report it.
   try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      fmt::print(stderr, "error: {} (see --help)\n", e.what());
+      return 2;
+    }
+    if (tr->parsed() && !f.resume.empty()) adopt_config(tr, f.resume, c, f);
+    for (CLI::App* sub : {tr, cmp, pr, dp})
+      if (sub->parsed()) check_common(sub, c);
+    if (tr->parsed()) check_train(tr, c, f);
+    if (cmp->parsed()) {
+      require_count("--steps", steps, 1);
+      require_count("--warmup", warmup, 0);
+      check_data(cmp, c);
+    }
+    if (pr->parsed()) {
+      require_count("--steps", steps, 1);
+      require_count("--top", top, 1);
+      if (mode == "interpret") throw UsageError("--mode interpret: profile times compiled modes");
+      if (!trace.empty()) check_output_file("--trace", trace);
+    }
+    if (dp->parsed() && !dot.empty()) check_output_file("--dot", dot);
+    if (pr->parsed() || dp->parsed()) check_mode(mode);
+
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
-    if (tr->parsed()) return train(c, epochs, max_steps, mode);
+    if (tr->parsed()) return train(c, f);
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode, explain, dot, save_all);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
   } catch (const ws::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const ws::InternalError& e) {
+    fmt::print(stderr,
+               "internal error: {}\nThis is a bug in wholestep, not in your input; please report "
+               "it with the command line that caused it.\n",
+               e.what());
+    return 70;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }

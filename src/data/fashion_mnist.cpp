@@ -54,8 +54,10 @@ FashionMnist::FashionMnist(const std::string& split, const std::string& dir) {
   std::string images_path = (base / (prefix + "-images-idx3-ubyte.gz")).string();
   std::string labels_path = (base / (prefix + "-labels-idx1-ubyte.gz")).string();
 
-  IdxArray images = read_idx(images_path, kFashionMnistPackage);
-  IdxArray labels = read_idx(labels_path, kFashionMnistPackage);
+  // The Debian package is named only where it installs the files.
+  const std::string package = dir == kFashionMnistDir ? kFashionMnistPackage : "";
+  IdxArray images = read_idx(images_path, package);
+  IdxArray labels = read_idx(labels_path, package);
 
   if (images.dims.size() != 3 || images.dims[1] != kSide || images.dims[2] != kSide) {
     throw Error(fmt::format("FashionMnist: {}: images have shape {}; expected [N,{},{}]",

@@ -237,13 +237,14 @@ TEST(FashionMnist, BatchesRangeFollowsEpochIndices) {
   EXPECT_EQ(i, idx.size());
 }
 
-TEST(FashionMnist, MissingDirNamesPathAndDebianPackage) {
+// The Debian package is named only for its own directory: a directory the
+// user chose is theirs to fix (idx_test checks the package's message).
+TEST(FashionMnist, MissingDirNamesThePathNotThePackage) {
   ScratchDir dir;
   std::string missing = dir.file("no-such-dir");
   std::string msg = error_message([&] { FashionMnist("train", missing); });
-  EXPECT_TRUE(
-      contains_all(msg, {missing + "/train-images-idx3-ubyte.gz", "no such file",
-                         "dataset-fashion-mnist", "apt-get install dataset-fashion-mnist"}));
+  EXPECT_TRUE(contains_all(msg, {missing + "/train-images-idx3-ubyte.gz", "no such file"}));
+  EXPECT_EQ(msg.find("apt-get"), std::string::npos) << msg;
 }
 
 TEST(FashionMnist, MissingLabelsFileNamesItsPath) {
@@ -251,7 +252,7 @@ TEST(FashionMnist, MissingLabelsFileNamesItsPath) {
   write_split(dir, "train", 5);
   std::filesystem::remove(dir.file("train-labels-idx1-ubyte.gz"));
   std::string msg = error_message([&] { FashionMnist("train", dir.str()); });
-  EXPECT_TRUE(contains_all(msg, {dir.file("train-labels-idx1-ubyte.gz"), "dataset-fashion-mnist"}));
+  EXPECT_TRUE(contains_all(msg, {dir.file("train-labels-idx1-ubyte.gz"), "no such file"}));
 }
 
 TEST(FashionMnist, WrongImageSizeNamesPathAndShape) {

@@ -1,0 +1,208 @@
+// The command line as a user meets it: every bad flag or file is one line
+// on stderr and exit status 2 before any work, a resumed run continues with
+// the same bits, and SIGINT or SIGTERM saves and exits 130 or 143.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / fmt::format("ws_cli_{}_{}", name, ::getpid());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs the wholestep binary with `args` (a shell word list).
+Result run(const std::string& args) {
+  const std::string dir = temp_dir("run");
+  const std::string cmd = fmt::format("{} {} > {}/out 2> {}/err", WS_CLI, args, dir, dir);
+  const int st = std::system(cmd.c_str());
+  Result r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
+  fs::remove_all(dir);
+  return r;
+}
+
+void expect_usage_error(const std::string& args, const std::string& message) {
+  SCOPED_TRACE(args);
+  const Result r = run(args);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "work started: " << r.out;
+}
+
+TEST(Cli, CountsThatMakeNoSenseAreUsageErrors) {
+  expect_usage_error("train --steps 0", "--steps 0: must be at least 1");
+  expect_usage_error("train --steps -1", "--steps -1: must be at least 1");
+  expect_usage_error("train --epochs 0", "--epochs 0: must be at least 1");
+  expect_usage_error("train --epochs -2", "--epochs -2: must be at least 1");
+  expect_usage_error("train --threads -3", "--threads -3: must be >= 0 (0: all cores)");
+  expect_usage_error("train --stop-after 0", "--stop-after 0: must be at least 1");
+  expect_usage_error("compare --steps 0", "--steps 0: must be at least 1");
+  expect_usage_error("compare --warmup -1", "--warmup -1: must be at least 0");
+  expect_usage_error("profile --steps 0", "--steps 0: must be at least 1");
+  expect_usage_error("profile --top 0", "--top 0: must be at least 1");
+  expect_usage_error("train --save-every 5", "--save-every and --keep need --save DIR");
+  expect_usage_error("train --steps abc", "--steps");
+}
+
+TEST(Cli, NonFiniteAndUnknownValuesAreUsageErrors) {
+  expect_usage_error("train --lr inf", "--lr inf: must be a finite number >= 0");
+  expect_usage_error("train --lr nan", "--lr nan: must be a finite number >= 0");
+  expect_usage_error("train --lr -1", "--lr -1: must be a finite number >= 0");
+  expect_usage_error("train --momentum inf", "--momentum inf: must be a finite number >= 0");
+  expect_usage_error("train --weight-decay -0.5", "--weight-decay -0.5");
+  expect_usage_error("train --max-grad-norm nan", "--max-grad-norm nan");
+  expect_usage_error("train --memory-budget -1", "--memory-budget -1");
+  expect_usage_error("train --mode fast", "--mode fast: unknown step mode 'fast'");
+  expect_usage_error("profile --mode interpret", "--mode interpret: profile times compiled modes");
+  expect_usage_error("train --model resnet", "--model resnet: unknown model 'resnet'");
+  expect_usage_error("train --optimizer rmsprop",
+                     "--optimizer rmsprop: expected sgd, adam or adamw");
+  expect_usage_error("train --schedule linear", "--schedule linear: expected cosine or constant");
+}
+
+// IDX files (uncompressed; the reader takes both) holding n examples.
+void write_fashion_mnist(const std::string& dir, int n) {
+  auto idx = [](const std::vector<int32_t>& dims, uint8_t type_dims) {
+    std::string b = {0, 0, 8, char(type_dims)};
+    for (int32_t d : dims)
+      for (int s = 24; s >= 0; s -= 8) b.push_back(char((d >> s) & 0xff));
+    int64_t count = 1;
+    for (int32_t d : dims) count *= d;
+    b.append(size_t(count), '\0');
+    return b;
+  };
+  for (const char* split : {"train", "t10k"}) {
+    std::ofstream(fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split), std::ios::binary)
+        << idx({n, 28, 28}, 3);
+    std::ofstream(fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split), std::ios::binary)
+        << idx({n}, 1);
+  }
+}
+
+TEST(Cli, FilesAndDataSetsAreCheckedBeforeWork) {
+  const std::string dir = temp_dir("files");
+  // A directory the user named that does not exist is not a missing package.
+  const Result missing = run("train --data " + dir + "/nowhere");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("--data " + dir + "/nowhere: no such directory"), std::string::npos)
+      << missing.err;
+  EXPECT_EQ(missing.err.find("install"), std::string::npos) << missing.err;
+  // Valid files with fewer examples than one batch (mlp's is 128).
+  fs::create_directories(dir + "/small");
+  write_fashion_mnist(dir + "/small", 5);
+  expect_usage_error("train --data " + dir + "/small",
+                     "the training set holds 5 examples, fewer than one batch of 128");
+  expect_usage_error("compare --data " + dir + "/small",
+                     "the training set holds 5 examples, fewer than one batch of 128");
+  // A text too short for a window of training and of validation.
+  std::ofstream(dir + "/short.txt") << std::string(100, 'a');
+  expect_usage_error("train --model gpt --text " + dir + "/short.txt",
+                     "is shorter than one window of 65 bytes");
+  expect_usage_error("train --model gpt --text " + dir + "/none.txt", "no such file");
+  // Outputs that cannot be written.
+  expect_usage_error("profile --trace " + dir + "/no/such/dir/t.json", "cannot write in");
+  expect_usage_error("dump --dot " + dir, "is a directory");
+  std::ofstream(dir + "/a_file") << "x";
+  expect_usage_error("train --save " + dir + "/a_file/sub", "--save " + dir + "/a_file/sub");
+  expect_usage_error("train --resume " + dir + "/no_checkpoint", "--resume " + dir);
+  fs::remove_all(dir);
+}
+
+// N steps, save, a new process, load, N more: the same bytes as 2N steps
+// in one run, for mlp with SGD-momentum and gpt with AdamW and dropout, in
+// single_graph and three_graph. A flag that would change the run is
+// refused.
+TEST(Cli, ResumingInANewProcessGivesTheSameBits) {
+  for (const char* model : {"mlp", "gpt"}) {
+    for (const char* mode : {"single_graph", "three_graph"}) {
+      SCOPED_TRACE(fmt::format("{} {}", model, mode));
+      const std::string dir = temp_dir("resume");
+      const std::string common = fmt::format("train --model {} --mode {} --steps 6", model, mode);
+      ASSERT_EQ(run(common + " --save " + dir + "/whole").status, 0);
+      const Result first = run(common + " --stop-after 3 --save " + dir + "/parts");
+      ASSERT_EQ(first.status, 0) << first.err;
+      EXPECT_NE(first.out.find("stopped after step 3 of 6"), std::string::npos) << first.out;
+      const Result second = run("train --resume " + dir + "/parts --save " + dir + "/parts");
+      ASSERT_EQ(second.status, 0) << second.err;
+      EXPECT_NE(second.out.find("at step 3"), std::string::npos) << second.out;
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+        const std::string a = slurp(fmt::format("{}/whole/checkpoint-6/{}", dir, file)),
+                          b = slurp(fmt::format("{}/parts/checkpoint-6/{}", dir, file));
+        EXPECT_FALSE(a.empty());
+        EXPECT_TRUE(a == b) << file << " differs";
+      }
+      expect_usage_error("train --resume " + dir + "/parts --lr 0.123",
+                         "--lr 0.123 differs from the checkpoint's");
+      fs::remove_all(dir);
+    }
+  }
+}
+
+// SIGINT and SIGTERM: the step in flight finishes, a checkpoint is saved,
+// and the exit status is 128 + the signal.
+TEST(Cli, SignalsSaveAndExitWith130Or143) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig);
+    const std::string dir = temp_dir("signal");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      const std::string cmd = fmt::format(
+          "exec {} train --model tiny_mlp --steps 100000000 --save {}/ck > {}/out 2> {}/err",
+          WS_CLI, dir, dir, dir);
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Signalled once training runs (its first progress line is out).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (slurp(dir + "/out").find("step     1") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::kill(child, sig);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
+    const std::string err = slurp(dir + "/err");
+    EXPECT_NE(err.find(sig == SIGINT ? "stopped by SIGINT after step" : "stopped by SIGTERM"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("; saved " + dir + "/ck/checkpoint-"), std::string::npos) << err;
+    bool found = false;
+    for (const auto& e : fs::directory_iterator(dir + "/ck"))
+      found = found || e.path().filename().string().starts_with("checkpoint-");
+    EXPECT_TRUE(found);
+    fs::remove_all(dir);
+  }
+}
+
+}  // namespace
