@@ -310,9 +310,11 @@ Tensor rand_stream(const Shape& shape, DType dtype, Loc loc) {
   return out;
 }
 
+// PyTorch's relu: a NaN stays NaN (a select on x > 0 would make it 0 and
+// hide it from the non-finite checks); -0 becomes +0.
 Tensor relu(const Tensor& x, Loc loc) {
   Tensor zero = scalar_like(x, 0, loc);
-  return where(gt(x, zero, loc), x, zero, loc);
+  return where(le(x, zero, loc), zero, x, loc);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {

@@ -79,9 +79,12 @@ void k_select_bcast(const Kernel& k, void* const* s) {
     const uint8_t* cr = c + off[0];
     const T *ar = a + off[1], *br = b + off[2];
     T* out = y + yo;
-    if (in[0] == 1 && in[1] == 1 && in[2] == 0) {  // relu's gradient: select(mask, dy, 0)
+    if (in[0] == 1 && in[1] == 1 && in[2] == 0) {  // select(mask, dy, 0)
       const T bv = *br;
       for (int64_t j = 0; j < len; ++j) out[j] = cr[j] ? ar[j] : bv;
+    } else if (in[0] == 1 && in[1] == 0 && in[2] == 1) {  // relu's: select(x <= 0, 0, dy)
+      const T av = *ar;
+      for (int64_t j = 0; j < len; ++j) out[j] = cr[j] ? av : br[j];
     } else {
       for (int64_t j = 0; j < len; ++j) out[j] = cr[j * in[0]] ? ar[j * in[1]] : br[j * in[2]];
     }

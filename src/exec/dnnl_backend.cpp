@@ -320,13 +320,11 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   const auto a = matrix(in[0].shape, stride_of(0), d.ta),
              b = matrix(in[1].shape, stride_of(1), d.tb), c = matrix(out.shape, out_strides, false);
   dnnl::primitive_attr attr = user_scratchpad();
-  if (attrs.has("activation")) {  // relu as the product is written: max(x, +0)
-    WS_CHECK(attrs.s("activation") == "relu" && !accumulate)
-        << "matmul: activation " << attrs.s("activation");
-    dnnl::post_ops po;
-    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(po);
-  }
+  // An activation is applied by the kernel after the product
+  // (kernels.cpp): oneDNN's relu post-op maps NaN to 0, PyTorch's relu
+  // keeps it.
+  WS_CHECK(!attrs.has("activation") || (attrs.s("activation") == "relu" && !accumulate))
+      << "matmul: activation " << attrs.s("activation");
   if (residual) {  // dst = dst + ((a @ b) + bias): the sum post-op with scale 1 is an add
     dnnl::post_ops po;
     po.append_sum(1.0f);

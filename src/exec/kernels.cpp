@@ -131,6 +131,18 @@ void k_backend_bias(const Kernel& k, void* const* s) {
                  s[k.in[2]]);
 }
 
+// out = relu((a @ b) + bias): the product, then the relu over its rows while
+// they are in cache, each thread over the rows it wrote. oneDNN's relu
+// post-op would map NaN to 0; this keeps it, as PyTorch's relu and the
+// unfused select(y <= 0, +0, y) do.
+void k_backend_bias_relu(const Kernel& k, void* const* s) {
+  k_backend_bias(k, s);
+  float* y = at<float>(s, k.out);
+  parallel_for(k.out_type.numel(), kCheapGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = y[i] <= 0.0f ? 0.0f : y[i];
+  });
+}
+
 // out = c + ((a @ b) + bias), accumulated where the result lives (c's
 // block, when c dies there): c is copied there first otherwise.
 void k_backend_bias_add(const Kernel& k, void* const* s) {
@@ -320,8 +332,9 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     return;
   }
   if (k.backend) {
-    k.fn = k.op == Op::matmul_add        ? k_backend_add
-           : k.op == Op::matmul_bias     ? k_backend_bias
+    k.fn = k.op == Op::matmul_add ? k_backend_add
+           : k.op == Op::matmul_bias
+               ? (k.attrs.has("activation") ? k_backend_bias_relu : k_backend_bias)
            : k.op == Op::matmul_bias_add ? k_backend_bias_add
                                          : k_backend;
     k.name = k.op == Op::matmul_add ? "dnnl_matmul_add"

@@ -330,8 +330,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         T* y = static_cast<T*>(out);
         const int64_t cols = out_type.shape.back();
         for (int64_t i = 0; i < n; ++i) y[i] = y[i] + bias[i % cols];
-        if (attrs.has("activation"))  // relu: select(y > 0, y, +0)
-          for (int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+        if (attrs.has("activation"))  // relu: select(y <= 0, +0, y), NaN stays
+          for (int64_t i = 0; i < n; ++i) y[i] = y[i] <= T(0) ? T(0) : y[i];
       });
     case Op::matmul_bias_add:  // c + ((a @ b) + bias), two roundings
       WS_CHECK(is_floating(out_type.dtype)) << "matmul_bias_add on " << out_type.str();

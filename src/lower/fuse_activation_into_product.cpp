@@ -9,7 +9,7 @@ using ir::ValueId;
 
 ir::Graph fuse_activation_into_product(const ir::Graph& g) {
   // product -> its relu's select, for the products whose only readers are
-  // gt(y, 0) and select(gt, y, 0).
+  // le(y, 0) and select(le, 0, y).
   std::vector<ValueId> relu_of(g.nodes.size(), ir::kNoValue);
   std::vector<std::vector<ValueId>> users(g.nodes.size());
   for (ValueId v = 0; v < g.size(); ++v)
@@ -18,11 +18,11 @@ ir::Graph fuse_activation_into_product(const ir::Graph& g) {
   for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
   for (ValueId s = 0; s < g.size(); ++s) {
     const ir::Node& sn = g.node(s);
-    if (sn.op != Op::select || !is_zero(g, sn.args[2])) continue;
-    const ValueId m = sn.args[0], y = sn.args[1];
+    if (sn.op != Op::select || !is_zero(g, sn.args[1])) continue;
+    const ValueId m = sn.args[0], y = sn.args[2];
     const ir::Node& mn = g.node(m);
     const ir::Node& yn = g.node(y);
-    if (mn.op != Op::gt || mn.args[0] != y || !is_zero(g, mn.args[1])) continue;
+    if (mn.op != Op::le || mn.args[0] != y || !is_zero(g, mn.args[1])) continue;
     if (yn.op != Op::matmul_bias || yn.type.dtype != DType::f32 || yn.attrs.has("activation") ||
         is_output[size_t(y)] || users[size_t(y)].size() != 2)
       continue;
@@ -37,7 +37,7 @@ ir::Graph fuse_activation_into_product(const ir::Graph& g) {
       p.attrs.set("activation", std::string("relu"));
       return append(out, std::move(p));
     }
-    if (rectified[size_t(v)]) return n.args[1];  // the select is the rectified product
+    if (rectified[size_t(v)]) return n.args[2];  // the select is the rectified product
     return ir::kNoValue;
   });
 }

@@ -3,6 +3,8 @@
 // interpreter and against unfused programs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "capture/tensor_impl.hpp"
 #include "exec/fused_loop.hpp"
 #include "exec/interpreter.hpp"
@@ -89,7 +91,9 @@ void expect_same_everywhere(const ir::Graph& g, const std::vector<Tensor>& in, i
       SCOPED_TRACE(std::string(names[k]) + ", output " + g.outputs[i].name);
       const std::vector<double> w = want[i].to_vector(), r = got[k][i].to_vector();
       ASSERT_EQ(w.size(), r.size());
-      for (size_t j = 0; j < w.size(); ++j) ASSERT_EQ(r[j], w[j]) << "element " << j;
+      for (size_t j = 0; j < w.size(); ++j)
+        ASSERT_TRUE(r[j] == w[j] || (std::isnan(r[j]) && std::isnan(w[j])))
+            << "element " << j << ": " << r[j] << " against " << w[j];
     }
 }
 
@@ -289,15 +293,23 @@ TEST(FuseUpdateIntoProduct, WeightDecayIsTheAccumulatorsScale) {
 }
 
 // A relu of a linear layer's output is the product's epilogue, its mask
-// read from the rectified product, bit for bit (values of both signs); a
-// product whose pre-activation value is an output keeps its relu.
+// read from the rectified product, bit for bit (values of both signs, and a
+// NaN, which stays NaN as in PyTorch); a product whose pre-activation value
+// is an output keeps its relu.
 TEST(FuseActivationIntoProduct, ReluOfALinearLayerIsTheProductsEpilogue) {
   const ir::Graph in =
       expect_pass_as_golden("relu_into_product", lower::fuse_activation_into_product);
-  const std::vector<Tensor> out = exec::interpret(in, inputs_for(in));
+  std::vector<Tensor> inputs = inputs_for(in);
+  const std::vector<Tensor> out = exec::interpret(in, inputs);
   const std::vector<double> y = out[0].to_vector();
   EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return v == 0; }));
   EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return v > 0; }));
+  inputs[0] = inputs[0].clone();
+  inputs[0].data<float>()[5] = NAN;  // row 0 of the product
+  const std::vector<double> with_nan = exec::interpret(in, inputs)[0].to_vector();
+  EXPECT_TRUE(std::isnan(with_nan[0]) && std::isnan(with_nan[3]));
+  EXPECT_FALSE(std::isnan(with_nan[4]));
+  expect_same_everywhere(in, inputs);
 }
 
 // A residual added to a linear layer's output is accumulated by the
