@@ -179,6 +179,7 @@ struct TrainFlags {
   int keep = 3;
   std::string resume;
   std::optional<int64_t> stop_after;
+  bool skip_nonfinite = false;
 };
 
 // The signal that asked `train` to stop (SIGINT, SIGTERM), or 0.
@@ -273,8 +274,12 @@ int train(const Common& c, const TrainFlags& f) {
   const int64_t steps =
       f.steps.value_or(source.epoch_steps() > 0 ? int64_t(f.epochs) * source.epoch_steps() : 300);
   ws::TrainSetup s = make_setup(c);
-  ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
-                     {.mode = ws::parse_mode(f.mode), .memory_budget = c.memory_budget});
+  ws::TrainStep step(
+      *s.model, *s.opt, s.loss_fn,
+      {.mode = ws::parse_mode(f.mode),
+       .memory_budget = c.memory_budget,
+       .on_nonfinite = f.skip_nonfinite ? ws::NonFinite::skip : ws::NonFinite::ignore});
+  int64_t skipped = 0;
   // The test set is read before training, so a broken one stops nothing.
   std::optional<ws::data::FashionMnist> test;
   if (spec.data == DataKind::fashion_mnist) {
@@ -282,11 +287,15 @@ int train(const Common& c, const TrainFlags& f) {
     if (test->size() == 0)
       throw UsageError(fmt::format("--data {}: the test set holds no examples", c.data_dir));
   }
+  // The data position: the step index of the run, which runs ahead of the
+  // optimizer's step count when steps were skipped.
   int64_t start = 0;
   if (!f.resume.empty()) {
-    start = ws::load_checkpoint(f.resume, *s.model, *s.opt).step;
+    const ws::CheckpointState st = ws::load_checkpoint(f.resume, *s.model, *s.opt);
+    start = json::parse(st.user_json).at("data").value("step", st.step);
     fmt::print("resumed from {} at step {}\n", f.resume, start);
   }
+  int64_t next = start;
   const int64_t end = std::min(steps, f.stop_after ? start + *f.stop_after : steps);
   const char* data = spec.data == DataKind::fashion_mnist ? "Fashion-MNIST"
                      : spec.data == DataKind::text        ? c.text.c_str()
@@ -295,7 +304,7 @@ int train(const Common& c, const TrainFlags& f) {
              steps, spec.batch, optimizer_name(c), learning_rate(c), c.schedule, f.mode);
   auto save = [&] {
     if (f.save_dir.empty()) return std::string();
-    const int64_t i = s.opt->step_count();
+    const int64_t i = next;
     json user = {{"config", run_config(c, f, steps)},
                  {"data", {{"step", i}, {"shuffle_seed", c.seed}}}};
     if (source.epoch_steps() > 0) {
@@ -316,9 +325,22 @@ int train(const Common& c, const TrainFlags& f) {
     if (c.schedule == "cosine")
       s.opt->set_lr(learning_rate(c) * 0.5 * (1 + std::cos(M_PI * double(i) / double(steps))));
     ws::StepResult r = step.run(source.get(i));
-    loss = r.loss;
-    if (i == start) first = loss;
-    if (i >= end - window) recent += loss, ++recent_n;
+    next = i + 1;
+    if (r.skipped) {
+      ++skipped;
+      fmt::print(stderr, "step {}: the loss or a gradient is not finite (loss {}); skipped\n",
+                 i + 1, std::isnan(r.loss) ? std::string("NaN") : fmt::format("{}", r.loss));
+    } else {
+      loss = r.loss;
+      if (!std::isfinite(loss))
+        throw ws::Error(fmt::format(
+            "step {}: the loss is {}; training stops here (its update made the parameters "
+            "non-finite{}). Lower --lr, check the data, or use --skip-nonfinite",
+            i + 1, std::isnan(loss) ? std::string("NaN") : fmt::format("{}", loss),
+            f.save_dir.empty() ? "" : "; the checkpoints saved so far are intact"));
+      if (i == start) first = loss;
+      if (i >= end - window) recent += loss, ++recent_n;
+    }
     if ((i + 1) % 50 == 0 || i == start) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::string epoch =
@@ -342,8 +364,9 @@ int train(const Common& c, const TrainFlags& f) {
   }
   const int64_t ran = end - start;
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("trained {} steps in {:.1f} s ({:.2f} ms/step), traces {}\n", ran, secs,
-             1000 * secs / double(std::max<int64_t>(ran, 1)), step.traces());
+  fmt::print("trained {} steps in {:.1f} s ({:.2f} ms/step), traces {}{}\n", ran, secs,
+             1000 * secs / double(std::max<int64_t>(ran, 1)), step.traces(),
+             skipped ? fmt::format(", {} skipped (not finite)", skipped) : "");
   if (recent_n > 0)
     fmt::print("loss: first step {:.4f}, mean of the last {} steps {:.4f} ({:.2f}x lower)\n", first,
                recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
@@ -582,6 +605,9 @@ int main(int argc, char** argv) {
   tr->add_option("--resume", f.resume,
                  "continue the run saved in this checkpoint (or the newest in this directory), "
                  "with its configuration");
+  tr->add_flag("--skip-nonfinite", f.skip_nonfinite,
+               "skip a step whose loss or gradients are inf or NaN (parameters and state stay "
+               "as they were); without it such a step stops training with an error");
   tr->add_option("--stop-after", f.stop_after,
                  "stop after this many steps of this run (saving when --save is given)");
 

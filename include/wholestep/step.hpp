@@ -24,6 +24,22 @@ const char* mode_name(StepMode m);
 // Parses "interpret", "three_graph" or "single_graph"; throws ws::Error otherwise.
 StepMode parse_mode(const std::string& s);
 
+// What a step does when its loss (or, skipping, any gradient element) is
+// inf or NaN.
+enum class NonFinite {
+  // TrainStep::run throws a ws::Error naming the step, after the step ran
+  // (its update is applied, as PyTorch's would be; the error makes it seen).
+  error,
+  // Decided inside the step graph before any in-place write: the update
+  // writes back what it read, so parameters, optimizer state, buffers and
+  // the random stream stay bit-identical, the optimizer's step count does
+  // not advance, and StepResult::skipped says so. Costs a pass over the
+  // gradients.
+  skip,
+  // Nothing is checked.
+  ignore,
+};
+
 struct StepOptions {
   StepMode mode = StepMode::single_graph;
   // Update parameters and optimizer state in their own storage. Off (for
@@ -45,6 +61,7 @@ struct StepOptions {
   // three_graph (what the forward saves) and single_graph (what stays alive
   // across the forward/backward boundary). 0: no budget.
   double memory_budget = 0;
+  NonFinite on_nonfinite = NonFinite::error;
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;
@@ -63,7 +80,8 @@ struct StepCounters {
 
 struct StepResult {
   double loss = 0;
-  int64_t step = 0;  // the optimizer's step count after this step
+  int64_t step = 0;      // the optimizer's step count after this step
+  bool skipped = false;  // NonFinite::skip: the loss or a gradient was not finite
   StepCounters counters;
 };
 

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "wholestep/optim.hpp"
@@ -9,7 +11,8 @@ Optimizer::Optimizer(const nn::Module& model) : params_(model.named_parameters()
 }
 
 void Optimizer::set_lr(double lr) {
-  if (!(lr >= 0)) throw Error(fmt::format("set_lr({}): the learning rate must be >= 0", lr));
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(fmt::format("set_lr({}): the learning rate must be a finite number >= 0", lr));
   lr_ = lr;
 }
 
@@ -29,18 +32,20 @@ void Optimizer::add_global_state(const std::string& slot) {
 }
 
 void Optimizer::set_max_grad_norm(double m) {
-  if (!(m >= 0) || (step_ > 0 && (m > 0) != (max_grad_norm_ > 0)))
-    throw Error(fmt::format(
-        "set_max_grad_norm({}): must be >= 0, and cannot switch clipping on or off after the "
-        "first step (it was {}); choose it at construction",
-        m, max_grad_norm_));
+  if (!(m >= 0) || !std::isfinite(m) || (step_ > 0 && (m > 0) != (max_grad_norm_ > 0)))
+    throw Error(
+        fmt::format("set_max_grad_norm({}): must be a finite number >= 0, and cannot switch "
+                    "clipping on or off after the "
+                    "first step (it was {}); choose it at construction",
+                    m, max_grad_norm_));
   max_grad_norm_ = m;
 }
 
 SGD::SGD(const nn::Module& model, SgdOptions o) : Optimizer(model), opts_(o) {
   set_lr(o.lr);
   set_max_grad_norm(o.max_grad_norm);
-  if (o.momentum < 0 || o.weight_decay < 0 || o.dampening < 0 || o.dampening > 1)
+  if (!(o.momentum >= 0) || !(o.weight_decay >= 0) || !(o.dampening >= 0) || o.dampening > 1 ||
+      !std::isfinite(o.momentum) || !std::isfinite(o.weight_decay))
     throw Error(
         fmt::format("SGD: momentum {} and weight_decay {} must be >= 0, dampening {} in [0, 1]",
                     o.momentum, o.weight_decay, o.dampening));
@@ -94,7 +99,9 @@ void SGD::hyper_values(std::span<double> out) const {
 
 void Optimizer::set_structural(const std::string& setter, const char* what, double& value, double v,
                                const char* consequence) {
-  if ((v > 0) != (value > 0) || v < 0)
+  if (!std::isfinite(v) || v < 0)
+    throw Error(fmt::format("{}({}): {} must be a finite number >= 0", setter, v, what));
+  if ((v > 0) != (value > 0))
     throw Error(
         fmt::format("{}({}): {} was {} at construction; it cannot change between zero "
                     "and non-zero{}",
@@ -119,9 +126,10 @@ Adam::Adam(const nn::Module& model, AdamOptions o, bool decoupled)
   const char* name = decoupled ? "AdamW" : "Adam";
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
     throw Error(fmt::format("{}: betas ({}, {}) must be in [0, 1)", name, o.beta1, o.beta2));
-  if (!(o.eps >= 0) || !(o.weight_decay >= 0))
-    throw Error(
-        fmt::format("{}: eps {} and weight_decay {} must be >= 0", name, o.eps, o.weight_decay));
+  if (!(o.eps >= 0) || !(o.weight_decay >= 0) || !std::isfinite(o.eps) ||
+      !std::isfinite(o.weight_decay))
+    throw Error(fmt::format("{}: eps {} and weight_decay {} must be finite numbers >= 0", name,
+                            o.eps, o.weight_decay));
   add_state(spec().state_slots);
   add_global_state("step");
 }

@@ -29,11 +29,18 @@ int stage_of(const JointGraph& j, ValueId v) {
 
 // Where an output is produced: optimizer updates in the optimizer graph;
 // the loss, user outputs and forward mutations (buffers, the random offset)
-// in the forward graph, as a module's forward does them.
-int home_of(const Graph& g, const ir::Output& o) {
-  if (o.role != ir::OutputRole::update) return kForward;
-  const ir::InputRole r = g.input_role(o.aliased_input);
-  return r == ir::InputRole::buffer || r == ir::InputRole::rng ? kForward : kOptimizer;
+// in the forward graph, as a module's forward does them; but never before
+// the stage that computes its value (a guarded step's buffer update and its
+// `finite` flag wait for the gradients: an earlier graph would read the
+// previous step's value).
+int home_of(const JointGraph& j, const ir::Output& o) {
+  const Graph& g = j.graph;
+  int home = kForward;
+  if (o.role == ir::OutputRole::update) {
+    const ir::InputRole r = g.input_role(o.aliased_input);
+    home = r == ir::InputRole::buffer || r == ir::InputRole::rng ? kForward : kOptimizer;
+  }
+  return std::max(home, stage_of(j, o.value));
 }
 
 std::string interface_name(const Graph& g, ValueId v, int producer) {
@@ -76,7 +83,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
   // elsewhere (an unchanged parameter, say).
   for (const ir::Output& o : g.outputs) {
     if (o.role == ir::OutputRole::grad) continue;
-    int home = home_of(g, o);
+    int home = home_of(j, o);
     int sv = stage[size_t(o.value)];
     if (home != s) {
       if (sv == s) exported[size_t(o.value)] = true;
@@ -119,7 +126,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
 
   for (const ir::Output& o : g.outputs) {
     if (o.role == ir::OutputRole::grad) continue;
-    if (home_of(g, o) != s) continue;
+    if (home_of(j, o) != s) continue;
     ir::Output r = o;
     r.value = map[size_t(o.value)];
     if (o.aliased_input != ir::kNoValue) r.aliased_input = map[size_t(o.aliased_input)];

@@ -151,7 +151,8 @@ void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tens
 }
 
 CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,
-                          const std::vector<ir::Type>& data_types, const SourceLoc& loc) {
+                          const std::vector<ir::Type>& data_types, const SourceLoc& loc,
+                          bool guard_nonfinite) {
   CapturedStep out = trace_forward(model, &opt, loss_fn, data_types, loc);
   ir::Graph& g = out.joint.graph;
   const ir::ValueId loss_id = g.outputs[0].value;
@@ -194,6 +195,30 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
     for (size_t s = 0; s < slots; ++s) update(updated.params[i].state[s], in.params[i].state[s]);
   }
   for (size_t s = 0; s < in.globals.size(); ++s) update(updated.globals[s], in.globals[s]);
+  if (guard_nonfinite) {
+    // x * 0 is 0 for every finite x and NaN for inf and NaN, so the sum of
+    // loss * 0 and every gradient times 0 is 0 exactly when all are finite
+    // (a sum of squares could overflow for large finite gradients).
+    b.loc = g.node(loss_id).loc;
+    const DType lt = g.type(loss_id).dtype;
+    ir::ValueId probe = b.binary(ir::Op::mul, loss_id, b.scalar(0, lt));
+    for (ir::ValueId gr : grads) {
+      const ir::Type& t = g.type(gr);
+      std::vector<int64_t> axes(t.shape.size());
+      for (size_t a = 0; a < axes.size(); ++a) axes[a] = int64_t(a);
+      ir::ValueId zeroed = b.binary(ir::Op::mul, gr, b.full(0, t));
+      ir::ValueId sum = axes.empty() ? zeroed : b.reduce(ir::Op::reduce_sum, zeroed, axes);
+      if (t.dtype != lt) sum = b.convert(sum, lt);
+      probe = b.binary(ir::Op::add, probe, sum);
+    }
+    const ir::ValueId finite = b.binary(ir::Op::eq, probe, b.scalar(0, lt));
+    for (ir::Output& o : g.outputs) {
+      if (o.role != ir::OutputRole::update) continue;
+      const ir::Type& t = g.type(o.value);
+      o.value = b.add(ir::Op::select, {b.broadcast_to(finite, t.shape), o.value, o.aliased_input});
+    }
+    g.outputs.push_back(ir::Output{ir::OutputRole::user, finite, ir::kNoValue, kFiniteOutput});
+  }
   after_stage(g, "joint");
   return out;
 }

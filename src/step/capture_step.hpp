@@ -43,9 +43,19 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
                            const std::vector<ir::Type>& data_types, const SourceLoc& loc,
                            bool loss_output = true);
 
-// The joint graph: forward, backward, and `opt`'s updates.
+// The name of the bool output that says whether a guarded step's loss and
+// gradients were all finite (capture_step with guard_nonfinite).
+inline constexpr const char* kFiniteOutput = "finite";
+
+// The joint graph: forward, backward, and `opt`'s updates. With
+// `guard_nonfinite`, every update output (parameters, optimizer state,
+// buffers, the random stream) becomes select(finite, new, old), where
+// `finite` (also an output, kFiniteOutput) is whether the loss and every
+// gradient element are finite: a step with an inf or a NaN writes back what
+// it read.
 CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,
-                          const std::vector<ir::Type>& data_types, const SourceLoc& loc);
+                          const std::vector<ir::Type>& data_types, const SourceLoc& loc,
+                          bool guard_nonfinite = false);
 
 // Writes `g` as text to $WS_DUMP/<index>-<stage>.ir when WS_DUMP is set, and
 // verifies it when verification is on.

@@ -109,6 +109,7 @@ struct Compiled {
   std::vector<step::IndexCheck> index_checks;
   std::vector<Copy> shadows;  // aliasing off
   float* loss = nullptr;
+  const uint8_t* finite = nullptr;  // NonFinite::skip: the step's verdict
   StepCounters counters;
 };
 
@@ -141,7 +142,8 @@ struct TrainStep::Impl {
 
 std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& types,
                                                    const SourceLoc& loc) {
-  step::CapturedStep cap = step::capture_step(model, opt, loss_fn, types, loc);
+  step::CapturedStep cap =
+      step::capture_step(model, opt, loss_fn, types, loc, opts.on_nonfinite == NonFinite::skip);
   auto c = std::make_unique<Compiled>();
   c->index_checks = cap.index_checks;
   for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());
@@ -260,6 +262,8 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
     if (o.role == ir::OutputRole::update) continue;
     void* ptr = c.owned.get(o.role == ir::OutputRole::loss ? "loss" : o.name, o.type.bytes());
     if (o.role == ir::OutputRole::loss) c.loss = static_cast<float*>(ptr);
+    if (o.role == ir::OutputRole::user && o.name == step::kFiniteOutput)
+      c.finite = static_cast<const uint8_t*>(ptr);
     exe.bind_output(i, ptr);
   }
 }
@@ -469,16 +473,25 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       const ir::Output& o = g.outputs[i];
       if (o.role == ir::OutputRole::loss) r.loss = outs[i].item();
+      if (o.role == ir::OutputRole::user && o.name == step::kFiniteOutput)
+        r.skipped = outs[i].item() == 0;
       if (o.role == ir::OutputRole::update)
         inputs[size_t(g.input_index(o.aliased_input))].copy_(outs[i]);
     }
   } else {
     run_programs(c, data, nullptr);
     r.loss = *c.loss;
+    r.skipped = c.finite && *c.finite == 0;
   }
-  m.opt.advance();
+  if (!r.skipped) m.opt.advance();
   r.step = m.opt.step_count();
   r.counters = c.counters;
+  if (m.opts.on_nonfinite == NonFinite::error && !std::isfinite(r.loss))
+    throw Error(fmt::format(
+        "step {}: the loss is {}; the step's update has been applied. Lower the learning rate or "
+        "check the data, or skip such steps (StepOptions::on_nonfinite = NonFinite::skip){}",
+        r.step, std::isnan(r.loss) ? std::string("NaN") : fmt::format("{}", r.loss),
+        at(SourceLoc::from(sloc))));
   return r;
 }
 

@@ -102,7 +102,7 @@ TEST(AdamErrors, BadOptionsAreNamed) {
   EXPECT_EQ(error_of([&] { optim::Adam(model, {.beta1 = 1.0}); }),
             "Adam: betas (1, 0.999) must be in [0, 1)");
   EXPECT_EQ(error_of([&] { optim::AdamW(model, {.eps = -1}); }),
-            "AdamW: eps -1 and weight_decay 0 must be >= 0");
+            "AdamW: eps -1 and weight_decay 0 must be finite numbers >= 0");
   optim::Adam adam(model, {});
   EXPECT_NE(error_of([&] { adam.set_weight_decay(0.1); }).find("cannot change between zero"),
             std::string::npos);

@@ -167,6 +167,22 @@ TEST(Cli, ResumingInANewProcessGivesTheSameBits) {
   }
 }
 
+// A learning rate that drives the loss to NaN stops training at that step
+// with a message naming it (exit 1); --skip-nonfinite skips such steps.
+TEST(Cli, ANonFiniteLossStopsTrainingUnlessSkipped) {
+  const Result r = run("train --model mlp --lr 10000 --steps 20");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("error: step ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(": the loss is NaN; training stops here"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--skip-nonfinite"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("test accuracy"), std::string::npos) << r.out;
+  const Result skipped = run("train --model mlp --lr 10000 --steps 20 --skip-nonfinite");
+  EXPECT_EQ(skipped.status, 0) << skipped.err;
+  EXPECT_NE(skipped.err.find("is not finite (loss NaN); skipped"), std::string::npos)
+      << skipped.err;
+  EXPECT_NE(skipped.out.find("skipped (not finite)"), std::string::npos) << skipped.out;
+}
+
 // SIGINT and SIGTERM: the step in flight finishes, a checkpoint is saved,
 // and the exit status is 128 + the signal.
 TEST(Cli, SignalsSaveAndExitWith130Or143) {
