@@ -62,6 +62,10 @@ struct StepOptions {
   // across the forward/backward boundary). 0: no budget.
   double memory_budget = 0;
   NonFinite on_nonfinite = NonFinite::error;
+  // Compiled input signatures kept (each holds its Programs and arenas);
+  // the least recently used one is freed when a new one would exceed this.
+  // 0: no limit.
+  int max_cached = 8;
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;
@@ -143,8 +147,13 @@ class TrainStep {
   }
 
   const StepOptions& options() const;
-  // How many times the loss function was traced (once per input signature).
+  // How many times the loss function was traced (once per input signature,
+  // again after its compiled step was evicted or cleared).
   int64_t traces() const;
+  // Compiled signatures held now, and freeing them all (the next step
+  // compiles again).
+  size_t cached() const;
+  void clear_cache();
   // The IR of the graphs of the last compiled signature, as text: as their
   // Programs run them (a fusion node is one kernel), or the step graph when
   // interpreted.

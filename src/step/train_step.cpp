@@ -109,6 +109,7 @@ struct Compiled {
   std::vector<step::IndexCheck> index_checks;
   std::vector<Copy> shadows;  // aliasing off
   float* loss = nullptr;
+  uint64_t last_used = 0;           // the step that last ran it, for eviction
   const uint8_t* finite = nullptr;  // NonFinite::skip: the step's verdict
   StepCounters counters;
 };
@@ -121,6 +122,7 @@ struct TrainStep::Impl {
   LossFn loss_fn;
   StepOptions opts;
   int64_t traces = 0;
+  uint64_t clock = 0;
   std::map<std::string, std::unique_ptr<Compiled>> cache;
   Compiled* last = nullptr;
   std::vector<float> hypers;
@@ -271,6 +273,9 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
 namespace {
 
 const StepOptions& checked(const StepOptions& o) {
+  if (o.max_cached < 0)
+    throw Error(
+        fmt::format("TrainStep: max_cached must be >= 0 (0: no limit); got {}", o.max_cached));
   if (!(o.memory_budget >= 0) || !std::isfinite(o.memory_budget))
     throw Error(fmt::format(
         "TrainStep: memory_budget must be 0 (none), a fraction in (0, 1] or bytes above 1; got {}",
@@ -288,6 +293,11 @@ TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
 
 const StepOptions& TrainStep::options() const { return impl_->opts; }
 int64_t TrainStep::traces() const { return impl_->traces; }
+size_t TrainStep::cached() const { return impl_->cache.size(); }
+void TrainStep::clear_cache() {
+  impl_->cache.clear();
+  impl_->last = nullptr;
+}
 
 std::string TrainStep::graphs_text() const {
   std::string s;
@@ -327,7 +337,10 @@ Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
                               at(SourceLoc::from(sloc))));
     same = same && last->signature[i] == data[i].impl()->type;
   }
-  if (same) return *last;
+  if (same) {
+    last->last_used = ++clock;
+    return *last;
+  }
   std::vector<ir::Type> types;
   std::string key;
   for (const Tensor& t : data) {
@@ -336,6 +349,15 @@ Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
   }
   auto it = cache.find(key);
   if (it == cache.end()) {
+    // The least recently used signature makes room first, so the peak is
+    // the limit's, not one more.
+    if (opts.max_cached > 0 && cache.size() >= size_t(opts.max_cached)) {
+      auto lru = cache.begin();
+      for (auto e = cache.begin(); e != cache.end(); ++e)
+        if (e->second->last_used < lru->second->last_used) lru = e;
+      if (last == lru->second.get()) last = nullptr;
+      cache.erase(lru);
+    }
     it = cache.emplace(key, compile(types, SourceLoc::from(sloc))).first;
     it->second->signature = types;
     if (++traces > opts.recompile_warning)
@@ -345,6 +367,7 @@ Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
                    (long long)traces, key.c_str());
   }
   last = it->second.get();
+  last->last_used = ++clock;
   return *last;
 }
 

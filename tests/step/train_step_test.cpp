@@ -287,3 +287,44 @@ TEST(TrainStep, BackendInfoNamesCpuThreadsAndEachBackendsInstructionSet) {
 
 }  // namespace
 }  // namespace ws
+
+namespace ws {
+namespace {
+
+// The compile cache keeps at most max_cached signatures, freeing the least
+// recently used; a freed one compiles again when it comes back, and gives
+// the same result as a step that never evicted. clear_cache frees them all.
+TEST(TrainStepCache, KeepsTheMostRecentSignaturesAndFreesTheRest) {
+  models::Spec spec = models::spec("tiny_mlp");
+  auto batch_of = [&](int64_t rows) {
+    models::Spec s = spec;
+    s.batch = rows;
+    return models::random_batch(s, uint64_t(rows));
+  };
+  manual_seed(0);
+  auto model = models::make(spec);
+  optim::SGD opt(*model, {.lr = 0.01});
+  TrainStep step(*model, opt, models::loss_fn(*model), {.max_cached = 2});
+  manual_seed(0);
+  auto model2 = models::make(spec);
+  optim::SGD opt2(*model2, {.lr = 0.01});
+  TrainStep unbounded(*model2, opt2, models::loss_fn(*model2), {.max_cached = 0});
+  for (int64_t rows : {4, 8, 4, 16, 8, 4}) {
+    SCOPED_TRACE(rows);
+    EXPECT_EQ(step.run(batch_of(rows)).loss, unbounded.run(batch_of(rows)).loss);
+    EXPECT_LE(step.cached(), 2u);
+  }
+  // 4, 8 compiled; 4 hit; 16 evicts 8; 8 evicts 4; 4 evicts 16.
+  EXPECT_EQ(step.traces(), 5);
+  EXPECT_EQ(unbounded.traces(), 3);
+  EXPECT_EQ(unbounded.cached(), 3u);
+  step.clear_cache();
+  EXPECT_EQ(step.cached(), 0u);
+  EXPECT_EQ(step.graphs_text(), "");
+  step.run(batch_of(4));
+  EXPECT_EQ(step.traces(), 6);
+  EXPECT_THROW(TrainStep(*model, opt, models::loss_fn(*model), {.max_cached = -1}), Error);
+}
+
+}  // namespace
+}  // namespace ws
