@@ -62,6 +62,10 @@ struct StepOptions {
   // across the forward/backward boundary). 0: no budget.
   double memory_budget = 0;
   NonFinite on_nonfinite = NonFinite::error;
+  // interpret mode: the first node of the step graph whose result holds an
+  // inf or a NaN stops the step with a ws::Error naming it and the user's
+  // source line (PyTorch's detect_anomaly). Checks every value: slow.
+  bool detect_anomaly = false;
   // Compiled input signatures kept (each holds its Programs and arenas);
   // the least recently used one is freed when a new one would exceed this.
   // 0: no limit.

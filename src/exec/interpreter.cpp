@@ -1,5 +1,7 @@
 #include "exec/interpreter.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "capture/tensor_impl.hpp"
@@ -7,8 +9,28 @@
 
 namespace ws::exec {
 
+namespace {
+
+// The index of the first inf or NaN in a floating-point tensor, or -1.
+int64_t first_nonfinite(const Tensor& t) {
+  if (!is_floating(t.dtype())) return -1;
+  const int64_t n = t.numel();
+  if (t.dtype() == DType::f32) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return i;
+  } else {
+    const double* p = t.data<double>();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inputs,
-                              InterpretStats* stats) {
+                              InterpretStats* stats, bool detect_anomaly) {
   if (inputs.size() != g.inputs.size())
     throw Error(
         fmt::format("graph '{}' takes {} inputs, got {}", g.name, g.inputs.size(), inputs.size()));
@@ -46,6 +68,21 @@ std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inp
       run_reference(n.op, n.attrs, types, ptrs.data(), n.type, impl->storage->data, n.loc);
       values[v] = Tensor(std::move(impl));
     }
+    if (detect_anomaly && n.op != ir::Op::fusion_result)
+      if (const int64_t i = first_nonfinite(values[v]); i >= 0) {
+        std::string operands;
+        for (ir::ValueId a : n.args) {
+          const bool bad = first_nonfinite(values[size_t(a)]) >= 0;
+          operands +=
+              fmt::format("{}%{}{}", operands.empty() ? "" : ", ", a, bad ? " (not finite)" : "");
+        }
+        const double x = values[v].to_vector()[size_t(i)];
+        throw Error(fmt::format(
+            "anomaly: %{} = {}({}) : {} is the first value in graph '{}' that is not finite: "
+            "element {} is {}{}",
+            v, ir::op_name(n.op), operands, n.type.str(), g.name, i,
+            std::isnan(x) ? "NaN" : (x > 0 ? "inf" : "-inf"), at(n.loc)));
+      }
     ++kernels;
     live += int64_t(n.type.bytes());
     peak = std::max(peak, live);

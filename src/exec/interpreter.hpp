@@ -18,7 +18,10 @@ struct InterpretStats {
 // `inputs[i]` binds g.inputs[i] (same type, checked). Returns the values of
 // g.outputs, in order, as fresh tensors (never the input tensors themselves).
 // Intermediate values are freed after their last use.
+// With `detect_anomaly`, the first node whose floating-point result holds
+// an inf or a NaN is a ws::Error naming it, its op, the element, whether its
+// operands were finite, and the user's source line.
 std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inputs,
-                              InterpretStats* stats = nullptr);
+                              InterpretStats* stats = nullptr, bool detect_anomaly = false);
 
 }  // namespace ws::exec

@@ -273,6 +273,11 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
 namespace {
 
 const StepOptions& checked(const StepOptions& o) {
+  if (o.detect_anomaly && o.mode != StepMode::interpret)
+    throw Error(
+        fmt::format("TrainStep: detect_anomaly checks every value of the interpreted "
+                    "step graph; it needs mode interpret, not {}",
+                    mode_name(o.mode)));
   if (o.max_cached < 0)
     throw Error(
         fmt::format("TrainStep: max_cached must be >= 0 (0: no limit); got {}", o.max_cached));
@@ -491,7 +496,7 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
       }
     }
     exec::InterpretStats stats;
-    std::vector<Tensor> outs = exec::interpret(g, inputs, &stats);
+    std::vector<Tensor> outs = exec::interpret(g, inputs, &stats, m.opts.detect_anomaly);
     c.counters.peak_bytes = c.counters.persistent_bytes + stats.peak_bytes;
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       const ir::Output& o = g.outputs[i];

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "wholestep/wholestep.hpp"
 
 namespace ws {
@@ -153,6 +155,46 @@ TEST(NonFinite, ReluKeepsNaN) {
   EXPECT_TRUE(std::isnan(y[3]));
   const std::vector<double> m = maximum(x, Tensor::zeros({4})).to_vector();
   EXPECT_TRUE(std::isnan(m[3]));
+}
+
+}  // namespace
+}  // namespace ws
+
+namespace ws {
+namespace {
+
+struct LogOfInput : nn::Module {
+  nn::Linear fc{4, 2};
+  LogOfInput() { register_module("fc", fc); }
+};
+
+// In interpret mode, detect_anomaly names the first node that produced a
+// non-finite value, with the user's source line; a step graph whose values
+// are all finite runs as before.
+TEST(NonFinite, AnomalyDetectionNamesTheFirstNonFiniteNodeAndItsLine) {
+  manual_seed(0);
+  LogOfInput m;
+  optim::SGD opt(m, {.lr = 0.1});
+  const int line = __LINE__ + 2;
+  auto loss = [&](const std::vector<Tensor>& d) {
+    return log(m.fc(d[0]) * 0.0 - 1.0).sum({0, 1});  // log(-1): NaN
+  };
+  TrainStep step(
+      m, opt, loss,
+      {.mode = StepMode::interpret, .on_nonfinite = NonFinite::ignore, .detect_anomaly = true});
+  const Tensor x = Tensor::full({3, 4}, -1.0);
+  try {
+    step.run({x});
+    ADD_FAILURE() << "no anomaly";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("anomaly: %"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(" = log("), std::string::npos) << msg;
+    EXPECT_NE(msg.find("is NaN"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("nonfinite_test.cpp:{}", line)), std::string::npos) << msg;
+  }
+  EXPECT_THROW(TrainStep(m, opt, loss, {.mode = StepMode::single_graph, .detect_anomaly = true}),
+               Error);
 }
 
 }  // namespace
