@@ -233,7 +233,7 @@ class ZeroOp final : public BackendOp {
   void run(const void*, const void*, void* out, void*, const void*,
            const void* beta) const override {
     if (!add_) {
-      std::memset(out, 0, size_t(bytes_));
+      if (bytes_ > 0) std::memset(out, 0, size_t(bytes_));  // out may be null when empty
       return;
     }
     // matmul_add adds nothing: out = beta * out

@@ -114,7 +114,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
     uint64_t begin, end;
   };
   std::vector<Entry> entries;
-  for (const auto& [name, v] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string name = item.key();
+    const nlohmann::json& v = item.value();
     if (name == "__metadata__") {
       if (!v.is_object()) throw bad("__metadata__ is not an object");
       for (const auto& [k, s] : v.items()) {

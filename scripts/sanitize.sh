@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test suite built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (in build-sanitize/, the library and the test programs only), run through
+# CTest. Any report fails the run. Sourced after setup.sh by test.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1"
+cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DWS_BUILD_BENCHMARKS=OFF >/dev/null
+# The test programs and the command line they run; not the benchmarks or
+# the examples.
+targets=$(ninja -C build-sanitize -t targets all | sed -n 's/^\(tests\/[a-z_]*_tests\): .*/\1/p;
+  s/^\(wholestep\): .*/\1/p' | sort -u)
+cmake --build build-sanitize -j "$(nproc)" --target $targets
+# oneDNN and OpenMP keep process-wide caches until exit: leak reports would
+# be theirs, not ours.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)"
