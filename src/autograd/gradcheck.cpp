@@ -33,8 +33,9 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
 
   ir::Graph joint = fwd;
   std::vector<ir::ValueId> grads = append_backward(joint, fwd.outputs[0].value, wrt);
-  for (ir::ValueId d : grads)
-    joint.outputs.push_back(ir::Output{ir::OutputRole::grad, d, ir::kNoValue, ""});
+  for (size_t w = 0; w < grads.size(); ++w)
+    joint.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[w], ir::kNoValue,
+                                       "grad." + joint.input_name(wrt[w])});
   std::vector<Tensor> analytic = exec::interpret(joint, inputs);
 
   check::GradcheckResult r;

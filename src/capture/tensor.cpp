@@ -42,8 +42,23 @@ constexpr DType dtype_of() {
   return DType::b8;
 }
 
+// A shape a user hands a factory: no negative dimension, and a size in
+// bytes that 64 bits count (so nothing after this multiplies into garbage).
+const Shape& checked_shape(const Shape& shape, DType dtype, const char* fn) {
+  for (int64_t d : shape)
+    if (d < 0)
+      throw Error(fmt::format("{}: shape {} has a negative dimension", fn, shape_str(shape)));
+  if (!ir::checked_numel(shape, int64_t(dtype_size(dtype))))
+    throw Error(
+        fmt::format("{}: a {} tensor of shape {} is too large: its size in bytes does not "
+                    "fit in 64 bits",
+                    fn, dtype_name(dtype), shape_str(shape)));
+  return shape;
+}
+
 template <class T>
 Tensor from_values(const std::vector<T>& v, const Shape& shape) {
+  checked_shape(shape, dtype_of<T>(), "Tensor::from_vector");
   if (int64_t(v.size()) != numel(shape))
     throw Error(fmt::format("Tensor::from_vector: {} values do not fill shape {} ({} elements)",
                             v.size(), shape_str(shape), numel(shape)));
@@ -88,11 +103,14 @@ int64_t Tensor::size(int64_t d) const {
 std::string Tensor::str() const { return impl_ ? impl_->type.str() : "undefined"; }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  return Tensor(detail::make_concrete(ir::Type{dtype, shape}));
+  return Tensor(
+      detail::make_concrete(ir::Type{dtype, checked_shape(shape, dtype, "Tensor::empty")}));
 }
-Tensor Tensor::zeros(const Shape& shape, DType dtype) { return empty(shape, dtype); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  return empty(checked_shape(shape, dtype, "Tensor::zeros"), dtype);
+}
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
-  ir::Type t{dtype, shape};
+  ir::Type t{dtype, checked_shape(shape, dtype, "Tensor::full")};
   auto impl = detail::make_concrete(t);
   exec::run_reference(Op::full, Attrs{{"value", value}}, {}, nullptr, t, impl->storage->data);
   return Tensor(std::move(impl));
@@ -248,6 +266,7 @@ Tensor gather(const Tensor& table, const Tensor& indices, Loc loc) {
 }
 
 Tensor iota(const Shape& shape, int64_t axis, DType dtype, Loc loc) {
+  checked_shape(shape, dtype, "iota");
   const int64_t r = int64_t(shape.size());
   if (axis < -r || axis >= r)
     throw Error(fmt::format("iota: axis {} is out of range for shape {}{}", axis, shape_str(shape),
@@ -294,7 +313,7 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 }
 
 Tensor rand_stream(const Shape& shape, DType dtype, Loc loc) {
-  const ir::Type t{dtype, shape};
+  const ir::Type t{dtype, checked_shape(shape, dtype, "rand_stream")};
   if (!is_floating(dtype))
     throw Error(fmt::format("rand_stream: dtype must be floating-point, got {}{}",
                             dtype_name(dtype), at(sl(loc))));
@@ -414,12 +433,14 @@ void set_random_stream(const RandomStream& s) {
 }
 
 Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype) {
+  checked_shape(shape, DType::f64, "rand_uniform");
   std::vector<double> v(size_t(numel(shape)));
   for (double& x : v) x = lo + (hi - lo) * uniform01();
   return cast(Tensor::from_vector(v, shape), dtype);
 }
 
 Tensor randn(const Shape& shape, double mean, double std, DType dtype) {
+  checked_shape(shape, DType::f64, "randn");
   std::vector<double> v(size_t(numel(shape)));
   for (size_t i = 0; i < v.size(); i += 2) {  // Box-Muller, two at a time
     double u1 = 1.0 - uniform01(), u2 = uniform01();

@@ -50,6 +50,15 @@ CheckFailure::~CheckFailure() noexcept(false) { throw InternalError(msg_.str());
 
 namespace ir {
 
+std::optional<int64_t> checked_numel(const Shape& s, int64_t elem_size) {
+  if (std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;  // [0, 2^62, 8] holds nothing
+  int64_t n = elem_size;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
+}
+
 std::string Type::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
 Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
@@ -65,17 +74,27 @@ void Attrs::set(const std::string& name, AttrValue v) {
     kv_.insert(it, {name, std::move(v)});
 }
 
-bool Attrs::has(const std::string& name) const {
-  for (auto& [k, v] : kv_)
-    if (k == name) return true;
-  return false;
+Attrs Attrs::from_sorted(std::vector<std::pair<std::string, AttrValue>> kv) {
+  for (size_t i = 1; i < kv.size(); ++i)
+    WS_CHECK(kv[i - 1].first < kv[i].first)
+        << "attributes not sorted or repeated at '" << kv[i].first << "'";
+  Attrs a;
+  a.kv_ = std::move(kv);
+  return a;
 }
 
+const AttrValue* Attrs::find(const std::string& name) const {
+  auto it = std::lower_bound(kv_.begin(), kv_.end(), name,
+                             [](const auto& p, const std::string& n) { return p.first < n; });
+  return it != kv_.end() && it->first == name ? &it->second : nullptr;
+}
+
+bool Attrs::has(const std::string& name) const { return find(name) != nullptr; }
+
 const AttrValue& Attrs::get(const std::string& name) const {
-  for (auto& [k, v] : kv_)
-    if (k == name) return v;
-  WS_CHECK(false) << "missing attribute '" << name << "'";
-  throw;  // unreachable
+  const AttrValue* v = find(name);
+  WS_CHECK(v) << "missing attribute '" << name << "'";
+  return *v;
 }
 
 template <class T>

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -32,6 +33,11 @@ namespace ws::ir {
 
 using ValueId = int32_t;
 constexpr ValueId kNoValue = -1;
+
+// The number of elements of `s` times `elem_size`, or nullopt when a
+// dimension is negative or the product does not fit in int64: shapes from
+// text or user attributes go through this before anything multiplies them.
+std::optional<int64_t> checked_numel(const Shape& s, int64_t elem_size = 1);
 
 struct Type {
   DType dtype = DType::f32;
@@ -55,6 +61,9 @@ class Attrs {
  public:
   Attrs() = default;
   Attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv);
+  // From pairs already sorted by name, each name once (WS_CHECKed): a
+  // parser sorts once instead of inserting one at a time.
+  static Attrs from_sorted(std::vector<std::pair<std::string, AttrValue>> kv);
 
   void set(const std::string& name, AttrValue v);
   bool has(const std::string& name) const;
@@ -71,6 +80,8 @@ class Attrs {
   friend bool operator==(const Attrs&, const Attrs&) = default;
 
  private:
+  const AttrValue* find(const std::string& name) const;  // binary search; nullptr if absent
+
   std::vector<std::pair<std::string, AttrValue>> kv_;
 };
 

@@ -62,17 +62,36 @@ std::pair<int64_t, int64_t> pair_attr(Op op, const Attrs& a, const std::string& 
   return {v[0], v.back()};
 }
 
+// a + b and a * b of sizes and geometry from user attributes or IR text,
+// where an overflow is the user's error, never a wrapped value.
+int64_t add_checked(Op op, int64_t a, int64_t b, const std::string& what, const SourceLoc& loc) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    fail(op, fmt::format("{} overflows 64 bits ({} + {})", what, a, b), loc);
+  return r;
+}
+int64_t mul_checked(Op op, int64_t a, int64_t b, const std::string& what, const SourceLoc& loc) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(op, fmt::format("{} overflows 64 bits ({} x {})", what, a, b), loc);
+  return r;
+}
+
 // Output size of a window sliding over `in` (padded by `pad` each side).
 int64_t window_out(Op op, int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil,
                    const std::string& what, const SourceLoc& loc) {
-  const int64_t span = dil * (k - 1) + 1;
-  if (in + 2 * pad < span)
+  if (k < 1) fail(op, fmt::format("the {} window must be at least 1 wide, got {}", what, k), loc);
+  const std::string geometry = "the " + what + " geometry";
+  const int64_t span =
+      add_checked(op, mul_checked(op, dil, k - 1, geometry, loc), 1, geometry, loc);
+  const int64_t padded = add_checked(op, in, mul_checked(op, 2, pad, geometry, loc), geometry, loc);
+  if (padded < span)
     fail(op,
          fmt::format("the {} window ({} with dilation {}) is larger than the padded input "
                      "({} + 2*{})",
                      what, k, dil, in, pad),
          loc);
-  return (in + 2 * pad - span) / stride + 1;
+  return (padded - span) / stride + 1;
 }
 
 void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& loc) {
@@ -93,11 +112,11 @@ Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const 
          fmt::format("groups {} must divide the input channels {} and output channels {}", groups,
                      x.shape[1], w.shape[0]),
          loc);
-  if (w.shape[1] * groups != x.shape[1])
+  if (w.shape[1] != x.shape[1] / groups)  // groups divides x.shape[1]: no product to overflow
     fail(op,
-         fmt::format("the input {} has {} channels, but the weight {} expects {} ({} per group "
-                     "x {} groups)",
-                     x.str(), x.shape[1], w.str(), w.shape[1] * groups, w.shape[1], groups),
+         fmt::format("the input {} has {} channels, but the weight {} expects {} per group x {} "
+                     "groups",
+                     x.str(), x.shape[1], w.str(), w.shape[1], groups),
          loc);
   auto [sh, sw] = pair_attr(op, attrs, "stride", 1, 1, loc);
   auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
@@ -114,7 +133,7 @@ Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc)
   auto [sh, sw] = pair_attr(op, attrs, "stride", kh, 1, loc);
   if (!attrs.has("stride")) sw = kw;
   auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
-  if (2 * ph > kh || 2 * pw > kw)
+  if (ph > kh / 2 || pw > kw / 2)  // 2·p > k, without the product
     fail(op,
          fmt::format("padding ({}, {}) must be at most half the kernel ({}, {})", ph, pw, kh, kw),
          loc);
@@ -128,9 +147,8 @@ Type shaped_like(const Type& like, const Attrs& a, const std::string& name) {
   return Type{like.dtype, a.ints(name)};
 }
 
-}  // namespace
-
-Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const SourceLoc& loc) {
+Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
+                     const SourceLoc& loc) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0 && int(args.size()) != info.arity)
     fail(op, fmt::format("takes {} operands, got {}", info.arity, args.size()), loc);
@@ -274,11 +292,13 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
     }
     case Op::reshape: {
       const Shape& shape = attrs.ints("shape");
-      if (numel(shape) != args[0].numel() ||
-          std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+      const std::optional<int64_t> n = checked_numel(shape);
+      if (n != args[0].numel())
         fail(op,
-             fmt::format("cannot reshape {} ({} elements) to {} ({} elements)", args[0].str(),
-                         args[0].numel(), shape_str(shape), numel(shape)),
+             fmt::format("cannot reshape {} ({} elements) to {} ({})", args[0].str(),
+                         args[0].numel(), shape_str(shape),
+                         n ? fmt::format("{} elements", *n)
+                           : "a negative dimension or more elements than 64 bits count"),
              loc);
       return Type{args[0].dtype, shape};
     }
@@ -325,7 +345,8 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
         if (!ok || s1 != s0)
           fail(op, fmt::format("operands must match except along axis {}: {}", ax, types_str(args)),
                loc);
-        t.shape[size_t(ax)] += a.shape[size_t(ax)];
+        t.shape[size_t(ax)] =
+            add_checked(op, t.shape[size_t(ax)], a.shape[size_t(ax)], "the concatenated size", loc);
       }
       return t;
     }
@@ -403,6 +424,20 @@ Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const 
   }
   WS_CHECK(false) << "unhandled op " << int(op);
   throw;
+}
+
+}  // namespace
+
+Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const SourceLoc& loc) {
+  Type t = infer_unchecked(op, args, attrs, loc);
+  if (std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
+    fail(op, fmt::format("the result {} has a negative dimension", t.str()), loc);
+  if (!checked_numel(t.shape, int64_t(dtype_size(t.dtype))))
+    fail(op,
+         fmt::format("the result {} is too large: its size in bytes does not fit in 64 bits",
+                     t.str()),
+         loc);
+  return t;
 }
 
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {

@@ -9,7 +9,7 @@
 namespace ws::ir {
 
 enum class Op : uint8_t {
-#define WS_OP(e, text, arity, cat, diff) e,
+#define WS_OP(e, text, arity, cat, diff, attrs) e,
 #include "ir/ops.def"
 #undef WS_OP
 };
@@ -28,7 +28,7 @@ enum class OpCategory : uint8_t {
 };
 
 constexpr int kNumOps = 0
-#define WS_OP(e, text, arity, cat, diff) +1
+#define WS_OP(e, text, arity, cat, diff, attrs) +1
 #include "ir/ops.def"
 #undef WS_OP
     ;
@@ -39,10 +39,11 @@ struct OpInfo {
   int arity;  // -1: variadic
   OpCategory category;
   bool differentiable;
+  std::string_view attrs;  // the attribute schema (see ops.def and attr_schema.hpp)
 };
 
 inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
-#define WS_OP(e, text, ar, cat, diff) {Op::e, text, ar, OpCategory::cat, diff},
+#define WS_OP(e, text, ar, cat, diff, attrs) {Op::e, text, ar, OpCategory::cat, diff, attrs},
 #include "ir/ops.def"
 #undef WS_OP
 }};

@@ -1,6 +1,7 @@
 // Parsing the text form of a Graph (see text.hpp): a hand-written lexer and a
 // recursive-descent parser over lines. The parser computes nothing: types come
 // from the text and verify() judges the result.
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <limits>
@@ -303,16 +304,37 @@ class Parser {
     fail(t, "expected an attribute value (integer, float, [ints], f64[floats] or string)");
   }
 
-  void parse_attrs(Attrs& attrs) {
+  // `{` was read: `name=value, ...}` appended to `attrs`, which may hold
+  // attributes already (an input's role and name).
+  struct ParsedAttr {
+    std::string name;
+    int line;
+    AttrValue value;
+  };
+  void parse_attrs(std::vector<ParsedAttr>& attrs) {
     if (accept_punct("}")) return;
     do {
       int line = lex_.peek().line;
       std::string key = parse_name("as an attribute name");
-      if (attrs.has(key)) fail_at(line, fmt::format("duplicate attribute '{}'", key));
       expect_punct("=", "after the attribute name");
-      attrs.set(key, parse_attr_value());
+      attrs.push_back({std::move(key), line, parse_attr_value()});
     } while (accept_punct(","));
     expect_punct("}", "after attributes");
+  }
+
+  // Sorted once by name (a stable sort keeps each name's occurrences in text
+  // order), so many attributes parse in n log n, not one insertion each.
+  static Attrs sorted_attrs(std::vector<ParsedAttr> attrs) {
+    std::stable_sort(attrs.begin(), attrs.end(),
+                     [](const ParsedAttr& a, const ParsedAttr& b) { return a.name < b.name; });
+    std::vector<std::pair<std::string, AttrValue>> kv;
+    kv.reserve(attrs.size());
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      if (!kv.empty() && attrs[i].name == kv.back().first)
+        fail_at(attrs[i].line, fmt::format("duplicate attribute '{}'", attrs[i].name));
+      kv.emplace_back(std::move(attrs[i].name), std::move(attrs[i].value));
+    }
+    return Attrs::from_sorted(std::move(kv));
   }
 
   void parse_node(Graph& g) {
@@ -325,21 +347,24 @@ class Parser {
     Token op_tok = expect(Tok::ident, "an op name", "after '='");
     std::optional<Op> op = op_from_name(op_tok.text);
     if (!op) fail_at(op_tok.line, fmt::format("unknown op '{}'", op_tok.text));
-    Node n{*op, {}, {}, {}, {}};
+    Node n{*op, {}, {}, {}, {}, nullptr};
+    std::vector<ParsedAttr> attrs;
     if (*op == Op::input && lex_.peek().kind == Tok::ident) {
       Token role = lex_.next();
       InputRole r{};
       if (!parse_role(role.text, &r))
         fail_at(role.line, fmt::format("unknown input role '{}'", role.text));
-      n.attrs.set("role", role.text);
-      n.attrs.set("name", expect(Tok::string, "a quoted input name", "after the role").text);
+      attrs.push_back({"role", role.line, role.text});
+      attrs.push_back(
+          {"name", role.line, expect(Tok::string, "a quoted input name", "after the role").text});
     }
     if (lex_.peek().kind == Tok::value) {
       do n.args.push_back(parse_value(id, "used as an operand", " yet (forward reference)"));
       while (accept_punct(","));
     }
-    if (accept_punct("{")) parse_attrs(n.attrs);
-    expect_punct(":", n.attrs.empty() ? "before the type" : "after attributes");
+    if (accept_punct("{")) parse_attrs(attrs);
+    expect_punct(":", attrs.empty() ? "before the type" : "after attributes");
+    n.attrs = sorted_attrs(std::move(attrs));
     n.type = parse_type();
     if (accept_punct("@")) {
       n.loc.file = expect(Tok::string, "a quoted file name", "after '@'").text;

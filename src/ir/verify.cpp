@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "ir/attr_schema.hpp"
 #include "ir/builder.hpp"
 
 namespace ws::ir {
@@ -189,6 +191,8 @@ void check_node(const Graph& g, ValueId id) {
     fail(g, fmt::format("%{} has an invalid op {}", id, int(n.op)));
   for (int64_t d : n.type.shape)
     if (d < 0) fail_node(g, id, "the type has a negative dimension");
+  if (!checked_numel(n.type.shape, int64_t(dtype_size(n.type.dtype))))
+    fail_node(g, id, "the type is too large: its size in bytes does not fit in 64 bits");
   const OpInfo& info = op_info(n.op);
   if (info.arity >= 0 && int64_t(n.args.size()) != info.arity)
     fail_node(g, id,
@@ -200,6 +204,7 @@ void check_node(const Graph& g, ValueId id) {
     if (!in_range(g, a)) fail_node(g, id, fmt::format("operand %{} does not exist", a));
   }
   if (n.body && n.op != Op::fusion) fail_node(g, id, "only a fusion has a body");
+  if (std::string wrong = check_attrs(n.op, n.attrs); !wrong.empty()) fail_node(g, id, wrong);
   if (info.category == OpCategory::source) return check_source(g, id);
   if (n.op == Op::fusion) return check_fusion(g, id);
   if (n.op == Op::fusion_result) return check_fusion_result(g, id);
@@ -220,12 +225,18 @@ void check_node(const Graph& g, ValueId id) {
         fmt::format("the type {} differs from the inferred type {}", n.type.str(), inferred.str()));
 }
 
+// Names are how users, checkpoints and the three graphs' interfaces find an
+// input or an output: each names one.
 void check_inputs(const Graph& g) {
   std::vector<int> listed(g.nodes.size(), 0);
+  std::unordered_map<std::string_view, ValueId> named;
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     ValueId v = g.inputs[i];
     if (!is_input(g, v)) fail(g, fmt::format("inputs[{}] = %{} is not an input node", i, v));
     if (listed[size_t(v)]++) fail(g, fmt::format("input %{} is listed twice in inputs", v));
+    const std::string& name = g.node(v).attrs.s("name");
+    if (auto [it, fresh] = named.emplace(name, v); !fresh)
+      fail_node(g, v, fmt::format("input name \"{}\" is taken by %{} already", name, it->second));
   }
   for (ValueId v = 0; v < g.size(); ++v)
     if (g.node(v).op == Op::input && !listed[size_t(v)])
@@ -234,11 +245,14 @@ void check_inputs(const Graph& g) {
 
 void check_outputs(const Graph& g) {
   std::vector<int> aliased_by(g.nodes.size(), -1);
+  std::unordered_map<std::string_view, size_t> named;
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     const Output& o = g.outputs[i];
     std::string what = fmt::format("output {} \"{}\"", i, o.name);
     if (size_t(o.role) > size_t(OutputRole::update))
       fail(g, fmt::format("{} has an invalid role {}", what, int(o.role)));
+    if (auto [it, fresh] = named.emplace(o.name, i); !fresh)
+      fail(g, fmt::format("{}: the name is taken by output {} already", what, it->second));
     what = fmt::format("output {} ({} %{} \"{}\")", i, role_name(o.role), o.value, o.name);
     if (!in_range(g, o.value)) fail(g, what + " refers to a value that does not exist");
     if (o.role != OutputRole::update) {

@@ -46,7 +46,7 @@ int home_of(const JointGraph& j, const ir::Output& o) {
 std::string interface_name(const Graph& g, ValueId v, int producer) {
   if (producer == kBackward) {
     for (const ir::Output& o : g.outputs)
-      if (o.role == ir::OutputRole::grad && o.value == v) return "grad." + o.name;
+      if (o.role == ir::OutputRole::grad && o.value == v) return o.name;  // "grad.fc1.weight"
   }
   return fmt::format("saved.%{}", v);
 }
@@ -116,7 +116,8 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
                 ir::Attrs{{"name", interface_name(g, v, producer)},
                           {"role", std::string(ir::role_name(role))}},
                 g.type(v),
-                g.node(v).loc};
+                g.node(v).loc,
+                nullptr};
     map[size_t(v)] = push(std::move(in));
     out.inputs.push_back(map[size_t(v)]);
   }

@@ -186,7 +186,8 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
   optim::UpdateOutputs updated = optim::build_updates(b, spec, in);
 
   for (size_t j = 0; j < params.size(); ++j)
-    g.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue, params[j].first});
+    g.outputs.push_back(
+        ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue, "grad." + params[j].first});
   auto update = [&](ir::ValueId value, ir::ValueId input) {
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
   };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ir/builder.hpp"
@@ -148,26 +149,26 @@ TEST(IrText, PrintWithoutLocationsDropsOnlyLocations) {
   EXPECT_EQ(print(g), text);
 }
 
+// Each attribute kind, with its edge values, on ops whose schema takes it.
 TEST(IrText, RoundTripKeepsEveryAttrKind) {
   Graph g;
   Builder b(g);
-  ValueId x = b.input(InputRole::data, "x", Type{DType::f32, {2}});
-  b.add(Op::neg, {x},
-        Attrs{{"int", int64_t(1)},
-              {"float", 1.0},
-              {"neg", int64_t(-9223372036854775807LL - 1)},
-              {"ints", std::vector<int64_t>{-1, 0, 7}},
-              {"no_ints", std::vector<int64_t>{}},
-              {"floats", std::vector<double>{1.0, 0.5}},
-              {"no_floats", std::vector<double>{}},
-              {"str", std::string("a \"b\" \\ c\nd")},
-              {"empty", std::string()},
-              {"odd key", int64_t(2)}});
+  ValueId x = b.input(InputRole::data, "a \"b\" \\ c\nd", Type{DType::f32, {2, 3}});
+  ValueId w = b.input(InputRole::param, "w", Type{DType::f32, {3, 3}});
+  ValueId bias = b.constant({1.0, 0.5, 2.0}, Type{DType::f32, {3}});
+  b.add(Op::matmul_bias, {x, w, bias},
+        Attrs{{"activation", std::string()},
+              {"recompute", int64_t(-9223372036854775807LL - 1)},
+              {"transpose_b", int64_t(1)}});
+  b.add(Op::reduce_sum, {x}, Attrs{{"axes", std::vector<int64_t>{-1, 0}}});
+  b.add(Op::reduce_sum, {x}, Attrs{{"axes", std::vector<int64_t>{}}});
+  b.constant({}, Type{DType::f32, {0}});
+  b.full(1.0, Type{DType::f32, {}});
   std::string text = print(g);
-  EXPECT_TRUE(Contains(text,
-                       "{empty=\"\", float=1.0, floats=f64[1.0,0.5], int=1, ints=[-1,0,7], "
-                       "neg=-9223372036854775808, no_floats=f64[], no_ints=[], "
-                       "\"odd key\"=2, str=\"a \\\"b\\\" \\\\ c\\nd\"}"));
+  for (const char* part : {"input data \"a \\\"b\\\" \\\\ c\\nd\"", "{value=f64[1.0,0.5,2.0]}",
+                           "{activation=\"\", recompute=-9223372036854775808, transpose_b=1}",
+                           "{axes=[-1,0]}", "{axes=[]}", "{value=f64[]}", "{value=1.0}"})
+    EXPECT_TRUE(Contains(text, part));
   ExpectSameGraph(parse(text), g);
 }
 
@@ -282,6 +283,69 @@ TEST(IrText, ParseErrorsNameTheLine) {
       EXPECT_TRUE(Contains(msg, c.what)) << c.text;
     }
   }
+}
+
+// What the verifier finds in parsed text is a ws::Error naming the node:
+// attributes outside the op's schema, names used twice, sizes that do not
+// fit in 64 bits.
+TEST(IrText, ParseRejectsWhatTheVerifierRejects) {
+  const std::string head = "graph g {\n  %0 = input data \"x\" : f32[2]\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {head + "  %1 = neg %0 {a=1} : f32[2]\n}\n",
+       "%1 = neg %0 : f32[2]: unknown attribute 'a' (neg takes recompute)"},
+      {head + "  %1 = reduce_sum %0 {axes=0} : f32[]\n}\n",
+       "attribute 'axes' must be an integer list, got an integer"},
+      {head + "  %1 = reduce_sum %0 : f32[]\n}\n",
+       "reduce_sum needs an integer list attribute 'axes'"},
+      {head + "  %1 = input data \"x\" : f32[2]\n}\n", "input name \"x\" is taken by %0"},
+      {head + "  out user %0 \"y\"\n  out loss %0 \"y\"\n}\n",
+       "output 1 \"y\": the name is taken by output 0 already"},
+      {"graph g {\n  %0 = input data \"x\" : f32[4611686018427387904,4]\n}\n",
+       "the type is too large: its size in bytes does not fit in 64 bits"},
+      {head + "  %1 = reshape %0 {shape=[4611686018427387904,4,0]} : f32[0,4,0]\n}\n",
+       "cannot reshape f32[2] (2 elements) to [4611686018427387904,4,0] (0 elements)"},
+      {head + "  %1 = reshape %0 {shape=[4611686018427387904,4,2]} : f32[2]\n}\n",
+       "more elements than 64 bits count"},
+      {"graph g {\n  %0 = input data \"x\" : f32[1,1,4,4]\n  %1 = max_pool2d %0 "
+       "{kernel=[2], padding=[4611686018427387904]} : f32[1,1,2,2]\n}\n",
+       "must be at most half the kernel"},
+      {"graph g {\n  %0 = input data \"x\" : f32[1,1,4,4]\n  %1 = avg_pool2d %0 "
+       "{kernel=[1], stride=[1], padding=[0], count_include_pad=1, extra=2} : f32[1,1,4,4]\n}\n",
+       "unknown attribute 'extra' (avg_pool2d takes kernel, stride, padding, count_include_pad, "
+       "recompute)"},
+  };
+  for (const auto& [text, what] : cases) {
+    try {
+      parse(text);
+      ADD_FAILURE() << "parsed without error:\n" << text;
+    } catch (const Error& e) {
+      EXPECT_TRUE(Contains(e.what(), "parsed graph is invalid: ")) << text;
+      EXPECT_TRUE(Contains(e.what(), what)) << text;
+    }
+  }
+}
+
+// Attributes are sorted once per node, not inserted one at a time: a node
+// with 100,000 of them parses (the verifier then names the first unknown
+// one), and a repeated name is found wherever it stands.
+TEST(IrText, ManyAttributesParseAndARepeatedOneIsFound) {
+  std::string attrs;
+  for (int i = 0; i < 100000; ++i) attrs += fmt::format("k{}={}, ", 99999 - i, i);
+  const std::string head = "graph g {\n  %0 = input data \"x\" : f32[2]\n  %1 = neg %0 {";
+  try {
+    parse(head + attrs + "k5=1} : f32[2]\n}\n");
+    ADD_FAILURE() << "parsed a repeated attribute";
+  } catch (const Error& e) {
+    EXPECT_TRUE(Contains(e.what(), "parse error at line 3: duplicate attribute 'k5'")) << e.what();
+  }
+  try {
+    parse(head + attrs + "z=1} : f32[2]\n}\n");
+    ADD_FAILURE() << "parsed unknown attributes";
+  } catch (const Error& e) {
+    EXPECT_TRUE(Contains(e.what(), "unknown attribute 'k0' (neg takes recompute)")) << e.what();
+  }
+  // An input's role and name count as attributes too.
+  EXPECT_THROW(parse("graph g {\n  %0 = input data \"x\" {name=\"y\"} : f32[2]\n}\n"), Error);
 }
 
 TEST(IrText, ParseRunsTheVerifier) {

@@ -1,10 +1,12 @@
 // The verifier: each structural rule, broken on purpose, is reported as an
 // InternalError naming the node or output and the rule.
+#include <set>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "ir/attr_schema.hpp"
 #include "ir/builder.hpp"
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
@@ -126,7 +128,114 @@ TEST(IrVerify, ReportsMissingAttributesNamingTheNode) {
   g.nodes.push_back(Node{Op::reduce_sum, {3}, {}, Type{DType::f32, {}}, {"m.cpp", 5}});
   std::string msg = VerifyError(g);
   EXPECT_TRUE(Contains(msg, "%4 = reduce_sum %3 : f32[] (at m.cpp:5)"));
-  EXPECT_TRUE(Contains(msg, "missing attribute 'axes'"));
+  EXPECT_TRUE(Contains(msg, "reduce_sum needs an integer list attribute 'axes'"));
+}
+
+// Every attribute is in its op's schema (ops.def), of the schema's kind.
+TEST(IrVerify, RejectsAttributesOutsideTheOpsSchema) {
+  Graph g = SmallGraph();
+  g.nodes[3].attrs.set("axes", std::vector<int64_t>{0});
+  std::string msg = VerifyError(g);
+  EXPECT_TRUE(Contains(msg, "%3 = neg %2"));
+  EXPECT_TRUE(Contains(msg, "unknown attribute 'axes' (neg takes recompute)"));
+  g = SmallGraph();
+  Builder b(g);
+  b.reduce(Op::reduce_sum, 3, {0});
+  g.nodes.back().attrs.set("axis", int64_t(1));
+  EXPECT_TRUE(
+      Contains(VerifyError(g), "unknown attribute 'axis' (reduce_sum takes axes, recompute)"));
+  g.nodes.back().attrs = Attrs{{"axes", int64_t(0)}};
+  EXPECT_TRUE(Contains(VerifyError(g), "attribute 'axes' must be an integer list, got an integer"));
+  g.nodes.back().attrs = Attrs{{"axes", std::vector<int64_t>{0}}, {"recompute", 1.0}};
+  EXPECT_TRUE(Contains(VerifyError(g), "attribute 'recompute' must be an integer, got a float"));
+  g.nodes.back().attrs = Attrs{{"axes", std::vector<int64_t>{0}}, {"recompute", int64_t(2)}};
+  EXPECT_NO_THROW(verify(g));
+}
+
+TEST(IrVerify, EveryOpsSchemaParsesAndNamesEachAttributeOnce) {
+  for (const OpInfo& info : kOpTable) {
+    std::set<std::string_view> names;
+    for (const AttrSpec& s : attr_schema(info.op)) {
+      EXPECT_FALSE(s.name.empty()) << info.name;
+      EXPECT_TRUE(names.insert(s.name).second) << info.name << " names " << s.name << " twice";
+    }
+    EXPECT_TRUE(names.count("recompute")) << info.name;
+  }
+}
+
+TEST(IrVerify, RejectsTwoInputsOrTwoOutputsOfOneName) {
+  Graph g = SmallGraph();
+  g.nodes[1].attrs.set("name", std::string("w"));
+  EXPECT_TRUE(Contains(VerifyError(g),
+                       "%1 = input data \"w\" : f32[2,3]: input name \"w\" is "
+                       "taken by %0 already"));
+  g = SmallGraph();
+  g.outputs.push_back({OutputRole::loss, 2, kNoValue, "z"});
+  EXPECT_TRUE(Contains(VerifyError(g), "output 1 \"z\": the name is taken by output 0 already"));
+  // An input and an output may share a name (an update names its parameter).
+  g = SmallGraph();
+  g.outputs.push_back({OutputRole::update, 3, 0, "w"});
+  EXPECT_NO_THROW(verify(g));
+}
+
+// Sizes are counted in 64 bits without wrapping: a type whose bytes do not
+// fit, and shape arithmetic that would overflow, are errors.
+TEST(IrVerify, RejectsTypesAndGeometryThatOverflow) {
+  const int64_t big = int64_t(1) << 62;
+  Graph g = SmallGraph();
+  g.nodes[0].type = Type{DType::f32, {big, 2}};
+  EXPECT_TRUE(Contains(VerifyError(g), "the type is too large: its size in bytes does not fit"));
+  g = SmallGraph();
+  g.nodes[0].type = Type{DType::f32, {0, big, big}};  // no element: no bytes
+  g.nodes[1].type = g.nodes[0].type;
+  g.nodes[2].type = g.nodes[3].type = g.nodes[0].type;
+  EXPECT_NO_THROW(verify(g));
+  g = SmallGraph();
+  Builder b(g);
+  ValueId r = b.reshape(3, {6});
+  g.nodes[size_t(r)].attrs.set("shape", std::vector<int64_t>{big, 4, 3});
+  EXPECT_TRUE(Contains(VerifyError(g), "more elements than 64 bits count"));
+  g.nodes[size_t(r)].attrs.set("shape", std::vector<int64_t>{-2, -3});
+  EXPECT_TRUE(Contains(VerifyError(g), "a negative dimension"));
+}
+
+TEST(IrVerify, ShapeInferenceReportsOverflowAsAUserError) {
+  const int64_t big = int64_t(1) << 62;
+  const Type x{DType::f32, {1, 1, 4, 4}}, w{DType::f32, {1, 1, 3, 3}};
+  auto error = [](Op op, const std::vector<Type>& args, const Attrs& attrs) -> std::string {
+    try {
+      infer_type(op, args, attrs, SourceLoc{"net.cpp", 7});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << op_name(op) << " inferred a type";
+    return "";
+  };
+  EXPECT_TRUE(Contains(error(Op::conv2d, {x, w}, Attrs{{"padding", std::vector<int64_t>{big}}}),
+                       "conv2d: the kernel geometry overflows 64 bits (2 x 4611686018427387904) "
+                       "(at net.cpp:7)"));
+  EXPECT_TRUE(Contains(error(Op::conv2d, {x, w}, Attrs{{"dilation", std::vector<int64_t>{big, 1}}}),
+                       "the kernel geometry overflows 64 bits"));
+  EXPECT_TRUE(Contains(error(Op::conv2d, {x, Type{DType::f32, {1, 1, 0, 3}}}, {}),
+                       "the kernel window must be at least 1 wide, got 0"));
+  EXPECT_TRUE(Contains(
+      error(Op::max_pool2d, {x},
+            Attrs{{"kernel", std::vector<int64_t>{2}}, {"padding", std::vector<int64_t>{big}}}),
+      "padding (4611686018427387904, 4611686018427387904) must be at most half"));
+  EXPECT_TRUE(
+      Contains(error(Op::conv2d, {Type{DType::f32, {1, 0, 4, 4}}, Type{DType::f32, {0, 4, 3, 3}}},
+                     Attrs{{"groups", big}}),
+               "expects 4 per group x 4611686018427387904 groups"));
+  const Type wide{DType::f32, {big}};
+  EXPECT_TRUE(Contains(error(Op::concat, {wide, wide}, Attrs{{"axis", int64_t(0)}}),
+                       "concat: the concatenated size overflows 64 bits"));
+  EXPECT_TRUE(Contains(error(Op::one_hot, {Type{DType::i64, {4}}},
+                             Attrs{{"dtype", std::string("f32")}, {"num_classes", big}}),
+                       "one_hot: the result f32[4,4611686018427387904] is too large"));
+  EXPECT_TRUE(
+      Contains(error(Op::broadcast, {Type{DType::f32, {1}}},
+                     Attrs{{"dims", std::vector<int64_t>{0}}, {"shape", std::vector<int64_t>{-1}}}),
+               "the result f32[-1] has a negative dimension"));
 }
 
 TEST(IrVerify, RejectsUpdateAliasingANonInput) {
@@ -202,7 +311,7 @@ TEST(IrVerify, RejectsMalformedSources) {
   EXPECT_TRUE(Contains(VerifyError(g), "constant has 2 values for 3 elements"));
   g = SmallGraph();
   g.nodes.push_back(Node{Op::full, {}, Attrs{{"value", int64_t(1)}}, Type{}, {}});
-  EXPECT_TRUE(Contains(VerifyError(g), "float attribute 'value'"));
+  EXPECT_TRUE(Contains(VerifyError(g), "attribute 'value' must be a float, got an integer"));
   g = SmallGraph();
   g.nodes[0].type = Type{DType::f32, {-1, 3}};
   EXPECT_TRUE(Contains(VerifyError(g), "negative dimension"));

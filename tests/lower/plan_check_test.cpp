@@ -122,7 +122,7 @@ TEST(PlanCheck, NoGradientIsReadAfterItsParametersUpdateInTheSingleGraph) {
       for (const ir::Output& grad : g.outputs) {
         if (grad.role != ir::OutputRole::grad) continue;
         for (const ir::Output& u : g.outputs)
-          if (u.role == ir::OutputRole::update && u.name == grad.name) {
+          if (u.role == ir::OutputRole::update && "grad." + u.name == grad.name) {
             EXPECT_LE(last_read[size_t(grad.value)], u.value)
                 << name << (adam ? " adam" : " sgd") << ": the gradient of " << grad.name
                 << " is read after its update";
