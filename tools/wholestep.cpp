@@ -382,8 +382,6 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, 
             bool save_all_rows) {
   const ws::models::Spec spec = ws::models::spec(c.model);
   BatchSource source(c, spec);
-  std::vector<std::vector<ws::Tensor>> batches;
-  for (int64_t i = 0; i < steps + warmup; ++i) batches.push_back(source.get(i));
   std::vector<ws::CompareConfig> configs = {
       {ws::StepMode::interpret}, {ws::StepMode::three_graph}, {ws::StepMode::single_graph}};
   if (no_alias_rows) {
@@ -402,7 +400,8 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, 
       "comparing modes on {} (batch {}, {}): {} timed steps after {} warm-up, round robin, "
       "median ms/step; max diff is parameters and buffers vs interpret after the last step\n",
       c.model, spec.batch, optimizer_name(c), steps, warmup);
-  auto rows = ws::compare_modes([&] { return make_setup(c); }, configs, batches, warmup);
+  auto rows = ws::compare_modes([&] { return make_setup(c); }, configs,
+                                [&](int64_t i) { return source.get(i); }, steps + warmup, warmup);
   fmt::print("{}", ws::format_comparison(rows));
   return 0;
 }

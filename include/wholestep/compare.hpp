@@ -36,6 +36,14 @@ struct CompareRow {
   double max_rel_diff = 0;
 };
 
+// `batch_at(i)` is the data of step i (0 <= i < steps), asked for once per
+// step and trained on by every configuration, so a long comparison holds
+// one batch at a time. The first `warmup_steps` steps are not timed.
+using BatchFn = std::function<std::vector<Tensor>(int64_t step)>;
+std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_setup,
+                                      const std::vector<CompareConfig>& configs,
+                                      const BatchFn& batch_at, int64_t steps, int64_t warmup_steps);
+// The same over batches made beforehand, one per step.
 std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_setup,
                                       const std::vector<CompareConfig>& configs,
                                       const std::vector<std::vector<Tensor>>& batches,

@@ -23,8 +23,17 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                       const std::vector<CompareConfig>& configs,
                                       const std::vector<std::vector<Tensor>>& batches,
                                       int64_t warmup_steps) {
+  return compare_modes(
+      make_setup, configs, [&](int64_t i) { return batches[size_t(i)]; }, int64_t(batches.size()),
+      warmup_steps);
+}
+
+std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_setup,
+                                      const std::vector<CompareConfig>& configs,
+                                      const BatchFn& batch_at, int64_t steps,
+                                      int64_t warmup_steps) {
   std::vector<TrainSetup> setups;
-  std::vector<TrainStep> steps;
+  std::vector<TrainStep> train_steps;
   // Each configuration draws from its own copy of the random stream (dropout
   // masks), so all see the same numbers.
   std::vector<RandomStream> streams;
@@ -32,25 +41,27 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     setups.push_back(make_setup());
     streams.push_back(random_stream());
     TrainSetup& s = setups.back();
-    steps.emplace_back(
+    train_steps.emplace_back(
         *s.model, *s.opt, s.loss_fn,
         StepOptions{
             .mode = c.mode, .aliasing = c.aliasing, .fuse = c.fuse, .recompute = c.recompute});
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size());
-  for (size_t b = 0; b < batches.size(); ++b)
+  for (int64_t b = 0; b < steps; ++b) {
+    const std::vector<Tensor> batch = batch_at(b);
     for (size_t i = 0; i < configs.size(); ++i) {  // round robin
       set_random_stream(streams[i]);
       auto t0 = std::chrono::steady_clock::now();
-      StepResult r = steps[i].run(batches[b]);
+      StepResult r = train_steps[i].run(batch);
       double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       streams[i] = random_stream();
-      if (int64_t(b) >= warmup_steps) times[i].push_back(ms);
+      if (b >= warmup_steps) times[i].push_back(ms);
       rows[i].counters = r.counters;
       rows[i].final_loss = r.loss;
     }
+  }
   // Parameters and buffers (BatchNorm running statistics) alike.
   auto state = [](const nn::Module& m) {
     nn::NamedTensors all = m.named_parameters(), buffers = m.named_buffers();

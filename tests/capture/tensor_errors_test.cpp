@@ -13,6 +13,29 @@ bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// A shape handed to a factory is checked before anything is allocated or
+// multiplied: a negative dimension, or more bytes than 64 bits count.
+TEST(TensorErrors, FactoriesRefuseNegativeAndOversizedShapes) {
+  const int64_t big = int64_t(1) << 62;
+  EXPECT_EQ(error_of([] {
+              Tensor::zeros({2, -1});
+            }),
+            "Tensor::zeros: shape [2,-1] has a negative dimension");
+  EXPECT_EQ(error_of([&] {
+              Tensor::full({big, 2}, 1.0);
+            }),
+            "Tensor::full: a f32 tensor of shape [4611686018427387904,2] is too large: its size in "
+            "bytes does not fit in 64 bits");
+  EXPECT_EQ(Tensor::from_vector(std::vector<float>{}, {big, 4, 0}).numel(), 0);  // holds nothing
+  EXPECT_NE(error_of([&] {
+              Tensor::empty({big, big}, DType::b8);
+            }).find("is too large"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { randn({big, 2}); }).find("randn: a f64 tensor"), std::string::npos);
+  EXPECT_NE(error_of([&] { iota({-3}, 0); }).find("iota: shape [-3] has a negative dimension"),
+            std::string::npos);
+}
+
 TEST(TensorErrors, MatmulShapeMismatchNamesBothShapesAndLine) {
   Tensor a = Tensor::zeros({4, 3}), b = Tensor::zeros({5, 2});
   const int line = __LINE__ + 1;
