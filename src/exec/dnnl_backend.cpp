@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "exec/kernels.hpp"
+#include "exec/loops.hpp"
+#include "exec/parallel.hpp"
 #include "exec/reference.hpp"
 
 namespace ws::exec {
@@ -248,37 +250,37 @@ class ZeroOp final : public BackendOp {
   std::string impl_ = "zeros";
 };
 
-// matmul_add: oneDNN 2.6 fixes a sum post-op's scale (beta) when the
-// primitive is created, while beta (SGD's momentum) is a value of the step.
-// The primitive is made for the beta it last saw, and made again when beta
-// changes (a hyperparameter changed: an allocation then, none per step).
-// Its scratch is planned for the first one; another beta gives the same
-// primitive with another constant, so the same scratch (checked).
-class ScaledSumOp final : public BackendOp {
+// matmul_add, out = beta * out + alpha * (a @ b). oneDNN 2.6 fixes a sum
+// post-op's scale when the primitive is created, while beta is a value of
+// the step (SGD's momentum, or 1 - lr * wd, which a learning-rate schedule
+// changes every step). So the one primitive, made at compile time, adds
+// with scale 1, and a beta other than 1 scales `out` in place first: no
+// primitive is made per step, the result depends only on the values (the
+// same bits resumed or not, whatever beta was before), and the rounding is
+// the unfused update's, (beta * out) + (alpha * (a @ b)).
+class AccumulateOp final : public BackendOp {
  public:
-  using Make = std::function<std::shared_ptr<const BackendOp>(float beta)>;
-  explicit ScaledSumOp(Make make) : make_(std::move(make)), op_(make_(beta_)) {}
-  int64_t scratch_bytes() const override { return op_->scratch_bytes(); }
-  const std::string& impl() const override { return op_->impl(); }
-  int64_t flops() const override { return op_->flops(); }
+  explicit AccumulateOp(std::shared_ptr<const BackendOp> sum, int64_t n)
+      : sum_(std::move(sum)), n_(n) {}
+  int64_t scratch_bytes() const override { return sum_->scratch_bytes(); }
+  const std::string& impl() const override { return sum_->impl(); }
+  int64_t flops() const override { return sum_->flops(); }
   void run(const void* a, const void* b, void* out, void* scratch, const void* alpha,
            const void* beta) const override {
     WS_CHECK(beta) << "matmul_add run without its beta";
-    const float want = *static_cast<const float*>(beta);
-    if (std::memcmp(&want, &beta_, sizeof want) != 0) {
-      auto fresh = make_(want);
-      WS_CHECK(fresh->scratch_bytes() <= op_->scratch_bytes())
-          << "matmul_add: the primitive for beta " << want << " needs more scratch";
-      op_ = std::move(fresh);
-      beta_ = want;
+    if (*static_cast<const float*>(beta) != 1.0f) {
+      const auto* bp = static_cast<const float*>(beta);
+      auto* y = static_cast<float*>(out);
+      parallel_for(n_, kCheapGrain, [=](int64_t lo, int64_t hi) {
+        binary_range<float, Op::mul, float>(y, bp, y, true, false, lo, hi);
+      });
     }
-    op_->run(a, b, out, scratch, alpha);
+    sum_->run(a, b, out, scratch, alpha);
   }
 
  private:
-  Make make_;
-  mutable float beta_ = 1.0f;
-  mutable std::shared_ptr<const BackendOp> op_;
+  std::shared_ptr<const BackendOp> sum_;
+  int64_t n_;
 };
 
 dnnl::primitive_attr user_scratchpad() {
@@ -310,8 +312,7 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
-                                             bool accumulate, bool bias, float beta = 1.0f,
-                                             bool residual = false) {
+                                             bool accumulate, bool bias, bool residual = false) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -330,10 +331,10 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
     po.append_sum(1.0f);
     attr.set_post_ops(po);
   }
-  if (accumulate) {  // dst = beta * dst + alpha * (a @ b), alpha given at run time
+  if (accumulate) {  // dst = dst + alpha * (a @ b), alpha given at run time (AccumulateOp)
     attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
     dnnl::post_ops po;
-    po.append_sum(beta);
+    po.append_sum(1.0f);
     attr.set_post_ops(po);
     op->set_runtime_scale();
   }
@@ -468,14 +469,12 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
       return std::make_shared<ZeroOp>(int64_t(out_type.bytes()), op == Op::matmul_add);
     }
   if (op == Op::matmul_bias_add)
-    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false, true, 1.0f, true);
+    return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false, true, true);
   if (op == Op::matmul_add) {
-    std::vector<ir::Type> in(in_types.begin(), in_types.end());
-    std::vector<std::vector<int64_t>> st(in_strides.begin(), in_strides.end());
-    return std::make_shared<ScaledSumOp>(
-        [in, out_type, attrs, st, out_strides](float beta) -> std::shared_ptr<const BackendOp> {
-          return make_matmul(in, out_type, attrs, st, out_strides, true, false, beta);
-        });
+    WS_CHECK(out_strides.empty()) << "matmul_add accumulates into a contiguous value";
+    return std::make_shared<AccumulateOp>(
+        make_matmul(in_types, out_type, attrs, in_strides, out_strides, true, false),
+        out_type.numel());
   }
   if (op == Op::matmul || op == Op::matmul_bias)
     return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false,

@@ -343,7 +343,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         T* y = static_cast<T*>(out);
         for (int64_t i = 0; i < n; ++i) y[i] = c[i] + y[i];
       });
-    case Op::matmul_add:  // beta * c + alpha * (a @ b), as one fused multiply-add
+    case Op::matmul_add:  // (beta * c) + (alpha * (a @ b)), each product rounded
       WS_CHECK(is_floating(out_type.dtype)) << "matmul_add on " << out_type.str();
       if (out_type.dtype == DType::f32) return run_backend(op, attrs, in_types, in, out_type, out);
       return dispatch_float(out_type.dtype, [&](auto t) {
@@ -352,7 +352,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T *c = static_cast<const T*>(in[2]), alpha = *static_cast<const T*>(in[3]),
                 beta = *static_cast<const T*>(in[4]);
         T* y = static_cast<T*>(out);
-        for (int64_t i = 0; i < n; ++i) y[i] = std::fma(c[i], beta, y[i] * alpha);
+        for (int64_t i = 0; i < n; ++i) y[i] = beta * c[i] + alpha * y[i];
       });
     case Op::reduce_sum:
     case Op::reduce_max:

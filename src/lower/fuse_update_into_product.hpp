@@ -14,12 +14,14 @@
 // writes the momentum buffer
 // (the weight's own update then reads the buffer, as before). oneDNN runs
 // it as the product with a runtime output scale (alpha) and a sum post-op
-// (beta): the gradient never exists as a buffer, and the update costs no
-// pass of its own. Only a graph holding both the product and the update
-// (the single graph) has the pattern; it is also what lets the optimizer be
-// in the graph at all. oneDNN 2.6 takes beta only when the primitive is
-// created, so the kernel makes it again when momentum changes
-// (dnnl_backend.cpp's ScaledSumOp).
+// (scale 1): the gradient never exists as a buffer. Only a graph holding
+// both the product and the update (the single graph) has the pattern; it is
+// also what lets the optimizer be in the graph at all. oneDNN 2.6 takes a
+// sum's scale only when the primitive is created, while beta is a value of
+// the step (a schedule changes 1 - lr * wd every step), so a beta other
+// than 1 scales the accumulator in place before the product adds to it
+// (dnnl_backend.cpp's AccumulateOp): one pass over W or the buffer, none
+// over a gradient, and no primitive made per step.
 //
 // The rewrite applies where the product is f32 and read only by the
 // scaling, whose result is read only by the update, and the update is an
@@ -27,10 +29,11 @@
 // (its buffer takes g + W * wd, a second array beside the product) stays a
 // product plus one fused update loop.
 //
-// Bits: the product is the same primitive's; oneDNN computes beta * c +
-// t as one fused multiply-add (matmul_add's definition, which the reference
-// follows), where the unfused update rounds beta * c first: the result can
-// differ from the unfused one in the last bit.
+// Bits: the product is the same primitive's, and (beta * c) + (alpha *
+// (a @ b)) rounds each product and the sum as the unfused update does, so
+// plain SGD and SGD with momentum give the unfused bits (tested). Plain SGD
+// with weight decay is another expression of the unfused W - (g + W * wd) *
+// lr: equal within roundings.
 #pragma once
 
 #include "ir/graph.hpp"

@@ -244,11 +244,12 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
 
 // `in` through fuse_update_into_product gives fuse/<name>.out.ir with one
 // matmul_add; then `in` lowered and interpreted, run after run (input
-// `hyper` set to the next of `values` first, the updates fed on), agree
-// within a few roundings on every update: oneDNN adds beta * c as a fused
-// multiply-add where the unfused update rounds beta * c first.
-void expect_update_into_product_close(const std::string& name, size_t hyper,
-                                      const std::vector<float>& values) {
+// `hyper` set to the next of `values` first, the updates fed on), agree on
+// every update: bit for bit when `exact` (the unfused update computes
+// (beta * c) + (alpha * (a @ b)) too, each product rounded), else within a
+// few roundings (the unfused update is another expression of the same sum).
+void expect_update_into_product(const std::string& name, size_t hyper,
+                                const std::vector<float>& values, bool exact) {
   const ir::Graph in =
       ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
   const ir::Graph out = lower::fuse_update_into_product(in);
@@ -271,8 +272,12 @@ void expect_update_into_product_close(const std::string& name, size_t hyper,
     for (size_t o = 0; o < in.outputs.size(); ++o) {
       const size_t i = size_t(in.input_index(in.outputs[o].aliased_input));
       const std::vector<double> w = want[o].to_vector(), r = live[i].to_vector();
-      for (size_t j = 0; j < w.size(); ++j)
-        EXPECT_NEAR(r[j], w[j], 1e-6 * std::abs(w[j]) + 1e-7) << in.outputs[o].name << ", " << j;
+      for (size_t j = 0; j < w.size(); ++j) {
+        if (exact)
+          EXPECT_EQ(r[j], w[j]) << in.outputs[o].name << ", " << j;
+        else
+          EXPECT_NEAR(r[j], w[j], 1e-6 * std::abs(w[j]) + 1e-7) << in.outputs[o].name << ", " << j;
+      }
       args[i] = want[o];
     }
   }
@@ -280,16 +285,18 @@ void expect_update_into_product_close(const std::string& name, size_t hyper,
 
 // SGD with momentum: the gradient's product is accumulated into the
 // momentum buffer (beta = momentum, alpha = 1 - dampening), and the weight's
-// update reads the buffer. The primitive is made again when momentum
-// changes between runs.
+// update reads the buffer: the unfused update's bits, also when momentum
+// changes between runs (and with momentum 1, where nothing is scaled).
 TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer) {
-  expect_update_into_product_close("momentum_into_product", 3, {0.9f, 0.9f, 0.5f});
+  expect_update_into_product("momentum_into_product", 3, {0.9f, 0.9f, 0.5f, 1.0f, 0.7f}, true);
 }
 
 // Plain SGD with weight decay: W' = (1 - lr * wd) * W - lr * (a @ b), one
-// product accumulated into the weight with beta = 1 - lr * wd.
+// product accumulated into the weight with beta = 1 - lr * wd, where the
+// unfused update computes W - ((a @ b) + W * wd) * lr: equal within
+// roundings.
 TEST(FuseUpdateIntoProduct, WeightDecayIsTheAccumulatorsScale) {
-  expect_update_into_product_close("sgd_weight_decay_into_product", 2, {0.1f, 0.1f, 0.2f});
+  expect_update_into_product("sgd_weight_decay_into_product", 2, {0.1f, 0.1f, 0.2f}, false);
 }
 
 // A relu of a linear layer's output is the product's epilogue, its mask

@@ -68,6 +68,31 @@ TEST(NoAllocation, CompiledStepsAllocateNothingPerStep) {
   }
 }
 
+// Hyperparameters that change every step (a learning-rate schedule) change
+// nothing that was compiled: plain SGD with weight decay accumulates its
+// product into the weight with beta = 1 - lr * wd, and SGD with momentum
+// into the momentum buffer with beta = momentum, both read at run time.
+TEST(NoAllocation, HyperparametersChangingEveryStepAllocateNothing) {
+  for (double momentum : {0.0, 0.9}) {
+    testing::SmallMlp run(1, {.lr = 0.1, .momentum = momentum, .weight_decay = 0.01});
+    TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = StepMode::single_graph});
+    auto batches = testing::random_batches(6, 2);
+    step.run(batches[0]);  // traces and compiles
+    step.run(batches[1]);
+    const int64_t live = g_backend_live.load();
+    int64_t in_steps = 0;
+    for (int i = 2; i < 6; ++i) {
+      run.opt->set_lr(0.1 / i);
+      run.opt->set_momentum(momentum / i);
+      const int64_t before = g_allocations.load();
+      step.run(batches[size_t(i)]);
+      in_steps += g_allocations.load() - before;
+    }
+    EXPECT_EQ(in_steps, 0) << "momentum " << momentum;
+    EXPECT_EQ(g_backend_live.load(), live) << "oneDNN kept memory it allocated while executing";
+  }
+}
+
 TEST(NoAllocation, CnnAndGptStepsAllocateNothingPerStep) {
   for (const char* name : {"cnn", "gpt"}) {
     models::Spec spec = models::spec(name);
