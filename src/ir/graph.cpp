@@ -29,6 +29,9 @@ size_t dtype_size(DType d) {
 bool is_floating(DType d) { return d == DType::f32 || d == DType::f64; }
 
 int64_t numel(const Shape& s) {
+  // A zero anywhere is no element, without multiplying the other dims
+  // (checked_numel bounds their product, not a prefix of it with a zero).
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
@@ -51,12 +54,16 @@ CheckFailure::~CheckFailure() noexcept(false) { throw InternalError(msg_.str());
 namespace ir {
 
 std::optional<int64_t> checked_numel(const Shape& s, int64_t elem_size) {
-  if (std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
-  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;  // [0, 2^62, 8] holds nothing
   int64_t n = elem_size;
-  for (int64_t d : s)
-    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
-  return n;
+  bool empty = false;
+  for (int64_t d : s) {
+    if (d < 0) return std::nullopt;
+    if (d == 0)
+      empty = true;
+    else if (__builtin_mul_overflow(n, d, &n))
+      return std::nullopt;
+  }
+  return empty ? 0 : n;
 }
 
 std::string Type::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }

@@ -35,8 +35,11 @@ using ValueId = int32_t;
 constexpr ValueId kNoValue = -1;
 
 // The number of elements of `s` times `elem_size`, or nullopt when a
-// dimension is negative or the product does not fit in int64: shapes from
-// text or user attributes go through this before anything multiplies them.
+// dimension is negative or the product of the nonzero dimensions times
+// `elem_size` does not fit in int64 (so that no partial product, stride or
+// byte offset over the shape can overflow, even when a zero dimension
+// leaves it empty): shapes from text or user attributes go through this
+// before anything multiplies them.
 std::optional<int64_t> checked_numel(const Shape& s, int64_t elem_size = 1);
 
 struct Type {

@@ -302,8 +302,8 @@ TEST(IrText, ParseRejectsWhatTheVerifierRejects) {
        "output 1 \"y\": the name is taken by output 0 already"},
       {"graph g {\n  %0 = input data \"x\" : f32[4611686018427387904,4]\n}\n",
        "the type is too large: its size in bytes does not fit in 64 bits"},
-      {head + "  %1 = reshape %0 {shape=[4611686018427387904,4,0]} : f32[0,4,0]\n}\n",
-       "cannot reshape f32[2] (2 elements) to [4611686018427387904,4,0] (0 elements)"},
+      {head + "  %1 = reshape %0 {shape=[1152921504606846976,0]} : f32[1152921504606846976,0]\n}\n",
+       "cannot reshape f32[2] (2 elements) to [1152921504606846976,0] (0 elements)"},
       {head + "  %1 = reshape %0 {shape=[4611686018427387904,4,2]} : f32[2]\n}\n",
        "more elements than 64 bits count"},
       {"graph g {\n  %0 = input data \"x\" : f32[1,1,4,4]\n  %1 = max_pool2d %0 "
