@@ -1,6 +1,8 @@
 #include "ir/attr_schema.hpp"
 
 #include <array>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -54,13 +56,16 @@ const std::array<std::vector<AttrSpec>, kNumOps>& schemas() {
 std::span<const AttrSpec> attr_schema(Op op) { return schemas()[size_t(op)]; }
 
 AttrKind attr_kind(const AttrValue& v) {
-  switch (v.index()) {
-    case 0: return AttrKind::int_;
-    case 1: return AttrKind::float_;
-    case 2: return AttrKind::ints;
-    case 3: return AttrKind::string;
-    default: return AttrKind::floats;
-  }
+  return std::visit(
+      [](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, int64_t>) return AttrKind::int_;
+        if constexpr (std::is_same_v<T, double>) return AttrKind::float_;
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) return AttrKind::ints;
+        if constexpr (std::is_same_v<T, std::vector<double>>) return AttrKind::floats;
+        if constexpr (std::is_same_v<T, std::string>) return AttrKind::string;
+      },
+      v);
 }
 
 const char* attr_kind_name(AttrKind k) {
