@@ -1,5 +1,6 @@
 // The wholestep command line: train a reference model, compare the modes,
-// print the compiled graphs.
+// print the compiled graphs. The shared flags and every check made before
+// work starts are in options.hpp.
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,60 +18,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "options.hpp"
 #include "wholestep/wholestep.hpp"
 
 namespace {
 
+using namespace cli;
 using nlohmann::json;
 using ws::models::DataKind;
-
-// A flag or file the user gave that cannot work: reported before any work
-// starts, with exit status 2.
-class UsageError : public ws::Error {
- public:
-  using ws::Error::Error;
-};
-
-struct Common {
-  std::string model = "mlp";
-  std::string data_dir = ws::data::kFashionMnistDir;
-  std::string text = ws::data::kDefaultTextFile;
-  uint64_t seed = 0;
-  std::optional<std::string> optimizer;
-  std::optional<double> lr;
-  double momentum = 0.9, weight_decay = -1, max_grad_norm = 0;
-  std::string schedule = "cosine";
-  int threads = 0;
-  double memory_budget = 0;
-};
-
-void add_common(CLI::App* app, Common& c) {
-  app->add_option("--model", c.model, "reference model: mlp, tiny_mlp, cnn or gpt")
-      ->capture_default_str();
-  app->add_option("--data", c.data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app->add_option("--text", c.text, "text file for gpt (bytes)")->capture_default_str();
-  app->add_option("--seed", c.seed, "initialization, shuffle and dropout seed")
-      ->capture_default_str();
-  app->add_option("--optimizer", c.optimizer, "sgd | adam | adamw (default: the model's)");
-  app->add_option("--lr", c.lr, "learning rate (default: the model's)");
-  app->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app->add_option("--weight-decay", c.weight_decay, "weight decay (default: 0; AdamW 0.01)");
-  app->add_option("--max-grad-norm", c.max_grad_norm, "global-norm gradient clipping (0: off)")
-      ->capture_default_str();
-  app->add_option("--threads", c.threads, "threads (0: all cores)")->capture_default_str();
-  app->add_option("--memory-budget", c.memory_budget,
-                  "forward values kept for the backward: a fraction in (0, 1] of keeping all, "
-                  "or bytes; the backward recomputes the rest (0: none)")
-      ->capture_default_str();
-  app->add_option("--schedule", c.schedule,
-                  "learning rate schedule: cosine (decay to 0 over the run) or constant")
-      ->capture_default_str();
-}
-
-std::string optimizer_name(const Common& c) {
-  return c.optimizer.value_or(ws::models::spec(c.model).optimizer);
-}
-double learning_rate(const Common& c) { return c.lr.value_or(ws::models::spec(c.model).lr); }
 
 ws::TrainSetup make_setup(const Common& c) {
   ws::manual_seed(c.seed);
@@ -169,19 +124,6 @@ double validation_loss(ws::models::Model& model, const Common& c, const ws::mode
   return total / batches;
 }
 
-// What `train` takes beyond the common options.
-struct TrainFlags {
-  int epochs = 1;
-  std::optional<int64_t> steps;
-  std::string mode = "single_graph";
-  std::string save_dir;
-  int64_t save_every = 0;  // 0: at the end and when interrupted only
-  int keep = 3;
-  std::string resume;
-  std::optional<int64_t> stop_after;
-  bool skip_nonfinite = false;
-};
-
 // The signal that asked `train` to stop (SIGINT, SIGTERM), or 0.
 std::atomic<int> g_stop_signal{0};
 void on_stop_signal(int sig) {
@@ -257,15 +199,6 @@ void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags
   if (!given("--data")) c.data_dir = cfg.value("data", c.data_dir);
   if (!given("--text")) c.text = cfg.value("text", c.text);
   f.resume = st.path;
-}
-
-// A directory `train --save` can write checkpoints into.
-void check_writable_dir(const char* flag, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || ::access(dir.c_str(), W_OK) != 0)
-    throw UsageError(fmt::format("{} {}: cannot write there ({})", flag, dir,
-                                 ec ? ec.message() : std::string(std::strerror(errno))));
 }
 
 int train(const Common& c, const TrainFlags& f) {
@@ -485,99 +418,6 @@ int dump(const Common& c, const std::string& mode, bool explain, const std::stri
 }
 
 }  // namespace
-
-// ---- what the user gave, checked before any work --------------------------
-
-void require(bool ok, const char* flag, const std::string& value, const char* what) {
-  if (!ok) throw UsageError(fmt::format("{} {}: {}", flag, value, what));
-}
-void require_count(const char* flag, int64_t value, int64_t least) {
-  if (value < least)
-    throw UsageError(fmt::format("{} {}: must be at least {}", flag, value, least));
-}
-void require_nonnegative(const char* flag, double value) {
-  require(std::isfinite(value) && value >= 0, flag, fmt::format("{}", value),
-          "must be a finite number >= 0");
-}
-
-// A file a subcommand will write: its directory must exist and be writable.
-void check_output_file(const char* flag, const std::string& path) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw UsageError(fmt::format("{} {}: is a directory", flag, path));
-  if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
-    throw UsageError(fmt::format("{} {}: cannot write in {} ({})", flag, path,
-                                 dir.empty() ? "." : dir, std::strerror(errno)));
-}
-
-void check_common(CLI::App* app, const Common& c) {
-  try {
-    ws::models::spec(c.model);
-  } catch (const ws::Error& e) {
-    throw UsageError(fmt::format("--model {}: {}", c.model, e.what()));
-  }
-  const std::string opt = optimizer_name(c);
-  require(opt == "sgd" || opt == "adam" || opt == "adamw", "--optimizer", opt,
-          "expected sgd, adam or adamw");
-  require_nonnegative("--lr", learning_rate(c));
-  require_nonnegative("--momentum", c.momentum);
-  if (app->get_option("--weight-decay")->count() > 0)
-    require_nonnegative("--weight-decay", c.weight_decay);
-  require_nonnegative("--max-grad-norm", c.max_grad_norm);
-  require_nonnegative("--memory-budget", c.memory_budget);
-  require(c.threads >= 0, "--threads", std::to_string(c.threads), "must be >= 0 (0: all cores)");
-  require(c.schedule == "cosine" || c.schedule == "constant", "--schedule", c.schedule,
-          "expected cosine or constant");
-}
-
-// The data a training run reads: a directory the user named must exist,
-// and a text must hold a window for training and one for validation.
-void check_data(CLI::App* app, const Common& c) {
-  const ws::models::Spec spec = ws::models::spec(c.model);
-  std::error_code ec;
-  if (spec.data == DataKind::fashion_mnist && app->get_option("--data")->count() > 0 &&
-      !std::filesystem::is_directory(c.data_dir, ec))
-    throw UsageError(fmt::format("--data {}: no such directory", c.data_dir));
-  if (spec.data == DataKind::text) {
-    try {
-      const ws::data::ByteText text(c.text);
-      for (const char* part : {"train", "val"}) {
-        const int64_t bytes = text.split(part).size();
-        if (bytes <= spec.gpt.context)
-          throw UsageError(fmt::format(
-              "--text {}: its {} part ({} of {} bytes) is shorter than one window of {} bytes",
-              c.text, part, bytes, text.size(), spec.gpt.context + 1));
-      }
-    } catch (const UsageError&) {
-      throw;
-    } catch (const ws::Error& e) {
-      throw UsageError(fmt::format("--text {}: {}", c.text, e.what()));
-    }
-  }
-}
-
-void check_mode(const std::string& mode) {
-  try {
-    ws::parse_mode(mode);
-  } catch (const ws::Error& e) {
-    throw UsageError(fmt::format("--mode {}: {}", mode, e.what()));
-  }
-}
-
-void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
-  require_count("--epochs", f.epochs, 1);
-  if (f.steps) require_count("--steps", *f.steps, 1);
-  if (f.stop_after) require_count("--stop-after", *f.stop_after, 1);
-  require_count("--save-every", f.save_every, 0);
-  require_count("--keep", f.keep, 0);
-  if (f.save_dir.empty() &&
-      (tr->get_option("--save-every")->count() > 0 || tr->get_option("--keep")->count() > 0))
-    throw UsageError("--save-every and --keep need --save DIR");
-  check_mode(f.mode);
-  if (!f.save_dir.empty()) check_writable_dir("--save", f.save_dir);
-  check_data(tr, c);
-}
 
 int main(int argc, char** argv) {
   CLI::App app{"wholestep: compile a whole training step into one graph"};
