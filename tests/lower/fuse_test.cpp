@@ -248,14 +248,17 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
 // every update: bit for bit when `exact` (the unfused update computes
 // (beta * c) + (alpha * (a @ b)) too, each product rounded), else within a
 // few roundings (the unfused update is another expression of the same sum).
+// Inputs in `fixed` (index, value) are set first.
 void expect_update_into_product(const std::string& name, size_t hyper,
-                                const std::vector<float>& values, bool exact) {
+                                const std::vector<float>& values, bool exact,
+                                const std::vector<std::pair<size_t, float>>& fixed = {}) {
   const ir::Graph in =
       ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
   const ir::Graph out = lower::fuse_update_into_product(in);
   ir::verify_with_round_trip(out);
   testing::expect_golden(ir::print(out), "fuse/" + name + ".out.ir");
   std::vector<Tensor> args = inputs_for(in);
+  for (auto [i, value] : fixed) args[i] = Tensor::full({}, value, DType::f32);
   exec::Executable e(lower::lower(in, {}));
   int accumulated = 0;
   for (const exec::Kernel& k : e.program().kernels) accumulated += k.op == ir::Op::matmul_add;
@@ -289,6 +292,13 @@ void expect_update_into_product(const std::string& name, size_t hyper,
 // changes between runs (and with momentum 1, where nothing is scaled).
 TEST(FuseUpdateIntoProduct, MomentumAccumulatesTheGradientsProductIntoTheBuffer) {
   expect_update_into_product("momentum_into_product", 3, {0.9f, 0.9f, 0.5f, 1.0f, 0.7f}, true);
+}
+
+// Without dampening (alpha = 1, SGD's default) the product runs without a
+// runtime scale (oneDNN's brgemm rather than gemm:jit): the same bits.
+TEST(FuseUpdateIntoProduct, MomentumWithoutDampeningGivesTheSameBits) {
+  expect_update_into_product("momentum_into_product", 3, {0.9f, 0.9f, 0.5f, 1.0f, 0.7f}, true,
+                             {{4, 1.0f}});
 }
 
 // Plain SGD with weight decay: W' = (1 - lr * wd) * W - lr * (a @ b), one
