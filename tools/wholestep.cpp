@@ -375,6 +375,10 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top,
                100 * k.ms / total,
                k.flops ? fmt::format("{:.1f}", double(k.flops) / ms * 1e-6) : std::string("-"));
   }
+  std::string by_program;
+  for (const auto& [name, ms] : p.program_ms)
+    by_program += fmt::format("{}{} {:.3f} ms", by_program.empty() ? "" : ", ", name, ms);
+  fmt::print("kernel time by program: {}\n", by_program);
   fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
              p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
              p.step_ms / p.contraction_ms);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "wholestep/nn.hpp"
@@ -127,6 +128,9 @@ struct StepProfile {
   // alone (the same kernels on the same buffers, nothing else run between).
   double contraction_ms = 0;
   std::vector<KernelEvent> last_step;  // every kernel of the last profiled step, in order
+  // Kernel time per program ("step", or "forward", "backward", "optimizer"),
+  // in program order: mean ms per step.
+  std::vector<std::pair<std::string, double>> program_ms;
 };
 
 // The profile's last step as Chrome trace JSON (chrome://tracing, Perfetto):

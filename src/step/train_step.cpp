@@ -456,6 +456,9 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
   std::map<std::string, KernelTime> by_name;
   for (size_t p = 0; p < c.programs.size(); ++p) {
     const exec::Program& prog = c.programs[p].program();
+    double ns = 0;
+    for (double t : total_ns[p]) ns += t;
+    prof.program_ms.emplace_back(prog.name, ns * 1e-6 / steps);
     for (size_t k = 0; k < prog.kernels.size(); ++k) {
       const exec::Kernel& kern = prog.kernels[k];
       KernelTime& t = by_name[exec::kernel_label(kern)];

@@ -227,6 +227,26 @@ TEST(TrainStep, ProfileTimesEveryKernelAndTheProductsAlone) {
   for (size_t i = 1; i < p.kernels.size(); ++i) EXPECT_GE(p.kernels[i - 1].ms, p.kernels[i].ms);
   EXPECT_GT(p.step_ms, 0);
   EXPECT_GT(p.contraction_ms, 0);
+  double kernel_ms = 0, program_ms = 0;
+  for (const KernelTime& k : p.kernels) kernel_ms += k.ms / 3;
+  ASSERT_EQ(p.program_ms.size(), 1u);
+  EXPECT_EQ(p.program_ms[0].first, "step");
+  for (const auto& [name, ms] : p.program_ms) program_ms += ms;
+  EXPECT_NEAR(program_ms, kernel_ms, 1e-9 + 1e-9 * kernel_ms);
+}
+
+TEST(TrainStep, ProfileSplitsKernelTimeByProgramInThreeGraphMode) {
+  SmallMlp run(1);
+  TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = StepMode::three_graph});
+  auto batch = testing::random_batches(1, 2)[0];
+  step.run(batch);
+  const StepProfile p = step.profile(batch, 2);
+  std::vector<std::string> names;
+  for (const auto& [name, ms] : p.program_ms) {
+    names.push_back(name);
+    EXPECT_GT(ms, 0) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"forward", "backward", "optimizer"}));
 }
 
 TEST(TrainStep, ChromeTraceHasOneSlicePerKernelInOrderOnEachProgramsTrack) {
