@@ -9,8 +9,8 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DWS_BUILD_BENCHMARKS=OFF >/dev/null
-# The test programs and the command line they run; not the benchmarks or
-# the examples.
+# The test programs and the programs they run (the command line, and the
+# tutorial's example for tests/docs); not the benchmarks or other examples.
 targets=$(ninja -C build-sanitize -t targets all | sed -n 's/^\(tests\/[a-z_]*_tests\): .*/\1/p;
   s/^\(wholestep\): .*/\1/p' | sort -u)
 cmake --build build-sanitize -j "$(nproc)" --target $targets

@@ -9,7 +9,7 @@
 namespace ws::ir {
 
 enum class Op : uint8_t {
-#define WS_OP(e, text, arity, cat, diff, attrs) e,
+#define WS_OP(e, text, arity, cat, diff, attrs, meaning) e,
 #include "ir/ops.def"
 #undef WS_OP
 };
@@ -28,7 +28,7 @@ enum class OpCategory : uint8_t {
 };
 
 constexpr int kNumOps = 0
-#define WS_OP(e, text, arity, cat, diff, attrs) +1
+#define WS_OP(e, text, arity, cat, diff, attrs, meaning) +1
 #include "ir/ops.def"
 #undef WS_OP
     ;
@@ -39,11 +39,13 @@ struct OpInfo {
   int arity;  // -1: variadic
   OpCategory category;
   bool differentiable;
-  std::string_view attrs;  // the attribute schema (see ops.def and attr_schema.hpp)
+  std::string_view attrs;    // the attribute schema (see ops.def and attr_schema.hpp)
+  std::string_view meaning;  // one line, for docs/ops.md
 };
 
 inline constexpr std::array<OpInfo, kNumOps> kOpTable = {{
-#define WS_OP(e, text, ar, cat, diff, attrs) {Op::e, text, ar, OpCategory::cat, diff, attrs},
+#define WS_OP(e, text, ar, cat, diff, attrs, meaning) \
+  {Op::e, text, ar, OpCategory::cat, diff, attrs, meaning},
 #include "ir/ops.def"
 #undef WS_OP
 }};
