@@ -488,7 +488,8 @@ int main(int argc, char** argv) {
   dp->add_flag("--save-all", save_all,
                "keep every forward value the backward reads (no recomputation)");
 
-  app.set_version_flag("--version", [] { return "wholestep 0.1\n" + ws::backend_info(); });
+  app.set_version_flag("--version",
+                       [] { return "wholestep " WS_VERSION "\n" + ws::backend_info(); });
 
   // Every failure is one line on stderr: usage errors (a flag, a file, a
   // data set that cannot work) exit 2, other errors 1, a bug in wholestep
