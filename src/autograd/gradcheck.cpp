@@ -1,6 +1,7 @@
 #include "autograd/gradcheck.hpp"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include <fmt/format.h>
@@ -9,6 +10,19 @@
 #include "exec/interpreter.hpp"
 
 namespace ws::autograd {
+namespace {
+
+// The index of the flat position `i` in a row-major tensor of `shape`.
+Shape unravel(int64_t i, const Shape& shape) {
+  Shape at(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    at[d] = i % shape[d];
+    i /= shape[d];
+  }
+  return at;
+}
+
+}  // namespace
 
 ir::Graph promote_to_f64(const ir::Graph& g) {
   ir::Graph out = g;
@@ -54,6 +68,11 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
     } else {
       for (int64_t i = 0; i < opts.max_elements; ++i) elems.push_back(int64_t(gen() % uint64_t(n)));
     }
+    check::ParamCheck p;
+    p.name = fwd.input_name(wrt[w]);
+    p.shape = x.shape();
+    double worst = -1;  // the worst element's error over its tolerance
+    int64_t worst_i = 0;
     for (int64_t i : elems) {
       const double saved = xd[i];
       xd[i] = saved + opts.eps;
@@ -62,15 +81,32 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
       const double down = loss_at();
       xd[i] = saved;
       const double numeric = (up - down) / (2 * opts.eps), err = std::abs(numeric - gd[i]);
-      ++r.checked;
-      r.max_abs_error = std::max(r.max_abs_error, err);
-      if (!(err <= opts.atol + opts.rtol * std::abs(numeric))) {
+      const double allowed = opts.atol + opts.rtol * std::abs(numeric);
+      ++p.checked;
+      p.max_abs_error = std::max(p.max_abs_error, err);
+      // How far outside the tolerance; a NaN (which fails) is the worst.
+      const double ratio = std::isnan(err) || (err > 0 && allowed <= 0)
+                               ? std::numeric_limits<double>::infinity()
+                               : (err > 0 ? err / allowed : 0.0);
+      if (ratio > worst) {
+        worst = ratio;
+        worst_i = i;
+        p.analytic = gd[i];
+        p.numeric = numeric;
+        p.error = err;
+      }
+      if (!(err <= allowed)) {
         if (r.ok || std::count(r.report.begin(), r.report.end(), '\n') < 20)
           r.report += fmt::format("{}[{}]: analytic {:.10g}, numeric {:.10g}, error {:.3g}\n",
-                                  fwd.input_name(wrt[w]), i, gd[i], numeric, err);
+                                  p.name, i, gd[i], numeric, err);
         r.ok = false;
+        p.ok = false;
       }
     }
+    if (p.checked > 0) p.at = unravel(worst_i, p.shape);
+    r.checked += p.checked;
+    r.max_abs_error = std::max(r.max_abs_error, p.max_abs_error);
+    r.params.push_back(std::move(p));
   }
   return r;
 }

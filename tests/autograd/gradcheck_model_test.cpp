@@ -1,0 +1,131 @@
+// check::gradcheck on a model written as a user would: one result per
+// parameter with its worst element, a deliberately wrong rule (VjpFault)
+// flagging exactly the parameters whose gradients pass through it, and a
+// model with dropout checked for the mask it draws.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "autograd/vjp_fault.hpp"
+#include "test_util.hpp"
+#include "wholestep/check.hpp"
+#include "wholestep/wholestep.hpp"
+
+namespace ws {
+namespace {
+
+using testing::error_of;
+
+// A user's own model: Linear, tanh, optional dropout, Linear.
+struct TwoLayerTanh : nn::Module {
+  explicit TwoLayerTanh(double dropout = 0) : drop(dropout) {
+    register_module("fc1", fc1);
+    register_module("drop", drop);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor& x) { return fc2(drop(tanh(fc1(x)))); }
+  nn::Linear fc1{5, 4}, fc2{4, 3};
+  nn::Dropout drop;
+};
+
+struct Seeded {
+  explicit Seeded(uint64_t seed) { manual_seed(seed); }
+};
+
+struct Case {
+  explicit Case(double dropout = 0) : model(dropout) {
+    x = randn({6, 5});
+    y = Tensor::from_vector(std::vector<int64_t>{0, 2, 1, 1, 0, 2}, {6});
+  }
+  LossFn loss() {
+    return [this](const std::vector<Tensor>& d) {
+      return nn::cross_entropy(model.forward(d[0]), d[1]);
+    };
+  }
+  check::GradcheckResult run(int64_t max_elements = 64) {
+    return check::gradcheck(model, loss(), {x, y}, {.max_elements = max_elements});
+  }
+  Seeded seed{4};  // before the model: its initialization is drawn from the seed
+  TwoLayerTanh model;
+  Tensor x, y;
+};
+
+TEST(GradcheckModel, GivesEachParameterItsWorstElement) {
+  Case c;
+  const check::GradcheckResult r = c.run(/*max_elements=*/8);
+  EXPECT_TRUE(r.ok) << r.report;
+  const nn::NamedTensors params = c.model.named_parameters();
+  ASSERT_EQ(r.params.size(), params.size());
+  int64_t checked = 0;
+  double max_error = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const check::ParamCheck& p = r.params[i];
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.name, params[i].first);
+    EXPECT_EQ(p.shape, params[i].second.shape());
+    EXPECT_EQ(p.checked, std::min<int64_t>(8, params[i].second.numel()));
+    EXPECT_TRUE(p.ok);
+    ASSERT_EQ(p.at.size(), p.shape.size());
+    for (size_t d = 0; d < p.at.size(); ++d) {
+      EXPECT_GE(p.at[d], 0);
+      EXPECT_LT(p.at[d], p.shape[d]);
+    }
+    EXPECT_EQ(p.error, std::abs(p.analytic - p.numeric));
+    EXPECT_LE(p.error, p.max_abs_error);
+    EXPECT_LE(p.error, 1e-6 + 1e-4 * std::abs(p.numeric));
+    checked += p.checked;
+    max_error = std::max(max_error, p.max_abs_error);
+  }
+  EXPECT_EQ(r.checked, checked);
+  EXPECT_EQ(r.max_abs_error, max_error);
+  // The gradients are not all zero: the check compared something.
+  double largest = 0;
+  for (const check::ParamCheck& p : r.params) largest = std::max(largest, std::abs(p.numeric));
+  EXPECT_GT(largest, 1e-3);
+}
+
+// tanh's rule scaled by 1.5: the gradients of fc1 (before the tanh) are
+// wrong by that factor, fc2's (after it) are right.
+TEST(GradcheckModel, AWrongRuleFlagsTheParametersBehindIt) {
+  Case c;
+  check::GradcheckResult r;
+  {
+    autograd::VjpFault fault("tanh", 1.5);
+    r = c.run();
+  }
+  EXPECT_FALSE(r.ok);
+  ASSERT_EQ(r.params.size(), 4u);
+  for (const check::ParamCheck& p : r.params) {
+    SCOPED_TRACE(p.name);
+    const bool behind = p.name.rfind("fc1.", 0) == 0;
+    EXPECT_EQ(p.ok, !behind);
+    if (behind) {
+      EXPECT_GT(p.error, 1e-6 + 1e-4 * std::abs(p.numeric));
+      EXPECT_NEAR(p.analytic / p.numeric, 1.5, 1e-4);
+    }
+  }
+  // The fault ended with its scope.
+  EXPECT_TRUE(c.run().ok);
+}
+
+TEST(GradcheckModel, AFaultNeedsADifferentiableOp) {
+  EXPECT_EQ(error_of([] { autograd::VjpFault f("tanhh", 2); }),
+            "VjpFault: 'tanhh' is not a differentiable op");
+  EXPECT_EQ(error_of([] { autograd::VjpFault f("eq", 2); }),
+            "VjpFault: 'eq' is not a differentiable op");
+}
+
+// Dropout draws from the random stream, an input of the traced graph: every
+// evaluation sees the same mask, and the stream is left where it was.
+TEST(GradcheckModel, DropoutIsCheckedForItsMaskAndLeavesTheStream) {
+  Case c(/*dropout=*/0.5);
+  const RandomStream before = random_stream();
+  const check::GradcheckResult r = c.run();
+  EXPECT_TRUE(r.ok) << r.report;
+  EXPECT_EQ(r.params.size(), 4u);
+  EXPECT_EQ(random_stream().seed, before.seed);
+  EXPECT_EQ(random_stream().offset, before.offset);
+}
+
+}  // namespace
+}  // namespace ws
