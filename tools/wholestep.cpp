@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "commands.hpp"
 #include "options.hpp"
 #include "wholestep/wholestep.hpp"
 
@@ -460,6 +461,9 @@ int main(int argc, char** argv) {
   dp->add_flag("--save-all", save_all,
                "keep every forward value the backward reads (no recomputation)");
 
+  // check, graph: each in its own file (commands.hpp).
+  const std::vector<std::unique_ptr<Command>> commands = add_commands(app, c);
+
   app.set_version_flag("--version", [] { return "wholestep 0.1\n" + ws::backend_info(); });
 
   // Every failure is one line on stderr: usage errors (a flag, a file, a
@@ -490,6 +494,11 @@ int main(int argc, char** argv) {
     }
     if (dp->parsed() && !dot.empty()) check_output_file("--dot", dot);
     if (pr->parsed() || dp->parsed()) check_mode(mode);
+    for (const auto& cmd : commands)
+      if (cmd->parsed()) {
+        check_common(cmd->app(), c);
+        cmd->check(c);
+      }
 
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
@@ -497,6 +506,8 @@ int main(int argc, char** argv) {
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode, explain, dot, save_all);
+    for (const auto& cmd : commands)
+      if (cmd->parsed()) return cmd->run(c);
   } catch (const UsageError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 2;

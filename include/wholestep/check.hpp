@@ -52,4 +52,9 @@ struct GradcheckResult {
 GradcheckResult gradcheck(nn::Module& model, const LossFn& loss_fn,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opts = {});
 
+// A table, one row per parameter: name, shape, elements checked, and at the
+// worst element its error, index, analytic and numeric values, then "pass"
+// or "FAIL".
+std::string format_gradcheck(const GradcheckResult& r);
+
 }  // namespace ws::check

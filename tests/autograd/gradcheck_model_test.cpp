@@ -104,6 +104,15 @@ TEST(GradcheckModel, AWrongRuleFlagsTheParametersBehindIt) {
       EXPECT_NEAR(p.analytic / p.numeric, 1.5, 1e-4);
     }
   }
+  // The table says so, one row per parameter.
+  const std::string table = check::format_gradcheck(r);
+  for (const check::ParamCheck& p : r.params) {
+    const size_t row = table.find("\n" + p.name + " ");
+    ASSERT_NE(row, std::string::npos) << table;
+    const std::string line = table.substr(row + 1, table.find('\n', row + 1) - row - 1);
+    EXPECT_TRUE(line.ends_with(p.ok ? "  pass" : "  FAIL")) << line;
+    EXPECT_NE(line.find(shape_str(p.shape)), std::string::npos) << line;
+  }
   // The fault ended with its scope.
   EXPECT_TRUE(c.run().ok);
 }
