@@ -26,12 +26,11 @@ constexpr double kModeTolerance = 1e-4;
 
 class CheckCommand : public Command {
  public:
-  CheckCommand(CLI::App& parent, Common& c) {
-    app_ = parent.add_subcommand(
-        "check",
-        "check every parameter's gradient against f64 finite differences, and that the modes "
-        "agree after some steps");
-    add_common(app_, c);
+  CheckCommand(CLI::App& parent, Common& c)
+      : Command(parent, "check",
+                "check every parameter's gradient against f64 finite differences, and that the "
+                "modes agree after some steps",
+                c) {
     app_->get_option("--model")
         ->description("reference model: mlp, tiny_mlp, cnn or gpt (default: all four)")
         ->default_str("");

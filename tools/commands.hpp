@@ -12,6 +12,11 @@ namespace cli {
 
 class Command {
  public:
+  // Adds the subcommand `name` to `parent`, with the common flags.
+  Command(CLI::App& parent, const char* name, const char* help, Common& c)
+      : app_(parent.add_subcommand(name, help)) {
+    add_common(app_, c);
+  }
   virtual ~Command() = default;
   CLI::App* app() const { return app_; }
   bool parsed() const { return app_->parsed(); }
@@ -21,11 +26,13 @@ class Command {
   virtual int run(const Common& c) = 0;
 
  protected:
-  CLI::App* app_ = nullptr;
+  CLI::App* app_;
 };
 
 // `wholestep check`: gradient checks and the modes' agreement.
 std::unique_ptr<Command> make_check_command(CLI::App& app, Common& c);
+// `wholestep graph`: a Graphviz picture of a compiled step.
+std::unique_ptr<Command> make_graph_command(CLI::App& app, Common& c);
 
 // Every command of this list, added to `app`.
 std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app, Common& c);

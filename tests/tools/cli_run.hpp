@@ -39,10 +39,11 @@ struct Result {
   std::string out, err;
 };
 
-// Runs the wholestep binary with `args` (a shell word list).
-inline Result run(const std::string& args) {
+// Runs the wholestep binary with `args` (a shell word list), and `env`
+// (assignments such as "PATH=/x") in its environment.
+inline Result run(const std::string& args, const std::string& env = "") {
   const std::string dir = temp_dir("run");
-  const std::string cmd = fmt::format("{} {} > {}/out 2> {}/err", WS_CLI, args, dir, dir);
+  const std::string cmd = fmt::format("{} {} {} > {}/out 2> {}/err", env, WS_CLI, args, dir, dir);
   const int st = std::system(cmd.c_str());
   Result r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
   std::filesystem::remove_all(dir);
