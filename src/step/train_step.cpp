@@ -329,8 +329,11 @@ std::string TrainStep::partition_dot() const {
 std::string TrainStep::graph_dot(GraphStage stage) const {
   const Compiled* c = impl_->last;
   if (!c || !c->partition) return {};
+  // The whole picture (inputs, outputs, legend), where partition_dot keeps
+  // to the computed values; the joint graph with what the plan saves and
+  // recomputes marked, the others in clusters when there are three.
   if (stage == GraphStage::joint)
-    return partition::to_dot(c->partition->first, c->partition->second, {});
+    return partition::to_dot(c->partition->first, c->partition->second, ir::DotOptions{});
   std::vector<ir::DotGraph> graphs;
   for (const ir::Graph& g : stage == GraphStage::lowered ? c->lowered : c->graphs)
     graphs.push_back({&g, c->graphs.size() > 1, {}});

@@ -96,19 +96,21 @@ struct MlpGraphs {
     std::vector<ir::Type> types;
     for (const Tensor& t : models::random_batch(spec, 0)) types.push_back({t.dtype(), t.shape()});
     step::CapturedStep cap = step::capture_step(*model, opt, models::loss_fn(*model), types, {});
-    partition::ThreeGraphs three =
-        partition::three_graphs(cap.joint, partition::min_cut(cap.joint));
+    const partition::RematPlan plan = partition::min_cut(cap.joint);
+    joint_nodes = cap.joint.graph.size();
+    saved = int64_t(plan.saved.size());
+    partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
     partitioned = {three.forward, three.backward, three.optimizer};
     for (const ir::Graph& g : partitioned) {
       lowered.emplace_back();
       lower::lower(g, {}, &lowered.back());
     }
-    lower::lower(partition::single_graph(
-                     partition::recompute_in_backward(cap.joint, partition::min_cut(cap.joint))),
-                 {}, &single_lowered);
+    lower::lower(partition::single_graph(partition::recompute_in_backward(cap.joint, plan)), {},
+                 &single_lowered);
   }
   std::vector<ir::Graph> partitioned, lowered;
   ir::Graph single_lowered;
+  int64_t joint_nodes = 0, saved = 0;  // the joint graph, and the values its forward saves
 };
 
 std::vector<SvgNode> render(const std::string& args, const std::string& file) {
@@ -236,6 +238,30 @@ TEST(CliGraph, SingleGraphLoweredKeepsEachNodesStage) {
   EXPECT_GT(fills["palegreen"], 0);
   EXPECT_EQ(products_into_weights, want_products);
   EXPECT_GT(want_products, 0);
+}
+
+// The joint graph as DOT: every node once, what the forward keeps for the
+// backward double-bordered.
+TEST(CliGraph, JointDotMarksWhatTheForwardKeeps) {
+  const MlpGraphs want;
+  const std::string dir = temp_dir("joint");
+  const Result r = run(fmt::format(
+      "graph --model mlp --threads 1 --mode three_graph --stage joint -o {}/j.dot", dir));
+  EXPECT_EQ(r.status, 0) << r.err;
+  const std::string dot = slurp(dir + "/j.dot");
+  std::filesystem::remove_all(dir);
+  int64_t nodes = 0, saved = 0;
+  for (size_t p = dot.find("\n  joint_"); p != std::string::npos;
+       p = dot.find("\n  joint_", p + 1)) {
+    const std::string line = dot.substr(p + 1, dot.find('\n', p + 1) - p - 1);
+    const std::string name = line.substr(2, line.find(' ', 2) - 2);
+    if (line.find(" -> ") != std::string::npos || name.rfind("joint_out", 0) == 0) continue;
+    ++nodes;
+    saved += line.find("peripheries=2") != std::string::npos;
+  }
+  EXPECT_EQ(nodes, want.joint_nodes);
+  EXPECT_EQ(saved, want.saved);
+  EXPECT_GT(saved, 0);
 }
 
 // Without Graphviz on PATH, an .svg request writes the DOT file beside it
