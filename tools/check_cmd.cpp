@@ -41,9 +41,9 @@ class CheckCommand : public Command {
     app_->add_option("--elements", elements_,
                      "elements checked per parameter (a sample of larger ones)")
         ->capture_default_str();
-    // Hidden (no group): a deliberately wrong gradient rule, so that a test
-    // can watch this command fail (autograd/vjp_fault.hpp says why it is
-    // not part of the library's API).
+    // Hidden from --help (an empty group): a deliberately wrong gradient
+    // rule, so that a test can watch this command fail
+    // (autograd/vjp_fault.hpp says why it is not part of the library's API).
     app_->add_option("--testing-scale-vjp", fault_,
                      "OP=FACTOR: scale the VJP rule of OP by FACTOR (tests only)")
         ->group("");

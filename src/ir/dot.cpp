@@ -129,19 +129,19 @@ class Writer {
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       const Output& o = g.outputs[i];
       const std::string name = fmt::format("{}_out{}", prefix, i);
-      std::string look = "shape=oval, fillcolor=white, penwidth=2";
+      std::string style = "shape=oval, fillcolor=white, penwidth=2";
       std::string text = fmt::format("out {} {}", role_name(o.role), esc(o.name));
       if (o.role == OutputRole::saved || o.role == OutputRole::grad) {
         text = fmt::format("out {}", esc(o.name));  // named "saved.%12", "grad.fc1.weight"
-        look = fmt::format("fillcolor={}, peripheries=2, penwidth=2", kInterfaceColor);
+        style = fmt::format("fillcolor={}, peripheries=2, penwidth=2", kInterfaceColor);
         text += fmt::format("\\n{}", bytes_str(g.type(o.value).bytes()));
       } else if (o.role == OutputRole::update) {
         const bool param = g.input_role(o.aliased_input) == InputRole::param;
-        look = fmt::format("shape=cylinder, fillcolor={}, penwidth=3",
-                           param ? kParamColor : kStateColor);
+        style = fmt::format("shape=cylinder, fillcolor={}, penwidth=3",
+                            param ? kParamColor : kStateColor);
         text += fmt::format("\\nwritten in place of %{}", o.aliased_input);
       }
-      out += fmt::format("{}{} [label=\"{}\", {}];\n", indent, name, text, look);
+      out += fmt::format("{}{} [label=\"{}\", {}];\n", indent, name, text, style);
       if (opts_.sources || !is_source(g.node(o.value)))
         out += fmt::format("{}{}_{} -> {};\n", indent, prefix, o.value, name);
     }
