@@ -36,6 +36,10 @@ struct Common {
 // The options every subcommand takes.
 void add_common(CLI::App* app, Common& c);
 
+// The model (initialized from --seed), its optimizer and loss, as the
+// flags ask.
+ws::TrainSetup make_setup(const Common& c);
+
 // The optimizer and learning rate asked for, or the model's own.
 std::string optimizer_name(const Common& c);
 double learning_rate(const Common& c);

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "commands.hpp"
 #include "options.hpp"
 #include "wholestep/wholestep.hpp"
 
@@ -26,30 +27,6 @@ namespace {
 using namespace cli;
 using nlohmann::json;
 using ws::models::DataKind;
-
-ws::TrainSetup make_setup(const Common& c) {
-  ws::manual_seed(c.seed);
-  const ws::models::Spec spec = ws::models::spec(c.model);
-  ws::TrainSetup s;
-  auto model = ws::models::make(spec);
-  const std::string opt = optimizer_name(c);
-  if (opt == "sgd") {
-    s.opt = std::make_unique<ws::optim::SGD>(
-        *model, ws::optim::SgdOptions{.lr = learning_rate(c),
-                                      .momentum = c.momentum,
-                                      .weight_decay = std::max(c.weight_decay, 0.0),
-                                      .max_grad_norm = c.max_grad_norm});
-  } else if (opt == "adam" || opt == "adamw") {
-    ws::optim::AdamOptions o{.lr = learning_rate(c), .max_grad_norm = c.max_grad_norm};
-    o.weight_decay = c.weight_decay >= 0 ? c.weight_decay : (opt == "adamw" ? 0.01 : 0.0);
-    s.opt = std::make_unique<ws::optim::Adam>(*model, o, opt == "adamw");
-  } else {
-    throw ws::Error(fmt::format("unknown optimizer '{}': expected sgd, adam or adamw", opt));
-  }
-  s.loss_fn = ws::models::loss_fn(*model);
-  s.model = std::move(model);
-  return s;
-}
 
 // The training batches of a model, step by step: Fashion-MNIST epochs,
 // windows of a text, or random data.
@@ -488,6 +465,9 @@ int main(int argc, char** argv) {
   dp->add_flag("--save-all", save_all,
                "keep every forward value the backward reads (no recomputation)");
 
+  // check, graph: each in its own file (commands.hpp).
+  const std::vector<std::unique_ptr<Command>> commands = add_commands(app, c);
+
   app.set_version_flag("--version",
                        [] { return "wholestep " WS_VERSION "\n" + ws::backend_info(); });
 
@@ -519,6 +499,11 @@ int main(int argc, char** argv) {
     }
     if (dp->parsed() && !dot.empty()) check_output_file("--dot", dot);
     if (pr->parsed() || dp->parsed()) check_mode(mode);
+    for (const auto& cmd : commands)
+      if (cmd->parsed()) {
+        check_common(cmd->app(), c);
+        cmd->check(c);
+      }
 
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
@@ -526,6 +511,8 @@ int main(int argc, char** argv) {
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode, explain, dot, save_all);
+    for (const auto& cmd : commands)
+      if (cmd->parsed()) return cmd->run(c);
   } catch (const UsageError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 2;

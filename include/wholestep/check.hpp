@@ -19,17 +19,42 @@ struct GradcheckOptions {
   int64_t max_elements = 64;
 };
 
+// One checked tensor (a parameter): its elements compared, and the element
+// furthest outside the tolerance, |analytic - numeric| / (atol + rtol
+// |numeric|) largest (the largest error when all pass).
+struct ParamCheck {
+  std::string name;  // "fc1.weight"
+  Shape shape;
+  int64_t checked = 0;       // elements compared
+  bool ok = true;            // every compared element within the tolerance
+  Shape at;                  // the worst element's index, one entry per dimension
+  double analytic = 0;       // the joint graph's gradient there
+  double numeric = 0;        // the finite difference there
+  double error = 0;          // |analytic - numeric| there
+  double max_abs_error = 0;  // the largest over the compared elements
+};
+
 struct GradcheckResult {
   bool ok = true;
   double max_abs_error = 0;
-  int64_t checked = 0;  // elements compared
-  std::string report;   // one line per mismatch (at most 20), empty when ok
+  int64_t checked = 0;             // elements compared
+  std::string report;              // one line per mismatch (at most 20), empty when ok
+  std::vector<ParamCheck> params;  // one per checked tensor, in the model's parameter order
 };
 
 // Checks d loss_fn(inputs) / d p for every parameter p of `model`. The
 // function is traced once, the graph retyped to f64, differentiated, and
 // compared element by element with finite differences of the same graph.
+// Random draws (dropout) are fixed: the random stream's seed and offset are
+// inputs of the traced graph, so every evaluation draws the same mask and
+// the check is of the gradient for that mask. The model, its buffers and
+// the random stream are left as they were.
 GradcheckResult gradcheck(nn::Module& model, const LossFn& loss_fn,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opts = {});
+
+// A table, one row per parameter: name, shape, elements checked, and at the
+// worst element its error, index, analytic and numeric values, then "pass"
+// or "FAIL".
+std::string format_gradcheck(const GradcheckResult& r);
 
 }  // namespace ws::check

@@ -34,6 +34,7 @@ struct CompareRow {
   // Largest over parameters of max|p - p_ref| / max|p_ref|, against the first
   // configuration after the last step.
   double max_rel_diff = 0;
+  std::string max_diff_at;  // the parameter or buffer that has it ("" when all agree exactly)
 };
 
 // `batch_at(i)` is the data of step i (0 <= i < steps), asked for once per

@@ -76,6 +76,15 @@ struct StepOptions {
   int recompile_warning = 8;
 };
 
+// What a picture of the compiled step shows (TrainStep::graph_dot).
+enum class GraphStage {
+  joint,        // as traced and differentiated: forward, backward and updates in one
+                // graph, what the forward keeps for the backward marked
+  partitioned,  // the graphs the step runs, before lowering (three_graph: forward,
+                // backward and optimizer, the values passed between them with their bytes)
+  lowered,      // those graphs as their Programs run them: fused kernels with their ops
+};
+
 struct StepCounters {
   int64_t graphs = 0;            // Programs (or interpreted graphs) launched
   int64_t kernels = 0;           // kernels (or interpreted nodes) run
@@ -175,6 +184,12 @@ class TrainStep {
   // The partitioned joint graph in Graphviz DOT (forward, backward and
   // optimizer coloured, saved values marked; empty when interpreted).
   std::string partition_dot() const;
+  // The last compiled signature at `stage` in Graphviz DOT, with a legend:
+  // forward, backward and optimizer ops coloured, parameters and their
+  // in-place updates, values passed between graphs with their bytes, fused
+  // kernels with their ops (src/ir/dot.hpp describes the picture). Empty
+  // when interpreted.
+  std::string graph_dot(GraphStage stage) const;
   // Runs `steps` real steps on this batch (parameters are updated) with every
   // kernel timed, then times the contractions alone. Compiled modes only.
   StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());

@@ -1,6 +1,9 @@
 #include "autograd/gradcheck.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -9,6 +12,66 @@
 #include "exec/interpreter.hpp"
 
 namespace ws::autograd {
+namespace {
+
+// The index of the flat position `i` in a row-major tensor of `shape`.
+Shape unravel(int64_t i, const Shape& shape) {
+  Shape at(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    at[d] = i % shape[d];
+    i /= shape[d];
+  }
+  return at;
+}
+
+// The part of `fwd` that depends on its input `x`, as a graph of its own:
+// the values that part reads and that do not depend on x become its inputs
+// (x first), so a perturbed x recomputes only what it changes. `reads[i]`
+// is the value of `fwd` its input i stands for. Nullopt when the loss (the
+// first output) does not depend on x.
+struct Downstream {
+  ir::Graph graph;
+  std::vector<ir::ValueId> reads;
+};
+
+std::optional<Downstream> downstream(const ir::Graph& fwd, ir::ValueId x) {
+  const size_t n = fwd.nodes.size();
+  std::vector<bool> dep(n, false);
+  dep[size_t(x)] = true;
+  for (ir::ValueId v = x + 1; v < fwd.size(); ++v)
+    for (ir::ValueId a : fwd.node(v).args) dep[size_t(v)] = dep[size_t(v)] || dep[size_t(a)];
+  const ir::ValueId loss = fwd.outputs[0].value;
+  if (!dep[size_t(loss)]) return std::nullopt;
+  Downstream d;
+  d.graph.name = fwd.name;
+  std::vector<ir::ValueId> map(n, ir::kNoValue);
+  auto bind = [&](ir::ValueId v) {
+    if (map[size_t(v)] != ir::kNoValue) return;
+    d.graph.nodes.push_back(
+        ir::Node{ir::Op::input,
+                 {},
+                 ir::Attrs{{"name", fmt::format("v{}", v)}, {"role", std::string("data")}},
+                 fwd.type(v),
+                 {},
+                 ir::Stage::forward,
+                 nullptr});
+    map[size_t(v)] = ir::ValueId(d.graph.nodes.size() - 1);
+    d.graph.inputs.push_back(map[size_t(v)]);
+    d.reads.push_back(v);
+  };
+  bind(x);
+  for (ir::ValueId v = x + 1; v < fwd.size(); ++v) {
+    if (!dep[size_t(v)]) continue;
+    for (ir::ValueId a : fwd.node(v).args)
+      if (!dep[size_t(a)]) bind(a);
+    map[size_t(v)] = ir::append_renamed(d.graph, fwd.node(v), map);
+  }
+  d.graph.outputs.push_back(
+      ir::Output{ir::OutputRole::loss, map[size_t(loss)], ir::kNoValue, "loss"});
+  return d;
+}
+
+}  // namespace
 
 ir::Graph promote_to_f64(const ir::Graph& g) {
   ir::Graph out = g;
@@ -38,13 +101,39 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
                                        "grad." + joint.input_name(wrt[w])});
   std::vector<Tensor> analytic = exec::interpret(joint, inputs);
 
+  // Each checked input perturbs only what depends on it: the values the
+  // rest of the graph gives it are computed once, here.
+  std::vector<std::optional<Downstream>> parts;
+  ir::Graph base = fwd;
+  std::vector<ir::ValueId> computed;  // values of `base`'s outputs after the loss
+  for (ir::ValueId x : wrt) {
+    WS_CHECK(fwd.input_index(x) >= 0) << "gradcheck: %" << x << " is not an input";
+    parts.push_back(downstream(fwd, x));
+    for (ir::ValueId v : parts.back() ? parts.back()->reads : std::vector<ir::ValueId>{})
+      if (fwd.node(v).op != ir::Op::input &&
+          std::find(computed.begin(), computed.end(), v) == computed.end()) {
+        computed.push_back(v);
+        base.outputs.push_back(ir::Output{ir::OutputRole::user, v, ir::kNoValue, ""});
+      }
+  }
+  const std::vector<Tensor> base_values = exec::interpret(base, inputs);
+  auto value_of = [&](ir::ValueId v) -> Tensor {
+    if (fwd.node(v).op == ir::Op::input) return inputs[size_t(fwd.input_index(v))];
+    return base_values[1 +
+                       size_t(std::find(computed.begin(), computed.end(), v) - computed.begin())];
+  };
+
   check::GradcheckResult r;
   std::mt19937_64 gen(0);
-  auto loss_at = [&]() { return exec::interpret(fwd, inputs)[0].item(); };
   for (size_t w = 0; w < wrt.size(); ++w) {
-    const int idx = fwd.input_index(wrt[w]);
-    WS_CHECK(idx >= 0) << "gradcheck: %" << wrt[w] << " is not an input";
-    Tensor& x = inputs[size_t(idx)];
+    Tensor& x = inputs[size_t(fwd.input_index(wrt[w]))];
+    std::vector<Tensor> bound;
+    for (ir::ValueId v : parts[w] ? parts[w]->reads : std::vector<ir::ValueId>{})
+      bound.push_back(value_of(v));  // bound[0] is x itself, perturbed in place below
+    // Without a path to the loss, the loss does not change with x.
+    auto loss_at = [&]() {
+      return parts[w] ? exec::interpret(parts[w]->graph, bound)[0].item() : 0.0;
+    };
     double* xd = x.data<double>();
     const double* gd = analytic[w + 1].data<double>();
     const int64_t n = x.numel();
@@ -54,6 +143,11 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
     } else {
       for (int64_t i = 0; i < opts.max_elements; ++i) elems.push_back(int64_t(gen() % uint64_t(n)));
     }
+    check::ParamCheck p;
+    p.name = fwd.input_name(wrt[w]);
+    p.shape = x.shape();
+    double worst = -1;  // the worst element's error over its tolerance
+    int64_t worst_i = 0;
     for (int64_t i : elems) {
       const double saved = xd[i];
       xd[i] = saved + opts.eps;
@@ -62,15 +156,32 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
       const double down = loss_at();
       xd[i] = saved;
       const double numeric = (up - down) / (2 * opts.eps), err = std::abs(numeric - gd[i]);
-      ++r.checked;
-      r.max_abs_error = std::max(r.max_abs_error, err);
-      if (!(err <= opts.atol + opts.rtol * std::abs(numeric))) {
+      const double allowed = opts.atol + opts.rtol * std::abs(numeric);
+      ++p.checked;
+      p.max_abs_error = std::max(p.max_abs_error, err);
+      // How far outside the tolerance; a NaN (which fails) is the worst.
+      const double ratio = std::isnan(err) || (err > 0 && allowed <= 0)
+                               ? std::numeric_limits<double>::infinity()
+                               : (err > 0 ? err / allowed : 0.0);
+      if (ratio > worst) {
+        worst = ratio;
+        worst_i = i;
+        p.analytic = gd[i];
+        p.numeric = numeric;
+        p.error = err;
+      }
+      if (!(err <= allowed)) {
         if (r.ok || std::count(r.report.begin(), r.report.end(), '\n') < 20)
           r.report += fmt::format("{}[{}]: analytic {:.10g}, numeric {:.10g}, error {:.3g}\n",
-                                  fwd.input_name(wrt[w]), i, gd[i], numeric, err);
+                                  p.name, i, gd[i], numeric, err);
         r.ok = false;
+        p.ok = false;
       }
     }
+    if (p.checked > 0) p.at = unravel(worst_i, p.shape);
+    r.checked += p.checked;
+    r.max_abs_error = std::max(r.max_abs_error, p.max_abs_error);
+    r.params.push_back(std::move(p));
   }
   return r;
 }

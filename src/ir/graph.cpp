@@ -125,6 +125,11 @@ static constexpr const char* kInputRoles[] = {"param", "buffer", "opt_state", "h
                                               "rng",   "data",   "saved",     "grad"};
 static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", "update"};
 
+const char* stage_name(Stage s) {
+  static constexpr const char* kStages[] = {"forward", "backward", "optimizer"};
+  return kStages[size_t(s)];
+}
+
 const char* role_name(InputRole r) { return kInputRoles[size_t(r)]; }
 const char* role_name(OutputRole r) { return kOutputRoles[size_t(r)]; }
 

@@ -101,12 +101,24 @@ struct Graph;
 // The name of every fusion body (a body prints without one).
 inline constexpr const char* kBodyName = "body";
 
+// Which part of a training step computed a value: the traced forward (also
+// a copy the backward recomputes, marked by its `recompute` attribute), the
+// backward (autograd), or the optimizer's update. Capture marks the joint
+// graph (partition::mark_stages, from its ranges); passes carry it with the
+// node, as they carry its location, and a node that replaces others takes
+// the stage of the one whose value it gives (a product with its update
+// accumulated: the update's). Pictures of the step colour by it; it is not
+// printed in the text form (a parsed node is forward).
+enum class Stage : uint8_t { forward, backward, optimizer };
+const char* stage_name(Stage s);  // "forward", "backward", "optimizer"
+
 struct Node {
   Op op;
   std::vector<ValueId> args;
   Attrs attrs;
   Type type;
   SourceLoc loc;
+  Stage stage = Stage::forward;
   std::shared_ptr<const Graph> body;  // a fusion's ops; null for every other op
 };
 

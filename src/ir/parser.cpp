@@ -347,7 +347,7 @@ class Parser {
     Token op_tok = expect(Tok::ident, "an op name", "after '='");
     std::optional<Op> op = op_from_name(op_tok.text);
     if (!op) fail_at(op_tok.line, fmt::format("unknown op '{}'", op_tok.text));
-    Node n{*op, {}, {}, {}, {}, nullptr};
+    Node n{*op, {}, {}, {}, {}, Stage::forward, nullptr};
     std::vector<ParsedAttr> attrs;
     if (*op == Op::input && lex_.peek().kind == Tok::ident) {
       Token role = lex_.next();

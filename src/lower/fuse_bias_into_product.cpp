@@ -39,7 +39,8 @@ ir::Graph fuse_bias_into_product(const ir::Graph& g) {
       const ir::Node& pn = g.node(p);
       n = ir::Node{Op::matmul_bias, {pn.args[0], pn.args[1], bias_of[size_t(v)]},
                    pn.attrs,        n.type,
-                   pn.loc,          nullptr};
+                   pn.loc,          pn.stage,
+                   nullptr};
     }
     map[size_t(v)] = ir::append_renamed(out, std::move(n), map);
   }

@@ -403,6 +403,7 @@ class Fuser {
                        ir::Attrs{{"role", std::string("data")}, {"name", fmt::format("a{}", i)}},
                        g_.type(r),
                        {},
+                       g_.node(r).stage,
                        nullptr});
       body->inputs.push_back(local[size_t(r)]);
     }
@@ -447,6 +448,7 @@ class Fuser {
                ir::Attrs{{"kind", std::string(gr.reduce >= 0 ? "reduce" : "loop")}},
                g_.type(results[0]),
                g_.node(results[0]).loc,
+               g_.node(results[0]).stage,
                body};
     for (ValueId r : reads) f.args.push_back(map[size_t(r)]);
     out.nodes.push_back(std::move(f));
@@ -458,6 +460,7 @@ class Fuser {
                                    ir::Attrs{{"index", int64_t(j)}},
                                    g_.type(results[j]),
                                    g_.node(results[j]).loc,
+                                   g_.node(results[j]).stage,
                                    nullptr});
       map[size_t(results[j])] = ValueId(out.nodes.size() - 1);
     }

@@ -41,6 +41,7 @@ ir::Graph fuse_residual_into_product(const ir::Graph& g) {
                yo.attrs,
                n.type,
                yo.loc,
+               yo.stage,
                nullptr};
     return append(out, std::move(r));
   });

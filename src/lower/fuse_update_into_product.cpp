@@ -103,7 +103,8 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
     if (m.negate) {
       auto [neg, fresh] = negated.emplace(m.alpha, ir::kNoValue);
       if (fresh) {
-        out.nodes.push_back(ir::Node{Op::neg, {alpha}, {}, g.type(m.alpha), n.loc, nullptr});
+        out.nodes.push_back(
+            ir::Node{Op::neg, {alpha}, {}, g.type(m.alpha), n.loc, n.stage, nullptr});
         neg->second = ValueId(out.nodes.size() - 1);
       }
       alpha = neg->second;
@@ -112,20 +113,27 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
       beta = map[size_t(m.beta)];
     } else if (m.decay != ir::kNoValue) {  // 1 - lr * wd
       const ir::Type t = g.type(m.alpha);
+      out.nodes.push_back(ir::Node{
+          Op::mul, {map[size_t(m.alpha)], map[size_t(m.decay)]}, {}, t, n.loc, n.stage, nullptr});
       out.nodes.push_back(
-          ir::Node{Op::mul, {map[size_t(m.alpha)], map[size_t(m.decay)]}, {}, t, n.loc, nullptr});
-      out.nodes.push_back(ir::Node{Op::full, {}, ir::Attrs{{"value", 1.0}}, t, n.loc, nullptr});
+          ir::Node{Op::full, {}, ir::Attrs{{"value", 1.0}}, t, n.loc, n.stage, nullptr});
       out.nodes.push_back(ir::Node{Op::sub,
                                    {ValueId(out.nodes.size() - 1), ValueId(out.nodes.size() - 2)},
                                    {},
                                    t,
                                    n.loc,
+                                   n.stage,
                                    nullptr});
       beta = ValueId(out.nodes.size() - 1);
     } else {
       if (one == ir::kNoValue) {
-        out.nodes.push_back(ir::Node{
-            Op::full, {}, ir::Attrs{{"value", 1.0}}, ir::Type{DType::f32, {}}, n.loc, nullptr});
+        out.nodes.push_back(ir::Node{Op::full,
+                                     {},
+                                     ir::Attrs{{"value", 1.0}},
+                                     ir::Type{DType::f32, {}},
+                                     n.loc,
+                                     n.stage,
+                                     nullptr});
         one = ValueId(out.nodes.size() - 1);
       }
       beta = one;
@@ -137,6 +145,7 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
                  p.attrs,
                  n.type,
                  p.loc,
+                 n.stage,  // the update's: the product writes the parameter
                  nullptr});
     map[size_t(v)] = ValueId(out.nodes.size() - 1);
   }

@@ -76,7 +76,7 @@ ir::Graph merge_padded_sums(const ir::Graph& g) {
     if (n.op != Op::add || !pieces_of(out, n.args[0], ax, px) ||
         !pieces_of(out, n.args[1], ay, py) || ax != ay || !merged(px, py, sum))
       return ir::kNoValue;
-    ir::Node cat{Op::concat, {}, ir::Attrs{{"axis", ax}}, n.type, n.loc, nullptr};
+    ir::Node cat{Op::concat, {}, ir::Attrs{{"axis", ax}}, n.type, n.loc, n.stage, nullptr};
     for (const Piece& p : sum) {
       if (p.value != ir::kNoValue) {
         cat.args.push_back(p.value);
@@ -84,8 +84,8 @@ ir::Graph merge_padded_sums(const ir::Graph& g) {
       }
       ir::Type t = n.type;
       t.shape[size_t(ax)] = p.end - p.begin;
-      cat.args.push_back(
-          append(out, ir::Node{Op::full, {}, ir::Attrs{{"value", 0.0}}, t, n.loc, nullptr}));
+      cat.args.push_back(append(
+          out, ir::Node{Op::full, {}, ir::Attrs{{"value", 0.0}}, t, n.loc, n.stage, nullptr}));
     }
     return cat.args.size() == 1 ? cat.args[0] : append(out, std::move(cat));
   });

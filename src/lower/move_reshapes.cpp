@@ -54,7 +54,8 @@ ValueId at_shape(ir::Graph& out, ValueId a, const Shape& shape) {
   if (an.op == Op::reshape) a = an.args[0];
   if (out.type(a).shape == shape) return a;
   const ir::Type t{out.type(a).dtype, shape};
-  return append(out, ir::Node{Op::reshape, {a}, ir::Attrs{{"shape", shape}}, t, an.loc, nullptr});
+  return append(
+      out, ir::Node{Op::reshape, {a}, ir::Attrs{{"shape", shape}}, t, an.loc, an.stage, nullptr});
 }
 
 // n (of `out`) computed at `shape` from its operands at that shape.
@@ -103,7 +104,8 @@ ir::Graph move_reshapes(const ir::Graph& g) {
     const ValueId e = elementwise_at(out, n, Shape(*src));
     return append(
         out,
-        ir::Node{Op::reshape, {e}, ir::Attrs{{"shape", n.type.shape}}, n.type, n.loc, nullptr});
+        ir::Node{
+            Op::reshape, {e}, ir::Attrs{{"shape", n.type.shape}}, n.type, n.loc, n.stage, nullptr});
   });
 }
 

@@ -5,12 +5,7 @@
 namespace ws::partition {
 namespace {
 
-using ir::Op;
 using ir::ValueId;
-
-bool free_value(const ir::Node& n) {
-  return n.op == Op::input || n.op == Op::full || n.op == Op::constant;
-}
 
 std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", double(bytes) / (1 << 20)); }
 
@@ -44,28 +39,11 @@ std::string explain(const JointGraph& j, const RematPlan& plan) {
   return s;
 }
 
-std::string to_dot(const JointGraph& j, const RematPlan& plan) {
-  const ir::Graph& g = j.graph;
-  std::vector<int> kind(g.nodes.size(), 0);
-  for (ValueId v : plan.saved) kind[size_t(v)] = 1;
-  for (ValueId v : plan.recomputed) kind[size_t(v)] = 2;
-  std::string s = "digraph step {\n  rankdir=TB;\n  node [shape=box, style=filled, fontsize=10];\n";
-  for (ValueId v = 0; v < g.size(); ++v) {
-    const ir::Node& n = g.node(v);
-    if (free_value(n)) continue;
-    const char* color = v < ValueId(j.forward_end)    ? "lightblue"
-                        : v < ValueId(j.backward_end) ? "lightpink"
-                                                      : "palegreen";
-    std::string style = "filled";
-    if (kind[size_t(v)] == 2) style += ",dashed";
-    s += fmt::format("  n{} [label=\"%{} {}\\n{}\", fillcolor={}, style=\"{}\"{}];\n", v, v,
-                     ir::op_name(n.op), n.type.str(), color, style,
-                     kind[size_t(v)] == 1 ? ", peripheries=2, penwidth=2" : "");
-    for (ValueId a : n.args)
-      if (!free_value(g.node(a))) s += fmt::format("  n{} -> n{};\n", a, v);
-  }
-  s += "}\n";
-  return s;
+std::string to_dot(const JointGraph& j, const RematPlan& plan, const ir::DotOptions& opts) {
+  ir::DotGraph d{&j.graph, false, std::vector<ir::DotMark>(j.graph.nodes.size())};
+  for (ValueId v : plan.saved) d.marks[size_t(v)] = ir::DotMark::saved;
+  for (ValueId v : plan.recomputed) d.marks[size_t(v)] = ir::DotMark::recomputed;
+  return ir::to_dot({d}, opts);
 }
 
 }  // namespace ws::partition

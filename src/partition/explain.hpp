@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "ir/dot.hpp"
 #include "partition/min_cut.hpp"
 
 namespace ws::partition {
@@ -15,9 +16,13 @@ namespace ws::partition {
 // that reach the backward), then the totals.
 std::string explain(const JointGraph& joint, const RematPlan& plan);
 
-// The joint graph in Graphviz DOT: forward nodes blue, backward red,
-// optimizer green, recomputed values dashed, saved values double-bordered;
-// inputs and constants are left out (they reach every graph).
-std::string to_dot(const JointGraph& joint, const RematPlan& plan);
+// The joint graph in Graphviz DOT (ir/dot.hpp): forward nodes blue,
+// backward red, optimizer green, the values the plan recomputes dashed,
+// those it saves double-bordered with their bytes. By default inputs and
+// constants are left out (they reach every graph), and so are the outputs
+// and the legend.
+std::string to_dot(const JointGraph& joint, const RematPlan& plan,
+                   const ir::DotOptions& opts = {
+                       .sources = false, .outputs = false, .legend = false});
 
 }  // namespace ws::partition

@@ -117,6 +117,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
                           {"role", std::string(ir::role_name(role))}},
                 g.type(v),
                 g.node(v).loc,
+                g.node(v).stage,
                 nullptr};
     map[size_t(v)] = push(std::move(in));
     out.inputs.push_back(map[size_t(v)]);
@@ -143,6 +144,13 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
 }
 
 }  // namespace
+
+void mark_stages(JointGraph& joint) {
+  for (ValueId v = 0; v < joint.graph.size(); ++v)
+    joint.graph.nodes[size_t(v)].stage = v < joint.forward_end    ? ir::Stage::forward
+                                         : v < joint.backward_end ? ir::Stage::backward
+                                                                  : ir::Stage::optimizer;
+}
 
 Graph single_graph(const JointGraph& joint) {
   Graph g = updates_early(joint);

@@ -29,6 +29,10 @@ struct JointGraph {
   int64_t backward_end = 0;  // [forward_end, backward_end): backward; then updates
 };
 
+// Marks every node with its stage (ir::Node::stage) from the ranges, so
+// that passes which reorder or replace nodes keep it.
+void mark_stages(JointGraph& joint);
+
 ir::Graph single_graph(const JointGraph& joint);
 
 struct ThreeGraphs {

@@ -220,6 +220,7 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
     }
     g.outputs.push_back(ir::Output{ir::OutputRole::user, finite, ir::kNoValue, kFiniteOutput});
   }
+  partition::mark_stages(out.joint);
   after_stage(g, "joint");
   return out;
 }

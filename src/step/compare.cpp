@@ -78,8 +78,10 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     }
     const nn::NamedTensors ps = state(*setups[i].model);
     for (size_t p = 0; p < ps.size(); ++p)
-      rows[i].max_rel_diff =
-          std::max(rows[i].max_rel_diff, max_rel_diff(ps[p].second, ref[p].second));
+      if (const double d = max_rel_diff(ps[p].second, ref[p].second); d > rows[i].max_rel_diff) {
+        rows[i].max_rel_diff = d;
+        rows[i].max_diff_at = ps[p].first;
+      }
   }
   return rows;
 }

@@ -21,6 +21,7 @@
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"
 #include "exec/program.hpp"
+#include "ir/dot.hpp"
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
 #include "partition/explain.hpp"
@@ -323,6 +324,20 @@ std::string TrainStep::partition_dot() const {
   if (!impl_->last || !impl_->last->partition) return {};
   const auto& [joint, plan] = *impl_->last->partition;
   return partition::to_dot(joint, plan);
+}
+
+std::string TrainStep::graph_dot(GraphStage stage) const {
+  const Compiled* c = impl_->last;
+  if (!c || !c->partition) return {};
+  // The whole picture (inputs, outputs, legend), where partition_dot keeps
+  // to the computed values; the joint graph with what the plan saves and
+  // recomputes marked, the others in clusters when there are three.
+  if (stage == GraphStage::joint)
+    return partition::to_dot(c->partition->first, c->partition->second, ir::DotOptions{});
+  std::vector<ir::DotGraph> graphs;
+  for (const ir::Graph& g : stage == GraphStage::lowered ? c->lowered : c->graphs)
+    graphs.push_back({&g, c->graphs.size() > 1, {}});
+  return ir::to_dot(graphs);
 }
 
 std::string TrainStep::programs_text() const {

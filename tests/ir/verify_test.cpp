@@ -354,8 +354,10 @@ Graph FusedGraph() {
   ValueId n = bb.add(Op::neg, {e});
   body->outputs.push_back({OutputRole::user, e, kNoValue, "r0"});
   body->outputs.push_back({OutputRole::user, n, kNoValue, "r1"});
-  g.nodes.push_back(Node{Op::fusion, {x}, Attrs{{"kind", std::string("loop")}}, kMat, {}, body});
-  g.nodes.push_back(Node{Op::fusion_result, {1}, Attrs{{"index", int64_t(1)}}, kMat, {}, nullptr});
+  g.nodes.push_back(
+      Node{Op::fusion, {x}, Attrs{{"kind", std::string("loop")}}, kMat, {}, Stage::forward, body});
+  g.nodes.push_back(Node{
+      Op::fusion_result, {1}, Attrs{{"index", int64_t(1)}}, kMat, {}, Stage::forward, nullptr});
   g.outputs.push_back({OutputRole::user, 2, kNoValue, "y"});
   return g;
 }
@@ -393,7 +395,7 @@ TEST(IrVerify, RejectsALoopBodyHoldingAReduction) {
 
 TEST(IrVerify, RejectsABodyOnAnyOtherOp) {
   Graph g = FusedGraph();
-  g.nodes.push_back(Node{Op::neg, {2}, {}, kMat, {}, g.nodes[1].body});
+  g.nodes.push_back(Node{Op::neg, {2}, {}, kMat, {}, Stage::forward, g.nodes[1].body});
   EXPECT_TRUE(Contains(VerifyError(g), "only a fusion has a body"));
 }
 

@@ -286,5 +286,30 @@ TEST(CompareModes, AsksForEachStepsBatchOnceAndEveryModeTrainsOnIt) {
   for (const CompareRow& r : rows) EXPECT_GT(r.ms_per_step, 0.0);
 }
 
+// A row names the tensor with its largest difference: here the second
+// setup starts with one bias moved, and interpret runs both.
+TEST(CompareModes, NamesTheTensorThatDiffersMost) {
+  const models::Spec spec = models::spec("tiny_mlp");
+  int made = 0;
+  auto make_setup = [&] {
+    manual_seed(3);
+    TrainSetup s;
+    s.model = models::make(spec);
+    if (made++ == 1)
+      for (auto& [name, p] : s.model->named_parameters())
+        if (name == "fc3.bias") p.copy_(p + 1.0);
+    s.opt = std::make_unique<optim::SGD>(*s.model, optim::SgdOptions{.lr = 1e-3});
+    s.loss_fn = models::loss_fn(static_cast<models::Model&>(*s.model));
+    return s;
+  };
+  const std::vector<CompareRow> rows = compare_modes(
+      make_setup, {{StepMode::interpret}, {StepMode::interpret}},
+      [&](int64_t i) { return models::random_batch(spec, uint64_t(i)); }, 1, 0);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].max_diff_at, "");
+  EXPECT_EQ(rows[1].max_diff_at, "fc3.bias");
+  EXPECT_GT(rows[1].max_rel_diff, 0.1);
+}
+
 }  // namespace
 }  // namespace ws

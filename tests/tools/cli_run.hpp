@@ -1,0 +1,64 @@
+// Running the built wholestep program from a test: its exit status and what
+// it wrote, and the shape every usage error must have.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace ws::testing {
+
+// A fresh directory under the system's temporary directory, named after
+// `name` and this process.
+inline std::string temp_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / fmt::format("ws_cli_{}_{}", name, ::getpid());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs the wholestep binary with `args` (a shell word list), and `env`
+// (assignments such as "PATH=/x") in its environment.
+inline Result run(const std::string& args, const std::string& env = "") {
+  const std::string dir = temp_dir("run");
+  const std::string cmd = fmt::format("{} {} {} > {}/out 2> {}/err", env, WS_CLI, args, dir, dir);
+  const int st = std::system(cmd.c_str());
+  Result r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+// A usage error: exit status 2, `message` in one line on stderr, and no
+// work started.
+inline void expect_usage_error(const std::string& args, const std::string& message) {
+  SCOPED_TRACE(args);
+  const Result r = run(args);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "work started: " << r.out;
+}
+
+}  // namespace ws::testing

@@ -1,0 +1,40 @@
+// Subcommands that live in their own files (check_cmd.cpp, graph_cmd.cpp),
+// registered by main from one list: each adds its flags, checks them before
+// any work (a UsageError: one line, exit status 2) and runs.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "options.hpp"
+
+namespace cli {
+
+class Command {
+ public:
+  // Adds the subcommand `name` to `parent`, with the common flags.
+  Command(CLI::App& parent, const char* name, const char* help, Common& c)
+      : app_(parent.add_subcommand(name, help)) {
+    add_common(app_, c);
+  }
+  virtual ~Command() = default;
+  CLI::App* app() const { return app_; }
+  bool parsed() const { return app_->parsed(); }
+  // Called after check_common, before any work.
+  virtual void check(const Common& c) = 0;
+  // The exit status.
+  virtual int run(const Common& c) = 0;
+
+ protected:
+  CLI::App* app_;
+};
+
+// `wholestep check`: gradient checks and the modes' agreement.
+std::unique_ptr<Command> make_check_command(CLI::App& app, Common& c);
+// `wholestep graph`: a Graphviz picture of a compiled step.
+std::unique_ptr<Command> make_graph_command(CLI::App& app, Common& c);
+
+// Every command of this list, added to `app`.
+std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app, Common& c);
+
+}  // namespace cli
