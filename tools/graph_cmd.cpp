@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -39,12 +38,6 @@ std::string find_program(const std::string& program) {
     start = end + 1;
   }
   return "";
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out.flush()) throw ws::Error(fmt::format("graph: cannot write {}", path));
 }
 
 // Runs `argv` (no shell) and waits; its exit status, or -1.
@@ -102,14 +95,14 @@ class GraphCommand : public Command {
     const std::string dot = step.graph_dot(stage);
     const std::string what = fmt::format("{} {} ({})", c.model, mode_, stage_);
     if (fs::path(output_).extension() == ".dot") {
-      write_file(output_, dot);
+      write_text_file(output_, dot, "graph");
       fmt::print("wrote {}: {} (render: dot -Tsvg {} -o step.svg)\n", output_, what, output_);
       return 0;
     }
     const std::string renderer = find_program("dot");
     if (renderer.empty()) {
       const std::string dot_file = fs::path(output_).replace_extension(".dot").string();
-      write_file(dot_file, dot);
+      write_text_file(dot_file, dot, "graph");
       fmt::print(
           "wrote {}: {}; Graphviz's dot is not installed (apt-get install graphviz), then: dot "
           "-Tsvg {} -o {}\n",
@@ -119,7 +112,7 @@ class GraphCommand : public Command {
     // The DOT text in a temporary file dot reads: no shell, any file name.
     const fs::path tmp =
         fs::temp_directory_path() / fmt::format("wholestep_graph_{}.dot", ::getpid());
-    write_file(tmp.string(), dot);
+    write_text_file(tmp.string(), dot, "graph");
     const int status = run_program({renderer, "-Tsvg", "-o", output_, tmp.string()});
     fs::remove(tmp);
     if (status != 0)

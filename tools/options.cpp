@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -99,6 +100,12 @@ void check_output_file(const char* flag, const std::string& path) {
   if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
     throw UsageError(fmt::format("{} {}: cannot write in {} ({})", flag, path,
                                  dir.empty() ? "." : dir, std::strerror(errno)));
+}
+
+void write_text_file(const std::string& path, std::string_view text, const char* command) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out.flush()) throw ws::Error(fmt::format("{}: cannot write {}", command, path));
 }
 
 void check_common(CLI::App* app, const Common& c) {

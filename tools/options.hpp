@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -62,6 +63,9 @@ void require_count(const char* flag, int64_t value, int64_t least);
 void require_nonnegative(const char* flag, double value);
 // A file a subcommand will write: its directory must exist and be writable.
 void check_output_file(const char* flag, const std::string& path);
+// Writes `text` to `path`; a ws::Error "<command>: cannot write <path>" when
+// it cannot.
+void write_text_file(const std::string& path, std::string_view text, const char* command);
 // A directory `train --save` can write checkpoints into (made if missing).
 void check_writable_dir(const char* flag, const std::string& dir);
 void check_common(CLI::App* app, const Common& c);

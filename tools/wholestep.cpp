@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <new>
 #include <optional>
 
@@ -360,10 +359,7 @@ int profile(const Common& c, int64_t steps, const std::string& mode, int top,
              p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
              p.step_ms / p.contraction_ms);
   if (!trace.empty()) {
-    std::ofstream out(trace);
-    out << ws::chrome_trace(p);
-    if (!out.flush())
-      throw ws::Error(fmt::format("profile: cannot write the trace to '{}'", trace));
+    write_text_file(trace, ws::chrome_trace(p), "profile");
     fmt::print("trace of the last step ({} kernels): {} (chrome://tracing or Perfetto)\n",
                p.last_step.size(), trace);
   }
@@ -383,11 +379,7 @@ int dump(const Common& c, const std::string& mode, bool explain, const std::stri
                     "--mode {} interprets the step graph unpartitioned",
                     mode));
   if (!dot.empty()) {
-    std::FILE* f = std::fopen(dot.c_str(), "w");
-    if (!f) throw ws::Error(fmt::format("dump: cannot write {}", dot));
-    const std::string text = step.partition_dot();
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
+    write_text_file(dot, step.partition_dot(), "dump");
     fmt::print("wrote {} (render: dot -Tpng {} -o step.png)\n", dot, dot);
   }
   if (explain) {

@@ -4,28 +4,27 @@
 
 #include <fmt/format.h>
 
+#include "ir/text.hpp"
+
 namespace ws::ir {
 namespace {
 
 constexpr const char* kStageColor[] = {"lightblue", "lightpink", "palegreen"};
-constexpr const char* kParamColor = "gold";
-constexpr const char* kStateColor = "khaki";
-constexpr const char* kInterfaceColor = "lavender";
+// The looks the nodes and the legend share.
+constexpr const char* kBetweenLook = "fillcolor=lavender, peripheries=2, penwidth=2";
+constexpr const char* kRecomputedStyle = "style=\"filled,dashed\"";
+std::string stage_look(Stage s) { return fmt::format("fillcolor={}", kStageColor[size_t(s)]); }
+// A parameter, or other state kept across steps (buffer, optimizer state,
+// random stream); `update`: the output written in its place.
+std::string stored_look(bool param, bool update = false) {
+  return fmt::format("shape=cylinder, fillcolor={}{}", param ? "gold" : "khaki",
+                     update ? ", penwidth=3" : "");
+}
 
 std::string bytes_str(size_t b) {
   if (b < 1024) return fmt::format("{} B", b);
   if (b < (1 << 20)) return fmt::format("{:.1f} KiB", double(b) / 1024);
   return fmt::format("{:.2f} MiB", double(b) / (1 << 20));
-}
-
-// Text inside a DOT string: quotes and backslashes escaped.
-std::string esc(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
 }
 
 // A Graphviz name made of letters, digits and '_'.
@@ -49,17 +48,15 @@ std::string look(const Graph& g, ValueId v, DotMark mark) {
   const Node& n = g.node(v);
   if (n.op == Op::input) {
     const InputRole r = g.input_role(v);
-    if (persistent(r))
-      return fmt::format("shape=cylinder, fillcolor={}",
-                         r == InputRole::param ? kParamColor : kStateColor);
-    if (r == InputRole::saved || r == InputRole::grad)
-      return fmt::format("fillcolor={}, peripheries=2, penwidth=2", kInterfaceColor);
+    if (persistent(r)) return stored_look(r == InputRole::param);
+    if (r == InputRole::saved || r == InputRole::grad) return kBetweenLook;
     return "shape=ellipse, fillcolor=white";
   }
   if (is_source(n)) return "shape=ellipse, fillcolor=white, fontsize=8";
-  std::string s = fmt::format("fillcolor={}", kStageColor[size_t(n.stage)]);
+  std::string s = stage_look(n.stage);
   if (n.op == Op::fusion) s += ", shape=box3d";
-  if (mark == DotMark::recomputed || n.attrs.has("recompute")) s += ", style=\"filled,dashed\"";
+  if (mark == DotMark::recomputed || n.attrs.has("recompute"))
+    s += std::string(", ") + kRecomputedStyle;
   if (mark == DotMark::saved) s += ", peripheries=2, penwidth=2";
   return s;
 }
@@ -68,13 +65,13 @@ std::string label(const Graph& g, ValueId v, DotMark mark) {
   const Node& n = g.node(v);
   std::string head = fmt::format("%{} {}", v, op_name(n.op));
   if (n.op == Op::input)
-    head = fmt::format("%{} {}\\n{}", v, role_name(g.input_role(v)), esc(g.input_name(v)));
+    head = fmt::format("%{} {}\\n{}", v, role_name(g.input_role(v)), escaped(g.input_name(v)));
   else if (n.op == Op::full)
     head += fmt::format(" {}", n.attrs.f("value"));
   else if (n.op == Op::fusion)
     head += fmt::format(" ({})", n.attrs.s("kind"));
   else if (n.attrs.has("activation"))
-    head += fmt::format(" +{}", esc(n.attrs.s("activation")));
+    head += fmt::format(" +{}", escaped(n.attrs.s("activation")));
   std::string s = head + "\\n" + n.type.str();
   const bool between = n.op == Op::input &&
                        (g.input_role(v) == InputRole::saved || g.input_role(v) == InputRole::grad);
@@ -130,15 +127,13 @@ class Writer {
       const Output& o = g.outputs[i];
       const std::string name = fmt::format("{}_out{}", prefix, i);
       std::string style = "shape=oval, fillcolor=white, penwidth=2";
-      std::string text = fmt::format("out {} {}", role_name(o.role), esc(o.name));
+      std::string text = fmt::format("out {} {}", role_name(o.role), escaped(o.name));
       if (o.role == OutputRole::saved || o.role == OutputRole::grad) {
-        text = fmt::format("out {}", esc(o.name));  // named "saved.%12", "grad.fc1.weight"
-        style = fmt::format("fillcolor={}, peripheries=2, penwidth=2", kInterfaceColor);
+        text = fmt::format("out {}", escaped(o.name));  // named "saved.%12", "grad.fc1.weight"
+        style = kBetweenLook;
         text += fmt::format("\\n{}", bytes_str(g.type(o.value).bytes()));
       } else if (o.role == OutputRole::update) {
-        const bool param = g.input_role(o.aliased_input) == InputRole::param;
-        style = fmt::format("shape=cylinder, fillcolor={}, penwidth=3",
-                            param ? kParamColor : kStateColor);
+        style = stored_look(g.input_role(o.aliased_input) == InputRole::param, true);
         text += fmt::format("\\nwritten in place of %{}", o.aliased_input);
       }
       out += fmt::format("{}{} [label=\"{}\", {}];\n", indent, name, text, style);
@@ -170,21 +165,18 @@ class Writer {
       std::string look;
     };
     const Entry entries[] = {
-        {"forward", "forward op", fmt::format("fillcolor={}", kStageColor[0])},
-        {"backward", "backward op", fmt::format("fillcolor={}", kStageColor[1])},
-        {"optimizer", "optimizer op", fmt::format("fillcolor={}", kStageColor[2])},
+        {"forward", "forward op", stage_look(Stage::forward)},
+        {"backward", "backward op", stage_look(Stage::backward)},
+        {"optimizer", "optimizer op", stage_look(Stage::optimizer)},
         {"recomputed", "forward op recomputed\\nin the backward",
-         fmt::format("fillcolor={}, style=\"filled,dashed\"", kStageColor[0])},
-        {"param", "parameter (input)", fmt::format("shape=cylinder, fillcolor={}", kParamColor)},
-        {"update", "update written in place\\nof its input (output)",
-         fmt::format("shape=cylinder, fillcolor={}, penwidth=3", kParamColor)},
-        {"state", "buffer, optimizer state,\\nrandom stream",
-         fmt::format("shape=cylinder, fillcolor={}", kStateColor)},
-        {"between", "value passed between\\ngraphs, with its bytes",
-         fmt::format("fillcolor={}, peripheries=2, penwidth=2", kInterfaceColor)},
+         stage_look(Stage::forward) + ", " + kRecomputedStyle},
+        {"param", "parameter (input)", stored_look(true)},
+        {"update", "update written in place\\nof its input (output)", stored_look(true, true)},
+        {"state", "buffer, optimizer state,\\nrandom stream", stored_look(false)},
+        {"between", "value passed between\\ngraphs, with its bytes", kBetweenLook},
         {"other", "data, hyperparameter,\\nconstant", "shape=ellipse, fillcolor=white"},
         {"fusion", "fused kernel: a dashed box\\nof its ops, then the fusion",
-         fmt::format("shape=box3d, fillcolor={}", kStageColor[0])},
+         stage_look(Stage::forward) + ", shape=box3d"},
     };
     out += "  subgraph cluster_legend {\n    label=\"legend\"; style=rounded;\n";
     for (const Entry& e : entries)
@@ -221,7 +213,7 @@ std::string to_dot(const std::vector<DotGraph>& graphs, const DotOptions& opts) 
     if (dg.cluster) {
       w.out += fmt::format(
           "  subgraph cluster_{} {{\n    label=\"{} graph\"; fontsize=16; style=rounded;\n",
-          prefixes[k], esc(dg.graph->name));
+          prefixes[k], escaped(dg.graph->name));
       indent += "  ";
     }
     w.nodes(*dg.graph, prefixes[k], dg.marks, indent);

@@ -11,6 +11,20 @@
 #include "ir/text.hpp"
 
 namespace ws::ir {
+
+std::string escaped(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // Names made of these characters print bare; anything else prints quoted.
@@ -21,18 +35,7 @@ bool is_ident(std::string_view s) {
   return true;
 }
 
-void put_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
-    }
-  }
-  out += '"';
-}
+void put_string(std::string& out, std::string_view s) { out += '"' + escaped(s) + '"'; }
 
 void put_name(std::string& out, std::string_view s) {
   if (is_ident(s))

@@ -30,6 +30,10 @@ struct PrintOptions {
 
 std::string print(const Graph& g, const PrintOptions& opts = {});
 
+// The inside of a string literal holding `s`: \" \\ and \n escaped. The
+// text form's strings and Graphviz's (whose \n is a line break) agree.
+std::string escaped(std::string_view s);
+
 // Parses the text form. Malformed text throws ws::Error naming the line and
 // what was expected. The result passes verify().
 Graph parse(std::string_view text);
