@@ -16,47 +16,11 @@
 
 #include <fmt/format.h>
 
+#include "tools/cli_run.hpp"
+
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / fmt::format("ws_cli_{}_{}", name, ::getpid());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-// Runs the wholestep binary with `args` (a shell word list).
-Result run(const std::string& args) {
-  const std::string dir = temp_dir("run");
-  const std::string cmd = fmt::format("{} {} > {}/out 2> {}/err", WS_CLI, args, dir, dir);
-  const int st = std::system(cmd.c_str());
-  Result r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
-  fs::remove_all(dir);
-  return r;
-}
-
-void expect_usage_error(const std::string& args, const std::string& message) {
-  SCOPED_TRACE(args);
-  const Result r = run(args);
-  EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
-  EXPECT_EQ(r.out.find("step "), std::string::npos) << "work started: " << r.out;
-}
+using namespace ws::cli_test;
 
 TEST(Cli, CountsThatMakeNoSenseAreUsageErrors) {
   expect_usage_error("train --steps 0", "--steps 0: must be at least 1");
@@ -154,12 +118,7 @@ TEST(Cli, ResumingInANewProcessGivesTheSameBits) {
       const Result second = run("train --resume " + dir + "/parts --save " + dir + "/parts");
       ASSERT_EQ(second.status, 0) << second.err;
       EXPECT_NE(second.out.find("at step 3"), std::string::npos) << second.out;
-      for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-        const std::string a = slurp(fmt::format("{}/whole/checkpoint-6/{}", dir, file)),
-                          b = slurp(fmt::format("{}/parts/checkpoint-6/{}", dir, file));
-        EXPECT_FALSE(a.empty());
-        EXPECT_TRUE(a == b) << file << " differs";
-      }
+      expect_same_checkpoint(dir + "/whole/checkpoint-6", dir + "/parts/checkpoint-6");
       expect_usage_error("train --resume " + dir + "/parts --lr 0.123",
                          "--lr 0.123 differs from the checkpoint's");
       fs::remove_all(dir);

@@ -1,0 +1,76 @@
+// Running the wholestep program in tests: its exit status, stdout and
+// stderr, and the usage-error contract (one line on stderr, exit status 2,
+// no work started).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace ws::cli_test {
+
+namespace fs = std::filesystem;
+
+// A fresh empty directory under the system's temporary directory.
+inline std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / fmt::format("ws_cli_{}_{}", name, ::getpid());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs a shell command line, capturing its exit status, stdout and stderr.
+inline Result run_command(const std::string& command) {
+  const std::string dir = temp_dir("run");
+  const std::string cmd = fmt::format("{} > {}/out 2> {}/err", command, dir, dir);
+  const int st = std::system(cmd.c_str());
+  Result r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
+  fs::remove_all(dir);
+  return r;
+}
+
+// Runs the wholestep binary with `args` (a shell word list).
+inline Result run(const std::string& args) { return run_command(std::string(WS_CLI) + " " + args); }
+
+inline void expect_usage_error(const std::string& args, const std::string& message) {
+  SCOPED_TRACE(args);
+  const Result r = run(args);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "work started: " << r.out;
+}
+
+// Two checkpoint directories hold the same parameters and optimizer state,
+// to the bit.
+inline void expect_same_checkpoint(const std::string& a, const std::string& b) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string x = slurp(a + "/" + file), y = slurp(b + "/" + file);
+    EXPECT_FALSE(x.empty()) << a << "/" << file;
+    EXPECT_TRUE(x == y) << file << " differs between " << a << " and " << b;
+  }
+}
+
+}  // namespace ws::cli_test
