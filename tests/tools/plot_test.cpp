@@ -28,8 +28,9 @@ uint32_t big_endian(const std::string& b, size_t at) {
 
 TEST(PlotScript, DrawsAPngOfATrainingRunsMetrics) {
   const std::string dir = temp_dir("plot");
-  const Result train = run(
-      "train --model mlp --steps 40 --log-every 10 --eval-every 20 --metrics " + dir + "/m.jsonl");
+  const Result train =
+      run("train --model mlp --threads 1 --steps 40 --log-every 10 --eval-every 20 --metrics " +
+          dir + "/m.jsonl");
   ASSERT_EQ(train.status, 0) << train.err;
   const Result r = plot(dir + "/m.jsonl -o " + dir + "/curves.png");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -57,8 +57,8 @@ std::vector<int64_t> steps_of(const std::vector<json>& rs) {
 TEST(TrainCli, MetricsHoldTheRunEachLoggedStepAndEachEvaluation) {
   const std::string dir = temp_dir("metrics");
   const std::string file = dir + "/m.jsonl";
-  const Result r =
-      run("train --model mlp --steps 60 --log-every 20 --eval-every 30 --metrics " + file);
+  const Result r = run(
+      "train --model mlp --threads 1 --steps 60 --log-every 20 --eval-every 30 --metrics " + file);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("metrics: " + file + " (written anew)"), std::string::npos) << r.out;
   const std::vector<json> all = records(file);
@@ -146,7 +146,9 @@ TEST(TrainCli, AKilledRunKeepsTheMetricsItLogged) {
 // Piped (as here), each logged step is a line of its own with the time
 // left; no carriage returns or terminal codes reach the log.
 TEST(TrainCli, PipedProgressIsPlainLinesWithTheTimeLeft) {
-  const Result r = run("train --model tiny_mlp --steps 200 --log-every 50");
+  // One thread: two programs with a pool of two each on two cores wait for
+  // each other at every parallel region.
+  const Result r = run("train --model tiny_mlp --threads 1 --steps 200 --log-every 50");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.find('\r'), std::string::npos);
   EXPECT_EQ(r.out.find('\033'), std::string::npos);
@@ -171,8 +173,8 @@ TEST(TrainCli, OnATerminalTheProgressLineRewritesItself) {
   const pid_t child = ::forkpty(&master, nullptr, nullptr, nullptr);
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ::execl(WS_CLI, WS_CLI, "train", "--model", "tiny_mlp", "--steps", "120", "--log-every", "40",
-            static_cast<char*>(nullptr));
+    ::execl(WS_CLI, WS_CLI, "train", "--model", "tiny_mlp", "--threads", "1", "--steps", "120",
+            "--log-every", "40", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   std::string out;
@@ -199,7 +201,7 @@ TEST(TrainCli, EvaluatingDuringTrainingChangesNoBits) {
   for (const char* model : {"mlp", "gpt"}) {
     SCOPED_TRACE(model);
     const std::string dir = temp_dir("eval_bits");
-    const std::string common = fmt::format("train --model {} --steps 4", model);
+    const std::string common = fmt::format("train --model {} --threads 1 --steps 4", model);
     ASSERT_EQ(run(common + " --eval-every 0 --save " + dir + "/a").status, 0);
     const Result b = run(common + " --eval-every 2 --save " + dir + "/b");
     ASSERT_EQ(b.status, 0) << b.err;
