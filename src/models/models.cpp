@@ -118,7 +118,9 @@ Spec spec(const std::string& name) {
   } else if (name == "cnn") {
     s.batch = 64;
     s.optimizer = "adam";
-    s.lr = 1e-2;  // with the command line's cosine decay: 0.889 test accuracy in 2 epochs
+    // With the command line's cosine decay: 0.889 test accuracy in 2 epochs,
+    // 0.915 in 15 (scripts/main.sh).
+    s.lr = 1e-2;
   } else if (name == "gpt") {
     s.batch = 8;
     s.data = DataKind::text;
