@@ -99,6 +99,7 @@ class Evaluator {
   std::optional<ws::data::ByteText> val_;
   std::optional<ws::Forward> fwd_;
 };
+
 // The signal that asked `train` to stop (SIGINT, SIGTERM), or 0.
 std::atomic<int> g_stop_signal{0};
 void on_stop_signal(int sig) {
@@ -124,8 +125,9 @@ json run_config(const Common& c, const TrainFlags& f, int64_t steps) {
           {"text", c.text}};
 }
 
-// The default prompt: `context` bytes of the validation text from its first
-// paragraph (after its first blank line, else its first line break).
+// The default prompt: `context` bytes of the validation text from the start
+// of its second paragraph (after its first blank line), else of its second
+// line, else from its start.
 std::string default_prompt(const ws::data::ByteText& val, int64_t context) {
   const std::string head = val.text(0, std::min<int64_t>(val.size(), 1024));
   size_t at = head.find("\n\n");
@@ -177,6 +179,7 @@ void print_sample(ws::models::Model& model, const TrainFlags& f, const Common& c
                  {"temperature", f.temperature},
                  {"seed", c.seed}});
 }
+
 }  // namespace
 
 CLI::App* add_train(CLI::App& app, Common& c, TrainFlags& f) {
@@ -331,12 +334,9 @@ int train(const Common& c, const TrainFlags& f) {
     }
     return ws::save_checkpoint(f.save_dir, *s.model, *s.opt, user.dump(), f.keep);
   };
-  double eval_seconds = 0;
   // Evaluates after step `done` (1-based), records it, and returns it.
   auto evaluate = [&](int64_t done) {
-    const auto t = std::chrono::steady_clock::now();
     const Evaluator::Result r = evaluator.run();
-    eval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     ordered_json record = {{"kind", "eval"}, {"split", evaluator.split()}, {"step", done}};
     if (source.epoch_steps() > 0) record["epoch"] = rounded(epochs_done(done), 4);
     record["loss"] = r.loss;
@@ -439,7 +439,8 @@ int train(const Common& c, const TrainFlags& f) {
   const int64_t ran = end - start;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print(
-      "trained {} steps in {:.1f} s ({:.2f} ms/step; {:.1f} s with evaluations), traces {}{}\n",
+      "trained {} steps in {:.1f} s ({:.2f} ms/step; {:.1f} s with evaluations and saving), "
+      "traces {}{}\n",
       ran, train_seconds, 1000 * train_seconds / double(std::max<int64_t>(ran, 1)), wall,
       step.traces(), skipped ? fmt::format(", {} skipped (not finite)", skipped) : "");
   if (recent_n > 0)

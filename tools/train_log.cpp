@@ -1,5 +1,8 @@
 #include "train_log.hpp"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -49,8 +52,13 @@ void Progress::update(const std::string& line, bool logged) {
   } else {
     const auto now = std::chrono::steady_clock::now();
     if (!logged && open_ && now - drawn_ < std::chrono::milliseconds(200)) return;
+    // A line longer than the terminal would wrap, and \r would return to
+    // the start of its last row only: cut it to the width.
+    winsize ws{};
+    const size_t width =
+        ::ioctl(::fileno(out_), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 79;
     // \r: back to the line's start; \033[K: clear what a longer line left.
-    fmt::print(out_, "\r{}\033[K", line);
+    fmt::print(out_, "\r{}\033[K", line.substr(0, width));
     open_ = true;
     drawn_ = now;
   }

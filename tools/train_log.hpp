@@ -41,8 +41,8 @@ double rounded(double x, int digits);
 std::string format_duration(double seconds);
 
 // The progress line. On a terminal it is one line rewritten in place (\r)
-// at most every 0.2 s; otherwise (piped to a file or a log) each logged
-// step is a plain line of its own.
+// at most every 0.2 s, cut to the terminal's width; otherwise (piped to a
+// file or a log) each logged step is a plain line of its own.
 class Progress {
  public:
   Progress(std::FILE* out, bool terminal) : out_(out), terminal_(terminal) {}

@@ -167,10 +167,12 @@ TEST(TrainCli, PipedProgressIsPlainLinesWithTheTimeLeft) {
 }
 
 // On a terminal the progress line rewrites itself in place (\r, then clear
-// to the end of the line) and is ended before what follows.
+// to the end of the line), cut to the terminal's width so that it never
+// wraps, and is ended before what follows.
 TEST(TrainCli, OnATerminalTheProgressLineRewritesItself) {
   int master = -1;
-  const pid_t child = ::forkpty(&master, nullptr, nullptr, nullptr);
+  winsize size{.ws_row = 24, .ws_col = 50, .ws_xpixel = 0, .ws_ypixel = 0};
+  const pid_t child = ::forkpty(&master, nullptr, nullptr, &size);
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::execl(WS_CLI, WS_CLI, "train", "--model", "tiny_mlp", "--threads", "1", "--steps", "120",
@@ -193,6 +195,11 @@ TEST(TrainCli, OnATerminalTheProgressLineRewritesItself) {
   const size_t last = out.rfind("\rstep ");
   ASSERT_NE(last, std::string::npos);
   EXPECT_NE(out.find("\ntrained 120 steps", last), std::string::npos) << out;
+  for (size_t at = out.find('\r'); at != std::string::npos; at = out.find('\r', at + 1)) {
+    const size_t clear = out.find("\033[K", at);
+    if (out.compare(at, 6, "\rstep ") == 0 && clear != std::string::npos)
+      EXPECT_LE(clear - at - 1, 49u) << out.substr(at, clear - at);
+  }
 }
 
 // Evaluating during training reads the model in eval mode and changes
