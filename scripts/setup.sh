@@ -6,7 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(g++ cmake ninja-build libfmt-dev zlib1g-dev libgtest-dev libbenchmark-dev
           libcli11-dev libdnnl-dev libeigen3-dev nlohmann-json3-dev libboost-graph-dev
-          dataset-fashion-mnist graphviz)
+          dataset-fashion-mnist graphviz python3-matplotlib)
 ./scripts/install_packages.sh "${packages[@]}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -56,6 +56,12 @@ struct TrainFlags {
   std::string resume;
   std::optional<int64_t> stop_after;
   bool skip_nonfinite = false;
+  std::string metrics;  // --metrics FILE: JSON Lines
+  int64_t log_every = 50;
+  std::optional<int64_t> eval_every;  // default: each epoch (Fashion-MNIST), the end (text)
+  int64_t sample = 0;                 // bytes of generated text after training (gpt)
+  double temperature = 0;
+  std::optional<std::string> prompt;
 };
 
 void require(bool ok, const char* flag, const std::string& value, const char* what);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,25 @@ class Gpt : public Model {
   nn::LayerNorm ln_f;
   nn::Linear head;
 };
+
+// How generate picks each next token.
+struct SampleOptions {
+  int64_t length = 200;    // tokens to generate
+  double temperature = 0;  // 0: greedy (the most likely token); > 0: drawn from
+                           // softmax(logits / temperature)
+  uint64_t seed = 0;       // the draws' stream (splitmix64): the same seed, the same text
+};
+
+// Continues `prompt` (tokens in [0, vocab), at least one) by
+// `options.length` tokens, each from the logits at the last position of the
+// newest `context` tokens, and returns the new tokens (the prompt not
+// included). The forward is compiled once (eval mode: dropout off) over a
+// window of `context` tokens; a shorter sequence fills the window from the
+// left and the positions after it, which causal attention keeps from
+// affecting it, are padding. A prompt longer than the context keeps its
+// last `context` tokens. Bad arguments throw ws::Error naming them.
+std::vector<int64_t> generate(Gpt& model, std::span<const int64_t> prompt,
+                              const SampleOptions& options = {});
 
 enum class DataKind {
   fashion_mnist,  // images f32 [B, 784], labels i64 [B]

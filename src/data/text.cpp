@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "data/splitmix.hpp"
 #include "wholestep/data.hpp"
 #include "wholestep/error.hpp"
 
@@ -56,32 +57,6 @@ std::string read_bytes(const std::string& path) {
   if (std::ferror(f.get())) fail(path, fmt::format("read error: {}", std::strerror(errno)));
   return bytes;
 }
-
-// splitmix64 (Steele, Lea and Flood 2014; the seeding generator of
-// xoshiro): fully specified, so the same on every platform and library.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t next() { return mix64(state_ += 0x9E3779B97F4A7C15ull); }
-
-  // A uniform integer in [0, n) without bias: draws below 2^64 mod n are
-  // rejected, leaving a range that is a multiple of n.
-  uint64_t below(uint64_t n) {
-    uint64_t reject_below = (0 - n) % n;  // 2^64 mod n
-    uint64_t x = next();
-    while (x < reject_below) x = next();
-    return x % n;
-  }
-
- private:
-  uint64_t state_;
-};
 
 }  // namespace
 

@@ -38,7 +38,7 @@ std::set<std::string> documented(const std::vector<std::string>& lines) {
 }
 
 std::string help(const std::string& command) {
-  const CommandResult r = run_command(fmt::format("{} {} --help", WS_CLI, command));
+  const Result r = run_command(fmt::format("{} {} --help", WS_CLI, command));
   EXPECT_EQ(r.status, 0) << command;
   return r.out;
 }

@@ -21,10 +21,7 @@
 // machines.
 #pragma once
 
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <regex>
@@ -35,6 +32,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
+#include "tools/cli_run.hpp"
 
 namespace ws::testing::docs {
 
@@ -152,23 +150,6 @@ inline std::string excerpt_mismatch(const std::vector<std::string>& block,
     at = size_t(it - source.begin()) + run.size();
   }
   return "";
-}
-
-struct CommandResult {
-  int status = -1;
-  std::string out;
-};
-
-// Runs a shell command line and returns its exit status and stdout.
-inline CommandResult run_command(const std::string& command) {
-  CommandResult r;
-  std::FILE* p = ::popen(command.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
 }
 
 }  // namespace ws::testing::docs

@@ -21,7 +21,7 @@ double number_after(const std::string& text, const std::string& pattern) {
 }
 
 TEST(Tutorial, ProgramLearnsAgreesAcrossModesAndPassesGradcheck) {
-  const CommandResult r = run_command(WS_TUTORIAL);
+  const Result r = run_command(WS_TUTORIAL);
   ASSERT_EQ(r.status, 0) << r.out;
   const double first = number_after(r.out, R"(step +1  loss ([0-9.]+))");
   const double last = number_after(r.out, R"(step 300  loss ([0-9.]+))");

@@ -1,5 +1,6 @@
-// Running the built wholestep program from a test: its exit status and what
-// it wrote, and the shape every usage error must have.
+// Running programs from a test, the built wholestep above all: the exit
+// status and what was written, the shape every usage error must have, and
+// checkpoints compared to the bit.
 #pragma once
 
 #include <sys/wait.h>
@@ -39,15 +40,20 @@ struct Result {
   std::string out, err;
 };
 
-// Runs the wholestep binary with `args` (a shell word list), and `env`
-// (assignments such as "PATH=/x") in its environment.
-inline Result run(const std::string& args, const std::string& env = "") {
+// Runs a shell command line, capturing its exit status, stdout and stderr.
+inline Result run_command(const std::string& command) {
   const std::string dir = temp_dir("run");
-  const std::string cmd = fmt::format("{} {} {} > {}/out 2> {}/err", env, WS_CLI, args, dir, dir);
+  const std::string cmd = fmt::format("{} > {}/out 2> {}/err", command, dir, dir);
   const int st = std::system(cmd.c_str());
   Result r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
   std::filesystem::remove_all(dir);
   return r;
+}
+
+// Runs the wholestep binary with `args` (a shell word list), and `env`
+// (assignments such as "PATH=/x") in its environment.
+inline Result run(const std::string& args, const std::string& env = "") {
+  return run_command(fmt::format("{} {} {}", env, WS_CLI, args));
 }
 
 // A usage error: exit status 2, `message` in one line on stderr, and no
@@ -59,6 +65,16 @@ inline void expect_usage_error(const std::string& args, const std::string& messa
   EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "work started: " << r.out;
+}
+
+// Two checkpoint directories hold the same parameters and optimizer state,
+// to the bit.
+inline void expect_same_checkpoint(const std::string& a, const std::string& b) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string x = slurp(a + "/" + file), y = slurp(b + "/" + file);
+    EXPECT_FALSE(x.empty()) << a << "/" << file;
+    EXPECT_TRUE(x == y) << file << " differs between " << a << " and " << b;
+  }
 }
 
 }  // namespace ws::testing

@@ -1,0 +1,38 @@
+#include "run.hpp"
+
+#include <fmt/format.h>
+
+namespace cli {
+
+using ws::models::DataKind;
+
+BatchSource::BatchSource(const Common& c, const ws::models::Spec& spec) : c_(c), spec_(spec) {
+  if (spec.data == DataKind::fashion_mnist) {
+    fm_.emplace("train", c.data_dir);
+    if (fm_->size() < spec.batch)
+      throw UsageError(
+          fmt::format("--data {}: the training set holds {} examples, fewer than one batch of {}",
+                      c.data_dir, fm_->size(), spec.batch));
+  } else if (spec.data == DataKind::text) {
+    text_.emplace(ws::data::ByteText(c.text).split("train"));
+  }
+}
+
+std::vector<ws::Tensor> BatchSource::get(int64_t step) {
+  if (fm_) {
+    const int64_t epoch = step / epoch_steps(), i = step % epoch_steps();
+    if (!epoch_ || *epoch_ != epoch) {
+      order_ = fm_->epoch_indices(spec_.batch, c_.seed + uint64_t(epoch), /*drop_last=*/true);
+      epoch_ = epoch;
+    }
+    ws::data::Batch b = fm_->batch(order_[size_t(i)]);
+    return {b.images, b.labels};
+  }
+  if (text_) {
+    ws::data::TextBatch b = text_->sample(spec_.batch, spec_.gpt.context, c_.seed, step);
+    return {b.inputs, b.targets};
+  }
+  return ws::models::random_batch(spec_, c_.seed * 1000003 + uint64_t(step));
+}
+
+}  // namespace cli
