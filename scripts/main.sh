@@ -6,8 +6,10 @@
 #  - the byte-level GPT on a text (GPL-3 by default), 2000 steps, then its
 #    held-out loss and 200 bytes it writes after a prompt from the held-out
 #    text;
-#  - then the execution modes compared on gpt, cnn and mlp.
-# Checkpoints, metrics (JSON Lines) and curves go to runs/main/ (git-ignored),
+#  - then the execution modes compared on gpt, cnn and mlp, and a picture of
+#    mlp's compiled step in three_graph mode.
+# Checkpoints, metrics (JSON Lines), curves and the picture go to runs/main/
+# (git-ignored),
 # or to $WS_RUNS. Arguments are passed to the CNN's `train`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,6 +28,7 @@ mkdir -p "$out/cnn" "$out/gpt"
 ./build/wholestep compare --model gpt --steps 20 --warmup 2 --no-alias-rows
 ./build/wholestep compare --model cnn --steps 8 --warmup 2
 ./build/wholestep compare --model mlp --steps 30 --warmup 3
+./build/wholestep graph --model mlp --mode three_graph -o "$out/mlp_three_graph.svg"
 
 echo "outputs in $out/: cnn/ and gpt/ hold the last checkpoint (checkpoint-<step>/)," \
-  "the metrics (metrics.jsonl) and the curves (curves.png)"
+  "the metrics (metrics.jsonl) and the curves (curves.png); mlp_three_graph.svg is mlp's step"

@@ -58,8 +58,7 @@ std::vector<std::string> output_of(const Block& b) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("ws_docs_dump_{}", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const Result r =
-      run_command(fmt::format("WS_DUMP={} {} {}", dir.string(), WS_CLI, m[2].str()));
+  const Result r = run_command(fmt::format("WS_DUMP={} {} {}", dir.string(), WS_CLI, m[2].str()));
   EXPECT_EQ(r.status, 0) << b.where << ": wholestep " << m[2];
   const std::string file = m[1].str();
   if (!file.empty() && !fs::exists(dir / file))
