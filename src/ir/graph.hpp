@@ -119,7 +119,7 @@ struct Node {
   Type type;
   SourceLoc loc;
   Stage stage = Stage::forward;
-  std::shared_ptr<const Graph> body;  // a fusion's ops; null for every other op
+  std::shared_ptr<const Graph> body = nullptr;  // a fusion's ops; null for every other op
 };
 
 struct Output {

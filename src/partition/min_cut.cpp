@@ -1,7 +1,13 @@
 #include "partition/min_cut.hpp"
 
+// GCC 12 at -O2 sees Boost's edge iterators as maybe uninitialized once
+// inlined here (a known false positive of boost::optional); silenced for
+// these headers alone.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
+#pragma GCC diagnostic pop
 
 #include <limits>
 

@@ -164,11 +164,10 @@ TEST(Safetensors, BrokenFilesAreClearErrors) {
   auto with_header = [&](const std::string& json, size_t data_bytes) {
     std::string h = json;
     h.append((8 - (8 + h.size()) % 8) % 8, ' ');
-    std::vector<char> b(8);
-    uint64_t n = h.size();
+    const uint64_t n = h.size();
+    std::vector<char> b(8 + h.size() + data_bytes);
     std::memcpy(b.data(), &n, 8);
-    b.insert(b.end(), h.begin(), h.end());
-    b.resize(b.size() + data_bytes);
+    std::memcpy(b.data() + 8, h.data(), h.size());
     return b;
   };
   expect_error(with_header("{not json", 0), "the header is not JSON");
