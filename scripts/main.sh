@@ -13,7 +13,7 @@
 # or to $WS_RUNS. Arguments are passed to the CNN's `train`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-./scripts/setup.sh
+./scripts/setup.sh wholestep-cli  # the command line alone: the tests are test.sh's
 out=${WS_RUNS:-runs/main}
 mkdir -p "$out/cnn" "$out/gpt"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what wholestep needs on Debian 12 (only the missing packages) and
-# builds it in build/ (Release). Sourced by main.sh and test.sh; safe to rerun.
+# builds it in build/ (Release): the targets named as arguments, or all of
+# them. Run by main.sh (the command line alone) and test.sh; safe to rerun.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -10,4 +11,8 @@ packages=(g++ cmake ninja-build libfmt-dev zlib1g-dev libgtest-dev libbenchmark-
 ./scripts/install_packages.sh "${packages[@]}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)"
+if (($# > 0)); then
+  cmake --build build -j "$(nproc)" --target "$@"
+else
+  cmake --build build -j "$(nproc)"
+fi
