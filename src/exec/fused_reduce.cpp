@@ -33,9 +33,6 @@ T reduce_run(const T* x, int64_t n, bool is_max) {
 // are several runs each).
 constexpr int64_t kResultBlock = 8;
 
-// Columns a column sum's epilogue computes at once.
-constexpr int64_t kEpilogueRun = 256;
-
 // The accumulator of one reduction for one result.
 union Accumulator {
   Accumulator() {}

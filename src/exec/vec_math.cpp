@@ -59,7 +59,6 @@ inline M lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 inline M eq(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 inline M isnan(F a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
-inline M mor(M a, M b) { return M(a | b); }
 inline F select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
 inline I as_int(F a) { return _mm512_castps_si512(a); }
 inline F as_float(I a) { return _mm512_castsi512_ps(a); }
@@ -130,7 +129,6 @@ inline M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
 inline M eq(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 inline M isnan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
-inline M mor(M a, M b) { return _mm256_or_ps(a, b); }
 inline F select(M m, F a, F b) { return _mm256_blendv_ps(b, a, m); }
 inline I as_int(F a) { return _mm256_castps_si256(a); }
 inline F as_float(I a) { return _mm256_castsi256_ps(a); }
@@ -188,7 +186,6 @@ inline M lt(F a, F b) { return _mm_cmplt_ps(a, b); }
 inline M gt(F a, F b) { return _mm_cmpgt_ps(a, b); }
 inline M eq(F a, F b) { return _mm_cmpeq_ps(a, b); }
 inline M isnan(F a) { return _mm_cmpunord_ps(a, a); }
-inline M mor(M a, M b) { return _mm_or_ps(a, b); }
 inline F select(M m, F a, F b) { return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b)); }
 inline I as_int(F a) { return _mm_castps_si128(a); }
 inline F as_float(I a) { return _mm_castsi128_ps(a); }
@@ -241,7 +238,6 @@ inline M lt(F a, F b) { return a < b; }
 inline M gt(F a, F b) { return a > b; }
 inline M eq(F a, F b) { return a == b; }
 inline M isnan(F a) { return a != a; }
-inline M mor(M a, M b) { return a || b; }
 inline F select(M m, F a, F b) { return m ? a : b; }
 inline I as_int(F a) {
   I i;

@@ -3,11 +3,15 @@
 // GCC 12 at -O2 sees Boost's edge iterators as maybe uninitialized once
 // inlined here (a known false positive of boost::optional); silenced for
 // these headers alone.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include <limits>
 
