@@ -71,6 +71,30 @@ std::optional<Downstream> downstream(const ir::Graph& fwd, ir::ValueId x) {
   return d;
 }
 
+// The elements of a tensor of `n` elements to check, at most `count`, each
+// once, in increasing order. When there are more, half are drawn among
+// those with a nonzero analytic gradient `g` and the rest among the others,
+// so a check of a sparse gradient (an embedding whose batch reads a few
+// rows) compares where the loss depends on the tensor, and also where the
+// rule says it does not.
+std::vector<int64_t> sample_elements(const double* g, int64_t n, int64_t count,
+                                     std::mt19937_64& gen) {
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
+  if (n <= count) return all;
+  // Nonzero gradients first, each part in a seeded random order.
+  const auto zero =
+      std::stable_partition(all.begin(), all.end(), [&](int64_t i) { return g[i] != 0; });
+  std::shuffle(all.begin(), zero, gen);
+  std::shuffle(zero, all.end(), gen);
+  const int64_t nonzero = zero - all.begin();
+  const int64_t from_nonzero = std::min(nonzero, std::max(count / 2, count - (n - nonzero)));
+  std::vector<int64_t> picked(all.begin(), all.begin() + from_nonzero);
+  picked.insert(picked.end(), zero, zero + (count - from_nonzero));
+  std::sort(picked.begin(), picked.end());
+  return picked;
+}
+
 }  // namespace
 
 ir::Graph promote_to_f64(const ir::Graph& g) {
@@ -137,12 +161,7 @@ check::GradcheckResult gradcheck_graph(const ir::Graph& forward,
     double* xd = x.data<double>();
     const double* gd = analytic[w + 1].data<double>();
     const int64_t n = x.numel();
-    std::vector<int64_t> elems;
-    if (n <= opts.max_elements) {
-      for (int64_t i = 0; i < n; ++i) elems.push_back(i);
-    } else {
-      for (int64_t i = 0; i < opts.max_elements; ++i) elems.push_back(int64_t(gen() % uint64_t(n)));
-    }
+    const std::vector<int64_t> elems = sample_elements(gd, n, opts.max_elements, gen);
     check::ParamCheck p;
     p.name = fwd.input_name(wrt[w]);
     p.shape = x.shape();

@@ -161,6 +161,40 @@ TEST(GradcheckModel, AWrongRuleFlagsTheParametersBehindIt) {
   EXPECT_TRUE(c.run().ok);
 }
 
+// An embedding of 500 rows whose batch reads 3: its gradient is zero but
+// in 3 x 4 of 2000 elements. A sample of 8 still compares half of them
+// where the loss depends on the table, so a wrong gather rule is caught
+// (8 uniform draws would miss those rows 95% of the time), and the rest
+// where the rule says the loss does not depend on it.
+struct EmbeddingSum : nn::Module {
+  EmbeddingSum() { register_module("emb", emb); }
+  nn::Embedding emb{500, 4};
+};
+
+TEST(GradcheckModel, ASparseGradientIsSampledWhereItIsNotZero) {
+  manual_seed(7);
+  EmbeddingSum m;
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{17, 250, 17, 499}, {4});
+  const LossFn loss = [&](const std::vector<Tensor>& d) {
+    const Tensor e = m.emb(d[0]);
+    return mean(e * e, {0, 1});
+  };
+  const check::GradcheckOptions opts{.max_elements = 8};
+  const check::GradcheckResult ok = check::gradcheck(m, loss, {idx}, opts);
+  ASSERT_TRUE(ok.ok) << ok.report;
+  ASSERT_EQ(ok.params.size(), 1u);
+  EXPECT_EQ(ok.params[0].checked, 8);
+  EXPECT_NE(ok.params[0].analytic, 0) << "the worst element is in a row the batch reads";
+  check::GradcheckResult bad;
+  {
+    autograd::VjpFault fault("gather", 0.5);
+    bad = check::gradcheck(m, loss, {idx}, opts);
+  }
+  EXPECT_FALSE(bad.ok);
+  EXPECT_FALSE(bad.params[0].ok);
+  EXPECT_NEAR(bad.params[0].analytic / bad.params[0].numeric, 0.5, 1e-4);
+}
+
 TEST(GradcheckModel, AFaultNeedsADifferentiableOp) {
   EXPECT_EQ(error_of([] { autograd::VjpFault f("tanhh", 2); }),
             "VjpFault: 'tanhh' is not a differentiable op");
