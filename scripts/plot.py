@@ -115,9 +115,13 @@ def plot(train, evals, title, out):
     loss.set_xlabel("step")
     loss.set_ylabel("loss")
     loss.set_yscale("log")
-    plain = FuncFormatter(lambda y, _: f"{y:g}")
-    loss.yaxis.set_major_formatter(plain)
-    loss.yaxis.set_minor_formatter(plain)
+    loss.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    # Between the powers of ten, only 2, 3 and 5 are labelled: all eight
+    # crowd where a decade is short.
+    def minor(y, _):
+        lead = round(y / 10 ** math.floor(math.log10(y) + 1e-9))
+        return f"{y:g}" if lead in (2, 3, 5) else ""
+    loss.yaxis.set_minor_formatter(FuncFormatter(minor))
     loss.tick_params(axis="y", which="minor", labelsize=7)
     loss.grid(True, which="both", alpha=0.3)
     loss.legend(fontsize=8)
