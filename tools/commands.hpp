@@ -1,6 +1,7 @@
-// Subcommands that live in their own files (check_cmd.cpp, graph_cmd.cpp),
-// registered by main from one list: each adds its flags, checks them before
-// any work (a UsageError: one line, exit status 2) and runs.
+// Subcommands that live in their own files (train.cpp, check_cmd.cpp,
+// graph_cmd.cpp), registered by main from one list: each adds its flags,
+// may adopt flags from elsewhere, checks them before any work (a
+// UsageError: one line, exit status 2) and runs.
 #pragma once
 
 #include <memory>
@@ -20,6 +21,9 @@ class Command {
   virtual ~Command() = default;
   CLI::App* app() const { return app_; }
   bool parsed() const { return app_->parsed(); }
+  // Called first, before check_common: the command may take flags from
+  // elsewhere (train --resume: from the checkpoint).
+  virtual void adopt(Common&) {}
   // Called after check_common, before any work.
   virtual void check(const Common& c) = 0;
   // The exit status.
@@ -29,6 +33,8 @@ class Command {
   CLI::App* app_;
 };
 
+// `wholestep train`: a reference model trained as one compiled step.
+std::unique_ptr<Command> make_train_command(CLI::App& app, Common& c);
 // `wholestep check`: gradient checks and the modes' agreement.
 std::unique_ptr<Command> make_check_command(CLI::App& app, Common& c);
 // `wholestep graph`: a Graphviz picture of a compiled step.

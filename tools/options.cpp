@@ -162,33 +162,4 @@ void check_mode(const std::string& mode) {
   }
 }
 
-void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
-  require_count("--epochs", f.epochs, 1);
-  if (f.steps) require_count("--steps", *f.steps, 1);
-  if (f.stop_after) require_count("--stop-after", *f.stop_after, 1);
-  require_count("--save-every", f.save_every, 0);
-  require_count("--keep", f.keep, 0);
-  if (f.save_dir.empty() &&
-      (tr->get_option("--save-every")->count() > 0 || tr->get_option("--keep")->count() > 0))
-    throw UsageError("--save-every and --keep need --save DIR");
-  require_count("--log-every", f.log_every, 1);
-  if (f.eval_every) require_count("--eval-every", *f.eval_every, 0);
-  require_count("--sample", f.sample, 0);
-  require_nonnegative("--temperature", f.temperature);
-  if (f.sample == 0 &&
-      (tr->get_option("--temperature")->count() > 0 || tr->get_option("--prompt")->count() > 0))
-    throw UsageError("--temperature and --prompt need --sample N");
-  if (f.sample > 0 && ws::models::spec(c.model).data != DataKind::text)
-    throw UsageError(
-        fmt::format("--sample {}: only a language model generates text (gpt); "
-                    "--model {} classifies",
-                    f.sample, c.model));
-  if (f.prompt && f.prompt->empty())
-    throw UsageError("--prompt \"\": is empty; give at least one byte to continue");
-  check_mode(f.mode);
-  if (!f.save_dir.empty()) check_writable_dir("--save", f.save_dir);
-  if (!f.metrics.empty()) check_output_file("--metrics", f.metrics);
-  check_data(tr, c);
-}
-
 }  // namespace cli

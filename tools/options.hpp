@@ -45,25 +45,6 @@ ws::TrainSetup make_setup(const Common& c);
 std::string optimizer_name(const Common& c);
 double learning_rate(const Common& c);
 
-// What `train` takes beyond the common options.
-struct TrainFlags {
-  int epochs = 1;
-  std::optional<int64_t> steps;
-  std::string mode = "single_graph";
-  std::string save_dir;
-  int64_t save_every = 0;  // 0: at the end and when interrupted only
-  int keep = 3;
-  std::string resume;
-  std::optional<int64_t> stop_after;
-  bool skip_nonfinite = false;
-  std::string metrics;  // --metrics FILE: JSON Lines
-  int64_t log_every = 50;
-  std::optional<int64_t> eval_every;  // default: each epoch (Fashion-MNIST), the end (text)
-  int64_t sample = 0;                 // bytes of generated text after training (gpt)
-  double temperature = 0;
-  std::optional<std::string> prompt;
-};
-
 void require(bool ok, const char* flag, const std::string& value, const char* what);
 void require_count(const char* flag, int64_t value, int64_t least);
 void require_nonnegative(const char* flag, double value);
@@ -79,6 +60,5 @@ void check_common(CLI::App* app, const Common& c);
 // and a text must hold a window for training and one for validation.
 void check_data(CLI::App* app, const Common& c);
 void check_mode(const std::string& mode);
-void check_train(CLI::App* tr, const Common& c, const TrainFlags& f);
 
 }  // namespace cli

@@ -1,4 +1,4 @@
-#include "train.hpp"
+#include "commands.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +23,25 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 using ws::models::DataKind;
+
+// What `train` takes beyond the common options.
+struct TrainFlags {
+  int epochs = 1;
+  std::optional<int64_t> steps;
+  std::string mode = "single_graph";
+  std::string save_dir;
+  int64_t save_every = 0;  // 0: at the end and when interrupted only
+  int keep = 3;
+  std::string resume;
+  std::optional<int64_t> stop_after;
+  bool skip_nonfinite = false;
+  std::string metrics;  // --metrics FILE: JSON Lines
+  int64_t log_every = 50;
+  std::optional<int64_t> eval_every;  // default: each epoch (Fashion-MNIST), the end (text)
+  int64_t sample = 0;                 // bytes of generated text after training (gpt)
+  double temperature = 0;
+  std::optional<std::string> prompt;
+};
 
 // The held-out evaluation of a run: the Fashion-MNIST test set (loss and
 // accuracy) or 20 batches of windows of the text's last 10% (loss), through
@@ -180,12 +199,8 @@ void print_sample(ws::models::Model& model, const TrainFlags& f, const Common& c
                  {"seed", c.seed}});
 }
 
-}  // namespace
-
-CLI::App* add_train(CLI::App& app, Common& c, TrainFlags& f) {
-  CLI::App* tr = app.add_subcommand(
-      "train", "train a model (Fashion-MNIST: then test accuracy; gpt: then validation loss)");
-  add_common(tr, c);
+// train's own flags.
+void add_train_flags(CLI::App* tr, TrainFlags& f) {
   tr->add_option("--epochs", f.epochs, "epochs (Fashion-MNIST models)")->capture_default_str();
   tr->add_option("--steps", f.steps, "steps (default: the epochs, or 300 for gpt)");
   tr->add_option("--mode", f.mode, "interpret | three_graph | single_graph")->capture_default_str();
@@ -225,9 +240,42 @@ CLI::App* add_train(CLI::App& app, Common& c, TrainFlags& f) {
   tr->add_option("--prompt", f.prompt,
                  "--sample: the text to continue (default: the start of a paragraph of the "
                  "validation text, one context long)");
-  return tr;
 }
 
+// Every check of train's flags that can be made before work starts.
+void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
+  require_count("--epochs", f.epochs, 1);
+  if (f.steps) require_count("--steps", *f.steps, 1);
+  if (f.stop_after) require_count("--stop-after", *f.stop_after, 1);
+  require_count("--save-every", f.save_every, 0);
+  require_count("--keep", f.keep, 0);
+  if (f.save_dir.empty() &&
+      (tr->get_option("--save-every")->count() > 0 || tr->get_option("--keep")->count() > 0))
+    throw UsageError("--save-every and --keep need --save DIR");
+  require_count("--log-every", f.log_every, 1);
+  if (f.eval_every) require_count("--eval-every", *f.eval_every, 0);
+  require_count("--sample", f.sample, 0);
+  require_nonnegative("--temperature", f.temperature);
+  if (f.sample == 0 &&
+      (tr->get_option("--temperature")->count() > 0 || tr->get_option("--prompt")->count() > 0))
+    throw UsageError("--temperature and --prompt need --sample N");
+  if (f.sample > 0 && ws::models::spec(c.model).data != DataKind::text)
+    throw UsageError(
+        fmt::format("--sample {}: only a language model generates text (gpt); "
+                    "--model {} classifies",
+                    f.sample, c.model));
+  if (f.prompt && f.prompt->empty())
+    throw UsageError("--prompt \"\": is empty; give at least one byte to continue");
+  check_mode(f.mode);
+  if (!f.save_dir.empty()) check_writable_dir("--save", f.save_dir);
+  if (!f.metrics.empty()) check_output_file("--metrics", f.metrics);
+  check_data(tr, c);
+}
+
+// --resume: the run's configuration comes from the checkpoint. A flag given
+// on the command line with another value is a usage error (the run would
+// not continue as it was); --steps may extend or shorten the run, and
+// --data and --text may point to where the same data now lives.
 void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags& f) {
   ws::CheckpointState st;
   json cfg;
@@ -276,6 +324,7 @@ void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags
   f.resume = st.path;
 }
 
+// Runs the training the flags describe; returns the exit status.
 int train(const Common& c, const TrainFlags& f) {
   const ws::models::Spec spec = ws::models::spec(c.model);
   BatchSource source(c, spec);
@@ -456,4 +505,27 @@ int train(const Common& c, const TrainFlags& f) {
   if (f.sample > 0) print_sample(model, f, c, *evaluator.val(), end, metrics);
   return 0;
 }
+class TrainCommand : public Command {
+ public:
+  TrainCommand(CLI::App& parent, Common& c)
+      : Command(parent, "train",
+                "train a model (Fashion-MNIST: then test accuracy; gpt: then validation loss)", c) {
+    add_train_flags(app_, f_);
+  }
+  void adopt(Common& c) override {
+    if (!f_.resume.empty()) adopt_config(app_, f_.resume, c, f_);
+  }
+  void check(const Common& c) override { check_train(app_, c, f_); }
+  int run(const Common& c) override { return train(c, f_); }
+
+ private:
+  TrainFlags f_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_train_command(CLI::App& app, Common& c) {
+  return std::make_unique<TrainCommand>(app, c);
+}
+
 }  // namespace cli

@@ -1,6 +1,7 @@
 // The wholestep command line: train a reference model, compare the modes,
 // print the compiled graphs. The shared flags and every check made before
-// work starts are in options.hpp; `train` is in train.hpp.
+// work starts are in options.hpp; train, check and graph are in their own
+// files (commands.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "run.hpp"
-#include "train.hpp"
 #include "wholestep/wholestep.hpp"
 
 namespace {
@@ -128,12 +128,12 @@ int main(int argc, char** argv) {
   CLI::App app{"wholestep: compile a whole training step into one graph"};
   app.require_subcommand(1);
   Common c;
-  TrainFlags f;
   int64_t steps = 20, warmup = 3;
   std::string mode = "single_graph";
   bool no_alias_rows = false;
 
-  CLI::App* tr = add_train(app, c, f);
+  // train, check, graph: each in its own file (commands.hpp).
+  const std::vector<std::unique_ptr<Command>> commands = add_commands(app, c);
 
   auto* cmp =
       app.add_subcommand("compare", "train in every mode and compare time, memory, agreement");
@@ -169,9 +169,6 @@ int main(int argc, char** argv) {
   dp->add_flag("--save-all", save_all,
                "keep every forward value the backward reads (no recomputation)");
 
-  // check, graph: each in its own file (commands.hpp).
-  const std::vector<std::unique_ptr<Command>> commands = add_commands(app, c);
-
   app.set_version_flag("--version",
                        [] { return "wholestep " WS_VERSION "\n" + ws::backend_info(); });
 
@@ -186,10 +183,8 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "error: {} (see --help)\n", e.what());
       return 2;
     }
-    if (tr->parsed() && !f.resume.empty()) adopt_config(tr, f.resume, c, f);
-    for (CLI::App* sub : {tr, cmp, pr, dp})
+    for (CLI::App* sub : {cmp, pr, dp})
       if (sub->parsed()) check_common(sub, c);
-    if (tr->parsed()) check_train(tr, c, f);
     if (cmp->parsed()) {
       require_count("--steps", steps, 1);
       require_count("--warmup", warmup, 0);
@@ -205,13 +200,13 @@ int main(int argc, char** argv) {
     if (pr->parsed() || dp->parsed()) check_mode(mode);
     for (const auto& cmd : commands)
       if (cmd->parsed()) {
+        cmd->adopt(c);
         check_common(cmd->app(), c);
         cmd->check(c);
       }
 
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
-    if (tr->parsed()) return train(c, f);
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode, explain, dot, save_all);
