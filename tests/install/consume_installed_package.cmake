@@ -46,6 +46,18 @@ endfunction()
 
 run_step("install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
 
+# The headers installed are include/wholestep/ of the source tree, all of
+# it and nothing more: the library's own headers (src/) stay private.
+file(GLOB_RECURSE installed RELATIVE "${prefix}/include" "${prefix}/include/*")
+file(GLOB_RECURSE public RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/*")
+list(SORT installed)
+list(SORT public)
+if(NOT installed STREQUAL public)
+  list(JOIN installed " " have)
+  list(JOIN public " " want)
+  fail("install: the headers under ${prefix}/include are [${have}], not include/'s [${want}]")
+endif()
+
 # The package records no path of the machine that built it (its trees, the
 # oneDNN it linked): dependencies are found again where it is used.
 file(GLOB_RECURSE package_files "${prefix}/*.cmake")
