@@ -48,13 +48,7 @@ std::optional<Downstream> downstream(const ir::Graph& fwd, ir::ValueId x) {
   auto bind = [&](ir::ValueId v) {
     if (map[size_t(v)] != ir::kNoValue) return;
     d.graph.nodes.push_back(
-        ir::Node{ir::Op::input,
-                 {},
-                 ir::Attrs{{"name", fmt::format("v{}", v)}, {"role", std::string("data")}},
-                 fwd.type(v),
-                 {},
-                 ir::Stage::forward,
-                 nullptr});
+        ir::input_node(ir::InputRole::data, fmt::format("v{}", v), fwd.type(v)));
     map[size_t(v)] = ir::ValueId(d.graph.nodes.size() - 1);
     d.graph.inputs.push_back(map[size_t(v)]);
     d.reads.push_back(v);

@@ -10,11 +10,7 @@ ValueId Builder::append(Node n) {
 }
 
 ValueId Builder::input(InputRole role, const std::string& name, Type t, SourceLoc l) {
-  ValueId v = append(Node{Op::input,
-                          {},
-                          Attrs{{"name", name}, {"role", std::string(role_name(role))}},
-                          std::move(t),
-                          std::move(l)});
+  ValueId v = append(input_node(role, name, std::move(t), std::move(l)));
   g_.inputs.push_back(v);
   return v;
 }

@@ -125,6 +125,15 @@ static constexpr const char* kInputRoles[] = {"param", "buffer", "opt_state", "h
                                               "rng",   "data",   "saved",     "grad"};
 static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", "update"};
 
+Node input_node(InputRole role, const std::string& name, Type t, SourceLoc loc, Stage stage) {
+  return Node{Op::input,
+              {},
+              Attrs{{"name", name}, {"role", std::string(role_name(role))}},
+              std::move(t),
+              std::move(loc),
+              stage};
+}
+
 const char* stage_name(Stage s) {
   static constexpr const char* kStages[] = {"forward", "backward", "optimizer"};
   return kStages[size_t(s)];

@@ -122,6 +122,11 @@ struct Node {
   std::shared_ptr<const Graph> body = nullptr;  // a fusion's ops; null for every other op
 };
 
+// An `input` node named `name` in `role` (the caller adds it to the graph
+// and its inputs).
+Node input_node(InputRole role, const std::string& name, Type t, SourceLoc loc = {},
+                Stage stage = Stage::forward);
+
 struct Output {
   OutputRole role;
   ValueId value;

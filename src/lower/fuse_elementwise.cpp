@@ -397,12 +397,8 @@ class Fuser {
     };
     for (size_t i = 0; i < reads.size(); ++i) {
       const ValueId r = reads[i];
-      ir::Node in;
-      in.op = Op::input;
-      in.attrs = ir::Attrs{{"role", std::string("data")}, {"name", fmt::format("a{}", i)}};
-      in.type = g_.type(r);
-      in.stage = g_.node(r).stage;
-      local[size_t(r)] = add(std::move(in));
+      local[size_t(r)] = add(ir::input_node(ir::InputRole::data, fmt::format("a{}", i), g_.type(r),
+                                            {}, g_.node(r).stage));
       body->inputs.push_back(local[size_t(r)]);
     }
     std::vector<ValueId> local_op(n_, ir::kNoValue);  // a broadcast or full operand, cloned

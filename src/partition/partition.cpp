@@ -111,15 +111,8 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
     if (!imported[size_t(v)] || stage[size_t(v)] < 0) continue;
     const int producer = stage[size_t(v)];
     ir::InputRole role = producer == kBackward ? ir::InputRole::grad : ir::InputRole::saved;
-    ir::Node in{Op::input,
-                {},
-                ir::Attrs{{"name", interface_name(g, v, producer)},
-                          {"role", std::string(ir::role_name(role))}},
-                g.type(v),
-                g.node(v).loc,
-                g.node(v).stage,
-                nullptr};
-    map[size_t(v)] = push(std::move(in));
+    map[size_t(v)] = push(ir::input_node(role, interface_name(g, v, producer), g.type(v),
+                                         g.node(v).loc, g.node(v).stage));
     out.inputs.push_back(map[size_t(v)]);
   }
   for (ValueId v = 0; v < n; ++v)
