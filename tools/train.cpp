@@ -324,6 +324,11 @@ void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags
   f.resume = st.path;
 }
 
+// A loss as the messages about it print it ("NaN", "inf").
+std::string loss_text(double loss) {
+  return std::isnan(loss) ? std::string("NaN") : fmt::format("{}", loss);
+}
+
 // Runs the training the flags describe; returns the exit status.
 int train(const Common& c, const TrainFlags& f) {
   const ws::models::Spec spec = ws::models::spec(c.model);
@@ -416,14 +421,14 @@ int train(const Common& c, const TrainFlags& f) {
       ++skipped;
       progress.break_line();
       fmt::print(stderr, "step {}: the loss or a gradient is not finite (loss {}); skipped\n",
-                 i + 1, std::isnan(r.loss) ? std::string("NaN") : fmt::format("{}", r.loss));
+                 i + 1, loss_text(r.loss));
     } else {
       if (!std::isfinite(r.loss)) {
         progress.break_line();
         throw ws::Error(fmt::format(
             "step {}: the loss is {}; training stops here (its update made the parameters "
             "non-finite{}). Lower --lr, check the data, or use --skip-nonfinite",
-            i + 1, std::isnan(r.loss) ? std::string("NaN") : fmt::format("{}", r.loss),
+            i + 1, loss_text(r.loss),
             f.save_dir.empty() ? "" : "; the checkpoints saved so far are intact"));
       }
       if (i == start) first = r.loss;
@@ -432,23 +437,21 @@ int train(const Common& c, const TrainFlags& f) {
     meter.add(r.loss, r.skipped, secs);
     if (i == start) first_done = std::chrono::steady_clock::now();
     const bool logged = (i + 1) % f.log_every == 0 || i == start || i + 1 == end;
-    // The remaining time, from the pace since the first step (which also
-    // traced and compiled), evaluations included.
-    std::string eta;
-    if (i > start && i + 1 < end) {
-      const double since =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - first_done).count();
-      eta = "  eta " + format_duration(since / double(i - start) * double(end - i - 1));
-    }
     const double lr = s.opt->lr();
-    progress.update(
-        fmt::format(
-            "step {:5d}/{}{}  loss {:.4f}  lr {:.3g}  {:.1f} ms/step  {:.0f} "
-            "ex/s{}",
-            i + 1, steps,
-            source.epoch_steps() > 0 ? fmt::format("  epoch {}", epoch_of(i)) : std::string(),
-            meter.mean_loss(), lr, meter.ms_per_step(), meter.per_second(spec.batch), eta),
-        logged);
+    if (progress.due(logged)) {
+      // The remaining time, from the pace since the first step (which also
+      // traced and compiled), evaluations included.
+      std::string eta;
+      if (i > start && i + 1 < end) {
+        const double since =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - first_done).count();
+        eta = "  eta " + format_duration(since / double(i - start) * double(end - i - 1));
+      }
+      progress.update(fmt::format(
+          "step {:5d}/{}{}  loss {:.4f}  lr {:.3g}  {:.1f} ms/step  {:.0f} ex/s{}", i + 1, steps,
+          source.epoch_steps() > 0 ? fmt::format("  epoch {}", epoch_of(i)) : std::string(),
+          meter.mean_loss(), lr, meter.ms_per_step(), meter.per_second(spec.batch), eta));
+    }
     if (logged) {
       ordered_json record = {{"kind", "train"}, {"step", i + 1}};
       if (source.epoch_steps() > 0) record["epoch"] = rounded(epochs_done(i + 1), 4);
@@ -505,6 +508,7 @@ int train(const Common& c, const TrainFlags& f) {
   if (f.sample > 0) print_sample(model, f, c, *evaluator.val(), end, metrics);
   return 0;
 }
+
 class TrainCommand : public Command {
  public:
   TrainCommand(CLI::App& parent, Common& c)

@@ -46,12 +46,16 @@ std::string format_duration(double seconds) {
   return fmt::format("{}h{:02d}m", s / 3600, s / 60 % 60);
 }
 
-void Progress::update(const std::string& line, bool logged) {
+bool Progress::due(bool logged) const {
+  if (logged) return true;
+  return terminal_ &&
+         (!open_ || std::chrono::steady_clock::now() - drawn_ >= std::chrono::milliseconds(200));
+}
+
+void Progress::update(const std::string& line) {
   if (!terminal_) {
-    if (logged) fmt::print(out_, "{}\n", line);
+    fmt::print(out_, "{}\n", line);
   } else {
-    const auto now = std::chrono::steady_clock::now();
-    if (!logged && open_ && now - drawn_ < std::chrono::milliseconds(200)) return;
     // A line longer than the terminal would wrap, and \r would return to
     // the start of its last row only: cut it to the width.
     winsize ws{};
@@ -60,7 +64,7 @@ void Progress::update(const std::string& line, bool logged) {
     // \r: back to the line's start; \033[K: clear what a longer line left.
     fmt::print(out_, "\r{}\033[K", line.substr(0, width));
     open_ = true;
-    drawn_ = now;
+    drawn_ = std::chrono::steady_clock::now();
   }
   std::fflush(out_);
 }

@@ -46,9 +46,12 @@ std::string format_duration(double seconds);
 class Progress {
  public:
   Progress(std::FILE* out, bool terminal) : out_(out), terminal_(terminal) {}
-  // The status after a step; `logged` marks a logged step, which is always
-  // drawn on a terminal and is the only one written when piped.
-  void update(const std::string& line, bool logged);
+  // Whether the status after a step is drawn: a logged step's always; on a
+  // terminal another's when 0.2 s have passed since the last. The caller
+  // makes the line only then, not every step.
+  bool due(bool logged) const;
+  // Draws the status after a step that is due.
+  void update(const std::string& line);
   // Ends a line being rewritten, so that what is printed next starts on a
   // line of its own (nothing to do when piped).
   void break_line();
