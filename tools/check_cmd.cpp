@@ -10,6 +10,7 @@
 
 #include "autograd/vjp_fault.hpp"
 #include "commands.hpp"
+#include "run.hpp"
 #include "wholestep/check.hpp"
 #include "wholestep/compare.hpp"
 
@@ -39,7 +40,8 @@ class CheckCommand : public Command {
     app_->add_option("--batch", batch_, "examples in the gradient check's random batch")
         ->capture_default_str();
     app_->add_option("--elements", elements_,
-                     "elements checked per parameter (a sample of larger ones)")
+                     "elements checked per parameter (of larger ones a seeded sample, half where "
+                     "the gradient is not zero)")
         ->capture_default_str();
     // Hidden from --help (an empty group): a deliberately wrong gradient
     // rule, so that a test can watch this command fail
@@ -123,8 +125,7 @@ class CheckCommand : public Command {
     const std::vector<ws::CompareRow> rows = ws::compare_modes(
         [&] { return make_setup(c); },
         {{ws::StepMode::interpret}, {ws::StepMode::three_graph}, {ws::StepMode::single_graph}},
-        [&](int64_t i) { return ws::models::random_batch(spec, c.seed * 1000003 + uint64_t(i)); },
-        steps_, 0);
+        [&](int64_t i) { return random_step_batch(spec, c.seed, i); }, steps_, 0);
     fmt::print("{:<13}  {:>10}  {:>9}  {:<24}  {}\n", "mode", "final loss", "max diff", "at",
                "result");
     for (const ws::CompareRow& r : rows) {

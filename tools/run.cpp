@@ -6,6 +6,11 @@ namespace cli {
 
 using ws::models::DataKind;
 
+std::vector<ws::Tensor> random_step_batch(const ws::models::Spec& spec, uint64_t seed,
+                                          int64_t step) {
+  return ws::models::random_batch(spec, seed * 1000003 + uint64_t(step));
+}
+
 BatchSource::BatchSource(const Common& c, const ws::models::Spec& spec) : c_(c), spec_(spec) {
   if (spec.data == DataKind::fashion_mnist) {
     fm_.emplace("train", c.data_dir);
@@ -32,7 +37,7 @@ std::vector<ws::Tensor> BatchSource::get(int64_t step) {
     ws::data::TextBatch b = text_->sample(spec_.batch, spec_.gpt.context, c_.seed, step);
     return {b.inputs, b.targets};
   }
-  return ws::models::random_batch(spec_, c_.seed * 1000003 + uint64_t(step));
+  return random_step_batch(spec_, c_.seed, step);
 }
 
 }  // namespace cli

@@ -11,6 +11,11 @@
 
 namespace cli {
 
+// The random batch of step `step` of a run seeded with `seed` (tiny_mlp's
+// data, and what `check` trains the modes on).
+std::vector<ws::Tensor> random_step_batch(const ws::models::Spec& spec, uint64_t seed,
+                                          int64_t step);
+
 // The training batches of a model, step by step: Fashion-MNIST epochs,
 // windows of a text, or random data.
 class BatchSource {
