@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,13 @@ constexpr std::pair<const char*, ws::GraphStage> kStages[] = {
     {"partitioned", ws::GraphStage::partitioned},
     {"lowered", ws::GraphStage::lowered},
 };
+
+// The stage named `name`, or none.
+std::optional<ws::GraphStage> stage_named(const std::string& name) {
+  for (const auto& [n, stage] : kStages)
+    if (name == n) return stage;
+  return std::nullopt;
+}
 
 // The path of `program` found through $PATH, or "".
 std::string find_program(const std::string& program) {
@@ -75,9 +83,8 @@ class GraphCommand : public Command {
       throw UsageError(
           "--mode interpret: graph draws a compiled step; use single_graph or "
           "three_graph");
-    bool known = false;
-    for (const auto& [name, stage] : kStages) known = known || stage_ == name;
-    require(known, "--stage", stage_, "expected joint, partitioned or lowered");
+    require(stage_named(stage_).has_value(), "--stage", stage_,
+            "expected joint, partitioned or lowered");
     const std::string ext = fs::path(output_).extension().string();
     require(ext == ".svg" || ext == ".dot", "-o", output_,
             "expected a file name ending in .svg or .dot");
@@ -89,10 +96,7 @@ class GraphCommand : public Command {
     ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
                        {.mode = ws::parse_mode(mode_), .memory_budget = c.memory_budget});
     step.run(ws::models::random_batch(ws::models::spec(c.model), 0));  // compiles the step
-    ws::GraphStage stage = ws::GraphStage::joint;
-    for (const auto& [name, st] : kStages)
-      if (stage_ == name) stage = st;
-    const std::string dot = step.graph_dot(stage);
+    const std::string dot = step.graph_dot(*stage_named(stage_));
     const std::string what = fmt::format("{} {} ({})", c.model, mode_, stage_);
     if (fs::path(output_).extension() == ".dot") {
       write_text_file(output_, dot, "graph");
