@@ -74,9 +74,9 @@ class DnnlOp final : public BackendOp {
   void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
            const void*) const override {
     const void* alpha = extra;
-    // oneDNN sizes its teams from the calling thread's OpenMP setting; a step
-    // run from another thread than the one that set the count gets it too.
-    if (omp_get_max_threads() != num_threads()) omp_set_num_threads(num_threads());
+    // oneDNN sizes its teams from the calling thread's OpenMP settings; a step
+    // run from another thread than the one that set the count gets them too.
+    pin_team();
     const void* ptrs[4] = {a, b, out, extra};
     auto* base = static_cast<std::byte*>(scratch);
     if (base != scratch_bound_) bind_scratch(base);
@@ -473,6 +473,7 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
                                                  std::span<const std::vector<int64_t>> in_strides,
                                                  const std::vector<int64_t>& out_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
+  pin_team();  // the primitive splits its work for the team it will get
   WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul ||
            op == Op::matmul_add || op == Op::matmul_bias || op == Op::matmul_bias_add)
       << "strided operands of " << ir::op_name(op);

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <thread>
 
 #include <omp.h>
 
@@ -372,16 +371,6 @@ Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type) {
   return k;
 }
 
-namespace {
-int g_threads = 0;
-}
-
-void set_num_threads(int n) {
-  if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
-  g_threads = n;
-  omp_set_num_threads(n);
-}
-
 const char* loop_isa() {
 #if defined(__AVX512F__)
   return "AVX-512 (16 floats a vector)";
@@ -392,11 +381,6 @@ const char* loop_isa() {
 #else
   return "SSE2 (4 floats a vector)";
 #endif
-}
-
-int num_threads() {
-  if (g_threads == 0) set_num_threads(0);
-  return g_threads;
 }
 
 }  // namespace ws::exec

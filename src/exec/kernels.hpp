@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "exec/program.hpp"
+#include "exec/threads.hpp"
 
 namespace ws::exec {
 
@@ -25,11 +26,6 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar);
 
 // A kernel copying `bytes` from slot `from` to slot `to`.
 Kernel copy_kernel(int32_t from, int32_t to, const ir::Type& type);
-
-// Threads of the one OpenMP pool that runs our loops and oneDNN's
-// primitives; n <= 0 means all cores.
-void set_num_threads(int n);
-int num_threads();
 
 // The vector instruction set our loop kernels were compiled for, e.g.
 // "AVX-512 (16 floats)".

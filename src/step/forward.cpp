@@ -6,6 +6,7 @@
 
 #include "capture/tensor_impl.hpp"
 #include "exec/program.hpp"
+#include "exec/threads.hpp"
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
 #include "partition/partition.hpp"
@@ -121,6 +122,7 @@ std::string Forward::graph_text() const {
 }
 
 Tensor Forward::run(const std::vector<Tensor>& inputs, Loc loc) {
+  exec::require_outside_parallel("a compiled forward");
   CompiledForward& c = impl_->lookup(inputs, loc);
   step::check_indices(c.index_checks, inputs, "forward");
   for (size_t i = 0; i < c.data_index.size(); ++i)

@@ -62,9 +62,10 @@ std::string backend_info() {
     std::fclose(f);
   }
   return fmt::format(
-      "cpu: {}\nthreads: {} (one OpenMP pool for oneDNN and our loops)\n"
+      "cpu: {}\nthreads: {} (one OpenMP pool for oneDNN and our loops{})\n"
       "matrix products and convolutions: {}\nloop kernels: {}\n",
-      cpu, exec::num_threads(), exec::backend_isa(), exec::loop_isa());
+      cpu, exec::num_threads(), exec::threads_note().empty() ? "" : "; " + exec::threads_note(),
+      exec::backend_isa(), exec::loop_isa());
 }
 
 namespace {
@@ -493,6 +494,7 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
 }
 
 StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
+  exec::require_outside_parallel("a training step");
   Impl& m = *impl_;
   Compiled& c = m.lookup(data, sloc);
   m.prepare(c, data);

@@ -1,0 +1,42 @@
+// The one OpenMP pool that runs our loops and oneDNN's primitives, and the
+// team a step asks it for.
+//
+// oneDNN sizes a primitive's work split when the primitive is made, for the
+// team OpenMP would give then, and its kernels assume they get exactly that
+// team: given fewer threads they skip the missing threads' share (wrong
+// results) or wait for them at a barrier (a hang). OpenMP gives fewer
+// threads than asked when its dynamic adjustment is on (OMP_DYNAMIC), under
+// a lower thread limit (OMP_THREAD_LIMIT), when no parallel level may be
+// active (OMP_MAX_ACTIVE_LEVELS=0), or inside another parallel region. So
+// the thread count is capped at the thread limit when it is set, and every
+// entry into the backend pins the calling thread's settings (pin_team):
+// whatever the environment says, a region gets the team asked for. Our own
+// loops read the team they got and never assume one.
+#pragma once
+
+#include <string>
+
+namespace ws::exec {
+
+// Threads for everything a step runs; n <= 0 means every core this process
+// may run on (its CPU affinity, and its cgroup's CPU quota when one is set).
+// Capped at OpenMP's thread limit.
+void set_num_threads(int n);
+int num_threads();
+
+// Why num_threads() is what it is, for the info lines: "" when it is what
+// was asked, else e.g. "OMP_THREAD_LIMIT caps the 4 asked".
+const std::string& threads_note();
+
+// Makes the calling thread's OpenMP settings give a parallel region exactly
+// num_threads() threads: dynamic adjustment off, one active level allowed,
+// the count set. A few loads when nothing has to change; call it before
+// making or running a oneDNN primitive.
+void pin_team();
+
+// Throws ws::Error when called inside an active OpenMP parallel region: a
+// step's primitives were made for a team of their own and would run on one
+// thread there, skipping work.
+void require_outside_parallel(const char* what);
+
+}  // namespace ws::exec
