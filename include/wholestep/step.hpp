@@ -74,6 +74,11 @@ struct StepOptions {
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;
+  // Run a step on one thread while that measures clearly faster than the
+  // whole pool (other processes hold the cores), probing the other team
+  // now and then; every result is the same bits on either. Off: always the
+  // whole pool (ws::num_threads()).
+  bool adapt_threads = true;
 };
 
 // What a picture of the compiled step shows (TrainStep::graph_dot).
@@ -100,6 +105,7 @@ struct StepResult {
   double loss = 0;
   int64_t step = 0;      // the optimizer's step count after this step
   bool skipped = false;  // NonFinite::skip: the loss or a gradient was not finite
+  int threads = 0;       // threads the step's parallel regions ran on
   StepCounters counters;
 };
 

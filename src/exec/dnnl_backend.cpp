@@ -463,7 +463,7 @@ class BatchPartsOp final : public BackendOp {
     x_image_ = g.c * g.h * g.w;
     dy_image_ = g.o * g.oh * g.ow;
     dw_numel_ = g.o * (g.c / g.groups) * g.kh * g.kw;
-    omp_set_num_threads(1);  // each part runs on one thread
+    TeamScope one(1);  // each part runs on one thread
     for (int64_t i = 0; i < parts; ++i) {
       Conv2dGeom gi = g;
       first_.push_back(g.n * i / parts);
@@ -474,7 +474,6 @@ class BatchPartsOp final : public BackendOp {
       flops_ += p.op->flops();
       parts_.push_back(std::move(p));
     }
-    pin_team();
     impl_ = fmt::format("{} batch parts, each {}", parts, parts_[0].op->impl());
   }
   int64_t scratch_bytes() const override { return scratch_bytes_; }
@@ -546,13 +545,15 @@ bool is_backend_op(Op op, DType dt) {
                               op == Op::conv2d_input_grad || op == Op::conv2d_weight_grad);
 }
 
-std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
-                                                 std::span<const ir::Type> in_types,
-                                                 const ir::Type& out_type,
-                                                 std::span<const std::vector<int64_t>> in_strides,
-                                                 const std::vector<int64_t>& out_strides) {
+namespace {
+
+// The op for the team pinned now.
+std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
+                                                  std::span<const ir::Type> in_types,
+                                                  const ir::Type& out_type,
+                                                  std::span<const std::vector<int64_t>> in_strides,
+                                                  const std::vector<int64_t>& out_strides) {
   WS_CHECK(is_backend_op(op, out_type.dtype)) << ir::op_name(op) << " is not a backend op";
-  pin_team();  // the primitive splits its work for the team it will get
   WS_CHECK((in_strides.empty() && out_strides.empty()) || op == Op::matmul ||
            op == Op::matmul_add || op == Op::matmul_bias || op == Op::matmul_bias_add)
       << "strided operands of " << ir::op_name(op);
@@ -582,6 +583,48 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
   return make_conv(op, g);
 }
 
+// A backend op made twice when the pool has several threads, for the whole
+// pool and for one thread, running the one team() asks for: a oneDNN
+// primitive keeps the team it was made for whatever OpenMP is told later,
+// so a step that runs on one thread under load needs primitives made for
+// one. The two give the same bits (each output is computed whole on one
+// thread; the weight gradient, which is not, splits its batch itself).
+class TeamOrSoloOp final : public BackendOp {
+ public:
+  TeamOrSoloOp(std::shared_ptr<const BackendOp> whole, std::shared_ptr<const BackendOp> solo)
+      : whole_(std::move(whole)), solo_(std::move(solo)) {}
+  int64_t scratch_bytes() const override {
+    return std::max(whole_->scratch_bytes(), solo_->scratch_bytes());
+  }
+  const std::string& impl() const override { return whole_->impl(); }
+  int64_t flops() const override { return whole_->flops(); }
+  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
+           const void* extra2) const override {
+    (team() == 1 ? solo_ : whole_)->run(a, b, out, scratch, extra, extra2);
+  }
+
+ private:
+  std::shared_ptr<const BackendOp> whole_, solo_;
+};
+
+}  // namespace
+
+std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
+                                                 std::span<const ir::Type> in_types,
+                                                 const ir::Type& out_type,
+                                                 std::span<const std::vector<int64_t>> in_strides,
+                                                 const std::vector<int64_t>& out_strides) {
+  std::shared_ptr<const BackendOp> whole;
+  {
+    TeamScope pool(num_threads());
+    whole = build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides);
+  }
+  if (num_threads() == 1 || op == Op::conv2d_weight_grad || whole->flops() == 0) return whole;
+  TeamScope one(1);
+  return std::make_shared<TeamOrSoloOp>(
+      whole, build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides));
+}
+
 int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
                       const ir::Type& out_type) {
   if (op == Op::matmul || op == Op::matmul_add || op == Op::matmul_bias ||
@@ -593,7 +636,8 @@ int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> i
 void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
                  const void* const* in, const ir::Type& out_type, void* out) {
   if (out_type.numel() == 0) return;
-  const auto k = make_backend_op(op, attrs, in_types, out_type);
+  pin_team();  // made for the team it runs on now
+  const auto k = build_backend_op(op, attrs, in_types, out_type, {}, {});
   std::vector<std::byte> scratch(size_t(k->scratch_bytes() + 64));
   auto* aligned =
       reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);

@@ -42,7 +42,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f, int64_t align = kChunkAlign) 
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   if (n < 2 * grain) return f(int64_t(0), n);  // most kernels: nothing else to ask
-  const int64_t chunks = std::min<int64_t>(n / grain, num_threads());
+  const int64_t chunks = std::min<int64_t>(n / grain, team());
   if (chunks < 2 || omp_in_parallel()) return f(int64_t(0), n);
 #pragma omp parallel num_threads(int(chunks))
   {

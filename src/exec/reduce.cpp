@@ -196,7 +196,7 @@ template <class T>
 T sum_contiguous(const T* x, int64_t n, bool split) {
   if (n <= B) return block_sum(x, n);  // one block: the carry tree returns it
   const int64_t blocks = (n + B - 1) / B;
-  if (!split || n < kSplitLength || num_threads() < 2) return blocks_sum(x, n, 0, blocks);
+  if (!split || n < kSplitLength || team() < 2) return blocks_sum(x, n, 0, blocks);
   const int64_t g = group_blocks(blocks), groups = (blocks + g - 1) / g;
   T part[kMaxGroups];
   parallel_for(
@@ -283,7 +283,7 @@ void each_row_result(const Walk& w, const T* x, T* y, OneRun one_run) {
 template <class T>
 void sum_rows(const Walk& w, const T* x, T* y) {
   const int64_t run = w.rsize[w.nr - 1];
-  if (w.nr == 1 && w.results < num_threads()) {  // few long rows: split each
+  if (w.nr == 1 && w.results < team()) {  // few long rows: split each
     Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
     for (int64_t o = 0; o < w.results; ++o, k.next()) y[k.ob] = sum_contiguous(x + k.oa, run, true);
     return;
@@ -334,7 +334,7 @@ void sum_columns(const Walk& w, const T* x, T* y) {
     Odometer k(w.nk - 1, w.ksize, w.kin, w.kout, i / tiles);
     in = k.oa + c0, res = k.ob + c0, width = std::min(kTile, cols - c0);
   };
-  if (items < num_threads() && m >= 2 * B && m * std::min(cols, kTile) >= kSplitLength) {
+  if (items < team() && m >= 2 * B && m * std::min(cols, kTile) >= kSplitLength) {
     // Few tiles of long columns: split each tile's sequences.
     const int64_t blocks = (m + B - 1) / B, g = group_blocks(blocks), groups = (blocks + g - 1) / g;
     for (int64_t i = 0; i < items; ++i) {
@@ -399,7 +399,7 @@ template <class T>
 void max_rows(const Walk& w, const T* x, T* y) {
   const int64_t run = w.rsize[w.nr - 1];
   constexpr T lowest = -std::numeric_limits<T>::infinity();
-  if (w.nr == 1 && w.results < num_threads() && run >= kSplitLength) {
+  if (w.nr == 1 && w.results < team() && run >= kSplitLength) {
     Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
     const int64_t part_len = (run + kMaxGroups - 1) / kMaxGroups;
     for (int64_t o = 0; o < w.results; ++o, k.next()) {

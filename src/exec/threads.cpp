@@ -15,6 +15,7 @@ namespace ws::exec {
 namespace {
 
 int g_threads = 0;
+int g_team = 0;
 std::string g_note;
 
 // The CPUs the cgroup v2 quota of this process allows (cpu.max "QUOTA
@@ -53,7 +54,7 @@ void set_num_threads(int n) {
     g_note = fmt::format("OMP_THREAD_LIMIT caps the {} asked", asked > 0 ? asked : n);
     n = limit;
   }
-  g_threads = std::max(n, 1);
+  g_threads = g_team = std::max(n, 1);
   pin_team();
 }
 
@@ -67,8 +68,25 @@ const std::string& threads_note() {
   return g_note;
 }
 
+int team() {
+  if (g_team == 0) set_num_threads(0);
+  return g_team;
+}
+
+void set_team(int n) { g_team = std::clamp(n, 1, num_threads()); }
+
+TeamScope::TeamScope(int n) : saved_(team()) {
+  set_team(n);
+  pin_team();
+}
+
+TeamScope::~TeamScope() {
+  set_team(saved_);
+  pin_team();
+}
+
 void pin_team() {
-  const int n = num_threads();
+  const int n = team();
   if (omp_get_dynamic()) omp_set_dynamic(0);
   if (omp_get_max_active_levels() < 1) omp_set_max_active_levels(1);
   if (omp_get_max_threads() != n) omp_set_num_threads(n);

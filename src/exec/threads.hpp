@@ -28,10 +28,30 @@ int num_threads();
 // was asked, else e.g. "OMP_THREAD_LIMIT caps the 4 asked".
 const std::string& threads_note();
 
+// The threads the parallel regions of a step use now: num_threads(), or 1
+// while running on one thread measures faster (other processes hold the
+// cores; TeamChooser decides). Every result is the same bits either way.
+int team();
+// Sets team(), clamped to [1, num_threads()].
+void set_team(int n);
+
+// team() set to `n` for a scope (the one-thread twins of oneDNN primitives
+// are made in one), restored after.
+class TeamScope {
+ public:
+  explicit TeamScope(int n);
+  ~TeamScope();
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Makes the calling thread's OpenMP settings give a parallel region exactly
-// num_threads() threads: dynamic adjustment off, one active level allowed,
-// the count set. A few loads when nothing has to change; call it before
-// making or running a oneDNN primitive.
+// team() threads: dynamic adjustment off, one active level allowed, the
+// count set. A few loads when nothing has to change; call it before making
+// or running a oneDNN primitive.
 void pin_team();
 
 // Throws ws::Error when called inside an active OpenMP parallel region: a

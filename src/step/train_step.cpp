@@ -21,6 +21,7 @@
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"
 #include "exec/program.hpp"
+#include "exec/team_chooser.hpp"
 #include "ir/dot.hpp"
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
@@ -114,6 +115,9 @@ struct Compiled {
   uint64_t last_used = 0;           // the step that last ran it, for eviction
   const uint8_t* finite = nullptr;  // NonFinite::skip: the step's verdict
   StepCounters counters;
+  // The team its steps run on (StepOptions::adapt_threads): its own, since
+  // another signature's steps take another time.
+  exec::TeamChooser team{exec::num_threads()};
 };
 
 }  // namespace
@@ -431,6 +435,7 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
     throw Error(fmt::format("profile: steps must be at least 1, got {}{}", steps,
                             at(SourceLoc::from(sloc))));
   Compiled& c = m.lookup(data, sloc);
+  exec::set_team(exec::num_threads());  // kernels timed on the whole pool, never a probe's
   StepTiming timing;
   std::vector<std::vector<double>> total_ns;
   std::vector<std::vector<bool>> contraction;
@@ -496,10 +501,18 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
 StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   exec::require_outside_parallel("a training step");
   Impl& m = *impl_;
+  const int64_t traces = m.traces;
   Compiled& c = m.lookup(data, sloc);
   m.prepare(c, data);
 
   StepResult r;
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  };
+  const clock::time_point start = clock::now();
+  r.threads = m.opts.adapt_threads ? c.team.team_for_step(seconds(start)) : exec::num_threads();
+  exec::set_team(r.threads);
   if (m.opts.mode == StepMode::interpret) {
     const ir::Graph& g = c.step_graph;
     std::vector<Tensor> inputs;
@@ -531,6 +544,9 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
     r.loss = *c.loss;
     r.skipped = c.finite && *c.finite == 0;
   }
+  const clock::time_point end = clock::now();
+  if (m.opts.adapt_threads && m.traces == traces)  // a step that compiled says nothing
+    c.team.ran(r.threads, std::chrono::duration<double>(end - start).count(), seconds(end));
   if (!r.skipped) m.opt.advance();
   r.step = m.opt.step_count();
   r.counters = c.counters;
