@@ -53,7 +53,7 @@ ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
   return add(Op::broadcast, {x}, Attrs{{"dims", dims}, {"shape", shape}});
 }
 
-ValueId Builder::sum_to(ValueId x, const Shape& shape) {
+ValueId Builder::sum_to(ValueId x, Shape shape) {
   const Shape& s = type(x).shape;
   if (s == shape) return x;
   WS_CHECK(shape.size() <= s.size()) << "sum_to " << shape_str(s) << " -> " << shape_str(shape);

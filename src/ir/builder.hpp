@@ -34,8 +34,9 @@ class Builder {
 
   // Numpy-style broadcast of `x` to `shape` (trailing dimensions aligned).
   ValueId broadcast_to(ValueId x, const Shape& shape);
-  // Sums `x` down to `shape`: undoes broadcast_to.
-  ValueId sum_to(ValueId x, const Shape& shape);
+  // Sums `x` down to `shape`: undoes broadcast_to. `shape` is taken by
+  // value: it may be a node's, and appending moves the nodes.
+  ValueId sum_to(ValueId x, Shape shape);
   // x * s where s is a 0-d value, broadcast.
   ValueId scale(ValueId x, ValueId s);
   ValueId reshape(ValueId x, const Shape& shape);
