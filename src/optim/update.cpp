@@ -130,7 +130,11 @@ class UpdateBuilder {
 UpdateOutputs build_updates(ir::Builder& b, const UpdateSpec& spec, const UpdateInputs& in) {
   WS_CHECK(in.hypers.size() == spec.hyper_names.size()) << "hyper count";
   WS_CHECK(in.globals.size() == spec.global_slots.size()) << "global state count";
-  return UpdateBuilder(b, spec, in).run();
+  const char* const caller = b.internal;
+  b.internal = "the optimizer update";
+  UpdateOutputs out = UpdateBuilder(b, spec, in).run();
+  b.internal = caller;
+  return out;
 }
 
 }  // namespace ws::optim

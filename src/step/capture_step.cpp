@@ -201,6 +201,7 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
     // loss * 0 and every gradient times 0 is 0 exactly when all are finite
     // (a sum of squares could overflow for large finite gradients).
     b.loc = g.node(loss_id).loc;
+    b.internal = "the non-finite guard";
     const DType lt = g.type(loss_id).dtype;
     ir::ValueId probe = b.binary(ir::Op::mul, loss_id, b.scalar(0, lt));
     for (ir::ValueId gr : grads) {

@@ -77,5 +77,26 @@ TEST(AppendBackward, SameGraphWhereverTheNodesGrow) {
   }
 }
 
+// A rule that builds a node whose operands do not fit is a bug in
+// wholestep, not the user's mistake, even though the node carries the
+// user's line.
+TEST(AppendBackward, AnInvalidNodeFromARuleIsAnInternalError) {
+  ir::Graph g;
+  ir::Builder b(g);
+  b.internal = "autograd";
+  const ir::ValueId x = b.input(ir::InputRole::param, "x", ir::Type{DType::f32, {32}});
+  b.loc = SourceLoc{"model.cpp", 7};
+  try {
+    b.reshape(x, {});
+    ADD_FAILURE() << "expected an InternalError";
+  } catch (const InternalError& e) {
+    EXPECT_STREQ(e.what(),
+                 "autograd made an invalid node: reshape: cannot reshape f32[32] (32 elements) to "
+                 "[] (1 elements) (at model.cpp:7)");
+  }
+  b.internal = nullptr;  // the user's traced code: a ws::Error
+  EXPECT_THROW(b.reshape(x, {}), Error);
+}
+
 }  // namespace
 }  // namespace ws
