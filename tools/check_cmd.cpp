@@ -122,10 +122,12 @@ class CheckCommand : public Command {
         "{}: {} {} steps in each mode on random batches of {}; max diff: largest over parameters "
         "and buffers of max|p - p_interpret| / max|p_interpret|; pass below {}\n",
         c.model, steps_, optimizer_name(c), spec.batch, kModeTolerance);
-    const std::vector<ws::CompareRow> rows = ws::compare_modes(
-        [&] { return make_setup(c); },
-        {{ws::StepMode::interpret}, {ws::StepMode::three_graph}, {ws::StepMode::single_graph}},
-        [&](int64_t i) { return random_step_batch(spec, c.seed, i); }, steps_, 0);
+    const std::vector<ws::CompareRow> rows =
+        ws::compare_modes([&] { return make_setup(c); },
+                          {{ws::StepMode::interpret},
+                           {.mode = ws::StepMode::three_graph, .memory_budget = c.memory_budget},
+                           {.mode = ws::StepMode::single_graph, .memory_budget = c.memory_budget}},
+                          [&](int64_t i) { return random_step_batch(spec, c.seed, i); }, steps_, 0);
     fmt::print("{:<13}  {:>10}  {:>9}  {:<24}  {}\n", "mode", "final loss", "max diff", "at",
                "result");
     for (const ws::CompareRow& r : rows) {

@@ -41,26 +41,11 @@ void add_common(CLI::App* app, Common& c) {
 
 ws::TrainSetup make_setup(const Common& c) {
   ws::manual_seed(c.seed);
-  const ws::models::Spec spec = ws::models::spec(c.model);
-  ws::TrainSetup s;
-  auto model = ws::models::make(spec);
-  const std::string opt = optimizer_name(c);
-  if (opt == "sgd") {
-    s.opt = std::make_unique<ws::optim::SGD>(
-        *model, ws::optim::SgdOptions{.lr = learning_rate(c),
-                                      .momentum = c.momentum,
-                                      .weight_decay = std::max(c.weight_decay, 0.0),
-                                      .max_grad_norm = c.max_grad_norm});
-  } else if (opt == "adam" || opt == "adamw") {
-    ws::optim::AdamOptions o{.lr = learning_rate(c), .max_grad_norm = c.max_grad_norm};
-    o.weight_decay = c.weight_decay >= 0 ? c.weight_decay : (opt == "adamw" ? 0.01 : 0.0);
-    s.opt = std::make_unique<ws::optim::Adam>(*model, o, opt == "adamw");
-  } else {
-    throw ws::Error(fmt::format("unknown optimizer '{}': expected sgd, adam or adamw", opt));
-  }
-  s.loss_fn = ws::models::loss_fn(*model);
-  s.model = std::move(model);
-  return s;
+  return ws::models::make_setup(ws::models::spec(c.model), {.name = optimizer_name(c),
+                                                            .lr = learning_rate(c),
+                                                            .momentum = c.momentum,
+                                                            .weight_decay = c.weight_decay,
+                                                            .max_grad_norm = c.max_grad_norm});
 }
 
 std::string optimizer_name(const Common& c) {

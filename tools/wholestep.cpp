@@ -37,6 +37,7 @@ int compare(const Common& c, int64_t steps, int64_t warmup, bool no_alias_rows, 
     configs.push_back({ws::StepMode::three_graph, true, true, false});
     configs.push_back({ws::StepMode::single_graph, true, true, false});
   }
+  for (ws::CompareConfig& config : configs) config.memory_budget = c.memory_budget;
   fmt::print(
       "comparing modes on {} (batch {}, {}): {} timed steps after {} warm-up, round robin, "
       "median ms/step; max diff is parameters and buffers vs interpret after the last step\n",

@@ -24,6 +24,7 @@ struct CompareConfig {
   bool aliasing = true;
   bool fuse = true;
   bool recompute = true;
+  double memory_budget = 0;  // StepOptions::memory_budget
 };
 
 struct CompareRow {

@@ -3,11 +3,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "wholestep/compare.hpp"
 #include "wholestep/nn.hpp"
+#include "wholestep/optim.hpp"
 #include "wholestep/step.hpp"
 
 namespace ws::models {
@@ -118,6 +121,21 @@ std::unique_ptr<Model> make(const Spec& s);
 
 // The model's training loss over (inputs, targets), for compile_train_step.
 LossFn loss_fn(Model& m);
+
+// The optimizer a model trains with, as the command line's --optimizer,
+// --lr, --momentum, --weight-decay and --max-grad-norm choose it.
+struct OptimizerChoice {
+  std::string name;          // "sgd", "adam" or "adamw"; empty: the spec's
+  std::optional<double> lr;  // unset: the spec's
+  double momentum = 0.9;     // SGD's
+  double weight_decay = -1;  // < 0: the optimizer's default (AdamW 0.01, else 0)
+  double max_grad_norm = 0;  // global-norm clipping; 0: off
+};
+
+// The model `s` describes (initialized from the random stream, see
+// manual_seed), the optimizer `o` chooses over its parameters, and its loss:
+// what the command line trains. An unknown optimizer name throws ws::Error.
+TrainSetup make_setup(const Spec& s, const OptimizerChoice& o = {});
 
 // One batch of random data with the shapes and value ranges of the model's
 // real batches, from `seed` (the same seed gives the same batch).

@@ -44,6 +44,7 @@ std::vector<ValueId> append_backward(ir::Graph& g, ValueId loss, const std::vect
   }
 
   ir::Builder b(g);
+  b.internal = "autograd";
   std::vector<ValueId> grad(n_fwd, ir::kNoValue);
   auto accumulate = [&](ValueId v, ValueId d) {
     ValueId& slot = grad[size_t(v)];

@@ -207,7 +207,9 @@ void vjp_reduce_max(const VjpContext& c, Dargs& d) {
 }
 
 void vjp_broadcast(const VjpContext& c, Dargs& d) {
-  const ir::Type& x = c.b.type(arg(c, 0));
+  // A copy: the reduce below appends a node, which may move the graph's
+  // nodes and leave a reference into them dangling.
+  const ir::Type x = c.b.type(arg(c, 0));
   const std::vector<int64_t>& dims = c.node.attrs.ints("dims");
   const Shape& out = c.node.type.shape;
   std::vector<int64_t> axes;

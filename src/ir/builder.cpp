@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace ws::ir {
 
 ValueId Builder::append(Node n) {
@@ -25,7 +27,13 @@ ValueId Builder::add(Op op, std::vector<ValueId> args, Attrs attrs, const Source
     WS_CHECK(a >= 0 && a < g_.size()) << "bad operand %" << a;
     types.push_back(g_.type(a));
   }
-  Type t = infer_type(op, types, attrs, l);
+  Type t;
+  try {
+    t = infer_type(op, types, attrs, l);
+  } catch (const Error& e) {
+    if (!internal) throw;
+    throw InternalError(fmt::format("{} made an invalid node: {}", internal, e.what()));
+  }
   return append(Node{op, std::move(args), std::move(attrs), std::move(t), l});
 }
 
@@ -53,7 +61,7 @@ ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
   return add(Op::broadcast, {x}, Attrs{{"dims", dims}, {"shape", shape}});
 }
 
-ValueId Builder::sum_to(ValueId x, const Shape& shape) {
+ValueId Builder::sum_to(ValueId x, Shape shape) {
   const Shape& s = type(x).shape;
   if (s == shape) return x;
   WS_CHECK(shape.size() <= s.size()) << "sum_to " << shape_str(s) << " -> " << shape_str(shape);

@@ -20,6 +20,11 @@ class Builder {
   // Location stamped on nodes added without one (autograd uses the forward
   // node's location, so backward errors point at the user's line).
   SourceLoc loc;
+  // What makes the nodes when it is wholestep itself, not the user's traced
+  // code ("autograd", "the optimizer update"). Operands that do not fit are
+  // then a bug in wholestep: add() throws ws::InternalError naming it (the
+  // location stays, to say which of the user's lines it was working on).
+  const char* internal = nullptr;
 
   ValueId input(InputRole role, const std::string& name, Type t, SourceLoc l = {});
   ValueId add(Op op, std::vector<ValueId> args, Attrs attrs = {});
@@ -34,8 +39,9 @@ class Builder {
 
   // Numpy-style broadcast of `x` to `shape` (trailing dimensions aligned).
   ValueId broadcast_to(ValueId x, const Shape& shape);
-  // Sums `x` down to `shape`: undoes broadcast_to.
-  ValueId sum_to(ValueId x, const Shape& shape);
+  // Sums `x` down to `shape`: undoes broadcast_to. `shape` is taken by
+  // value: it may be a node's, and appending moves the nodes.
+  ValueId sum_to(ValueId x, Shape shape);
   // x * s where s is a 0-d value, broadcast.
   ValueId scale(ValueId x, ValueId s);
   ValueId reshape(ValueId x, const Shape& shape);

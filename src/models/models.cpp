@@ -1,5 +1,7 @@
 #include "wholestep/models.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "data/splitmix.hpp"
@@ -146,6 +148,29 @@ LossFn loss_fn(Model& m) {
           fmt::format("the model's loss takes (inputs, targets), got {} tensors", d.size()));
     return m.loss(d[0], d[1]);
   };
+}
+
+TrainSetup make_setup(const Spec& s, const OptimizerChoice& o) {
+  TrainSetup setup;
+  auto model = make(s);
+  const std::string opt = o.name.empty() ? s.optimizer : o.name;
+  const double lr = o.lr.value_or(s.lr);
+  if (opt == "sgd") {
+    setup.opt = std::make_unique<optim::SGD>(
+        *model, optim::SgdOptions{.lr = lr,
+                                  .momentum = o.momentum,
+                                  .weight_decay = std::max(o.weight_decay, 0.0),
+                                  .max_grad_norm = o.max_grad_norm});
+  } else if (opt == "adam" || opt == "adamw") {
+    optim::AdamOptions a{.lr = lr, .max_grad_norm = o.max_grad_norm};
+    a.weight_decay = o.weight_decay >= 0 ? o.weight_decay : (opt == "adamw" ? 0.01 : 0.0);
+    setup.opt = std::make_unique<optim::Adam>(*model, a, opt == "adamw");
+  } else {
+    throw Error(fmt::format("unknown optimizer '{}': expected sgd, adam or adamw", opt));
+  }
+  setup.loss_fn = loss_fn(*model);
+  setup.model = std::move(model);
+  return setup;
 }
 
 std::vector<Tensor> random_batch(const Spec& s, uint64_t seed) {

@@ -112,8 +112,9 @@ class UpdateBuilder {
       out.state.push_back(v_used);
     }
     // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= step_size · m / denom
+    const Shape shape = b_.type(p).shape;  // a copy: hv() may append, moving the nodes
     ValueId denom = bin(Op::add, b_.scale(b_.unary(Op::sqrt, v_used), s(inv_sqrt_bc2_)),
-                        b_.broadcast_to(hv("eps", dt), b_.type(p).shape));
+                        b_.broadcast_to(hv("eps", dt), shape));
     out.param = bin(Op::sub, p, b_.scale(bin(Op::div, m, denom), s(step_size_)));
     return out;
   }
@@ -129,7 +130,11 @@ class UpdateBuilder {
 UpdateOutputs build_updates(ir::Builder& b, const UpdateSpec& spec, const UpdateInputs& in) {
   WS_CHECK(in.hypers.size() == spec.hyper_names.size()) << "hyper count";
   WS_CHECK(in.globals.size() == spec.global_slots.size()) << "global state count";
-  return UpdateBuilder(b, spec, in).run();
+  const char* const caller = b.internal;
+  b.internal = "the optimizer update";
+  UpdateOutputs out = UpdateBuilder(b, spec, in).run();
+  b.internal = caller;
+  return out;
 }
 
 }  // namespace ws::optim

@@ -201,10 +201,11 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
     // loss * 0 and every gradient times 0 is 0 exactly when all are finite
     // (a sum of squares could overflow for large finite gradients).
     b.loc = g.node(loss_id).loc;
+    b.internal = "the non-finite guard";
     const DType lt = g.type(loss_id).dtype;
     ir::ValueId probe = b.binary(ir::Op::mul, loss_id, b.scalar(0, lt));
     for (ir::ValueId gr : grads) {
-      const ir::Type& t = g.type(gr);
+      const ir::Type t = g.type(gr);  // a copy: appending moves the nodes
       std::vector<int64_t> axes(t.shape.size());
       for (size_t a = 0; a < axes.size(); ++a) axes[a] = int64_t(a);
       ir::ValueId zeroed = b.binary(ir::Op::mul, gr, b.full(0, t));

@@ -41,10 +41,12 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     setups.push_back(make_setup());
     streams.push_back(random_stream());
     TrainSetup& s = setups.back();
-    train_steps.emplace_back(
-        *s.model, *s.opt, s.loss_fn,
-        StepOptions{
-            .mode = c.mode, .aliasing = c.aliasing, .fuse = c.fuse, .recompute = c.recompute});
+    train_steps.emplace_back(*s.model, *s.opt, s.loss_fn,
+                             StepOptions{.mode = c.mode,
+                                         .aliasing = c.aliasing,
+                                         .fuse = c.fuse,
+                                         .recompute = c.recompute,
+                                         .memory_budget = c.memory_budget});
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size());
