@@ -574,7 +574,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
     } else if (saved_step == next) {
       left = "saved " + last_saved;
     } else if (next == start && !f.save_dir.empty()) {
-      left += " (no step had run)";
+      left += "; no step had run";
     }
     fmt::print(stderr, "stopped by {} while {}; {}\n", signal_name(sig), phase, left);
     return 128 + sig;
