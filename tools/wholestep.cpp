@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "run.hpp"
+#include "stop.hpp"
 #include "wholestep/wholestep.hpp"
 
 namespace {
@@ -184,6 +185,9 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "error: {} (see --help)\n", e.what());
       return 2;
     }
+    // SIGINT and SIGTERM stop every command promptly, with 130 or 143 and
+    // a line saying where (stop.hpp); train stops between steps and saves.
+    install_stop_handlers("checking the flags, files and data");
     for (CLI::App* sub : {cmp, pr, dp})
       if (sub->parsed()) check_common(sub, c);
     if (cmp->parsed()) {
@@ -206,6 +210,7 @@ int main(int argc, char** argv) {
         cmd->check(c);
       }
 
+    set_phase(fmt::format("running {}", app.get_subcommands().front()->get_name()));
     ws::set_num_threads(c.threads);
     if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);

@@ -24,9 +24,19 @@
 // directory fsynced, then renamed to its name (an atomic step on POSIX) and
 // the parent directory fsynced. A directory named checkpoint-<step> is
 // therefore always complete; a crash leaves at most a temporary directory,
-// which the next save removes.
+// which the next save removes. A save that fails (a full disk) removes its
+// own temporary directory before it throws.
+//
+// One writer per directory: a save holds the directory's lock (DirectoryLock
+// below, exclusive) while it writes, and a load holds it shared while it
+// reads, so two processes never remove each other's temporary directories
+// and a checkpoint is never pruned (keep_last) under a reader. A program
+// that writes a run's checkpoints for a while (a training run) takes the
+// exclusive lock once, for the whole run; saves and loads inside the process
+// that holds it take nothing more.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -98,5 +108,85 @@ CheckpointState read_checkpoint_state(const std::string& path);
 // tensor and leaves the model, the optimizer and the random stream as they
 // were.
 CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt);
+
+// ---- one writer per directory ------------------------------------------------
+
+// Another process holds the lock of a directory: a writer (its process id,
+// what it is, since when), or readers (pid 0). what(): "the directory D is
+// in use by process 12345 (...)", or "is being written by" when a reader
+// was refused.
+class DirectoryInUse : public Error {
+ public:
+  DirectoryInUse(std::string dir, int64_t pid, std::string holder, std::string since,
+                 bool to_read = false);
+  const std::string& dir() const { return dir_; }
+  int64_t pid() const { return pid_; }  // 0: processes reading it
+  const std::string& holder() const { return holder_; }
+  const std::string& since() const { return since_; }
+  // "process 12345 (wholestep train, since 2025-01-02 10:11:12)", or
+  // "processes reading it".
+  std::string who() const;
+
+ private:
+  std::string dir_;
+  int64_t pid_;
+  std::string holder_, since_;
+};
+
+// The lock of a directory of checkpoints: flock(2) on `dir`/.wholestep.lock,
+// exclusive for a writer, shared for readers, released when the object is
+// destroyed or the process ends (however it ends: the kernel drops it). The
+// exclusive holder writes one line of JSON into the file (pid, holder, host,
+// since) so that the process it refuses can say who holds it; the file stays
+// when the lock is released.
+//
+// Locks are advisory: they order the processes that take them (every save
+// and load of this library does), nothing else.
+class DirectoryLock {
+ public:
+  enum class Mode { exclusive, shared };
+
+  // Takes the lock without blocking on a writer. exclusive: creates `dir` and
+  // its lock file if needed; held by another writer, it throws
+  // DirectoryInUse naming it at once; held by readers, it waits up to
+  // `wait_for_readers` for them (a load is short), then throws. shared: a
+  // writer holding it throws DirectoryInUse naming the writer; a directory
+  // without a lock file (where no writer of this library ever wrote) is
+  // read unlocked, and nothing is created in it. `holder` says what holds the
+  // lock in a refusal ("wholestep train"; default: the program's name).
+  //
+  // Within one process: a shared lock on a directory this process already
+  // locks is nested in that lock and takes nothing; an exclusive one is a
+  // ws::Error (one writer per directory, in one process too).
+  DirectoryLock(const std::string& dir, Mode mode, const std::string& holder = "",
+                std::chrono::milliseconds wait_for_readers = std::chrono::seconds(10));
+  ~DirectoryLock();
+  DirectoryLock(DirectoryLock&& other) noexcept;
+  DirectoryLock& operator=(DirectoryLock&& other) noexcept;
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  Mode mode() const { return mode_; }
+  // Whether this object holds a lock of its own (false when nested in one
+  // this process held already, or when a shared lock found no lock file).
+  bool owns() const { return fd_ >= 0; }
+  // Releases the lock now (the destructor then does nothing).
+  void release();
+
+  // The lock this process holds on `dir`, if any (not a nested one).
+  static std::optional<Mode> held(const std::string& dir);
+  // The lock file of `dir`: `dir`/.wholestep.lock.
+  static std::string file(const std::string& dir);
+
+ private:
+  std::string dir_;
+  Mode mode_ = Mode::shared;
+  int fd_ = -1;
+};
+
+// The directory whose lock guards the checkpoint `path` (as load_checkpoint
+// takes it): the parent of a checkpoint-<step> directory, else `path`.
+std::string checkpoint_run_dir(const std::string& path);
 
 }  // namespace ws

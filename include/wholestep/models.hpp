@@ -2,6 +2,7 @@
 // and the command line: mlp, tiny_mlp, cnn and gpt.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -83,6 +84,9 @@ struct SampleOptions {
   double temperature = 0;  // 0: greedy (the most likely token); > 0: drawn from
                            // softmax(logits / temperature)
   uint64_t seed = 0;       // the draws' stream (splitmix64): the same seed, the same text
+  // Asked before each token (when set): true ends generation there, and
+  // generate returns the tokens made so far (a program stopping on a signal).
+  std::function<bool()> stop;
 };
 
 // Continues `prompt` (tokens in [0, vocab), at least one) by
@@ -92,7 +96,8 @@ struct SampleOptions {
 // window of `context` tokens; a shorter sequence fills the window from the
 // left and the positions after it, which causal attention keeps from
 // affecting it, are padding. A prompt longer than the context keeps its
-// last `context` tokens. Bad arguments throw ws::Error naming them.
+// last `context` tokens. Bad arguments throw ws::Error naming them. Fewer
+// than `options.length` tokens come back only when `options.stop` said so.
 std::vector<int64_t> generate(Gpt& model, std::span<const int64_t> prompt,
                               const SampleOptions& options = {});
 

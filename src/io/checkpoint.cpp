@@ -102,47 +102,13 @@ std::string metadata_of(const SafetensorsFile& f, const std::string& file, const
   return it->second;
 }
 
-}  // namespace
-
-std::optional<std::string> latest_checkpoint(const std::string& dir) {
-  const auto all = checkpoints_in(dir);
-  if (all.empty()) return std::nullopt;
-  return all.back().second.string();
-}
-
-std::string save_checkpoint(const std::string& dir, const nn::Module& model,
-                            const optim::Optimizer& opt, const std::string& user_json,
-                            int keep_last) {
-  json user;
-  try {
-    user = json::parse(user_json);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("save_checkpoint: user_json is not JSON: {}", e.what()));
-  }
-  if (!user.is_object()) throw Error("save_checkpoint: user_json must be a JSON object");
-  if (keep_last < 0) throw Error(fmt::format("save_checkpoint: keep_last {} < 0", keep_last));
+// Writes the checkpoint's files into `tmp` and renames it to `final_path`.
+// A checkpoint of the same step (saved again after a resume) is exchanged
+// with the new one in one atomic step, then removed.
+void write_into_place(const std::string& dir, const fs::path& tmp, const fs::path& final_path,
+                      const nn::Module& model, const optim::Optimizer& opt, const json& user,
+                      int64_t step) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("save_checkpoint: cannot create {}: {}", dir, ec.message()));
-
-  const int64_t step = opt.step_count();
-  const std::string name = fmt::format("{}{}", kPrefix, step);
-  const fs::path final_path = fs::path(dir) / name,
-                 tmp = fs::path(dir) / fmt::format(".{}.tmp", name);
-  // What crashed saves left: ".checkpoint-<step>.tmp" (being written) and
-  // ".checkpoint-<step>.old" (being removed).
-  std::vector<fs::path> leftovers;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string f = e.path().filename().string();
-    if (f.size() > 5 && f[0] == '.' && (f.ends_with(".tmp") || f.ends_with(".old")) &&
-        step_of(f.substr(1, f.size() - 5)) >= 0)
-      leftovers.push_back(e.path());
-  }
-  for (const fs::path& p : leftovers) remove_tree(p);
-  fs::create_directory(tmp, ec);
-  if (ec)
-    throw Error(fmt::format("save_checkpoint: cannot create {}: {}", tmp.string(), ec.message()));
-
   nn::NamedTensors tensors = model.named_parameters(), buffers = model.named_buffers();
   tensors.insert(tensors.end(), buffers.begin(), buffers.end());
   write_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
@@ -169,8 +135,6 @@ std::string save_checkpoint(const std::string& dir, const nn::Module& model,
   io::write_new_file((tmp / "trainer_state.json").string(), {&part, 1});
   io::sync_directory(tmp.string());
 
-  // Into place. A checkpoint of the same step (saved again after a resume)
-  // is exchanged with the new one in one atomic step, then removed.
   if (fs::exists(final_path, ec)) {
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0)
       throw Error(fmt::format("save_checkpoint: cannot replace {}: {}", final_path.string(),
@@ -183,6 +147,62 @@ std::string save_checkpoint(const std::string& dir, const nn::Module& model,
       throw Error(fmt::format("save_checkpoint: cannot rename {} to {}: {}", tmp.string(),
                               final_path.string(), ec.message()));
     io::sync_directory(dir);
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  const auto all = checkpoints_in(dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second.string();
+}
+
+std::string save_checkpoint(const std::string& dir, const nn::Module& model,
+                            const optim::Optimizer& opt, const std::string& user_json,
+                            int keep_last) {
+  json user;
+  try {
+    user = json::parse(user_json);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("save_checkpoint: user_json is not JSON: {}", e.what()));
+  }
+  if (!user.is_object()) throw Error("save_checkpoint: user_json must be a JSON object");
+  if (keep_last < 0) throw Error(fmt::format("save_checkpoint: keep_last {} < 0", keep_last));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("save_checkpoint: cannot create {}: {}", dir, ec.message()));
+
+  // The directory's writer: this process already (a training run holds the
+  // lock for the whole run), or this save alone.
+  std::optional<DirectoryLock> lock;
+  if (DirectoryLock::held(dir) != DirectoryLock::Mode::exclusive)
+    lock.emplace(dir, DirectoryLock::Mode::exclusive);
+
+  const int64_t step = opt.step_count();
+  const std::string name = fmt::format("{}{}", kPrefix, step);
+  const fs::path final_path = fs::path(dir) / name,
+                 tmp = fs::path(dir) / fmt::format(".{}.tmp", name);
+  // What crashed saves left: ".checkpoint-<step>.tmp" (being written) and
+  // ".checkpoint-<step>.old" (being removed). Only the lock's holder gets
+  // here, so none of them is another writer's save in progress.
+  std::vector<fs::path> leftovers;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.size() > 5 && f[0] == '.' && (f.ends_with(".tmp") || f.ends_with(".old")) &&
+        step_of(f.substr(1, f.size() - 5)) >= 0)
+      leftovers.push_back(e.path());
+  }
+  for (const fs::path& p : leftovers) remove_tree(p);
+  fs::create_directory(tmp, ec);
+  if (ec)
+    throw Error(fmt::format("save_checkpoint: cannot create {}: {}", tmp.string(), ec.message()));
+  try {
+    write_into_place(dir, tmp, final_path, model, opt, user, step);
+  } catch (...) {
+    // A failed save (a full disk) leaves no partial checkpoint behind.
+    fs::remove_all(tmp, ec);
+    throw;
   }
 
   if (keep_last > 0) {
@@ -252,9 +272,14 @@ CheckpointState read_state(const std::string& dir) {
 
 }  // namespace
 
-CheckpointState read_checkpoint_state(const std::string& path) { return read_state(resolve(path)); }
+CheckpointState read_checkpoint_state(const std::string& path) {
+  const DirectoryLock lock(checkpoint_run_dir(path), DirectoryLock::Mode::shared);
+  return read_state(resolve(path));
+}
 
 CheckpointState load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
+  // No writer prunes or replaces the checkpoint while it is read.
+  const DirectoryLock lock(checkpoint_run_dir(path), DirectoryLock::Mode::shared);
   // Everything is read and checked before anything is written.
   const std::string dir = resolve(path);
   CheckpointState out = read_state(dir);

@@ -60,6 +60,7 @@ std::vector<int64_t> generate(Gpt& model, std::span<const int64_t> prompt,
   data::SplitMix64 rng(data::mix64(options.seed));
   out.reserve(size_t(options.length));
   for (int64_t n = 0; n < options.length; ++n) {
+    if (options.stop && options.stop()) break;
     const int64_t len = int64_t(seq.size());
     std::vector<int64_t> window = seq;
     window.resize(size_t(context), 0);

@@ -1,7 +1,8 @@
 // models::generate: greedy decoding picks the argmax of each step's last
 // position (through the compiled, padded window, as an exact-length eager
 // forward would), sampling is fixed by its seed, a prompt longer than the
-// context keeps its newest tokens, and bad arguments are errors naming them.
+// context keeps its newest tokens, a stop hook ends it early, and bad
+// arguments are errors naming them.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -47,6 +48,20 @@ std::vector<int64_t> eager_greedy(models::Gpt& m, std::vector<int64_t> seq, int6
   }
   m.train();
   return out;
+}
+
+// The stop hook is asked before each token: generation ends there with the
+// tokens made so far, the same as the start of an unstopped run.
+TEST(Generate, AStopHookEndsGenerationWithTheTokensMadeSoFar) {
+  auto m = small_gpt();
+  const std::vector<int64_t> prompt = {72, 101, 108};
+  const std::vector<int64_t> whole = models::generate(*m, prompt, {.length = 12});
+  int asked = 0;
+  const std::vector<int64_t> part =
+      models::generate(*m, prompt, {.length = 12, .stop = [&] { return ++asked > 5; }});
+  EXPECT_EQ(asked, 6);
+  EXPECT_EQ(part, std::vector<int64_t>(whole.begin(), whole.begin() + 5));
+  EXPECT_TRUE(models::generate(*m, prompt, {.length = 12, .stop = [] { return true; }}).empty());
 }
 
 TEST(Generate, GreedyPicksTheArgmaxOfTheLastPositionEvenPastTheContext) {
