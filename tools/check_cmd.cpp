@@ -35,13 +35,14 @@ class CheckCommand : public Command {
     app_->get_option("--model")
         ->description("reference model: mlp, tiny_mlp, cnn or gpt (default: all four)")
         ->default_str("");
-    app_->add_option("--steps", steps_, "steps each mode trains before they are compared")
+    add_integer(app_, "--steps", steps_, "steps each mode trains before they are compared", 1)
         ->capture_default_str();
-    app_->add_option("--batch", batch_, "examples in the gradient check's random batch")
+    add_integer(app_, "--batch", batch_, "examples in the gradient check's random batch", 1)
         ->capture_default_str();
-    app_->add_option("--elements", elements_,
-                     "elements checked per parameter (of larger ones a seeded sample, half where "
-                     "the gradient is not zero)")
+    add_integer(app_, "--elements", elements_,
+                "elements checked per parameter (of larger ones a seeded sample, half where the "
+                "gradient is not zero)",
+                1)
         ->capture_default_str();
     // Hidden from --help (an empty group): a deliberately wrong gradient
     // rule, so that a test can watch this command fail
@@ -68,6 +69,10 @@ class CheckCommand : public Command {
     } catch (const std::exception&) {
       throw UsageError(fmt::format("--testing-scale-vjp {}: expected OP=FACTOR", fault_));
     }
+  }
+
+  std::string memory_hint() const override {
+    return fmt::format("; lower --batch (now {}), the gradient check's batch", batch_);
   }
 
   int run(const Common& c) override {

@@ -28,6 +28,8 @@ class Command {
   virtual void check(const Common& c) = 0;
   // The exit status.
   virtual int run(const Common& c) = 0;
+  // When memory runs out: the flag to lower ("; lower --batch ..."), or "".
+  virtual std::string memory_hint() const { return ""; }
 
  protected:
   CLI::App* app_;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,7 +20,7 @@ void add_common(CLI::App* app, Common& c) {
       ->capture_default_str();
   app->add_option("--data", c.data_dir, "Fashion-MNIST directory")->capture_default_str();
   app->add_option("--text", c.text, "text file for gpt (bytes)")->capture_default_str();
-  app->add_option("--seed", c.seed, "initialization, shuffle and dropout seed")
+  add_integer(app, "--seed", c.seed, "initialization, shuffle and dropout seed")
       ->capture_default_str();
   app->add_option("--optimizer", c.optimizer, "sgd | adam | adamw (default: the model's)");
   app->add_option("--lr", c.lr, "learning rate (default: the model's)");
@@ -27,7 +28,7 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--weight-decay", c.weight_decay, "weight decay (default: 0; AdamW 0.01)");
   app->add_option("--max-grad-norm", c.max_grad_norm, "global-norm gradient clipping (0: off)")
       ->capture_default_str();
-  app->add_option("--threads", c.threads, "threads (0: all cores)")->capture_default_str();
+  add_integer(app, "--threads", c.threads, "threads (0: all cores)", 0)->capture_default_str();
   app->add_option("--memory-budget", c.memory_budget,
                   "forward values kept for the backward: a fraction in (0, 1] of keeping all, "
                   "or bytes; the backward recomputes the rest (0: none)")
@@ -35,6 +36,48 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--schedule", c.schedule,
                   "learning rate schedule: cosine (decay to 0 over the run) or constant")
       ->capture_default_str();
+}
+
+void canonical_integer(const std::string& flag, std::string& text, bool is_signed, int64_t lo,
+                       uint64_t hi, std::optional<int64_t> least) {
+  // The sign, then at least one digit and nothing else.
+  const bool negative = text.starts_with('-');
+  const size_t digits = negative || text.starts_with('+') ? 1 : 0;
+  if (text.size() == digits || text.find_first_not_of("0123456789", digits) != std::string::npos)
+    throw UsageError(fmt::format("{} {}: is not an integer", flag, text));
+  const std::string range =
+      fmt::format("must be an integer from {} to {}",
+                  least && *least > lo ? *least : (is_signed ? lo : int64_t(0)), hi);
+  uint64_t magnitude = 0;
+  const auto [end, ec] =
+      std::from_chars(text.data() + digits, text.data() + text.size(), magnitude);
+  const bool fits =
+      ec == std::errc() && end == text.data() + text.size() &&
+      (negative ? (magnitude == 0 || (is_signed && magnitude - 1 <= uint64_t(-(lo + 1))))
+                : magnitude <= hi);
+  if (!fits) throw UsageError(fmt::format("{} {}: out of range; {}", flag, text, range));
+  text = negative && magnitude != 0 ? "-" + std::to_string(magnitude) : std::to_string(magnitude);
+}
+
+// What an empty value of a flag would have meant, and what to give instead.
+void check_no_empty_values(CLI::App* app) {
+  for (const CLI::Option* o : app->get_options()) {
+    if (o->count() == 0 || o->get_items_expected_min() == 0 || o->get_lnames().empty()) continue;
+    const std::string flag = "--" + o->get_lnames().front();
+    for (const std::string& value : o->results()) {
+      if (!value.empty()) continue;
+      const char* what =
+          flag == "--resume"   ? "; give a checkpoint, or a directory of them"
+          : flag == "--save"   ? "; give a directory, or leave --save out"
+          : flag == "--prompt" ? "; give at least one byte to continue"
+          : flag == "--data"   ? "; give the Fashion-MNIST directory"
+          : flag == "--text"   ? "; give a text file"
+          : flag == "--metrics" || flag == "--trace" || flag == "--dot" || flag == "--output"
+              ? "; give a file name"
+              : "; give a value";
+      throw UsageError(fmt::format("{} \"\": is empty{}", flag, what));
+    }
+  }
 }
 
 // ---- the model and optimizer the flags describe ----------------------------
@@ -71,17 +114,27 @@ void require_count(const char* flag, int64_t value, int64_t least) {
   if (value < least)
     throw UsageError(fmt::format("{} {}: must be at least {}", flag, value, least));
 }
+void require_at_most(const char* flag, int64_t value, int64_t most) {
+  if (value > most) throw UsageError(fmt::format("{} {}: must be at most {}", flag, value, most));
+}
 void require_nonnegative(const char* flag, double value) {
   require(std::isfinite(value) && value >= 0, flag, fmt::format("{}", value),
           "must be a finite number >= 0");
 }
 
-// A file a subcommand will write: its directory must exist and be writable.
+// A file a subcommand will write: writable if it exists, else its
+// directory must exist and be writable.
 void check_output_file(const char* flag, const std::string& path) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UsageError(fmt::format("{} {}: is a directory", flag, path));
+  if (std::filesystem::exists(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0)
+      throw UsageError(
+          fmt::format("{} {}: cannot write it ({})", flag, path, std::strerror(errno)));
+    return;
+  }
   if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
     throw UsageError(fmt::format("{} {}: cannot write in {} ({})", flag, path,
                                  dir.empty() ? "." : dir, std::strerror(errno)));

@@ -3,10 +3,13 @@
 // UsageError (one line, exit status 2).
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -37,6 +40,50 @@ struct Common {
 // The options every subcommand takes.
 void add_common(CLI::App* app, Common& c);
 
+// `text` with an integer flag's value made canonical: a decimal integer
+// (an optional sign, then digits) in [lo, hi] is rewritten without leading
+// zeros or '+'; anything else is a UsageError naming the flag, the value
+// and the range. `least`, when above `lo`, is the range the message states
+// (the flag's own smaller values get require_count's message later).
+void canonical_integer(const std::string& flag, std::string& text, bool is_signed, int64_t lo,
+                       uint64_t hi, std::optional<int64_t> least);
+
+namespace detail {
+template <class T>
+struct IntegerOf {
+  using type = T;
+};
+template <class T>
+struct IntegerOf<std::optional<T>> {
+  using type = T;
+};
+}  // namespace detail
+
+// Adds an integer flag (`field`: an integer, or an optional one). CLI11
+// alone would clamp a value past the type's range (--steps 2^63 runs
+// 2^63 - 1 steps), wrap a negative one into an unsigned flag (--seed -1 is
+// 2^64 - 1) and read 010 as octal: here each is a usage error naming the
+// flag, the value and the range, and only decimal integers are taken.
+template <class T>
+CLI::Option* add_integer(CLI::App* app, const std::string& flag, T& field, const std::string& help,
+                         std::optional<int64_t> least = std::nullopt) {
+  using I = typename detail::IntegerOf<T>::type;
+  static_assert(std::is_integral_v<I> && sizeof(I) <= 8);
+  return app->add_option(flag, field, help)
+      ->transform(CLI::Validator(
+          [flag, least](std::string& text) {
+            canonical_integer(flag, text, std::is_signed_v<I>,
+                              int64_t(std::numeric_limits<I>::min()),
+                              uint64_t(std::numeric_limits<I>::max()), least);
+            return std::string();
+          },
+          ""));
+}
+
+// A value given as an empty string ("--resume ''") is a usage error: every
+// option with a value of `app` (an empty path would silently mean "none").
+void check_no_empty_values(CLI::App* app);
+
 // The model (initialized from --seed), its optimizer and loss, as the
 // flags ask.
 ws::TrainSetup make_setup(const Common& c);
@@ -47,8 +94,10 @@ double learning_rate(const Common& c);
 
 void require(bool ok, const char* flag, const std::string& value, const char* what);
 void require_count(const char* flag, int64_t value, int64_t least);
+void require_at_most(const char* flag, int64_t value, int64_t most);
 void require_nonnegative(const char* flag, double value);
-// A file a subcommand will write: its directory must exist and be writable.
+// A file a subcommand will write: writable if it exists, else its
+// directory must exist and be writable.
 void check_output_file(const char* flag, const std::string& path);
 // Writes `text` to `path`; a ws::Error "<command>: cannot write <path>" when
 // it cannot.
@@ -59,6 +108,19 @@ void check_common(CLI::App* app, const Common& c);
 // The data a training run reads: a directory the user named must exist,
 // and a text must hold a window for training and one for validation.
 void check_data(CLI::App* app, const Common& c);
+// Reads a data set with `read`: a ws::Error reading it (a missing, short
+// or corrupt file) is a UsageError, "--data DIR: ..." or "--text FILE: ...",
+// since the data cannot work and no work has started.
+template <class F>
+auto read_data(const char* flag, const std::string& where, F&& read) {
+  try {
+    return read();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const ws::Error& e) {
+    throw UsageError(std::string(flag) + " " + where + ": " + e.what());
+  }
+}
 void check_mode(const std::string& mode);
 
 }  // namespace cli

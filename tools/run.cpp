@@ -12,14 +12,17 @@ std::vector<ws::Tensor> random_step_batch(const ws::models::Spec& spec, uint64_t
 }
 
 BatchSource::BatchSource(const Common& c, const ws::models::Spec& spec) : c_(c), spec_(spec) {
+  // Data that cannot be read is a usage error: nothing has run yet.
   if (spec.data == DataKind::fashion_mnist) {
-    fm_.emplace("train", c.data_dir);
+    fm_.emplace(read_data("--data", c.data_dir,
+                          [&] { return ws::data::FashionMnist("train", c.data_dir); }));
     if (fm_->size() < spec.batch)
       throw UsageError(
           fmt::format("--data {}: the training set holds {} examples, fewer than one batch of {}",
                       c.data_dir, fm_->size(), spec.batch));
   } else if (spec.data == DataKind::text) {
-    text_.emplace(ws::data::ByteText(c.text).split("train"));
+    text_.emplace(
+        read_data("--text", c.text, [&] { return ws::data::ByteText(c.text).split("train"); }));
   }
 }
 

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <optional>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "run.hpp"
@@ -42,6 +45,9 @@ struct TrainFlags {
   int64_t sample = 0;                 // bytes of generated text after training (gpt)
   double temperature = 0;
   std::optional<std::string> prompt;
+  // Whether --steps and --epochs were given (a resumed run takes its steps
+  // from the checkpoint otherwise).
+  bool steps_given = false, epochs_given = false;
 };
 
 // Thrown at a point where the run can stop (between steps, evaluation
@@ -67,11 +73,13 @@ class Evaluator {
   Evaluator(const Common& c, const ws::models::Spec& spec, ws::models::Model& model)
       : spec_(spec), model_(model) {
     if (spec.data == DataKind::fashion_mnist) {
-      test_.emplace("test", c.data_dir);
+      test_.emplace(read_data("--data", c.data_dir,
+                              [&] { return ws::data::FashionMnist("test", c.data_dir); }));
       if (test_->size() == 0)
         throw UsageError(fmt::format("--data {}: the test set holds no examples", c.data_dir));
     } else if (spec.data == DataKind::text) {
-      val_.emplace(ws::data::ByteText(c.text).split("val"));
+      val_.emplace(
+          read_data("--text", c.text, [&] { return ws::data::ByteText(c.text).split("val"); }));
     }
   }
   bool enabled() const { return test_ || val_; }
@@ -214,37 +222,42 @@ void print_sample(ws::models::Model& model, const TrainFlags& f, const Common& c
 
 // train's own flags.
 void add_train_flags(CLI::App* tr, TrainFlags& f) {
-  tr->add_option("--epochs", f.epochs, "epochs (Fashion-MNIST models)")->capture_default_str();
-  tr->add_option("--steps", f.steps, "steps (default: the epochs, or 300 for gpt)");
+  add_integer(tr, "--epochs", f.epochs,
+              "epochs (Fashion-MNIST models); with --resume, the run's new end", 1)
+      ->capture_default_str();
+  add_integer(tr, "--steps", f.steps, "steps (default: the epochs, or 300 for gpt)", 1);
   tr->add_option("--mode", f.mode, "interpret | three_graph | single_graph")->capture_default_str();
   tr->add_option("--save", f.save_dir,
                  "write checkpoints into this directory (checkpoint-<step>/: model.safetensors, "
                  "optimizer.safetensors, trainer_state.json) at the end, every --save-every "
                  "steps, and when stopped by SIGINT or SIGTERM");
-  tr->add_option("--save-every", f.save_every, "steps between checkpoints (0: at the end only)")
+  add_integer(tr, "--save-every", f.save_every, "steps between checkpoints (0: at the end only)", 0)
       ->capture_default_str();
-  tr->add_option("--keep", f.keep, "checkpoints kept, the newest (0: all)")->capture_default_str();
+  add_integer(tr, "--keep", f.keep, "checkpoints kept, the newest (0: all)", 0)
+      ->capture_default_str();
   tr->add_option("--resume", f.resume,
                  "continue the run saved in this checkpoint (or the newest in this directory), "
                  "with its configuration");
   tr->add_flag("--skip-nonfinite", f.skip_nonfinite,
                "skip a step whose loss or gradients are inf or NaN (parameters and state stay "
                "as they were); without it such a step stops training with an error");
-  tr->add_option("--stop-after", f.stop_after,
-                 "stop after this many steps of this run (saving when --save is given)");
+  add_integer(tr, "--stop-after", f.stop_after,
+              "stop after this many steps of this run (saving when --save is given)", 1);
 
   tr->add_option("--metrics", f.metrics,
                  "write the run's metrics to this file as JSON Lines, each flushed as written: a "
                  "'run' record (the step it starts from, the configuration), one per logged step "
                  "(step, epoch, loss, lr, ms_per_step, examples_per_s), one per evaluation "
                  "(split, loss, accuracy) and one per sample; --resume appends to it");
-  tr->add_option("--log-every", f.log_every, "steps between logged steps (progress and metrics)")
+  add_integer(tr, "--log-every", f.log_every, "steps between logged steps (progress and metrics)",
+              1)
       ->capture_default_str();
-  tr->add_option("--eval-every", f.eval_every,
-                 "steps between evaluations on the held-out data, and at the end (default: "
-                 "every epoch for Fashion-MNIST, the end only for text; 0: the end only)");
-  tr->add_option("--sample", f.sample,
-                 "gpt: after training, generate this many bytes continuing --prompt")
+  add_integer(tr, "--eval-every", f.eval_every,
+              "steps between evaluations on the held-out data, and at the end (default: every "
+              "epoch for Fashion-MNIST, the end only for text; 0: the end only)",
+              0);
+  add_integer(tr, "--sample", f.sample,
+              "gpt: after training, generate this many bytes continuing --prompt", 0)
       ->capture_default_str();
   tr->add_option("--temperature", f.temperature,
                  "--sample: 0 picks the likeliest byte, > 0 draws from softmax(logits / T) "
@@ -258,6 +271,11 @@ void add_train_flags(CLI::App* tr, TrainFlags& f) {
 // Every check of train's flags that can be made before work starts.
 void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
   require_count("--epochs", f.epochs, 1);
+  if (f.epochs_given && ws::models::spec(c.model).data != DataKind::fashion_mnist)
+    throw UsageError(fmt::format(
+        "--epochs {}: only the Fashion-MNIST models (mlp, cnn) have epochs; --model {} trains "
+        "--steps steps (300 unless given)",
+        f.epochs, c.model));
   if (f.steps) require_count("--steps", *f.steps, 1);
   if (f.stop_after) require_count("--stop-after", *f.stop_after, 1);
   require_count("--save-every", f.save_every, 0);
@@ -285,32 +303,137 @@ void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
   check_data(tr, c);
 }
 
+// What `train` saved in a checkpoint's trainer_state.json besides the
+// tensors ("user": the run's configuration and the data position), checked
+// field by field before anything is loaded or written: a field that is
+// missing, of another type or out of range (a hand-edited file) is a
+// UsageError naming the checkpoint, the field, its value and what it must
+// be.
+struct SavedRun {
+  json config;
+  int64_t data_step = 0;  // the data position: at or after the optimizer's step
+};
+
+SavedRun read_saved_run(const ws::CheckpointState& st) {
+  // read_checkpoint_state has checked that "user" is a JSON object.
+  const json user = json::parse(st.user_json);
+  auto fail = [&](const std::string& field, const json* value, const std::string& must) {
+    throw UsageError(fmt::format("--resume {}: trainer_state.json: {} is {}; must be {}", st.path,
+                                 field, value ? value->dump() : "missing", must));
+  };
+  auto member = [](const json& object, const char* key) -> const json* {
+    if (!object.is_object()) return nullptr;
+    const auto it = object.find(key);
+    return it == object.end() ? nullptr : &*it;
+  };
+  // An integer in [lo, hi] (a JSON number written without a fraction).
+  auto integer = [&](const std::string& field, const json* v, int64_t lo, uint64_t hi,
+                     const std::string& must) {
+    const bool ok =
+        v && v->is_number_integer() &&
+        (v->is_number_unsigned()
+             ? v->get<uint64_t>() <= hi && (lo <= 0 || v->get<uint64_t>() >= uint64_t(lo))
+             : v->get<int64_t>() >= lo &&
+                   (v->get<int64_t>() < 0 || uint64_t(v->get<int64_t>()) <= hi));
+    if (!ok) fail(field, v, must);
+    return v->is_number_unsigned() ? int64_t(v->get<uint64_t>()) : v->get<int64_t>();
+  };
+  const json* config = member(user, "config");
+  if (!config || !config->is_object())
+    fail("config", config, "an object (the run's configuration)");
+  auto text = [&](const char* key, const std::function<bool(const std::string&)>& ok,
+                  const std::string& must) {
+    const json* v = member(*config, key);
+    if (!v || !v->is_string() || !ok(v->get<std::string>()))
+      fail(std::string("config.") + key, v, must);
+  };
+  auto number = [&](const char* key, bool nonnegative) {
+    const json* v = member(*config, key);
+    if (!v || !v->is_number() || !std::isfinite(v->get<double>()) ||
+        (nonnegative && v->get<double>() < 0))
+      fail(std::string("config.") + key, v,
+           nonnegative ? "a finite number >= 0" : "a finite number");
+  };
+  const std::vector<std::string> models = ws::models::names();
+  text(
+      "model",
+      [&](const std::string& m) {
+        return std::find(models.begin(), models.end(), m) != models.end();
+      },
+      fmt::format("a model name ({})", fmt::join(models, ", ")));
+  text(
+      "optimizer", [](const std::string& o) { return o == "sgd" || o == "adam" || o == "adamw"; },
+      "\"sgd\", \"adam\" or \"adamw\"");
+  text(
+      "schedule", [](const std::string& v) { return v == "cosine" || v == "constant"; },
+      "\"cosine\" or \"constant\"");
+  text(
+      "mode",
+      [](const std::string& m) {
+        try {
+          ws::parse_mode(m);
+          return true;
+        } catch (const ws::Error&) {
+          return false;
+        }
+      },
+      "\"interpret\", \"three_graph\" or \"single_graph\"");
+  text(
+      "data", [](const std::string& d) { return !d.empty(); }, "a directory name");
+  text(
+      "text", [](const std::string& t) { return !t.empty(); }, "a file name");
+  for (const char* key : {"lr", "momentum", "max_grad_norm", "memory_budget"}) number(key, true);
+  number("weight_decay", false);  // below 0: the optimizer's default
+  const uint64_t int64_max = uint64_t(std::numeric_limits<int64_t>::max());
+  integer("config.seed", member(*config, "seed"), 0, std::numeric_limits<uint64_t>::max(),
+          fmt::format("an integer from 0 to {}", std::numeric_limits<uint64_t>::max()));
+  const int64_t steps = integer("config.steps", member(*config, "steps"), 1, int64_max,
+                                fmt::format("an integer from 1 to {}", int64_max));
+  const json* data = member(user, "data");
+  if (!data || !data->is_object())
+    fail("data", data, "an object (the data position: {\"step\": ...})");
+  SavedRun out;
+  out.data_step =
+      integer("data.step", member(*data, "step"), st.step, uint64_t(steps),
+              fmt::format("an integer from {} (the optimizer's step) to {} (config.steps)", st.step,
+                          steps));
+  out.config = *config;
+  return out;
+}
+
+// A resumed run goes on from the checkpoint's step `start`: an end (`steps`,
+// from --steps or --epochs) before it would train a negative number of
+// steps. At it, nothing is trained; the run is evaluated (and sampled).
+void check_end_after(const TrainFlags& f, int64_t steps, int64_t start) {
+  if (steps < start)
+    throw UsageError(fmt::format(
+        "{}: the checkpoint {} is at step {}; a resumed run goes on from there, so its end must "
+        "be step {} or later",
+        f.steps_given ? fmt::format("--steps {}", steps)
+                      : fmt::format("--epochs {} ({} steps)", f.epochs, steps),
+        f.resume, start, start));
+}
+
 // --resume: the run's configuration comes from the checkpoint. A flag given
 // on the command line with another value is a usage error (the run would
-// not continue as it was); --steps may extend or shorten the run, and
-// --data and --text may point to where the same data now lives.
+// not continue as it was); --steps (or --epochs) may extend or shorten the
+// run, and --data and --text may point to where the same data now lives.
 void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags& f) {
   ws::CheckpointState st;
-  json cfg;
   try {
     st = ws::read_checkpoint_state(resume);
-    cfg = json::parse(st.user_json).at("config");
-  } catch (const json::exception& e) {
-    throw UsageError(fmt::format("--resume {}: no training configuration in the checkpoint ({})",
-                                 resume, e.what()));
   } catch (const ws::Error& e) {
     throw UsageError(fmt::format("--resume {}: {}", resume, e.what()));
   }
+  const SavedRun saved_run = read_saved_run(st);
+  const json& cfg = saved_run.config;
+  f.resume = st.path;
+  // An --epochs end is checked by train, which knows an epoch's steps.
+  if (f.steps_given) check_end_after(f, *f.steps, saved_run.data_step);
   auto given = [&](const char* flag) { return tr->get_option(flag)->count() > 0; };
   auto take = [&](const char* flag, const char* key, auto& field) {
     using T = std::decay_t<decltype(field)>;
-    T saved;
-    try {
-      saved = cfg.at(key).get<T>();
-    } catch (const json::exception& e) {
-      throw UsageError(
-          fmt::format("--resume {}: the saved configuration's '{}': {}", resume, key, e.what()));
-    }
+    const T saved = cfg.at(key).get<T>();  // read_saved_run checked its type
     if (given(flag) && !(field == saved))
       throw UsageError(fmt::format(
           "{} {} differs from the checkpoint's {} ({}); a resumed run keeps its configuration",
@@ -331,10 +454,11 @@ void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags
   take("--lr", "lr", lr);
   c.optimizer = opt;
   c.lr = lr;
-  if (!given("--steps")) f.steps = cfg.value("steps", int64_t(0));
-  if (!given("--data")) c.data_dir = cfg.value("data", c.data_dir);
-  if (!given("--text")) c.text = cfg.value("text", c.text);
-  f.resume = st.path;
+  // --epochs sets the end from the epochs (train, which knows an epoch's
+  // steps); without either flag the run ends where it was to end.
+  if (!f.steps_given && !f.epochs_given) f.steps = cfg.at("steps").get<int64_t>();
+  if (!given("--data")) c.data_dir = cfg.at("data").get<std::string>();
+  if (!given("--text")) c.text = cfg.at("text").get<std::string>();
 }
 
 // A loss as the messages about it print it ("NaN", "inf").
@@ -387,13 +511,16 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
   int64_t start = 0;
   if (!f.resume.empty()) {
     enter(fmt::format("loading {}", f.resume));
+    // Checked again as loaded (adopt_config read the same file).
     const ws::CheckpointState st = ws::load_checkpoint(f.resume, *s.model, *s.opt);
     resume_lock.reset();  // read: its directory's writers may go on
-    start = json::parse(st.user_json).at("data").value("step", st.step);
+    start = read_saved_run(st).data_step;
+    check_end_after(f, steps, start);
     fmt::print("resumed from {} at step {}\n", f.resume, start);
   }
   int64_t next = start;
-  const int64_t end = std::min(steps, f.stop_after ? start + *f.stop_after : steps);
+  // --stop-after past the end (even INT64_MAX) means "until the end".
+  const int64_t end = f.stop_after && *f.stop_after < steps - start ? start + *f.stop_after : steps;
   MetricsLog metrics;
   if (!f.metrics.empty()) {
     metrics = MetricsLog(f.metrics, /*append=*/!f.resume.empty());
@@ -533,19 +660,24 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
     }
     stop_point();
     progress.break_line();
-    if (const std::string where = save(); !where.empty()) fmt::print("saved {}\n", where);
+    const int64_t ran = end - start;
+    if (ran == 0) {
+      fmt::print("nothing to train: the checkpoint is at step {}, the end of the run\n", start);
+    } else if (const std::string where = save(); !where.empty()) {
+      fmt::print("saved {}\n", where);
+    }
     if (end < steps) {
       fmt::print("stopped after step {} of {} (--stop-after)\n", end, steps);
       return 0;
     }
-    const int64_t ran = end - start;
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fmt::print(
-        "trained {} steps in {:.1f} s ({:.2f} ms/step; {:.1f} s with evaluations and saving), "
-        "traces {}{}\n",
-        ran, train_seconds, 1000 * train_seconds / double(std::max<int64_t>(ran, 1)), wall,
-        step.traces(), skipped ? fmt::format(", {} skipped (not finite)", skipped) : "");
+    if (ran > 0)
+      fmt::print(
+          "trained {} steps in {:.1f} s ({:.2f} ms/step; {:.1f} s with evaluations and saving), "
+          "traces {}{}\n",
+          ran, train_seconds, 1000 * train_seconds / double(std::max<int64_t>(ran, 1)), wall,
+          step.traces(), skipped ? fmt::format(", {} skipped (not finite)", skipped) : "");
     if (recent_n > 0)
       fmt::print("loss: first step {:.4f}, mean of the last {} steps {:.4f} ({:.2f}x lower)\n",
                  first, recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
@@ -590,6 +722,8 @@ class TrainCommand : public Command {
     add_train_flags(app_, f_);
   }
   void adopt(Common& c) override {
+    f_.steps_given = app_->get_option("--steps")->count() > 0;
+    f_.epochs_given = app_->get_option("--epochs")->count() > 0;
     if (!f_.resume.empty()) adopt_config(app_, f_.resume, c, f_);
   }
   void check(const Common& c) override {

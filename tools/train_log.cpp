@@ -26,11 +26,13 @@ void MetricsLog::write(const nlohmann::ordered_json& record) {
   // with replacement characters rather than refused.
   const std::string line =
       record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  errno = 0;
   if (std::fwrite(line.data(), 1, line.size(), file_.get()) != line.size() ||
       std::fflush(file_.get()) != 0) {
-    fmt::print(stderr, "warning: --metrics {}: cannot write ({}); no more metrics are written\n",
-               path_, std::strerror(errno));
-    file_.reset();
+    const int err = errno;
+    file_.reset();  // closed once: a later write is dropped, not retried
+    throw ws::Error(fmt::format("--metrics {}: cannot write ({}); the run stops here", path_,
+                                err ? std::strerror(err) : "write failed"));
   }
 }
 

@@ -21,8 +21,9 @@ class MetricsLog {
   // a file that cannot be opened is a ws::Error naming it.
   MetricsLog() = default;
   MetricsLog(const std::string& path, bool append);
-  // A write that fails (a full disk) is a warning on stderr, once; the run
-  // goes on without metrics.
+  // A write that fails (a full disk: the flush is checked, not only the
+  // open) is a ws::Error naming the file and the system's reason, which
+  // stops the run (exit status 1); checkpoints saved before stay as they are.
   void write(const nlohmann::ordered_json& record);
 
  private:

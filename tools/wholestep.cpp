@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <new>
 
 #include <fmt/format.h>
@@ -124,6 +125,14 @@ int dump(const Common& c, const std::string& mode, bool explain, const std::stri
   return 0;
 }
 
+// What to lower when memory runs out ("; lower --batch ..."), from the
+// command that ran, or "".
+std::string memory_hint(const std::vector<std::unique_ptr<Command>>& commands) {
+  for (const auto& cmd : commands)
+    if (cmd->parsed()) return cmd->memory_hint();
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,8 +149,8 @@ int main(int argc, char** argv) {
   auto* cmp =
       app.add_subcommand("compare", "train in every mode and compare time, memory, agreement");
   add_common(cmp, c);
-  cmp->add_option("--steps", steps, "timed steps")->capture_default_str();
-  cmp->add_option("--warmup", warmup, "untimed first steps")->capture_default_str();
+  add_integer(cmp, "--steps", steps, "timed steps", 1)->capture_default_str();
+  add_integer(cmp, "--warmup", warmup, "untimed first steps", 0)->capture_default_str();
   cmp->add_flag("--no-alias-rows", no_alias_rows, "also run the compiled modes with aliasing off");
   bool unfused_rows = false, no_fuse = false, save_all_rows = false;
   cmp->add_flag("--unfused-rows", unfused_rows, "also run the compiled modes without fusion");
@@ -151,9 +160,9 @@ int main(int argc, char** argv) {
   int top = 12;
   auto* pr = app.add_subcommand("profile", "time every kernel of a compiled step");
   add_common(pr, c);
-  pr->add_option("--steps", steps, "profiled steps")->capture_default_str();
+  add_integer(pr, "--steps", steps, "profiled steps", 1)->capture_default_str();
   pr->add_option("--mode", mode, "three_graph | single_graph")->capture_default_str();
-  pr->add_option("--top", top, "kernels listed")->capture_default_str();
+  add_integer(pr, "--top", top, "kernels listed", 1)->capture_default_str();
   std::string trace;
   pr->add_option("--trace", trace, "write the last step as Chrome trace JSON to this file");
   pr->add_flag("--no-fuse", no_fuse, "one kernel per op (for comparison)");
@@ -188,15 +197,22 @@ int main(int argc, char** argv) {
     // SIGINT and SIGTERM stop every command promptly, with 130 or 143 and
     // a line saying where (stop.hpp); train stops between steps and saves.
     install_stop_handlers("checking the flags, files and data");
+    for (CLI::App* sub : app.get_subcommands())
+      if (sub->parsed()) check_no_empty_values(sub);
     for (CLI::App* sub : {cmp, pr, dp})
       if (sub->parsed()) check_common(sub, c);
     if (cmp->parsed()) {
       require_count("--steps", steps, 1);
       require_count("--warmup", warmup, 0);
+      // compare runs --steps + --warmup steps, which must be a count too.
+      if (steps > std::numeric_limits<int64_t>::max() - warmup)
+        throw UsageError(fmt::format("--steps {} with --warmup {}: more than {} steps in all",
+                                     steps, warmup, std::numeric_limits<int64_t>::max()));
       check_data(cmp, c);
     }
     if (pr->parsed()) {
       require_count("--steps", steps, 1);
+      require_at_most("--steps", steps, std::numeric_limits<int>::max());  // StepProfile's int
       require_count("--top", top, 1);
       if (mode == "interpret") throw UsageError("--mode interpret: profile times compiled modes");
       if (!trace.empty()) check_output_file("--trace", trace);
@@ -221,6 +237,11 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 2;
+  } catch (const ws::OutOfMemory& e) {
+    // The user's sizes, not a bug: how much was asked for, and what to lower.
+    fmt::print(stderr, "error: {} ({:.1f} GiB){}\n", e.what(), double(e.bytes()) / double(1 << 30),
+               memory_hint(commands));
+    return 1;
   } catch (const ws::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
@@ -231,7 +252,7 @@ int main(int argc, char** argv) {
                e.what());
     return 70;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "error: out of memory\n");
+    fmt::print(stderr, "error: out of memory{}\n", memory_hint(commands));
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -27,6 +27,20 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation the system refused: the sizes asked for (a batch, a model)
+// need more memory than the machine gives, which is not a bug. `bytes` is
+// the size of the one allocation that failed.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(size_t bytes, const std::string& what)
+      : Error("out of memory: " + what + " needs " + std::to_string(bytes) + " bytes"),
+        bytes_(bytes) {}
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+};
+
 class InternalError : public std::logic_error {
  public:
   using std::logic_error::logic_error;

@@ -12,7 +12,7 @@ namespace ws::detail {
 Storage::Storage(size_t n) : data(nullptr), bytes(n) {
   size_t rounded = ((n + 63) / 64) * 64;
   data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  WS_CHECK(data) << "out of memory allocating " << n << " bytes";
+  if (!data) throw OutOfMemory(n, "a tensor");
   std::memset(data, 0, rounded == 0 ? 64 : rounded);
 }
 

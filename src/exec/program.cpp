@@ -54,7 +54,7 @@ Executable::Executable(Program p)
       inputs_(prog_.inputs.size(), nullptr),
       outputs_(prog_.outputs.size(), nullptr),
       slot_ptrs_(prog_.slots.size(), nullptr) {
-  WS_CHECK(arena_) << "out of memory for a " << prog_.arena_bytes << "-byte arena";
+  if (!arena_) throw OutOfMemory(size_t(prog_.arena_bytes), "a program's arena");
 }
 
 void Executable::bind_input(size_t i, void* data) {

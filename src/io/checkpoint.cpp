@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -249,23 +250,39 @@ CheckpointState read_state(const std::string& dir) {
   } catch (const json::exception& e) {
     throw Error(fmt::format("load_checkpoint: {} is not JSON: {}", state_file, e.what()));
   }
+  // Each field checked for its type and range (a hand-edited file): a
+  // negative number is never wrapped into an unsigned one, nor a fraction
+  // cut to an integer.
+  const json missing;
+  auto field = [&](const json& object, const char* key) -> const json& {
+    if (!object.is_object()) return missing;
+    const auto it = object.find(key);
+    return it == object.end() ? missing : *it;
+  };
+  auto fail = [&](const std::string& name, const json& value, const std::string& must) {
+    throw Error(fmt::format("load_checkpoint: {}: {} is {}; must be {}", state_file, name,
+                            value.is_null() ? std::string("missing") : value.dump(), must));
+  };
+  // An unsigned integer at most `most`.
+  auto count = [&](const std::string& name, const json& value, uint64_t most) {
+    if (!value.is_number_unsigned() || value.get<uint64_t>() > most)
+      fail(name, value, fmt::format("an integer from 0 to {}", most));
+    return value.get<uint64_t>();
+  };
+  if (field(state, "format") != kFormat || field(state, "version") != kVersion)
+    throw Error(fmt::format("load_checkpoint: {}: format {} version {}, expected {} version {}",
+                            state_file, field(state, "format").dump(),
+                            field(state, "version").dump(), kFormat, kVersion));
   CheckpointState out;
-  try {
-    if (state.at("format") != kFormat || state.at("version") != kVersion)
-      throw Error(fmt::format("load_checkpoint: {}: format {} version {}, expected {} version {}",
-                              state_file, state.at("format").dump(), state.at("version").dump(),
-                              kFormat, kVersion));
-    out.step = state.at("step").get<int64_t>();
-    out.random_stream = {state.at("random_stream").at("seed").get<uint64_t>(),
-                         state.at("random_stream").at("offset").get<uint64_t>()};
-    if (!state.at("user").is_object())
-      throw Error(fmt::format("load_checkpoint: {}: \"user\" is not an object", state_file));
-    out.user_json = state.at("user").dump();
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("load_checkpoint: {}: {}", state_file, e.what()));
-  }
-  if (out.step < 0)
-    throw Error(fmt::format("load_checkpoint: {}: step {} < 0", state_file, out.step));
+  out.step =
+      int64_t(count("step", field(state, "step"), uint64_t(std::numeric_limits<int64_t>::max())));
+  const json& rs = field(state, "random_stream");
+  const uint64_t most = std::numeric_limits<uint64_t>::max();
+  out.random_stream = {count("random_stream.seed", field(rs, "seed"), most),
+                       count("random_stream.offset", field(rs, "offset"), most)};
+  if (!field(state, "user").is_object())
+    fail("user", field(state, "user"), "an object (what the saver added)");
+  out.user_json = field(state, "user").dump();
   out.path = dir;
   return out;
 }

@@ -175,18 +175,23 @@ TrainSetup make_setup(const Spec& s, const OptimizerChoice& o) {
 
 std::vector<Tensor> random_batch(const Spec& s, uint64_t seed) {
   data::SplitMix64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  // Filled in place: a batch too large for memory is a ws::OutOfMemory
+  // naming its bytes (a tensor's storage), not a std::bad_alloc.
   auto ints = [&](const Shape& shape, int64_t hi) {
-    std::vector<int64_t> v(size_t(numel(shape)));
-    for (int64_t& x : v) x = int64_t(rng.next() % uint64_t(hi));
-    return Tensor::from_vector(v, shape);
+    Tensor t = Tensor::empty(shape, DType::i64);
+    int64_t* p = t.data<int64_t>();
+    for (int64_t i = 0, n = numel(shape); i < n; ++i) p[i] = int64_t(rng.next() % uint64_t(hi));
+    return t;
   };
-  if (s.data == DataKind::text)
-    return {ints({s.batch, s.gpt.context}, s.gpt.vocab),
-            ints({s.batch, s.gpt.context}, s.gpt.vocab)};
+  if (s.data == DataKind::text) {
+    Tensor inputs = ints({s.batch, s.gpt.context}, s.gpt.vocab);
+    return {inputs, ints({s.batch, s.gpt.context}, s.gpt.vocab)};
+  }
   const int64_t features = s.data == DataKind::synthetic ? s.sizes.front() : 784;
-  std::vector<float> x(size_t(s.batch * features));
-  for (float& v : x) v = float(rng.uniform() * 2 - 1);
-  return {Tensor::from_vector(x, {s.batch, features}), ints({s.batch}, 10)};
+  Tensor x = Tensor::empty({s.batch, features});
+  float* p = x.data<float>();
+  for (int64_t i = 0, n = s.batch * features; i < n; ++i) p[i] = float(rng.uniform() * 2 - 1);
+  return {x, ints({s.batch}, 10)};
 }
 
 }  // namespace ws::models

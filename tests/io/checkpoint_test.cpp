@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -313,6 +314,27 @@ TEST(Checkpoint, BadCheckpointsChangeNothing) {
   fs::remove(opt_file);
   expect_refused("(it does not exist)", opt_file);
   write_bytes(opt_file, opt_bytes);
+
+  // trainer_state.json's fields of another type or out of range, never
+  // converted (a negative seed wrapped, a fraction cut to an integer).
+  for (const auto& [field, value, text] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"step", "x", "step is \"x\"; must be an integer from 0 to 9223372036854775807"},
+           {"step", -3, "step is -3; must be an integer from 0"},
+           {"step", 2.5, "step is 2.5; must be an integer from 0"},
+           {"seed", -1,
+            "random_stream.seed is -1; must be an integer from 0 to "
+            "18446744073709551615"},
+           {"user", nlohmann::json::array(), "user is []; must be an object"},
+       }) {
+    nlohmann::json state = nlohmann::json::parse(state_bytes);
+    (field == "seed" ? state["random_stream"]["seed"] : state[field]) = value;
+    const std::string edited = state.dump();
+    write_bytes(state_file, {edited.begin(), edited.end()});
+    expect_refused(text, state_file);
+    EXPECT_THROW(read_checkpoint_state(ckpt), Error);
+  }
+  write_bytes(state_file, state_bytes);
 
   // Missing, extra, mis-shaped and mis-typed tensors.
   auto rewrite_model = [&](const std::function<void(nn::NamedTensors&)>& edit) {

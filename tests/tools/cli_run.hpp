@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -65,6 +67,26 @@ inline void expect_usage_error(const std::string& args, const std::string& messa
   EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "work started: " << r.out;
+}
+
+// Fashion-MNIST IDX files (uncompressed; the reader takes both) holding n
+// all-zero examples of class 0, in `dir`.
+inline void write_fashion_mnist(const std::string& dir, int n) {
+  auto idx = [](const std::vector<int32_t>& dims, uint8_t type_dims) {
+    std::string b = {0, 0, 8, char(type_dims)};
+    for (int32_t d : dims)
+      for (int s = 24; s >= 0; s -= 8) b.push_back(char((d >> s) & 0xff));
+    int64_t count = 1;
+    for (int32_t d : dims) count *= d;
+    b.append(size_t(count), '\0');
+    return b;
+  };
+  for (const char* split : {"train", "t10k"}) {
+    std::ofstream(fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split), std::ios::binary)
+        << idx({n, 28, 28}, 3);
+    std::ofstream(fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split), std::ios::binary)
+        << idx({n}, 1);
+  }
 }
 
 // Two checkpoint directories hold the same parameters and optimizer state,

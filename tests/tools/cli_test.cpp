@@ -50,25 +50,6 @@ TEST(Cli, NonFiniteAndUnknownValuesAreUsageErrors) {
   expect_usage_error("train --schedule linear", "--schedule linear: expected cosine or constant");
 }
 
-// IDX files (uncompressed; the reader takes both) holding n examples.
-void write_fashion_mnist(const std::string& dir, int n) {
-  auto idx = [](const std::vector<int32_t>& dims, uint8_t type_dims) {
-    std::string b = {0, 0, 8, char(type_dims)};
-    for (int32_t d : dims)
-      for (int s = 24; s >= 0; s -= 8) b.push_back(char((d >> s) & 0xff));
-    int64_t count = 1;
-    for (int32_t d : dims) count *= d;
-    b.append(size_t(count), '\0');
-    return b;
-  };
-  for (const char* split : {"train", "t10k"}) {
-    std::ofstream(fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split), std::ios::binary)
-        << idx({n, 28, 28}, 3);
-    std::ofstream(fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split), std::ios::binary)
-        << idx({n}, 1);
-  }
-}
-
 TEST(Cli, FilesAndDataSetsAreCheckedBeforeWork) {
   const std::string dir = temp_dir("files");
   // A directory the user named that does not exist is not a missing package.
