@@ -504,6 +504,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
        .memory_budget = c.memory_budget,
        .on_nonfinite = f.skip_nonfinite ? ws::NonFinite::skip : ws::NonFinite::ignore});
   int64_t skipped = 0;
+  int64_t one_thread = 0;  // steps run on one thread (StepOptions::adapt_threads)
   Evaluator evaluator(c, spec, model);
   const int64_t eval_every = f.eval_every.value_or(source.epoch_steps());
   // The data position: the step index of the run, which runs ahead of the
@@ -597,6 +598,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
       train_seconds += secs;
+      one_thread += r.threads < ws::num_threads();
       next = i + 1;
       if (r.skipped) {
         ++skipped;
@@ -675,9 +677,13 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
     if (ran > 0)
       fmt::print(
           "trained {} steps in {:.1f} s ({:.2f} ms/step; {:.1f} s with evaluations and saving), "
-          "traces {}{}\n",
+          "traces {}{}{}\n",
           ran, train_seconds, 1000 * train_seconds / double(std::max<int64_t>(ran, 1)), wall,
-          step.traces(), skipped ? fmt::format(", {} skipped (not finite)", skipped) : "");
+          step.traces(), skipped ? fmt::format(", {} skipped (not finite)", skipped) : "",
+          one_thread ? fmt::format(", {} on one thread (probes, or kept while faster: other "
+                                   "processes held the cores)",
+                                   one_thread)
+                     : "");
     if (recent_n > 0)
       fmt::print("loss: first step {:.4f}, mean of the last {} steps {:.4f} ({:.2f}x lower)\n",
                  first, recent_n, recent / double(recent_n), first / (recent / double(recent_n)));

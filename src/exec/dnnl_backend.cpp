@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
 #include "exec/loops.hpp"
 #include "exec/parallel.hpp"
@@ -404,6 +405,8 @@ ConvDescs conv_descs(const Conv2dGeom& g) {
   return c;
 }
 
+}  // namespace
+
 std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
   auto k = std::make_shared<DnnlOp>();
   const ConvDescs c = conv_descs(g);
@@ -444,81 +447,7 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
   return k;
 }
 
-// conv2d_weight_grad as a sum over parts of the batch, so its bits do not
-// depend on the team. oneDNN's own primitive splits the batch among the
-// threads it is made for and adds their partial sums, so a weight gradient
-// made for 2 threads differs in its last bits from one made for 1 (the only
-// backend op whose result depends on the team: products and the other
-// convolutions compute each output whole on one thread). Here the split is
-// fixed by the shape: kWeightGradParts parts of the batch (fewer for a small
-// batch), each a primitive made for one thread, run in parallel over the
-// parts and added in part order. Any team, 1 included, gives the same bits;
-// on 2 threads it runs as fast as oneDNN's own split (benchmarks/).
-constexpr int64_t kWeightGradParts = 4;
-
-class BatchPartsOp final : public BackendOp {
- public:
-  explicit BatchPartsOp(const Conv2dGeom& g) {
-    const int64_t parts = std::min(g.n, kWeightGradParts);
-    x_image_ = g.c * g.h * g.w;
-    dy_image_ = g.o * g.oh * g.ow;
-    dw_numel_ = g.o * (g.c / g.groups) * g.kh * g.kw;
-    TeamScope one(1);  // each part runs on one thread
-    for (int64_t i = 0; i < parts; ++i) {
-      Conv2dGeom gi = g;
-      first_.push_back(g.n * i / parts);
-      gi.n = g.n * (i + 1) / parts - first_.back();
-      Part p{make_conv(Op::conv2d_weight_grad, gi), scratch_bytes_, -1};
-      scratch_bytes_ += align64(p.op->scratch_bytes());
-      if (i > 0) p.sum_offset = scratch_bytes_, scratch_bytes_ += align64(dw_numel_ * 4);
-      flops_ += p.op->flops();
-      parts_.push_back(std::move(p));
-    }
-    impl_ = fmt::format("{} batch parts, each {}", parts, parts_[0].op->impl());
-  }
-  int64_t scratch_bytes() const override { return scratch_bytes_; }
-  const std::string& impl() const override { return impl_; }
-  int64_t flops() const override { return flops_; }
-
-  void run(const void* a, const void* b, void* out, void* scratch, const void*,
-           const void*) const override {
-    const auto* x = static_cast<const float*>(a);
-    const auto* dy = static_cast<const float*>(b);
-    auto* base = static_cast<std::byte*>(scratch);
-    auto sum = [&](size_t i) {
-      return i == 0 ? static_cast<float*>(out)
-                    : reinterpret_cast<float*>(base + parts_[i].sum_offset);
-    };
-    parallel_for(
-        int64_t(parts_.size()), 1,
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) {
-            const Part& p = parts_[size_t(i)];
-            p.op->run(x + first_[size_t(i)] * x_image_, dy + first_[size_t(i)] * dy_image_,
-                      sum(size_t(i)), base + p.scratch_offset);
-          }
-        },
-        1);
-    float* dw = sum(0);
-    parallel_for(dw_numel_, kCheapGrain / int64_t(parts_.size()), [&](int64_t lo, int64_t hi) {
-      for (size_t i = 1; i < parts_.size(); ++i) {
-        const float* s = sum(i);
-        for (int64_t j = lo; j < hi; ++j) dw[j] += s[j];
-      }
-    });
-  }
-
- private:
-  struct Part {
-    std::shared_ptr<const BackendOp> op;
-    int64_t scratch_offset = 0;
-    int64_t sum_offset = -1;  // where its partial sum goes (the first: `out`)
-  };
-  std::vector<Part> parts_;
-  std::vector<int64_t> first_;  // each part's first image
-  int64_t x_image_ = 0, dy_image_ = 0, dw_numel_ = 0, scratch_bytes_ = 0, flops_ = 0;
-  std::string impl_;
-};
+namespace {
 
 const char* isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
@@ -579,33 +508,9 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
     return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false,
                        op == Op::matmul_bias);
   const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
-  if (op == Op::conv2d_weight_grad) return std::make_shared<BatchPartsOp>(g);
+  if (op == Op::conv2d_weight_grad) return make_weight_grad_in_parts(g);
   return make_conv(op, g);
 }
-
-// A backend op made twice when the pool has several threads, for the whole
-// pool and for one thread, running the one team() asks for: a oneDNN
-// primitive keeps the team it was made for whatever OpenMP is told later,
-// so a step that runs on one thread under load needs primitives made for
-// one. The two give the same bits (each output is computed whole on one
-// thread; the weight gradient, which is not, splits its batch itself).
-class TeamOrSoloOp final : public BackendOp {
- public:
-  TeamOrSoloOp(std::shared_ptr<const BackendOp> whole, std::shared_ptr<const BackendOp> solo)
-      : whole_(std::move(whole)), solo_(std::move(solo)) {}
-  int64_t scratch_bytes() const override {
-    return std::max(whole_->scratch_bytes(), solo_->scratch_bytes());
-  }
-  const std::string& impl() const override { return whole_->impl(); }
-  int64_t flops() const override { return whole_->flops(); }
-  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
-           const void* extra2) const override {
-    (team() == 1 ? solo_ : whole_)->run(a, b, out, scratch, extra, extra2);
-  }
-
- private:
-  std::shared_ptr<const BackendOp> whole_, solo_;
-};
 
 }  // namespace
 
@@ -621,7 +526,7 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
   }
   if (num_threads() == 1 || op == Op::conv2d_weight_grad || whole->flops() == 0) return whole;
   TeamScope one(1);
-  return std::make_shared<TeamOrSoloOp>(
+  return make_team_or_solo(
       whole, build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides));
 }
 
