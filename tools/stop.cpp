@@ -141,4 +141,8 @@ int claim_stop() {
   return g_signal.load();
 }
 
+void stop_point() {
+  if (stop_requested()) throw Interrupted{};
+}
+
 }  // namespace cli
