@@ -162,6 +162,8 @@ void check_common(CLI::App* app, const Common& c) {
   require_nonnegative("--max-grad-norm", c.max_grad_norm);
   require_nonnegative("--memory-budget", c.memory_budget);
   require(c.threads >= 0, "--threads", std::to_string(c.threads), "must be >= 0 (0: all cores)");
+  // OpenMP would try to start every one of them at the first parallel region.
+  require(c.threads <= 1024, "--threads", std::to_string(c.threads), "must be at most 1024");
   require(c.schedule == "cosine" || c.schedule == "constant", "--schedule", c.schedule,
           "expected cosine or constant");
 }

@@ -91,6 +91,7 @@ TEST(Cli, IntegersOutsideTheirFlagsRangeAreUsageErrors) {
   expect_usage_error("dump --seed 18446744073709551616",
                      "--seed 18446744073709551616: out of range");
   expect_usage_error("graph --threads -2147483649", "--threads -2147483649: out of range");
+  expect_usage_error("train --threads 2000000000", "--threads 2000000000: must be at most 1024");
   // What the commands make of a count must fit too.
   expect_usage_error("compare --steps 9223372036854775807 --warmup 3",
                      "--steps 9223372036854775807 with --warmup 3: more than");
