@@ -25,16 +25,11 @@ namespace {
 
 int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
-// conv2d_weight_grad as a sum over parts of the batch, so its bits do not
-// depend on the team. oneDNN's own primitive splits the batch among the
-// threads it is made for and adds their partial sums, so a weight gradient
-// made for 2 threads differs in its last bits from one made for 1 (the only
-// backend op whose result depends on the team: products and the other
-// convolutions compute each output whole on one thread). Here the split is
-// fixed by the shape: kWeightGradParts parts of the batch (fewer for a small
-// batch), each a primitive made for one thread, run in parallel over the
-// parts and added in part order. Any team, 1 included, gives the same bits;
-// on 2 threads it runs as fast as oneDNN's own split (benchmarks/).
+// conv2d_weight_grad as a sum over parts of the batch fixed by the shape:
+// kWeightGradParts parts (fewer for a small batch), each a primitive made
+// for one thread, run in parallel over the parts and added in part order.
+// On the cnn's two threads it runs as fast as oneDNN's own split, on one
+// thread 3% slower (docs/performance.md, "A loaded machine").
 constexpr int64_t kWeightGradParts = 4;
 
 class BatchPartsOp final : public BackendOp {
@@ -101,12 +96,8 @@ class BatchPartsOp final : public BackendOp {
   std::string impl_;
 };
 
-// A backend op made twice when the pool has several threads, for the whole
-// pool and for one thread, running the one team() asks for: a oneDNN
-// primitive keeps the team it was made for whatever OpenMP is told later,
-// so a step that runs on one thread under load needs primitives made for
-// one. The two give the same bits (each output is computed whole on one
-// thread; the weight gradient, which is not, splits its batch itself).
+// A backend op made for the whole pool and for one thread, running the one
+// team() asks for.
 class TeamOrSoloOp final : public BackendOp {
  public:
   TeamOrSoloOp(std::shared_ptr<const BackendOp> whole, std::shared_ptr<const BackendOp> solo)
