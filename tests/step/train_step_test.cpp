@@ -171,6 +171,27 @@ TEST(TrainStep, LossMustBeAScalar) {
   EXPECT_NE(msg.find("f32[8,5]"), std::string::npos) << msg;
 }
 
+// A step's oneDNN primitives are made for a team of their own; inside a
+// user's parallel region they would run on one thread and skip work.
+TEST(TrainStep, ARunInsideAnOpenMpParallelRegionIsAnError) {
+  SmallMlp run(2);
+  models::Mlp* m = run.model.get();
+  TrainStep step(*run.model, *run.opt, [m](const std::vector<Tensor>& d) {
+    return nn::cross_entropy(m->forward(d[0]), d[1]);
+  });
+  const std::vector<Tensor> batch = testing::random_batches(1, 4)[0];
+  std::string msg;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp master
+    msg = testing::error_of([&] { step.run(batch); });
+  }
+  EXPECT_NE(msg.find("a training step was called inside an OpenMP parallel region"),
+            std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(step.run(batch));  // outside the region it runs
+}
+
 TEST(TrainStep, ReadingATracedValueNamesTheLine) {
   SmallMlp run(2);
   models::Mlp* m = run.model.get();
