@@ -15,35 +15,63 @@
 
 namespace ws::exec {
 
+// False for every op: a static_assert on it fires only in the branch of an
+// `if constexpr` chain that is instantiated, so an op that reaches the end of
+// a chain below (an op of ops.def without its definition there) is a
+// compile error naming the function that lacks it.
+template <ir::Op op>
+inline constexpr bool kNoDefinition = false;
+
 // The definition in f64: evaluate in double, round once to T.
 template <ir::Op op, class T>
 inline T unary_value_f64(T x) {
   using ir::Op;
   const double d = double(x);
-  if constexpr (op == Op::neg) return T(-x);
-  if constexpr (op == Op::exp) return T(std::exp(d));
-  if constexpr (op == Op::log) return T(std::log(d));
-  if constexpr (op == Op::tanh) return T(std::tanh(d));
-  if constexpr (op == Op::sigmoid) return T(1.0 / (1.0 + std::exp(-d)));
-  if constexpr (op == Op::sqrt) return T(std::sqrt(d));
-  if constexpr (op == Op::rsqrt) return T(1.0 / std::sqrt(d));
-  if constexpr (op == Op::erf) return T(std::erf(d));
+  if constexpr (op == Op::neg)
+    return T(-x);
+  else if constexpr (op == Op::exp)
+    return T(std::exp(d));
+  else if constexpr (op == Op::log)
+    return T(std::log(d));
+  else if constexpr (op == Op::tanh)
+    return T(std::tanh(d));
+  else if constexpr (op == Op::sigmoid)
+    return T(1.0 / (1.0 + std::exp(-d)));
+  else if constexpr (op == Op::sqrt)
+    return T(std::sqrt(d));
+  else if constexpr (op == Op::rsqrt)
+    return T(1.0 / std::sqrt(d));
+  else if constexpr (op == Op::erf)
+    return T(std::erf(d));
+  else
+    static_assert(kNoDefinition<op>, "unary_value_f64: a unary op without its f64 definition");
 }
 
 // y[i] = op(x[i]) for i < n: the array form every kernel calls, so the
 // reference and the compiled kernels compute each element the same way.
 // Element i depends on x[i] alone, never on where a chunk of work starts.
+// f32 runs vec_math's function for the op (neg excepted: exact either way);
+// an op without one does not compile.
 template <ir::Op op, class T>
 inline void unary_array(const T* x, T* y, int64_t n) {
   using ir::Op;
   if constexpr (std::is_same_v<T, float> && op != Op::neg) {
-    if constexpr (op == Op::exp) exp_f32(x, y, n);
-    if constexpr (op == Op::log) log_f32(x, y, n);
-    if constexpr (op == Op::tanh) tanh_f32(x, y, n);
-    if constexpr (op == Op::sigmoid) sigmoid_f32(x, y, n);
-    if constexpr (op == Op::sqrt) sqrt_f32(x, y, n);
-    if constexpr (op == Op::rsqrt) rsqrt_f32(x, y, n);
-    if constexpr (op == Op::erf) erf_f32(x, y, n);
+    if constexpr (op == Op::exp)
+      exp_f32(x, y, n);
+    else if constexpr (op == Op::log)
+      log_f32(x, y, n);
+    else if constexpr (op == Op::tanh)
+      tanh_f32(x, y, n);
+    else if constexpr (op == Op::sigmoid)
+      sigmoid_f32(x, y, n);
+    else if constexpr (op == Op::sqrt)
+      sqrt_f32(x, y, n);
+    else if constexpr (op == Op::rsqrt)
+      rsqrt_f32(x, y, n);
+    else if constexpr (op == Op::erf)
+      erf_f32(x, y, n);
+    else
+      static_assert(kNoDefinition<op>, "unary_array: a unary op without its f32 function");
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = unary_value_f64<op>(x[i]);
   }
@@ -112,19 +140,32 @@ bool with_binary_op(ir::Op op, F&& f) {
 template <ir::Op op, class T>
 inline auto binary_value(T a, T b) {
   using ir::Op;
-  if constexpr (op == Op::add) return T(a + b);
-  if constexpr (op == Op::sub) return T(a - b);
-  if constexpr (op == Op::mul) return T(a * b);
-  if constexpr (op == Op::div) return T(a / b);
-  if constexpr (op == Op::pow) return T(std::pow(double(a), double(b)));  // as the reference
-  if constexpr (op == Op::maximum)
+  if constexpr (op == Op::add)
+    return T(a + b);
+  else if constexpr (op == Op::sub)
+    return T(a - b);
+  else if constexpr (op == Op::mul)
+    return T(a * b);
+  else if constexpr (op == Op::div)
+    return T(a / b);
+  else if constexpr (op == Op::pow)
+    return T(std::pow(double(a), double(b)));  // as the reference
+  else if constexpr (op == Op::maximum)
     return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
-  if constexpr (op == Op::eq) return uint8_t(a == b);
-  if constexpr (op == Op::ne) return uint8_t(a != b);
-  if constexpr (op == Op::lt) return uint8_t(a < b);
-  if constexpr (op == Op::le) return uint8_t(a <= b);
-  if constexpr (op == Op::gt) return uint8_t(a > b);
-  if constexpr (op == Op::ge) return uint8_t(a >= b);
+  else if constexpr (op == Op::eq)
+    return uint8_t(a == b);
+  else if constexpr (op == Op::ne)
+    return uint8_t(a != b);
+  else if constexpr (op == Op::lt)
+    return uint8_t(a < b);
+  else if constexpr (op == Op::le)
+    return uint8_t(a <= b);
+  else if constexpr (op == Op::gt)
+    return uint8_t(a > b);
+  else if constexpr (op == Op::ge)
+    return uint8_t(a >= b);
+  else
+    static_assert(kNoDefinition<op>, "binary_value: a binary op without its definition");
 }
 
 }  // namespace ws::exec
