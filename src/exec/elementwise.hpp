@@ -12,6 +12,7 @@
 
 #include "exec/vec_math.hpp"
 #include "ir/op.hpp"
+#include "wholestep/error.hpp"
 
 namespace ws::exec {
 
@@ -135,8 +136,13 @@ bool with_binary_op(ir::Op op, F&& f) {
   return detail::with_op<detail::BinaryPred>(op, f, std::make_index_sequence<ir::kNumOps>{});
 }
 
-// a op b for a binary elementwise op: the one definition every optimized
-// kernel uses (comparisons give 0 or 1 as uint8_t).
+// a op b for a binary elementwise op: the one definition every kernel uses,
+// the reference's and the compiled ones' (comparisons give 0 or 1 as
+// uint8_t). Evaluated in T, except pow, through double; for floats this is
+// the f64 definition rounded once to T. maximum: NaN if either operand is
+// NaN, else the larger, and b when they compare equal (so maximum(+0, -0) is
+// -0). Integer division by zero throws ws::Error (the compiled programs run
+// integer ops through the reference kernels; only floats are vectorized).
 template <ir::Op op, class T>
 inline auto binary_value(T a, T b) {
   using ir::Op;
@@ -146,13 +152,18 @@ inline auto binary_value(T a, T b) {
     return T(a - b);
   else if constexpr (op == Op::mul)
     return T(a * b);
-  else if constexpr (op == Op::div)
+  else if constexpr (op == Op::div) {
+    if constexpr (std::is_integral_v<T>)
+      if (b == 0) throw Error("div: integer division by zero");
     return T(a / b);
-  else if constexpr (op == Op::pow)
-    return T(std::pow(double(a), double(b)));  // as the reference
-  else if constexpr (op == Op::maximum)
-    return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
-  else if constexpr (op == Op::eq)
+  } else if constexpr (op == Op::pow)
+    return T(std::pow(double(a), double(b)));
+  else if constexpr (op == Op::maximum) {
+    if constexpr (std::is_floating_point_v<T>)
+      return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
+    else
+      return a > b ? a : b;
+  } else if constexpr (op == Op::eq)
     return uint8_t(a == b);
   else if constexpr (op == Op::ne)
     return uint8_t(a != b);

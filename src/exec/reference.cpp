@@ -31,37 +31,17 @@ void unary(Op op, const T* x, T* y, int64_t n) {
   WS_CHECK(known) << "not unary: " << ir::op_name(op);
 }
 
+// y[i] = a[i] op b[i] by binary_value, the definition the compiled kernels
+// use (comparisons write bool).
 template <class T>
-T binary_one(Op op, T a, T b) {
-  switch (op) {
-    case Op::add: return T(a + b);
-    case Op::sub: return T(a - b);
-    case Op::mul: return T(a * b);
-    case Op::div:
-      if constexpr (std::is_integral_v<T>) {
-        if (b == 0) throw Error("div: integer division by zero");
-      }
-      return T(a / b);
-    case Op::pow: return T(std::pow(double(a), double(b)));  // as the optimized kernel
-    case Op::maximum:
-      if constexpr (std::is_floating_point_v<T>)
-        if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-      return std::max(a, b);
-    default: WS_CHECK(false) << "not binary: " << ir::op_name(op); return T{};
-  }
-}
-
-template <class T>
-uint8_t compare_one(Op op, T a, T b) {
-  switch (op) {
-    case Op::eq: return a == b;
-    case Op::ne: return a != b;
-    case Op::lt: return a < b;
-    case Op::le: return a <= b;
-    case Op::gt: return a > b;
-    case Op::ge: return a >= b;
-    default: WS_CHECK(false) << "not a comparison"; return 0;
-  }
+void binary(Op op, const T* a, const T* b, void* y, int64_t n) {
+  const bool known = with_binary_op(op, [&](auto o) {
+    constexpr Op bop = decltype(o)::value;
+    using R = decltype(binary_value<bop>(T{}, T{}));
+    R* out = static_cast<R*>(y);
+    for (int64_t i = 0; i < n; ++i) out[i] = binary_value<bop>(a[i], b[i]);
+  });
+  WS_CHECK(known) << "not binary: " << ir::op_name(op);
 }
 
 // One [m, k] x [k, n] product; either operand may be stored transposed.
@@ -268,12 +248,6 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::div:
     case Op::pow:
     case Op::maximum:
-      return dispatch(out_type.dtype, [&](auto t) {
-        using T = decltype(t);
-        const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
-        T* y = static_cast<T*>(out);
-        for (int64_t i = 0; i < n; ++i) y[i] = binary_one(op, a[i], b[i]);
-      });
     case Op::eq:
     case Op::ne:
     case Op::lt:
@@ -282,9 +256,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::ge:
       return dispatch(in_types[0].dtype, [&](auto t) {
         using T = decltype(t);
-        const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
-        uint8_t* y = static_cast<uint8_t*>(out);
-        for (int64_t i = 0; i < n; ++i) y[i] = compare_one(op, a[i], b[i]);
+        binary(op, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), out, n);
       });
     case Op::select:
       return dispatch(out_type.dtype, [&](auto t) {
