@@ -2,6 +2,7 @@
 
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
+#include "lower/fold_constants.hpp"
 #include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
@@ -23,6 +24,9 @@ const std::vector<Pass>& all_passes() {
       {"merge_padded_sums", merge_padded_sums},
       {"move_reshapes", move_reshapes},
       {"fuse", fuse_elementwise},
+      // Last, where lowering folded constants before it was a pass: only
+      // what no fused loop computes.
+      {"fold_constants", fold_constants},
   };
   return passes;
 }
@@ -43,7 +47,7 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
   std::vector<Pass> passes;
   for (const Pass& p : all_passes()) {
     const std::string_view name = p.name;
-    if (opts.fuse || name == "simplify") passes.push_back(p);
+    if (opts.fuse || name == "simplify" || name == "fold_constants") passes.push_back(p);
   }
   return passes;
 }
