@@ -7,6 +7,7 @@ std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app, Common& c) {
   all.push_back(make_train_command(app, c));
   all.push_back(make_check_command(app, c));
   all.push_back(make_graph_command(app, c));
+  all.push_back(make_opt_command(app, c));
   return all;
 }
 

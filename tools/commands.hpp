@@ -1,6 +1,6 @@
 // Subcommands that live in their own files (train.cpp, check_cmd.cpp,
-// graph_cmd.cpp), registered by main from one list: each adds its flags,
-// may adopt flags from elsewhere, checks them before any work (a
+// graph_cmd.cpp, opt_cmd.cpp), registered by main from one list: each adds
+// its flags, may adopt flags from elsewhere, checks them before any work (a
 // UsageError: one line, exit status 2) and runs.
 #pragma once
 
@@ -18,9 +18,18 @@ class Command {
       : app_(parent.add_subcommand(name, help)) {
     add_common(app_, c);
   }
+  // Adds the subcommand `name` to `parent`, without the common flags (it
+  // trains no model).
+  Command(CLI::App& parent, const char* name, const char* help)
+      : app_(parent.add_subcommand(name, help)), common_(false) {}
   virtual ~Command() = default;
   CLI::App* app() const { return app_; }
   bool parsed() const { return app_->parsed(); }
+  // Whether it takes the common flags (then checked before check()).
+  bool takes_common() const { return common_; }
+  // Whether the backend lines (`info`) are printed first: not when stdout
+  // is the command's own output (opt's IR text).
+  virtual bool prints_backend_info() const { return true; }
   // Called first, before check_common: the command may take flags from
   // elsewhere (train --resume: from the checkpoint).
   virtual void adopt(Common&) {}
@@ -33,6 +42,9 @@ class Command {
 
  protected:
   CLI::App* app_;
+
+ private:
+  bool common_ = true;
 };
 
 // `wholestep train`: a reference model trained as one compiled step.
@@ -41,6 +53,8 @@ std::unique_ptr<Command> make_train_command(CLI::App& app, Common& c);
 std::unique_ptr<Command> make_check_command(CLI::App& app, Common& c);
 // `wholestep graph`: a Graphviz picture of a compiled step.
 std::unique_ptr<Command> make_graph_command(CLI::App& app, Common& c);
+// `wholestep opt`: lowering passes run over IR text.
+std::unique_ptr<Command> make_opt_command(CLI::App& app, Common& c);
 
 // Every command of this list, added to `app`.
 std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app, Common& c);

@@ -1,7 +1,7 @@
 // The wholestep command line: train a reference model, compare the modes,
-// print the compiled graphs. The shared flags and every check made before
-// work starts are in options.hpp; train, check and graph are in their own
-// files (commands.hpp).
+// print the compiled graphs, run lowering passes over IR text. The shared
+// flags and every check made before work starts are in options.hpp; train,
+// check, graph and opt are in their own files (commands.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   std::string mode = "single_graph";
   bool no_alias_rows = false;
 
-  // train, check, graph: each in its own file (commands.hpp).
+  // train, check, graph, opt: each in its own file (commands.hpp).
   const std::vector<std::unique_ptr<Command>> commands = add_commands(app, c);
 
   auto* cmp =
@@ -221,14 +221,19 @@ int main(int argc, char** argv) {
     if (pr->parsed() || dp->parsed()) check_mode(mode);
     for (const auto& cmd : commands)
       if (cmd->parsed()) {
-        cmd->adopt(c);
-        check_common(cmd->app(), c);
+        if (cmd->takes_common()) {
+          cmd->adopt(c);
+          check_common(cmd->app(), c);
+        }
         cmd->check(c);
       }
 
     set_phase(fmt::format("running {}", app.get_subcommands().front()->get_name()));
     ws::set_num_threads(c.threads);
-    if (!dp->parsed()) fmt::print("{}", ws::backend_info());  // what runs, before any figure
+    bool backend_lines = !dp->parsed();
+    for (const auto& cmd : commands)
+      if (cmd->parsed()) backend_lines = cmd->prints_backend_info();
+    if (backend_lines) fmt::print("{}", ws::backend_info());  // what runs, before any figure
     if (cmp->parsed()) return compare(c, steps, warmup, no_alias_rows, unfused_rows, save_all_rows);
     if (pr->parsed()) return profile(c, steps, mode, top, trace, no_fuse);
     if (dp->parsed()) return dump(c, mode, explain, dot, save_all);

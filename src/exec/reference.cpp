@@ -294,7 +294,15 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       });
     case Op::matmul_bias:  // (a @ b) + bias along the last dim
       WS_CHECK(is_floating(out_type.dtype)) << "matmul_bias on " << out_type.str();
-      if (out_type.dtype == DType::f32) return run_backend(op, attrs, in_types, in, out_type, out);
+      if (out_type.dtype == DType::f32) {
+        run_backend(op, attrs, in_types, in, out_type, out);
+        // The activation is applied after the product, as the kernel does
+        // (kernels.cpp): relu, select(y <= 0, +0, y), NaN stays.
+        if (attrs.has("activation"))
+          for (float* y = static_cast<float*>(out); y != static_cast<float*>(out) + n; ++y)
+            *y = *y <= 0.0f ? 0.0f : *y;
+        return;
+      }
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         run_reference(Op::matmul, attrs, in_types.first(2), in, out_type, out, loc);

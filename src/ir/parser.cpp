@@ -65,6 +65,8 @@ class Lexer {
 
   Token lex() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r')) ++pos_;
+    if (pos_ < s_.size() && s_[pos_] == '#')  // a comment, to the end of the line
+      while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_;
     Token t{Tok::end, "", line_};
     if (pos_ >= s_.size()) return t;
     size_t start = pos_;

@@ -14,7 +14,9 @@
 // or `nan` (`0.0`, `1e-05`, `-inf`), integer lists `[1,2]`, float lists
 // `f64[1.0,2.5]`, strings `"..."` with \" \\ \n escapes. Attributes print
 // sorted by name. `@ "file":line` is the source location (omitted when
-// unknown or when PrintOptions::locations is false).
+// unknown or when PrintOptions::locations is false). The parser skips
+// comments, from `#` outside a string to the end of the line; the printer
+// writes none.
 #pragma once
 
 #include <string>

@@ -7,7 +7,7 @@ namespace ws::lower {
 using ir::Op;
 using ir::ValueId;
 
-ir::Graph fuse_activation_into_product(const ir::Graph& g) {
+ir::Graph fuse_activation_into_product(const ir::Graph& g, bool* changed) {
   // product -> its relu's select, for the products whose only readers are
   // le(y, 0) and select(le, 0, y).
   std::vector<ValueId> relu_of(g.nodes.size(), ir::kNoValue);
@@ -31,7 +31,7 @@ ir::Graph fuse_activation_into_product(const ir::Graph& g) {
   std::vector<bool> rectified(g.nodes.size(), false);  // selects that are their product
   for (ValueId y = 0; y < g.size(); ++y)
     if (relu_of[size_t(y)] != ir::kNoValue) rectified[size_t(relu_of[size_t(y)])] = true;
-  return rewrite_nodes(g, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
+  return rewrite_nodes(g, changed, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
     if (relu_of[size_t(v)] != ir::kNoValue) {
       ir::Node p = n;
       p.attrs.set("activation", std::string("relu"));

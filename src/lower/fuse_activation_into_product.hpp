@@ -20,6 +20,6 @@
 
 namespace ws::lower {
 
-ir::Graph fuse_activation_into_product(const ir::Graph& g);
+ir::Graph fuse_activation_into_product(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

@@ -5,7 +5,7 @@ namespace ws::lower {
 using ir::Op;
 using ir::ValueId;
 
-ir::Graph fuse_bias_into_product(const ir::Graph& g) {
+ir::Graph fuse_bias_into_product(const ir::Graph& g, bool* changed) {
   const std::vector<int> uses = ir::use_counts(g);
   // add -> (product, bias); the product is then absorbed.
   std::vector<ValueId> product_of(g.nodes.size(), ir::kNoValue), bias_of(g.nodes.size());
@@ -28,6 +28,7 @@ ir::Graph fuse_bias_into_product(const ir::Graph& g) {
       break;
     }
   }
+  if (changed) *changed = any;
   if (!any) return g;
   ir::Graph out;
   out.name = g.name;

@@ -15,6 +15,6 @@
 
 namespace ws::lower {
 
-ir::Graph fuse_bias_into_product(const ir::Graph& g);
+ir::Graph fuse_bias_into_product(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

@@ -26,6 +26,9 @@ class Fuser {
     return rebuild();
   }
 
+  // Whether run() grouped, dropped or reordered anything.
+  bool changed() const { return changed_; }
+
  private:
   // A group: its members in id order, and what bounds it.
   struct Group {
@@ -375,6 +378,9 @@ class Fuser {
       }
     }
     ir::copy_interface(g_, map, out);
+    // Every node of g in its own unit, in g's order: g as it was.
+    changed_ = order.size() != n_;
+    for (size_t i = 0; i < order.size() && !changed_; ++i) changed_ = order[i] != int64_t(i);
     return out;
   }
 
@@ -469,10 +475,16 @@ class Fuser {
   std::vector<bool> is_output_;
   std::vector<ValueId> update_of_;  // an update output's input, else kNoValue
   int32_t epoch_ = 0;
+  bool changed_ = false;
 };
 
 }  // namespace
 
-ir::Graph fuse_elementwise(const ir::Graph& g) { return Fuser(g).run(); }
+ir::Graph fuse_elementwise(const ir::Graph& g, bool* changed) {
+  Fuser f(g);
+  ir::Graph out = f.run();
+  if (changed) *changed = f.changed();
+  return out;
+}
 
 }  // namespace ws::lower

@@ -23,6 +23,6 @@
 
 namespace ws::lower {
 
-ir::Graph fuse_elementwise(const ir::Graph& g);
+ir::Graph fuse_elementwise(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

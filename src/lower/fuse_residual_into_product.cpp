@@ -7,7 +7,7 @@ namespace ws::lower {
 using ir::Op;
 using ir::ValueId;
 
-ir::Graph fuse_residual_into_product(const ir::Graph& g) {
+ir::Graph fuse_residual_into_product(const ir::Graph& g, bool* changed) {
   const std::vector<int> uses = ir::use_counts(g);
   std::vector<bool> is_output(g.nodes.size(), false);
   for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
@@ -28,7 +28,7 @@ ir::Graph fuse_residual_into_product(const ir::Graph& g) {
     }
   }
   // A product stays where it is, dead once its add reads its operands.
-  return rewrite_nodes(g, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
+  return rewrite_nodes(g, changed, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
     const ValueId y = product_of[size_t(v)];
     if (y == ir::kNoValue) return ir::kNoValue;
     // y is already in `out` (it precedes its add): read its renamed operands

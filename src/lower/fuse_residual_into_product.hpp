@@ -18,6 +18,6 @@
 
 namespace ws::lower {
 
-ir::Graph fuse_residual_into_product(const ir::Graph& g);
+ir::Graph fuse_residual_into_product(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

@@ -40,7 +40,7 @@ bool scaled(const ir::Graph& g, const std::vector<int>& uses, ValueId x, ValueId
 
 }  // namespace
 
-ir::Graph fuse_update_into_product(const ir::Graph& g) {
+ir::Graph fuse_update_into_product(const ir::Graph& g, bool* changed) {
   const std::vector<int> uses = ir::use_counts(g);
   std::map<ValueId, Match> at_update;  // update value -> what it absorbs
   std::vector<bool> absorbed(g.nodes.size(), false);
@@ -84,6 +84,7 @@ ir::Graph fuse_update_into_product(const ir::Graph& g) {
       break;
     }
   }
+  if (changed) *changed = !at_update.empty();
   if (at_update.empty()) return g;
   ir::Graph out;
   out.name = g.name;

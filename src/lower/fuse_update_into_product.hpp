@@ -40,6 +40,6 @@
 
 namespace ws::lower {
 
-ir::Graph fuse_update_into_product(const ir::Graph& g);
+ir::Graph fuse_update_into_product(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

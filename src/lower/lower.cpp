@@ -1,7 +1,9 @@
 // The lowering pipeline, in order:
 //  1. graph passes  (pipeline.hpp) simplify: CSE and DCE, so no kernel
 //                   computes a dead or repeated value; fuse: elementwise
-//                   chains become loop fusions, one kernel each.
+//                   chains become loop fusions, one kernel each;
+//                   fold_constants: small values of constants alone become
+//                   constants.
 //  2. operands      decide which operands a kernel reads as one value (a `full`
 //                   or a broadcast 0-d value) and which elementwise operands
 //                   are broadcasts read from their source through strides:
@@ -11,9 +13,9 @@
 //                   parameter precedes its update); a reshape is a view of
 //                   its operand, with no kernel; a product read only by a
 //                   transpose writes the transposed layout itself; a small
-//                   value computed from constants alone (a causal mask from
-//                   iotas) is computed here, once, into the program's
-//                   constants.
+//                   source (`full`, `iota`, `constant`: fold_constants.cpp
+//                   made values of constants alone constants) is computed
+//                   here, once, into the program's constants.
 //  4. alias         updates written into their inputs' storage when safe.
 //  5. plan memory   arena offsets for everything else.
 //  6. emit          slots and kernel implementations.
@@ -186,7 +188,7 @@ class Lowering {
         pos_[size_t(v)] = pos_[size_t(f)];
         continue;
       }
-      if (fold_constant(v, root)) continue;
+      if (constant_source(v)) continue;
       Pending k;
       k.out = written_into[size_t(v)] != ir::kNoValue ? written_into[size_t(v)] : v;
       k.node = v;
@@ -226,29 +228,19 @@ class Lowering {
     }
   }
 
-  // A value of at most this many bytes computed from constants alone is a
-  // constant of the program.
-  static constexpr size_t kMaxFoldedBytes = size_t(64) << 10;
+  // A source of at most this many bytes is a constant of the program
+  // (fold_constants folds values computed from sources up to the same size).
+  static constexpr size_t kMaxConstantBytes = size_t(64) << 10;
 
-  // Computes v into the program's constants when its operands are all
-  // constants (a source op has none) and it is small; false otherwise.
-  bool fold_constant(ValueId v, const std::vector<ValueId>& root) {
+  // Computes source v (`full`, `iota`, `constant`) into the program's
+  // constants when it is small; false otherwise.
+  bool constant_source(ValueId v) {
     const ir::Node& n = g_.node(v);
-    const ir::OpCategory cat = ir::op_info(n.op).category;
-    const bool computable = n.op == Op::full || n.op == Op::iota || n.op == Op::constant ||
-                            cat == ir::OpCategory::elementwise || cat == ir::OpCategory::shape;
-    if (!computable || n.type.bytes() > kMaxFoldedBytes) return false;
-    std::vector<const void*> in;
-    std::vector<ir::Type> in_types;
-    for (ValueId a : n.args) {
-      const int32_t s = slot_[size_t(root[size_t(a)])];
-      if (s < 0 || p_.slots[size_t(s)].kind != SlotKind::constant) return false;
-      in.push_back(&p_.constants[size_t(p_.slots[size_t(s)].index)]);
-      in_types.push_back(g_.type(a));
-    }
-    // Computed aside: the operands point into the constants, which grow.
+    if ((n.op != Op::full && n.op != Op::iota && n.op != Op::constant) || !n.args.empty() ||
+        n.type.bytes() > kMaxConstantBytes)
+      return false;
     std::vector<std::byte> out(n.type.bytes());
-    exec::run_reference(n.op, n.attrs, in_types, in.data(), n.type, out.data(), n.loc);
+    exec::run_reference(n.op, n.attrs, {}, nullptr, n.type, out.data(), n.loc);
     slot_[size_t(v)] = constant_slot(out.data(), out.size());
     pos_[size_t(v)] = -1;
     return true;

@@ -69,8 +69,8 @@ bool merged(const std::vector<Piece>& x, const std::vector<Piece>& y, std::vecto
 
 }  // namespace
 
-ir::Graph merge_padded_sums(const ir::Graph& g) {
-  return rewrite_nodes(g, [](ir::Graph& out, ValueId, const ir::Node& n) {
+ir::Graph merge_padded_sums(const ir::Graph& g, bool* changed) {
+  return rewrite_nodes(g, changed, [](ir::Graph& out, ValueId, const ir::Node& n) {
     int64_t ax = 0, ay = 0;
     std::vector<Piece> px, py, sum;
     if (n.op != Op::add || !pieces_of(out, n.args[0], ax, px) ||

@@ -19,6 +19,6 @@
 
 namespace ws::lower {
 
-ir::Graph merge_padded_sums(const ir::Graph& g);
+ir::Graph merge_padded_sums(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

@@ -67,11 +67,11 @@ ValueId elementwise_at(ir::Graph& out, ir::Node n, const Shape& shape) {
 
 }  // namespace
 
-ir::Graph move_reshapes(const ir::Graph& g) {
+ir::Graph move_reshapes(const ir::Graph& g, bool* changed) {
   std::vector<bool> is_output(g.nodes.size(), false);
   for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
   const std::vector<int> uses = ir::use_counts(g);
-  return rewrite_nodes(g, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
+  return rewrite_nodes(g, changed, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
     if (n.op == Op::reshape) {
       const ValueId y = n.args[0], old_y = g.node(v).args[0];
       const ir::Node& yn = out.node(y);

@@ -26,6 +26,6 @@
 
 namespace ws::lower {
 
-ir::Graph move_reshapes(const ir::Graph& g);
+ir::Graph move_reshapes(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

@@ -2,6 +2,7 @@
 
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
+#include "lower/fold_constants.hpp"
 #include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
@@ -13,26 +14,54 @@
 
 namespace ws::lower {
 
+const std::vector<Pass>& all_passes() {
+  static const std::vector<Pass> passes = {
+      {"simplify", simplify},
+      {"update_into_product", fuse_update_into_product},
+      {"bias_into_product", fuse_bias_into_product},
+      {"activation_into_product", fuse_activation_into_product},
+      {"residual_into_product", fuse_residual_into_product},
+      {"merge_padded_sums", merge_padded_sums},
+      {"move_reshapes", move_reshapes},
+      {"fuse", fuse_elementwise},
+      // Last, where lowering folded constants before it was a pass: only
+      // what no fused loop computes.
+      {"fold_constants", fold_constants},
+  };
+  return passes;
+}
+
+const Pass* find_pass(std::string_view name) {
+  for (const Pass& p : all_passes())
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+std::string pass_names() {
+  std::string out;
+  for (const Pass& p : all_passes()) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
 std::vector<Pass> graph_passes(const LowerOptions& opts) {
-  std::vector<Pass> passes = {{"simplify", simplify}};
-  if (opts.fuse) {
-    passes.push_back({"update_into_product", fuse_update_into_product});
-    passes.push_back({"bias_into_product", fuse_bias_into_product});
-    passes.push_back({"activation_into_product", fuse_activation_into_product});
-    passes.push_back({"residual_into_product", fuse_residual_into_product});
-    passes.push_back({"merge_padded_sums", merge_padded_sums});
-    passes.push_back({"move_reshapes", move_reshapes});
-    passes.push_back({"fuse", fuse_elementwise});
+  std::vector<Pass> passes;
+  for (const Pass& p : all_passes()) {
+    const std::string_view name = p.name;
+    if (opts.fuse || name == "simplify" || name == "fold_constants") passes.push_back(p);
   }
   return passes;
 }
 
 ir::Graph run_passes(const ir::Graph& g, const std::vector<Pass>& passes) {
   ir::Graph cur = g;
-  for (const Pass& p : passes) {
-    cur = p.run(cur);
-    if (ir::verify_enabled()) ir::verify_with_round_trip(cur);
-    ir::dump(cur, cur.name + "." + p.name);
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const Pass& p = passes[i];
+    bool changed = false;
+    cur = p.run(cur, &changed);
+    // An unchanged graph is the one verified after the pass before (the
+    // first pass's input is verified here too).
+    if ((changed || i == 0) && ir::verify_enabled()) ir::verify_with_round_trip(cur);
+    ir::dump(cur, cur.name + "." + p.name + (changed ? "" : ".unchanged"));
   }
   return cur;
 }

@@ -9,14 +9,18 @@
 // merge_padded_sums.cpp
 // (zero-padded pieces summed as one concatenation), move_reshapes.cpp
 // (elementwise ops before the reshapes they read), fuse_elementwise.cpp
-// (loop and reduce fusions). The driver runs them from one list, verifies the
-// graph after each (with a print/parse round trip) when verification is on,
-// and writes it with WS_DUMP as "<NNN>-<graph>.<pass>.ir". What follows the
-// passes turns the final graph into a Program (lower.cpp): operands read in
-// place, kernels, in-place updates, the memory plan.
+// (loop and reduce fusions), fold_constants.cpp (small values of constants
+// alone computed once, as constants). Each pass says whether it changed the
+// graph. The driver runs them from one list, verifies the graph after each
+// that changed it (with a print/parse round trip) when verification is on,
+// and writes it with WS_DUMP as "<NNN>-<graph>.<pass>.ir" (an unchanged
+// graph as "<NNN>-<graph>.<pass>.unchanged.ir"). What follows the passes
+// turns the final graph into a Program (lower.cpp): operands read in place,
+// kernels, in-place updates, the memory plan.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/graph.hpp"
@@ -26,11 +30,23 @@ namespace ws::lower {
 
 struct Pass {
   const char* name;
-  ir::Graph (*run)(const ir::Graph&);
+  // The rewritten graph; *changed (never null here) says whether it differs
+  // from the argument.
+  ir::Graph (*run)(const ir::Graph&, bool* changed);
 };
 
 // The passes `opts` asks for, in order.
 std::vector<Pass> graph_passes(const LowerOptions& opts);
+
+// Every pass, in the order compilation runs them (`wholestep opt`, the
+// golden tests of tests/lower/<pass>/).
+const std::vector<Pass>& all_passes();
+
+// The pass called `name`, or null.
+const Pass* find_pass(std::string_view name);
+
+// The names of all_passes(), comma-separated.
+std::string pass_names();
 
 // Runs `passes` over g, verifying and dumping after each.
 ir::Graph run_passes(const ir::Graph& g, const std::vector<Pass>& passes);

@@ -13,9 +13,10 @@ namespace ws::lower {
 // below) and returns the replacement's id, or returns kNoValue to keep n
 // as it is (a replacement may be an existing value of `out`).
 // Later nodes read the replacement. Returns g itself when f replaced
-// nothing, else the rebuilt graph with dead nodes removed.
+// nothing, else the rebuilt graph with dead nodes removed; `*changed`
+// (unless null) says which.
 template <class F>
-ir::Graph rewrite_nodes(const ir::Graph& g, F&& f) {
+ir::Graph rewrite_nodes(const ir::Graph& g, bool* changed, F&& f) {
   ir::Graph out;
   out.name = g.name;
   std::vector<ir::ValueId> map(g.nodes.size(), ir::kNoValue);
@@ -32,6 +33,7 @@ ir::Graph rewrite_nodes(const ir::Graph& g, F&& f) {
       map[size_t(v)] = ir::ValueId(out.nodes.size() - 1);
     }
   }
+  if (changed) *changed = any;
   if (!any) return g;
   ir::copy_interface(g, map, out);
   return simplify(out);

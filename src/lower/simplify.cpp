@@ -39,7 +39,7 @@ struct Key {
 
 }  // namespace
 
-ir::Graph simplify(const ir::Graph& g) {
+ir::Graph simplify(const ir::Graph& g, bool* changed) {
   std::vector<bool> live = live_nodes(g);
   ir::Graph out;
   out.name = g.name;
@@ -63,6 +63,8 @@ ir::Graph simplify(const ir::Graph& g) {
     }
   }
   ir::copy_interface(g, map, out);
+  // Nodes are only removed, in order: the same count is the same graph.
+  if (changed) *changed = out.nodes.size() != g.nodes.size();
   return out;
 }
 

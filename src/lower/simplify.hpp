@@ -8,6 +8,6 @@
 
 namespace ws::lower {
 
-ir::Graph simplify(const ir::Graph& g);
+ir::Graph simplify(const ir::Graph& g, bool* changed = nullptr);
 
 }  // namespace ws::lower

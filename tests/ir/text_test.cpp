@@ -207,6 +207,26 @@ TEST(IrText, NanRoundTrips) {
   EXPECT_TRUE(std::isnan(back.nodes[0].attrs.f("value")));
 }
 
+// A comment runs from '#' outside a string to the end of the line, on a
+// line of its own or after a node; a '#' in a string is the string's.
+TEST(IrText, SkipsComments) {
+  const std::string plain =
+      "graph g {\n"
+      "  %0 = input data \"x#1\" : f32[2]\n"
+      "  %1 = exp %0 : f32[2]\n"
+      "  out user %1 \"y\"\n"
+      "}\n";
+  const std::string commented =
+      "# what the graph is for\n"
+      "graph g {\n"
+      "  # the input\n"
+      "  %0 = input data \"x#1\" : f32[2]\n"
+      "  %1 = exp %0 : f32[2]  # one op\n"
+      "  out user %1 \"y\"\n"
+      "}\n";
+  EXPECT_EQ(print(parse(commented)), plain);
+}
+
 TEST(IrText, QuotesGraphNamesThatAreNotIdentifiers) {
   Graph g;
   g.name = "step 1";

@@ -1,6 +1,7 @@
-// The fuse pass: what fuses and what must not (IR text in, IR text out,
-// golden files beside this test), and fused programs against the
-// interpreter and against unfused programs.
+// The fuse passes' programs: what the rewritten golden inputs lower to
+// (kernel counts, in-place updates; pass_goldens_test.cpp checks each
+// pass's text and bits), and fused programs against the interpreter and
+// against unfused programs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,154 +11,29 @@
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
 #include "ir/text.hpp"
-#include "ir/verify.hpp"
-#include "lower/fuse_activation_into_product.hpp"
-#include "lower/fuse_bias_into_product.hpp"
-#include "lower/fuse_elementwise.hpp"
-#include "lower/fuse_residual_into_product.hpp"
-#include "lower/fuse_update_into_product.hpp"
 #include "lower/lower.hpp"
-#include "lower/merge_padded_sums.hpp"
-#include "lower/move_reshapes.hpp"
 #include "lower/pipeline.hpp"
+#include "lowered_runs.hpp"
 #include "test_util.hpp"
 
 namespace ws {
 namespace {
 
-// Inputs of g's types: floats near 1 (positive, so logs and roots are
-// defined), integers zero.
-std::vector<Tensor> inputs_for(const ir::Graph& g, uint64_t seed = 1) {
-  std::vector<Tensor> in;
-  manual_seed(seed);
-  for (ir::ValueId v : g.inputs) {
-    const ir::Type& t = g.type(v);
-    if (is_floating(t.dtype))
-      in.push_back(randn(t.shape, 1.0, 0.25, t.dtype));
-    else
-      in.push_back(Tensor::zeros(t.shape, t.dtype));
-  }
-  return in;
-}
+using testing::expect_same_everywhere;
+using testing::inputs_for;
 
-// Runs g lowered (fused or not) `runs` times on copies of `in`, updates
-// written into their inputs; an update's result is its input afterwards.
-std::vector<Tensor> run_lowered(const ir::Graph& g, const std::vector<Tensor>& in, bool fuse,
-                                int runs) {
-  std::vector<Tensor> args;
-  for (const Tensor& t : in) args.push_back(t.clone());
-  exec::Executable e(lower::lower(g, {.fuse = fuse}));
-  for (size_t i = 0; i < args.size(); ++i) e.bind_input(i, args[i].impl()->storage->data);
-  std::vector<Tensor> out(g.outputs.size());
-  for (size_t i = 0; i < g.outputs.size(); ++i) {
-    const ir::Output& o = g.outputs[i];
-    if (o.role == ir::OutputRole::update) continue;
-    out[i] = Tensor::zeros(g.type(o.value).shape, g.type(o.value).dtype);
-    e.bind_output(i, out[i].impl()->storage->data);
-  }
-  for (int r = 0; r < runs; ++r) e.run();
-  for (size_t i = 0; i < g.outputs.size(); ++i)
-    if (g.outputs[i].role == ir::OutputRole::update)
-      out[i] = args[size_t(g.input_index(g.outputs[i].aliased_input))];
-  return out;
-}
-
-// The interpreter run `runs` times, each run's updates fed to the next.
-std::vector<Tensor> interpret_runs(const ir::Graph& g, std::vector<Tensor> in, int runs) {
-  std::vector<Tensor> out;
-  for (int r = 0; r < runs; ++r) {
-    out = exec::interpret(g, in);
-    for (size_t i = 0; i < g.outputs.size(); ++i)
-      if (g.outputs[i].role == ir::OutputRole::update)
-        in[size_t(g.input_index(g.outputs[i].aliased_input))] = out[i];
-  }
-  for (size_t i = 0; i < g.outputs.size(); ++i)
-    if (g.outputs[i].role == ir::OutputRole::update)
-      out[i] = in[size_t(g.input_index(g.outputs[i].aliased_input))];
-  return out;
-}
-
-// Every way of running g gives the same bits: the interpreter on g and on
-// its fused form, and programs with fusion on and off, over `runs` runs.
-void expect_same_everywhere(const ir::Graph& g, const std::vector<Tensor>& in, int runs = 3) {
-  const std::vector<Tensor> want = interpret_runs(g, in, runs);
-  const ir::Graph fused = lower::run_passes(g, lower::graph_passes({}));
-  const std::vector<std::vector<Tensor>> got = {interpret_runs(fused, in, runs),
-                                                run_lowered(g, in, true, runs),
-                                                run_lowered(g, in, false, runs)};
-  const char* names[] = {"interpreted fused graph", "fused program", "unfused program"};
-  for (size_t k = 0; k < got.size(); ++k)
-    for (size_t i = 0; i < want.size(); ++i) {
-      SCOPED_TRACE(std::string(names[k]) + ", output " + g.outputs[i].name);
-      const std::vector<double> w = want[i].to_vector(), r = got[k][i].to_vector();
-      ASSERT_EQ(w.size(), r.size());
-      for (size_t j = 0; j < w.size(); ++j)
-        ASSERT_TRUE(r[j] == w[j] || (std::isnan(r[j]) && std::isnan(w[j])))
-            << "element " << j << ": " << r[j] << " against " << w[j];
-    }
-}
-
-// fuse/<name>.in.ir through `pass` (the fuse pass unless named) gives
-// fuse/<name>.out.ir (the verifier and a print/parse round trip pass on the
-// result), and the rewritten graph computes what the input graph computes,
-// bit for bit. Returns the input graph.
-ir::Graph expect_pass_as_golden(const std::string& name,
-                                ir::Graph (*pass)(const ir::Graph&) = lower::fuse_elementwise) {
-  const ir::Graph in =
-      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
-  const ir::Graph out = pass(in);
-  ir::verify_with_round_trip(out);
-  testing::expect_golden(ir::print(out), "fuse/" + name + ".out.ir");
-  expect_same_everywhere(in, inputs_for(in));
-  return in;
-}
-
-// Bias along rows, a statistic per row, a scalar, a constant, a comparison
-// and a select: one loop, every broadcast read in place.
-TEST(FuseElementwise, ChainWithBroadcastOperandsBecomesOneLoop) {
-  expect_pass_as_golden("chain_with_broadcasts");
-}
-
-// exp feeds a product and a mul that also reads the product: putting the
-// mul with exp would make the group wait for a product that waits for it.
-// exp's value leaves its group as a result for the product: computed once.
-TEST(FuseElementwise, NeverFusesAcrossAProductThatDependsOnTheGroup) {
-  expect_pass_as_golden("no_cycle_through_product");
-}
-
-// Softmax: exp and its row sum are one reduce fusion (exp's values leave it
-// as a result, computed once); the division waits for the sum, so it cannot
-// join that loop and runs as a second.
-TEST(FuseElementwise, SoftmaxIsExpWithItsRowSumThenTheDivision) {
-  expect_pass_as_golden("softmax_two_loops");
-}
-
-// Dropout: a random draw joins the loop that reads it (element i of the
-// draw is number offset + skip + i of the stream, whichever chunk and
-// thread computes it), so the draw never reaches memory; a value of another
-// shape (after a reshape) starts its own group.
-TEST(FuseElementwise, RandomDrawsFuseWithTheirReadersAndOtherShapesStayApart) {
-  expect_pass_as_golden("random_draw_fuses_other_shapes_stay_apart");
-}
-
-// relu (a comparison, then a select reading its mask) and a row mean:
-// buffers of different element sizes are never shared by a step and the
-// operand it still reads.
-TEST(FuseElementwise, ReluThenRowMeanKeepsTheMaskApartFromTheResult) {
-  expect_pass_as_golden("relu_then_row_mean");
-}
-
-// A per-channel statistic repeated along 3x3 rows would cost a call per
-// nine elements: that op stays its own kernel, and the ops after it fuse.
-TEST(FuseElementwise, ShortRowBroadcastsStayTheirOwnKernel) {
-  expect_pass_as_golden("short_row_broadcast");
+// The input graph of the golden case <pass>/<name> (pass_goldens_test.cpp
+// checks the pass's output and its bits).
+ir::Graph golden_input(const std::string& pass, const std::string& name) {
+  return ir::parse(
+      testing::read_file(std::string(WS_TEST_DIR) + "/" + pass + "/" + name + ".in.ir"));
 }
 
 // A parameter read through a reshape and a broadcast by a loop that ends
 // after its update: the loop still runs first, and the update is written in
 // place (no copy).
 TEST(FuseElementwise, UpdateWaitsForReadsThroughAReshape) {
-  const ir::Graph in = expect_pass_as_golden("update_after_reads_through_reshape");
+  const ir::Graph in = golden_input("fuse", "update_after_reads_through_reshape");
   exec::Executable e(lower::lower(in, {}));
   for (const exec::Kernel& k : e.program().kernels) EXPECT_STRNE(k.name, "copy");
 }
@@ -166,16 +42,9 @@ TEST(FuseElementwise, UpdateWaitsForReadsThroughAReshape) {
 // the epilogue of the reduction that gives the gradient it is added to, and
 // the moment is updated in place by that one kernel.
 TEST(FuseElementwise, EpilogueTakesInTheLoopsOfTheReducedShapeItReads) {
-  const ir::Graph in = expect_pass_as_golden("epilogue_reads_loops_of_the_reduced_shape");
+  const ir::Graph in = golden_input("fuse", "epilogue_reads_loops_of_the_reduced_shape");
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 1u);
-}
-
-// The gradient of q, k and v sliced from one product: three zero-padded
-// pieces summed are one concatenation, whatever the zero pieces' bounds
-// (v, w and q); pieces that overlap (w and k) are summed as before.
-TEST(MergePaddedSums, DisjointPaddedPiecesSumToOneConcatenation) {
-  expect_pass_as_golden("padded_sums_merge", lower::merge_padded_sums);
 }
 
 // LayerNorm's statistic: the ops between its reduction and the reshape that
@@ -185,8 +54,7 @@ TEST(MergePaddedSums, DisjointPaddedPiecesSumToOneConcatenation) {
 // input read only through a reshape runs after the reshape, on a view of
 // the input, and joins the add that reads it.
 TEST(MoveReshapes, ElementwiseOpsMoveToTheShapeOfWhatTheyFuseWith) {
-  const ir::Graph in =
-      expect_pass_as_golden("reshapes_move_after_elementwise_ops", lower::move_reshapes);
+  const ir::Graph in = golden_input("move_reshapes", "reshapes_move_after_elementwise_ops");
   // The reduction, its epilogue (scale, epsilon, rsqrt) and the negated sum
   // are one kernel; the normalization with the scaled p and the add another;
   // the scaling by w one; the negated statistic (an output of another
@@ -200,7 +68,7 @@ TEST(MoveReshapes, ElementwiseOpsMoveToTheShapeOfWhatTheyFuseWith) {
 // place, sums bit for bit as the column sum kernel's. A sum over a middle
 // dim (keeping an outer one too) stays its own kernel after its producer.
 TEST(FuseElementwise, ColumnSumTakesItsProducerAndItsUpdate) {
-  const ir::Graph in = expect_pass_as_golden("column_sum_with_producer_and_update");
+  const ir::Graph in = golden_input("fuse", "column_sum_with_producer_and_update");
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 3u) << e.program().str();
   EXPECT_EQ(e.program().copy_bytes, 0);
@@ -210,22 +78,16 @@ TEST(FuseElementwise, ColumnSumTakesItsProducerAndItsUpdate) {
 // statistics read one value per row piece, and a global pool: one reduce
 // fusion. Chunks (2048 elements) and threads start mid-row.
 TEST(FuseElementwise, PerChannelStatisticsOverShortRowsFuse) {
-  const ir::Graph in = expect_pass_as_golden("per_channel_statistics_over_short_rows");
+  const ir::Graph in = golden_input("fuse", "per_channel_statistics_over_short_rows");
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 1u);
-}
-
-// Over arrays larger than the caches, a group keeps at most four streams
-// (full-size operands plus results).
-TEST(FuseElementwise, GroupsOverLargeArraysKeepFewStreams) {
-  expect_pass_as_golden("many_streams_over_large_arrays_split");
 }
 
 // SGD with momentum over arrays larger than the caches: the gradient, the
 // buffer and the weight, the last two updated in place, are three streams,
 // so the whole update is one loop.
 TEST(FuseElementwise, InPlaceUpdatesCountAsOneStreamWithTheirRead) {
-  const ir::Graph in = expect_pass_as_golden("momentum_update_over_large_arrays");
+  const ir::Graph in = golden_input("fuse", "momentum_update_over_large_arrays");
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 1u) << e.program().str();
 }
@@ -234,7 +96,7 @@ TEST(FuseElementwise, InPlaceUpdatesCountAsOneStreamWithTheirRead) {
 // accumulated into the weight (w's); a gradient read elsewhere too (v's, an
 // output) stays a buffer and its update a loop.
 TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight) {
-  const ir::Graph in = expect_pass_as_golden("sgd_into_product", lower::fuse_update_into_product);
+  const ir::Graph in = golden_input("update_into_product", "sgd_into_product");
   const exec::Program p = lower::lower(in);
   EXPECT_EQ(p.copy_bytes, 0) << p.str();
   int accumulated = 0;
@@ -242,8 +104,8 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
   EXPECT_EQ(accumulated, 1) << p.str();
 }
 
-// `in` through fuse_update_into_product gives fuse/<name>.out.ir with one
-// matmul_add; then `in` lowered and interpreted, run after run (input
+// update_into_product/<name>.in.ir lowered has one matmul_add (its golden
+// output is pass_goldens_test.cpp's); then `in` lowered and interpreted, run after run (input
 // `hyper` set to the next of `values` first, the updates fed on), agree on
 // every update: bit for bit when `exact` (the unfused update computes
 // (beta * c) + (alpha * (a @ b)) too, each product rounded), else within a
@@ -252,11 +114,7 @@ TEST(FuseUpdateIntoProduct, PlainSgdAccumulatesTheGradientsProductIntoTheWeight)
 void expect_update_into_product(const std::string& name, size_t hyper,
                                 const std::vector<float>& values, bool exact,
                                 const std::vector<std::pair<size_t, float>>& fixed = {}) {
-  const ir::Graph in =
-      ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/fuse/" + name + ".in.ir"));
-  const ir::Graph out = lower::fuse_update_into_product(in);
-  ir::verify_with_round_trip(out);
-  testing::expect_golden(ir::print(out), "fuse/" + name + ".out.ir");
+  const ir::Graph in = golden_input("update_into_product", name);
   std::vector<Tensor> args = inputs_for(in);
   for (auto [i, value] : fixed) args[i] = Tensor::full({}, value, DType::f32);
   exec::Executable e(lower::lower(in, {}));
@@ -314,8 +172,7 @@ TEST(FuseUpdateIntoProduct, WeightDecayIsTheAccumulatorsScale) {
 // NaN, which stays NaN as in PyTorch); a product whose pre-activation value
 // is an output keeps its relu.
 TEST(FuseActivationIntoProduct, ReluOfALinearLayerIsTheProductsEpilogue) {
-  const ir::Graph in =
-      expect_pass_as_golden("relu_into_product", lower::fuse_activation_into_product);
+  const ir::Graph in = golden_input("activation_into_product", "relu_into_product");
   std::vector<Tensor> inputs = inputs_for(in);
   const std::vector<Tensor> out = exec::interpret(in, inputs);
   const std::vector<double> y = out[0].to_vector();
@@ -333,8 +190,7 @@ TEST(FuseActivationIntoProduct, ReluOfALinearLayerIsTheProductsEpilogue) {
 // product, bit for bit, in the residual's block where it dies there; a
 // product read by anything else keeps its add.
 TEST(FuseResidualIntoProduct, AResidualIsTheProductsAccumulator) {
-  const ir::Graph in =
-      expect_pass_as_golden("residual_into_product", lower::fuse_residual_into_product);
+  const ir::Graph in = golden_input("residual_into_product", "residual_into_product");
   const exec::Program p = lower::lower(in);
   const exec::Kernel* k = nullptr;
   for (const exec::Kernel& kk : p.kernels)
@@ -342,12 +198,6 @@ TEST(FuseResidualIntoProduct, AResidualIsTheProductsAccumulator) {
   ASSERT_NE(k, nullptr) << p.str();
   EXPECT_EQ(k->out, k->in[3]) << "exp(x) dies at the add: the product adds into its block\n"
                               << p.str();
-}
-
-// A bias along a product's rows becomes the product's bias; a product read
-// by anything else, or a bias repeated along columns, stays as it was.
-TEST(FuseBiasIntoProduct, ALinearLayersBiasIsTheProductsOwn) {
-  expect_pass_as_golden("bias_into_product", lower::fuse_bias_into_product);
 }
 
 TEST(FuseElementwise, AdamUpdateOfOneParameterIsOneKernelAndExact) {
