@@ -2,6 +2,7 @@
 #pragma once
 
 #include "wholestep/check.hpp"
+#include "wholestep/gradcheck.hpp"
 #include "wholestep/checkpoint.hpp"
 #include "wholestep/compare.hpp"
 #include "wholestep/data.hpp"

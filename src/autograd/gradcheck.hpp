@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "ir/graph.hpp"
-#include "wholestep/check.hpp"
+#include "wholestep/gradcheck.hpp"
+#include "wholestep/tensor.hpp"
 
 namespace ws::autograd {
 

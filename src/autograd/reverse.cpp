@@ -1,30 +1,13 @@
 #include "autograd/reverse.hpp"
 
-#include <optional>
-
 #include <fmt/format.h>
 
 #include "autograd/vjp.hpp"
-#include "autograd/vjp_fault.hpp"
 #include "ir/builder.hpp"
 
 namespace ws::autograd {
 
 using ir::ValueId;
-
-namespace {
-std::optional<ActiveVjpFault> g_fault;
-}  // namespace
-
-VjpFault::VjpFault(std::string_view op, double factor) {
-  const std::optional<ir::Op> o = ir::op_from_name(op);
-  if (!o || !ir::op_info(*o).differentiable)
-    throw Error(fmt::format("VjpFault: '{}' is not a differentiable op", op));
-  WS_CHECK(!g_fault) << "one VjpFault at a time";
-  g_fault = ActiveVjpFault{*o, factor};
-}
-VjpFault::~VjpFault() { g_fault.reset(); }
-const ActiveVjpFault* active_vjp_fault() { return g_fault ? &*g_fault : nullptr; }
 
 std::vector<ValueId> append_backward(ir::Graph& g, ValueId loss, const std::vector<ValueId>& wrt) {
   const ir::Type& lt = g.type(loss);
@@ -64,9 +47,6 @@ std::vector<ValueId> append_backward(ir::Graph& g, ValueId loss, const std::vect
     std::vector<ValueId> dargs(node.args.size(), ir::kNoValue);
     b.loc = node.loc;
     rule(VjpContext{b, node, v, grad[size_t(v)], want}, dargs);
-    if (const ActiveVjpFault* f = active_vjp_fault(); f && f->op == node.op)
-      for (ValueId& d : dargs)
-        if (d != ir::kNoValue) d = b.scale(d, b.scalar(f->factor, g.type(d).dtype));
     for (size_t i = 0; i < node.args.size(); ++i) {
       if (!want[i]) continue;
       WS_CHECK(dargs[i] != ir::kNoValue)

@@ -19,5 +19,9 @@ struct VjpContext {
 // want[i]. Returns the rule for `op`, or nullptr when op has none.
 using VjpRule = void (*)(const VjpContext& c, std::vector<ir::ValueId>& dargs);
 VjpRule vjp_rule(ir::Op op);
+// Makes `rule` the rule of `op` and returns the one it replaces: how the
+// tests' deliberately wrong rules (vjp_fault.hpp) get in without the
+// differentiation itself knowing of them. Not thread-safe.
+VjpRule replace_vjp_rule(ir::Op op, VjpRule rule);
 
 }  // namespace ws::autograd

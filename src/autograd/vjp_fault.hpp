@@ -17,6 +17,9 @@
 
 namespace ws::autograd {
 
+// It swaps the op's entry in the rule table (replace_vjp_rule) for a rule
+// that calls the real one and scales what it gives, and puts the real one
+// back when it dies: the differentiation itself knows nothing of faults.
 class VjpFault {
  public:
   // Throws ws::Error when `op` names no differentiable op. One at a time;
@@ -26,12 +29,5 @@ class VjpFault {
   VjpFault(const VjpFault&) = delete;
   VjpFault& operator=(const VjpFault&) = delete;
 };
-
-struct ActiveVjpFault {
-  ir::Op op;
-  double factor;
-};
-// The fault in force, or nullptr (read by append_backward).
-const ActiveVjpFault* active_vjp_fault();
 
 }  // namespace ws::autograd

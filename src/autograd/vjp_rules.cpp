@@ -2,6 +2,8 @@
 // match the operand (broadcasting is explicit in the IR, so its rule is the
 // only place a gradient is reduced).
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "autograd/vjp.hpp"
 
@@ -233,9 +235,10 @@ void vjp_transpose(const VjpContext& c, Dargs& d) {
   d[0] = c.b.add(Op::transpose, {c.dy}, ir::Attrs{{"perm", inv}});
 }
 
-}  // namespace
-
-VjpRule vjp_rule(Op op) {
+// The rule each op is built with. A `switch` with no `default:`, so a new
+// op in ops.def is a compile error here until it is given a rule or listed
+// as not differentiable.
+VjpRule builtin_rule(Op op) {
   switch (op) {
     case Op::add: return vjp_add;
     case Op::avg_pool2d: return vjp_avg_pool2d;
@@ -292,6 +295,25 @@ VjpRule vjp_rule(Op op) {
     case Op::one_hot: return nullptr;
   }
   return nullptr;
+}
+
+// The table append_backward reads: the built-in rules, which
+// replace_vjp_rule swaps for a test's while it runs.
+std::array<VjpRule, ir::kNumOps>& rule_table() {
+  static std::array<VjpRule, ir::kNumOps> table = [] {
+    std::array<VjpRule, ir::kNumOps> t{};
+    for (int i = 0; i < ir::kNumOps; ++i) t[size_t(i)] = builtin_rule(Op(i));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+VjpRule vjp_rule(Op op) { return rule_table()[size_t(op)]; }
+
+VjpRule replace_vjp_rule(Op op, VjpRule rule) {
+  return std::exchange(rule_table()[size_t(op)], rule);
 }
 
 }  // namespace ws::autograd

@@ -1,11 +1,12 @@
 // The public Tensor API on top of capture::apply: numpy broadcasting, scalar
-// operands, reductions and random initialization.
+// operands, reductions, and the methods that trace (tensor/tensor.cpp holds
+// the concrete ones, capture/random.cpp the random ones).
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include <fmt/format.h>
 
+#include "capture/random.hpp"
 #include "capture/tracer.hpp"
 #include "exec/reference.hpp"
 
@@ -13,59 +14,13 @@ namespace ws {
 namespace {
 
 using capture::apply;
+using detail::checked_shape;
+using detail::concrete;
+using detail::impl_of;
 using ir::Attrs;
 using ir::Op;
 
 SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
-
-const detail::TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc) {
-  if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined{}", what, at(sl(loc))));
-  return *t.impl();
-}
-
-const detail::TensorImpl& concrete(const Tensor& t, const char* what, const Loc& loc) {
-  const detail::TensorImpl& impl = impl_of(t, what, loc);
-  if (impl.tracer)
-    throw Error(fmt::format(
-        "{}: cannot read the value of traced tensor {}{}: while wholestep traces a function, "
-        "tensors have a type but no values. Return the value from the function (the compiled "
-        "step reports it) instead of reading it inside",
-        what, impl.type.str(), at(sl(loc))));
-  return impl;
-}
-
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::f32;
-  if constexpr (std::is_same_v<T, double>) return DType::f64;
-  if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
-  return DType::b8;
-}
-
-// A shape a user hands a factory: no negative dimension, and a size in
-// bytes that 64 bits count (so nothing after this multiplies into garbage).
-const Shape& checked_shape(const Shape& shape, DType dtype, const char* fn) {
-  for (int64_t d : shape)
-    if (d < 0)
-      throw Error(fmt::format("{}: shape {} has a negative dimension", fn, shape_str(shape)));
-  if (!ir::checked_numel(shape, int64_t(dtype_size(dtype))))
-    throw Error(
-        fmt::format("{}: a {} tensor of shape {} is too large: its size in bytes does not "
-                    "fit in 64 bits",
-                    fn, dtype_name(dtype), shape_str(shape)));
-  return shape;
-}
-
-template <class T>
-Tensor from_values(const std::vector<T>& v, const Shape& shape) {
-  checked_shape(shape, dtype_of<T>(), "Tensor::from_vector");
-  if (int64_t(v.size()) != numel(shape))
-    throw Error(fmt::format("Tensor::from_vector: {} values do not fill shape {} ({} elements)",
-                            v.size(), shape_str(shape), numel(shape)));
-  auto impl = detail::make_concrete(ir::Type{dtype_of<T>(), shape});
-  if (!v.empty()) std::memcpy(impl->storage->data, v.data(), v.size() * sizeof(T));
-  return Tensor(std::move(impl));
-}
 
 // Broadcasts both operands to their common shape, naming `op` on failure.
 Tensor binary(Op op, const Tensor& a, const Tensor& b, const Loc& loc) {
@@ -82,101 +37,14 @@ Tensor scalar_like(const Tensor& t, double v, const Loc& loc) {
   return Tensor::scalar(v, impl_of(t, "operand", loc).type.dtype);
 }
 
-std::mt19937_64& generator() {
-  static std::mt19937_64 gen(0);
-  return gen;
-}
-
-// Uniform in [0, 1) from 53 random bits: the same on every standard library.
-double uniform01() { return double(generator()() >> 11) * 0x1.0p-53; }
-
 }  // namespace
 
-bool Tensor::is_traced() const { return impl_ && impl_->tracer != nullptr; }
-const Shape& Tensor::shape() const { return impl_of(*this, "shape", Loc::current()).type.shape; }
-DType Tensor::dtype() const { return impl_of(*this, "dtype", Loc::current()).type.dtype; }
-int64_t Tensor::size(int64_t d) const {
-  int64_t r = dim();
-  if (d < -r || d >= r) throw Error(fmt::format("size({}): tensor {} has {} dims", d, str(), r));
-  return shape()[size_t(d < 0 ? d + r : d)];
-}
-std::string Tensor::str() const { return impl_ ? impl_->type.str() : "undefined"; }
-
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  return Tensor(
-      detail::make_concrete(ir::Type{dtype, checked_shape(shape, dtype, "Tensor::empty")}));
-}
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  return empty(checked_shape(shape, dtype, "Tensor::zeros"), dtype);
-}
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   ir::Type t{dtype, checked_shape(shape, dtype, "Tensor::full")};
   auto impl = detail::make_concrete(t);
   exec::run_reference(Op::full, Attrs{{"value", value}}, {}, nullptr, t, impl->storage->data);
   return Tensor(std::move(impl));
 }
-Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& s) {
-  return from_values(v, s);
-}
-Tensor Tensor::from_vector(const std::vector<double>& v, const Shape& s) {
-  return from_values(v, s);
-}
-Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& s) {
-  return from_values(v, s);
-}
-
-template <class T>
-T* Tensor::data(Loc loc) {
-  const detail::TensorImpl& impl = concrete(*this, "data()", loc);
-  if (impl.type.dtype != dtype_of<T>())
-    throw Error(fmt::format("data<{}>(): the tensor is {}{}", dtype_name(dtype_of<T>()),
-                            impl.type.str(), at(sl(loc))));
-  return static_cast<T*>(impl.storage->data);
-}
-template <class T>
-const T* Tensor::data(Loc loc) const {
-  return const_cast<Tensor*>(this)->data<T>(loc);
-}
-template float* Tensor::data<float>(Loc);
-template double* Tensor::data<double>(Loc);
-template int64_t* Tensor::data<int64_t>(Loc);
-template uint8_t* Tensor::data<uint8_t>(Loc);
-template const float* Tensor::data<float>(Loc) const;
-template const double* Tensor::data<double>(Loc) const;
-template const int64_t* Tensor::data<int64_t>(Loc) const;
-template const uint8_t* Tensor::data<uint8_t>(Loc) const;
-
-std::vector<double> Tensor::to_vector(Loc loc) const {
-  const detail::TensorImpl& impl = concrete(*this, "to_vector()", loc);
-  const int64_t n = impl.type.numel();
-  std::vector<double> out(static_cast<size_t>(n));
-  const void* p = impl.storage->data;
-  for (int64_t i = 0; i < n; ++i) {
-    switch (impl.type.dtype) {
-      case DType::f32: out[size_t(i)] = static_cast<const float*>(p)[i]; break;
-      case DType::f64: out[size_t(i)] = static_cast<const double*>(p)[i]; break;
-      case DType::i64: out[size_t(i)] = double(static_cast<const int64_t*>(p)[i]); break;
-      case DType::b8: out[size_t(i)] = static_cast<const uint8_t*>(p)[i]; break;
-    }
-  }
-  return out;
-}
-
-double Tensor::item(Loc loc) const {
-  const detail::TensorImpl& impl = concrete(*this, "item()", loc);
-  if (impl.type.numel() != 1)
-    throw Error(fmt::format("item(): tensor {} has {} elements, not one{}", impl.type.str(),
-                            impl.type.numel(), at(sl(loc))));
-  return to_vector(loc)[0];
-}
-
-Tensor Tensor::clone(Loc loc) const {
-  const detail::TensorImpl& impl = concrete(*this, "clone()", loc);
-  auto c = detail::make_concrete(impl.type);
-  std::memcpy(c->storage->data, impl.storage->data, impl.type.bytes());
-  return Tensor(std::move(c));
-}
-
 void Tensor::copy_(const Tensor& src, Loc loc) {
   if (capture::Tracer* tr = capture::Tracer::current();
       tr && defined() && !is_traced() && src.defined()) {
@@ -415,40 +283,5 @@ Tensor operator-(Arg a, double b) { return sub(a.t, scalar_like(a.t, b, a.loc), 
 Tensor operator*(Arg a, double b) { return mul(a.t, scalar_like(a.t, b, a.loc), a.loc); }
 Tensor operator/(Arg a, double b) { return div(a.t, scalar_like(a.t, b, a.loc), a.loc); }
 Tensor operator*(double a, Arg b) { return mul(scalar_like(b.t, a, b.loc), b.t, b.loc); }
-
-void manual_seed(uint64_t seed) {
-  generator().seed(seed);
-  set_random_stream({seed, 0});
-}
-
-RandomStream random_stream() {
-  detail::RngState& st = detail::rng_state();
-  return {uint64_t(*st.seed.data<int64_t>()), uint64_t(*st.offset.data<int64_t>())};
-}
-
-void set_random_stream(const RandomStream& s) {
-  detail::RngState& st = detail::rng_state();
-  *st.seed.data<int64_t>() = int64_t(s.seed);
-  *st.offset.data<int64_t>() = int64_t(s.offset);
-}
-
-Tensor rand_uniform(const Shape& shape, double lo, double hi, DType dtype) {
-  checked_shape(shape, DType::f64, "rand_uniform");
-  std::vector<double> v(size_t(numel(shape)));
-  for (double& x : v) x = lo + (hi - lo) * uniform01();
-  return cast(Tensor::from_vector(v, shape), dtype);
-}
-
-Tensor randn(const Shape& shape, double mean, double std, DType dtype) {
-  checked_shape(shape, DType::f64, "randn");
-  std::vector<double> v(size_t(numel(shape)));
-  for (size_t i = 0; i < v.size(); i += 2) {  // Box-Muller, two at a time
-    double u1 = 1.0 - uniform01(), u2 = uniform01();
-    double r = std::sqrt(-2.0 * std::log(u1));
-    v[i] = mean + std * r * std::cos(2 * M_PI * u2);
-    if (i + 1 < v.size()) v[i + 1] = mean + std * r * std::sin(2 * M_PI * u2);
-  }
-  return cast(Tensor::from_vector(v, shape), dtype);
-}
 
 }  // namespace ws

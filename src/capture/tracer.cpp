@@ -5,29 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "capture/random.hpp"
 #include "exec/reference.hpp"
-
-namespace ws::detail {
-
-Storage::Storage(size_t n) : data(nullptr), bytes(n) {
-  size_t rounded = ((n + 63) / 64) * 64;
-  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!data) throw OutOfMemory(n, "a tensor");
-  std::memset(data, 0, rounded == 0 ? 64 : rounded);
-}
-
-Storage::~Storage() { std::free(data); }
-
-}  // namespace ws::detail
-
-namespace ws::detail {
-
-RngState& rng_state() {
-  static RngState st{Tensor::scalar(0, DType::i64), Tensor::scalar(0, DType::i64)};
-  return st;
-}
-
-}  // namespace ws::detail
 
 namespace ws::capture {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <unordered_map>
 
-#include "capture/tensor_impl.hpp"
 #include "ir/builder.hpp"
+#include "tensor/tensor_impl.hpp"
 
 namespace ws::capture {
 

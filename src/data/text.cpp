@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "data/splitmix.hpp"
+#include "base/random.hpp"
 #include "wholestep/data.hpp"
 #include "wholestep/error.hpp"
 
@@ -128,7 +128,7 @@ std::vector<int64_t> ByteText::offsets(int64_t batch, int64_t context, uint64_t 
   }
   // Key the stream by (seed, step): mix64 is a bijection, so for a fixed seed
   // every step starts from a different state.
-  SplitMix64 rng(mix64(mix64(seed) ^ uint64_t(step)));
+  base::SplitMix64 rng(base::mix64(base::mix64(seed) ^ uint64_t(step)));
   uint64_t n_offsets = uint64_t(len_ - context);  // offsets 0 .. len_ - context - 1
   std::vector<int64_t> out(static_cast<size_t>(batch));
   for (auto& o : out) o = int64_t(rng.below(n_offsets));

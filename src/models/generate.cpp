@@ -5,14 +5,14 @@
 
 #include <fmt/format.h>
 
-#include "data/splitmix.hpp"
+#include "base/random.hpp"
 #include "wholestep/models.hpp"
 
 namespace ws::models {
 namespace {
 
 // The index of the token drawn from `logits` (greedy at temperature 0).
-int64_t pick(const float* logits, int64_t vocab, double temperature, data::SplitMix64& rng,
+int64_t pick(const float* logits, int64_t vocab, double temperature, base::SplitMix64& rng,
              int64_t position) {
   for (int64_t v = 0; v < vocab; ++v)
     if (!std::isfinite(logits[v]))
@@ -57,7 +57,7 @@ std::vector<int64_t> generate(Gpt& model, std::span<const int64_t> prompt,
   // The newest `context` tokens of prompt + output, from the left.
   std::vector<int64_t> seq(prompt.end() - std::min<int64_t>(int64_t(prompt.size()), context),
                            prompt.end());
-  data::SplitMix64 rng(data::mix64(options.seed));
+  base::SplitMix64 rng(base::mix64(options.seed));
   out.reserve(size_t(options.length));
   for (int64_t n = 0; n < options.length; ++n) {
     if (options.stop && options.stop()) break;

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "data/splitmix.hpp"
+#include "base/random.hpp"
 
 namespace ws::models {
 
@@ -174,7 +174,7 @@ TrainSetup make_setup(const Spec& s, const OptimizerChoice& o) {
 }
 
 std::vector<Tensor> random_batch(const Spec& s, uint64_t seed) {
-  data::SplitMix64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  base::SplitMix64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
   // Filled in place: a batch too large for memory is a ws::OutOfMemory
   // naming its bytes (a tensor's storage), not a std::bad_alloc.
   auto ints = [&](const Shape& shape, int64_t hi) {

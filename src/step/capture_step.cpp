@@ -5,7 +5,8 @@
 #include <fmt/format.h>
 
 #include "autograd/reverse.hpp"
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
+#include "capture/random.hpp"
 #include "capture/tracer.hpp"
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "exec/program.hpp"
 #include "exec/threads.hpp"
 #include "ir/text.hpp"

@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"

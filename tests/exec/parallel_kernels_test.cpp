@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"
 #include "exec/nn_kernels.hpp"

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "exec/fused_loop.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"

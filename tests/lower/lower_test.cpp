@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
 #include "ir/builder.hpp"

@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "capture/tensor_impl.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
 #include "lower/lower.hpp"

@@ -1,5 +1,6 @@
 // What a ws::Tensor handle points at: either concrete storage or a value of
-// the graph being traced.
+// the graph being traced. The tensor layer sits between ir and exec: the
+// interpreter makes and reads concrete tensors; tracing is capture's.
 #pragma once
 
 #include <memory>
@@ -38,12 +39,12 @@ inline std::shared_ptr<TensorImpl> make_concrete(const ir::Type& t) {
   return impl;
 }
 
-// The counter-based random stream: a 0-d i64 seed and offset (numbers
-// consumed so far). One per process, like PyTorch's default generator; their
-// storage never moves, so compiled steps bind it as persistent state.
-struct RngState {
-  Tensor seed, offset;
-};
-RngState& rng_state();
+// The public API's checks, with its messages: `t` is defined (and, for
+// concrete(), not traced), or a ws::Error naming `what` and the user's line.
+const TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc);
+const TensorImpl& concrete(const Tensor& t, const char* what, const Loc& loc);
+// A shape a user hands a factory named `fn`: no negative dimension, and a
+// size in bytes that 64 bits count.
+const Shape& checked_shape(const Shape& shape, DType dtype, const char* fn);
 
 }  // namespace ws::detail
