@@ -1,7 +1,7 @@
-// Subcommands that live in their own files (train.cpp, check_cmd.cpp,
-// graph_cmd.cpp, opt_cmd.cpp), registered by main from one list: each adds
-// its flags, may adopt flags from elsewhere, checks them before any work (a
-// UsageError: one line, exit status 2) and runs.
+// The subcommands, each in its own file (train.cpp, <name>_cmd.cpp),
+// registered by main from one list: each adds its flags, may adopt flags
+// from elsewhere, checks them before any work (a UsageError: one line, exit
+// status 2) and runs.
 #pragma once
 
 #include <memory>
@@ -55,8 +55,17 @@ std::unique_ptr<Command> make_check_command(CLI::App& app, Common& c);
 std::unique_ptr<Command> make_graph_command(CLI::App& app, Common& c);
 // `wholestep opt`: lowering passes run over IR text.
 std::unique_ptr<Command> make_opt_command(CLI::App& app, Common& c);
+// `wholestep compare`: every mode trained, their time, memory and agreement.
+std::unique_ptr<Command> make_compare_command(CLI::App& app, Common& c);
+// `wholestep profile`: every kernel of a compiled step timed.
+std::unique_ptr<Command> make_profile_command(CLI::App& app, Common& c);
+// `wholestep info`: the backends and what they run on.
+std::unique_ptr<Command> make_info_command(CLI::App& app, Common& c);
+// `wholestep dump`: the compiled graphs and programs as text.
+std::unique_ptr<Command> make_dump_command(CLI::App& app, Common& c);
 
-// Every command of this list, added to `app`.
+// Every command of this list, added to `app` in this order (--help lists
+// them so).
 std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app, Common& c);
 
 }  // namespace cli

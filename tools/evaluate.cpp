@@ -1,7 +1,6 @@
 #include "evaluate.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -13,54 +12,24 @@ namespace cli {
 
 using ws::models::DataKind;
 
-Evaluator::Evaluator(const Common& c, const ws::models::Spec& spec, ws::models::Model& model)
-    : spec_(spec), model_(model) {
+HeldOut::HeldOut(const Common& c, const ws::models::Spec& spec, ws::models::Model& model) {
   if (spec.data == DataKind::fashion_mnist) {
-    test_.emplace(read_data("--data", c.data_dir,
-                            [&] { return ws::data::FashionMnist("test", c.data_dir); }));
-    if (test_->size() == 0)
+    ws::data::FashionMnist test =
+        read_data("--data", c.data_dir, [&] { return ws::data::FashionMnist("test", c.data_dir); });
+    if (test.size() == 0)
       throw UsageError(fmt::format("--data {}: the test set holds no examples", c.data_dir));
+    eval_.emplace(model, std::move(test));
   } else if (spec.data == DataKind::text) {
     val_.emplace(
         read_data("--text", c.text, [&] { return ws::data::ByteText(c.text).split("val"); }));
+    eval_.emplace(model, *val_, spec.batch, spec.gpt.context);
   }
 }
 
-Evaluator::Result Evaluator::classify() {
-  if (!fwd_)
-    fwd_.emplace(ws::compile_forward(model_, [&](const ws::Tensor& x) { return model_(x); }));
-  int64_t correct = 0;
-  double loss = 0;
-  for (const ws::data::Batch& b : test_->batches(500, 0)) {
-    stop_point();
-    ws::Tensor logits = (*fwd_)(b.images);
-    const float* z = logits.data<float>();
-    const int64_t* y = b.labels.data<int64_t>();
-    const int64_t n = logits.size(0), k = logits.size(1);
-    for (int64_t i = 0; i < n; ++i, z += k) {
-      const float* top = std::max_element(z, z + k);
-      double sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += std::exp(double(z[j]) - double(*top));
-      loss += double(*top) + std::log(sum) - double(z[y[i]]);
-      correct += top - z == y[i];
-    }
-  }
-  const double n = double(test_->size());
-  return {.loss = loss / n, .accuracy = double(correct) / n};
-}
-
-double Evaluator::text_loss() {
-  if (!fwd_)
-    fwd_.emplace(ws::compile_forward(
-        model_, [&](const ws::Tensor& x, const ws::Tensor& y) { return model_.loss(x, y); }));
-  const int batches = 20;
-  double total = 0;
-  for (int i = 0; i < batches; ++i) {
-    stop_point();
-    ws::data::TextBatch b = val_->sample(spec_.batch, spec_.gpt.context, 12345, i);
-    total += (*fwd_)(b.inputs, b.targets).item();
-  }
-  return total / batches;
+ws::models::EvalResult HeldOut::run() {
+  const std::optional<ws::models::EvalResult> r = eval_->run([] { return stop_requested() != 0; });
+  if (!r) throw Interrupted{};
+  return *r;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // What `train` runs on the held-out data: the evaluation after epochs and at
-// the end, and gpt's generated sample (--sample).
+// the end (ws::models::Evaluator, on the data the flags name), and gpt's
+// generated sample (--sample).
 #pragma once
 
 #include <cstdint>
@@ -12,40 +13,25 @@
 
 namespace cli {
 
-// The held-out evaluation of a run: the Fashion-MNIST test set (loss and
-// accuracy) or 20 batches of windows of the text's last 10% (loss), through
-// a forward compiled once that shares the trained parameters' storage.
+// The held-out evaluation of a run (ws::models::Evaluator): the
+// Fashion-MNIST test set (loss and accuracy) or the text's last 10% (loss).
 // Random data has none.
-class Evaluator {
+class HeldOut {
  public:
-  struct Result {
-    double loss = 0;
-    std::optional<double> accuracy;
-  };
-
   // The held-out data is read here, before training, so a broken test set
   // stops nothing.
-  Evaluator(const Common& c, const ws::models::Spec& spec, ws::models::Model& model);
-  bool enabled() const { return test_ || val_; }
+  HeldOut(const Common& c, const ws::models::Spec& spec, ws::models::Model& model);
+  bool enabled() const { return eval_.has_value(); }
   // The metrics' name for the held-out part: "test" or "val".
-  const char* split() const { return test_ ? "test" : "val"; }
+  const char* split() const { return val_ ? "val" : "test"; }
   const std::optional<ws::data::ByteText>& val() const { return val_; }
 
-  Result run() {
-    return test_ ? classify() : Result{.loss = text_loss(), .accuracy = std::nullopt};
-  }
+  // A stop asked between two batches ends it (Interrupted).
+  ws::models::EvalResult run();
 
  private:
-  // Mean cross-entropy (in f64 from the logits) and accuracy over the test set.
-  Result classify();
-  // The mean loss over 20 batches of the validation text.
-  double text_loss();
-
-  ws::models::Spec spec_;
-  ws::models::Model& model_;
-  std::optional<ws::data::FashionMnist> test_;
   std::optional<ws::data::ByteText> val_;
-  std::optional<ws::Forward> fwd_;
+  std::optional<ws::models::Evaluator> eval_;
 };
 
 // --sample: what to generate and how.

@@ -74,7 +74,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
        .on_nonfinite = f.skip_nonfinite ? ws::NonFinite::skip : ws::NonFinite::ignore});
   int64_t skipped = 0;
   int64_t one_thread = 0;  // steps run on one thread (StepOptions::adapt_threads)
-  Evaluator evaluator(c, spec, model);
+  HeldOut evaluator(c, spec, model);
   const int64_t eval_every = f.eval_every.value_or(source.epoch_steps());
   // The data position: the step index of the run, which runs ahead of the
   // optimizer's step count when steps were skipped.
@@ -135,7 +135,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
   };
   // Evaluates after step `done` (1-based), records it, and returns it.
   auto evaluate = [&](int64_t done) {
-    const Evaluator::Result r = evaluator.run();
+    const ws::models::EvalResult r = evaluator.run();
     ordered_json record = {{"kind", "eval"}, {"split", evaluator.split()}, {"step", done}};
     if (source.epoch_steps() > 0) record["epoch"] = rounded(epochs_done(done), 4);
     record["loss"] = r.loss;
@@ -218,7 +218,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
       if (eval_every > 0 && (i + 1) % eval_every == 0 && i + 1 < steps && evaluator.enabled()) {
         progress.break_line();
         enter(fmt::format("evaluating after step {}", i + 1));
-        const Evaluator::Result e = evaluate(i + 1);
+        const ws::models::EvalResult e = evaluate(i + 1);
         fmt::print("{}: {} loss {:.4f}{}\n",
                    source.epoch_steps() > 0 && (i + 1) % source.epoch_steps() == 0
                        ? fmt::format("epoch {} (step {})", epoch_of(i), i + 1)
@@ -258,7 +258,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
                  first, recent_n, recent / double(recent_n), first / (recent / double(recent_n)));
     if (evaluator.enabled()) {
       enter(fmt::format("evaluating the trained model (after step {})", end));
-      const Evaluator::Result e = evaluate(end);
+      const ws::models::EvalResult e = evaluate(end);
       if (e.accuracy)
         fmt::print("test accuracy: {:.4f} (loss {:.4f})\n", *e.accuracy, e.loss);
       else

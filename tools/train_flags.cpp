@@ -1,7 +1,11 @@
 #include "train_flags.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,22 +15,190 @@ namespace cli {
 using nlohmann::json;
 using ws::models::DataKind;
 
+namespace {
+
+// What a saved field of the configuration must be (read_saved_run checks it
+// before anything is loaded).
+enum class Kind {
+  model,        // a model's name
+  optimizer,    // "sgd", "adam" or "adamw"
+  schedule,     // "cosine" or "constant"
+  mode,         // a step mode's name
+  dir,          // a directory name (not empty)
+  file,         // a file name (not empty)
+  nonnegative,  // a finite number >= 0
+  number,       // a finite number
+  seed,         // an integer from 0 to 2^64 - 1
+  steps,        // an integer from 1 to 2^63 - 1
+};
+
+// What --resume does with a saved field.
+enum class Resume {
+  keep,   // takes it; the flag given with another value is a usage error
+  moved,  // takes it unless the flag is given (the same data, now elsewhere)
+  end,    // takes it unless --steps or --epochs is given (a new end)
+};
+
+// One field of the configuration a checkpoint keeps ("config" in
+// trainer_state.json): its key, the flag that sets it, what a saved value
+// must be, what --resume does with it, and where it lives in the flags.
+struct ConfigField {
+  const char* key;
+  const char* flag;
+  Kind kind;
+  Resume resume;
+  // The value, as saved (an optional flag's is set: run_config resolves it).
+  json (*save)(const Common& c, const TrainFlags& f);
+  // Takes the saved value (checked) as `resume` says; `given`: whether the
+  // flag (Resume::end: --steps or --epochs) was given.
+  void (*take)(const ConfigField& field, const json& saved, bool given, Common& c, TrainFlags& f,
+               const std::string& checkpoint);
+};
+
+template <class>
+struct MemberOf;
+template <class C, class T>
+struct MemberOf<T C::*> {
+  using Owner = C;
+  using Type = T;
+};
+// A flag's value: an optional one's is set when saved (run_config resolves
+// it) and when given.
+template <class T>
+const T& value_of(const T& v) {
+  return v;
+}
+template <class T>
+T value_of(const std::optional<T>& v) {
+  return v.value_or(T{});
+}
+
+// The member M of Common or of TrainFlags.
+template <auto M, class C, class F>
+auto& storage(C& c, F& f) {
+  if constexpr (std::is_same_v<typename MemberOf<decltype(M)>::Owner, Common>)
+    return c.*M;
+  else
+    return f.*M;
+}
+
+// The field saved under `key`, set by `flag`, kept in the member M (an
+// optional one: a flag with a default resolved when the run starts).
+template <auto M>
+constexpr ConfigField field(const char* key, const char* flag, Kind kind, Resume resume) {
+  using T = std::decay_t<decltype(value_of(std::declval<typename MemberOf<decltype(M)>::Type>()))>;
+  return {key,
+          flag,
+          kind,
+          resume,
+          [](const Common& c, const TrainFlags& f) { return json(value_of(storage<M>(c, f))); },
+          [](const ConfigField& field, const json& saved_value, bool given, Common& c,
+             TrainFlags& f, const std::string& checkpoint) {
+            auto& v = storage<M>(c, f);
+            const T saved = saved_value.get<T>();
+            if (field.resume == Resume::keep && given && !(value_of(v) == saved))
+              throw UsageError(fmt::format(
+                  "{} {} differs from the checkpoint's {} ({}); a resumed run keeps its "
+                  "configuration",
+                  field.flag, json(value_of(v)).dump(), json(saved).dump(), checkpoint));
+            if (field.resume == Resume::keep || !given) v = saved;
+          }};
+}
+
 // The configuration a checkpoint keeps, so a resumed run continues exactly
-// as it was set up.
+// as it was set up; read_saved_run checks the fields in this order.
+constexpr ConfigField kRunConfig[] = {
+    field<&Common::model>("model", "--model", Kind::model, Resume::keep),
+    field<&Common::optimizer>("optimizer", "--optimizer", Kind::optimizer, Resume::keep),
+    field<&Common::schedule>("schedule", "--schedule", Kind::schedule, Resume::keep),
+    field<&TrainFlags::mode>("mode", "--mode", Kind::mode, Resume::keep),
+    field<&Common::data_dir>("data", "--data", Kind::dir, Resume::moved),
+    field<&Common::text>("text", "--text", Kind::file, Resume::moved),
+    field<&Common::lr>("lr", "--lr", Kind::nonnegative, Resume::keep),
+    field<&Common::momentum>("momentum", "--momentum", Kind::nonnegative, Resume::keep),
+    field<&Common::max_grad_norm>("max_grad_norm", "--max-grad-norm", Kind::nonnegative,
+                                  Resume::keep),
+    field<&Common::memory_budget>("memory_budget", "--memory-budget", Kind::nonnegative,
+                                  Resume::keep),
+    // Below 0: the optimizer's default.
+    field<&Common::weight_decay>("weight_decay", "--weight-decay", Kind::number, Resume::keep),
+    field<&Common::seed>("seed", "--seed", Kind::seed, Resume::keep),
+    field<&TrainFlags::steps>("steps", "--steps", Kind::steps, Resume::end),
+};
+
+// `key` of `object`, or null when `object` is not an object or lacks it.
+const json* member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+// Whether `v` is an integer in [lo, hi] (a JSON number written without a
+// fraction).
+bool integer_in(const json* v, int64_t lo, uint64_t hi) {
+  return v && v->is_number_integer() &&
+         (v->is_number_unsigned()
+              ? v->get<uint64_t>() <= hi && (lo <= 0 || v->get<uint64_t>() >= uint64_t(lo))
+              : v->get<int64_t>() >= lo &&
+                    (v->get<int64_t>() < 0 || uint64_t(v->get<int64_t>()) <= hi));
+}
+
+// What a saved value of `kind` must be, when `v` (null: missing) is not one.
+std::optional<std::string> not_of_kind(Kind kind, const json* v) {
+  const bool is_text = v && v->is_string();
+  const std::string text = is_text ? v->get<std::string>() : "";
+  const bool is_number = v && v->is_number() && std::isfinite(v->get<double>());
+  auto must = [](bool ok, std::string what) {
+    return ok ? std::nullopt : std::optional<std::string>(std::move(what));
+  };
+  const uint64_t int64_max = uint64_t(std::numeric_limits<int64_t>::max());
+  switch (kind) {
+    case Kind::model: {
+      const std::vector<std::string>& models = ws::models::names();
+      return must(is_text && std::find(models.begin(), models.end(), text) != models.end(),
+                  fmt::format("a model name ({})", fmt::join(models, ", ")));
+    }
+    case Kind::optimizer:
+      return must(is_text && (text == "sgd" || text == "adam" || text == "adamw"),
+                  "\"sgd\", \"adam\" or \"adamw\"");
+    case Kind::schedule:
+      return must(is_text && (text == "cosine" || text == "constant"),
+                  "\"cosine\" or \"constant\"");
+    case Kind::mode: {
+      bool known = is_text;
+      try {
+        if (known) ws::parse_mode(text);
+      } catch (const ws::Error&) {
+        known = false;
+      }
+      return must(known, "\"interpret\", \"three_graph\" or \"single_graph\"");
+    }
+    case Kind::dir: return must(!text.empty(), "a directory name");
+    case Kind::file: return must(!text.empty(), "a file name");
+    case Kind::nonnegative: return must(is_number && v->get<double>() >= 0, "a finite number >= 0");
+    case Kind::number: return must(is_number, "a finite number");
+    case Kind::seed:
+      return must(integer_in(v, 0, std::numeric_limits<uint64_t>::max()),
+                  fmt::format("an integer from 0 to {}", std::numeric_limits<uint64_t>::max()));
+    case Kind::steps:
+      return must(integer_in(v, 1, int64_max), fmt::format("an integer from 1 to {}", int64_max));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 json run_config(const Common& c, const TrainFlags& f, int64_t steps) {
-  return {{"model", c.model},
-          {"optimizer", optimizer_name(c)},
-          {"lr", learning_rate(c)},
-          {"momentum", c.momentum},
-          {"weight_decay", c.weight_decay},
-          {"max_grad_norm", c.max_grad_norm},
-          {"schedule", c.schedule},
-          {"seed", c.seed},
-          {"mode", f.mode},
-          {"memory_budget", c.memory_budget},
-          {"steps", steps},
-          {"data", c.data_dir},
-          {"text", c.text}};
+  // What the run uses: the model's own optimizer and learning rate unless
+  // given, the steps it runs.
+  Common used = c;
+  used.optimizer = optimizer_name(c);
+  used.lr = learning_rate(c);
+  TrainFlags run = f;
+  run.steps = steps;
+  json config = json::object();
+  for (const ConfigField& field : kRunConfig) config[field.key] = field.save(used, run);
+  return config;
 }
 
 // train's own flags.
@@ -119,84 +291,24 @@ SavedRun read_saved_run(const ws::CheckpointState& st) {
     throw UsageError(fmt::format("--resume {}: trainer_state.json: {} is {}; must be {}", st.path,
                                  field, value ? value->dump() : "missing", must));
   };
-  auto member = [](const json& object, const char* key) -> const json* {
-    if (!object.is_object()) return nullptr;
-    const auto it = object.find(key);
-    return it == object.end() ? nullptr : &*it;
-  };
-  // An integer in [lo, hi] (a JSON number written without a fraction).
-  auto integer = [&](const std::string& field, const json* v, int64_t lo, uint64_t hi,
-                     const std::string& must) {
-    const bool ok =
-        v && v->is_number_integer() &&
-        (v->is_number_unsigned()
-             ? v->get<uint64_t>() <= hi && (lo <= 0 || v->get<uint64_t>() >= uint64_t(lo))
-             : v->get<int64_t>() >= lo &&
-                   (v->get<int64_t>() < 0 || uint64_t(v->get<int64_t>()) <= hi));
-    if (!ok) fail(field, v, must);
-    return v->is_number_unsigned() ? int64_t(v->get<uint64_t>()) : v->get<int64_t>();
-  };
   const json* config = member(user, "config");
   if (!config || !config->is_object())
     fail("config", config, "an object (the run's configuration)");
-  auto text = [&](const char* key, const std::function<bool(const std::string&)>& ok,
-                  const std::string& must) {
-    const json* v = member(*config, key);
-    if (!v || !v->is_string() || !ok(v->get<std::string>()))
-      fail(std::string("config.") + key, v, must);
-  };
-  auto number = [&](const char* key, bool nonnegative) {
-    const json* v = member(*config, key);
-    if (!v || !v->is_number() || !std::isfinite(v->get<double>()) ||
-        (nonnegative && v->get<double>() < 0))
-      fail(std::string("config.") + key, v,
-           nonnegative ? "a finite number >= 0" : "a finite number");
-  };
-  const std::vector<std::string> models = ws::models::names();
-  text(
-      "model",
-      [&](const std::string& m) {
-        return std::find(models.begin(), models.end(), m) != models.end();
-      },
-      fmt::format("a model name ({})", fmt::join(models, ", ")));
-  text(
-      "optimizer", [](const std::string& o) { return o == "sgd" || o == "adam" || o == "adamw"; },
-      "\"sgd\", \"adam\" or \"adamw\"");
-  text(
-      "schedule", [](const std::string& v) { return v == "cosine" || v == "constant"; },
-      "\"cosine\" or \"constant\"");
-  text(
-      "mode",
-      [](const std::string& m) {
-        try {
-          ws::parse_mode(m);
-          return true;
-        } catch (const ws::Error&) {
-          return false;
-        }
-      },
-      "\"interpret\", \"three_graph\" or \"single_graph\"");
-  text(
-      "data", [](const std::string& d) { return !d.empty(); }, "a directory name");
-  text(
-      "text", [](const std::string& t) { return !t.empty(); }, "a file name");
-  for (const char* key : {"lr", "momentum", "max_grad_norm", "memory_budget"}) number(key, true);
-  number("weight_decay", false);  // below 0: the optimizer's default
-  const uint64_t int64_max = uint64_t(std::numeric_limits<int64_t>::max());
-  integer("config.seed", member(*config, "seed"), 0, std::numeric_limits<uint64_t>::max(),
-          fmt::format("an integer from 0 to {}", std::numeric_limits<uint64_t>::max()));
-  const int64_t steps = integer("config.steps", member(*config, "steps"), 1, int64_max,
-                                fmt::format("an integer from 1 to {}", int64_max));
+  for (const ConfigField& field : kRunConfig) {
+    const json* v = member(*config, field.key);
+    const std::optional<std::string> must = not_of_kind(field.kind, v);
+    if (must) fail(std::string("config.") + field.key, v, *must);
+  }
+  const int64_t steps = config->at("steps").get<int64_t>();
   const json* data = member(user, "data");
   if (!data || !data->is_object())
     fail("data", data, "an object (the data position: {\"step\": ...})");
-  SavedRun out;
-  out.data_step =
-      integer("data.step", member(*data, "step"), st.step, uint64_t(steps),
-              fmt::format("an integer from {} (the optimizer's step) to {} (config.steps)", st.step,
-                          steps));
-  out.config = *config;
-  return out;
+  const json* step = member(*data, "step");
+  if (!integer_in(step, st.step, uint64_t(steps)))
+    fail("data.step", step,
+         fmt::format("an integer from {} (the optimizer's step) to {} (config.steps)", st.step,
+                     steps));
+  return {.config = *config, .data_step = step->get<int64_t>()};
 }
 
 // A resumed run goes on from the checkpoint's step `start`: an end (`steps`,
@@ -228,35 +340,13 @@ void adopt_config(CLI::App* tr, const std::string& resume, Common& c, TrainFlags
   f.resume = st.path;
   // An --epochs end is checked by train, which knows an epoch's steps.
   if (f.steps_given) check_end_after(f, *f.steps, saved_run.data_step);
-  auto given = [&](const char* flag) { return tr->get_option(flag)->count() > 0; };
-  auto take = [&](const char* flag, const char* key, auto& field) {
-    using T = std::decay_t<decltype(field)>;
-    const T saved = cfg.at(key).get<T>();  // read_saved_run checked its type
-    if (given(flag) && !(field == saved))
-      throw UsageError(fmt::format(
-          "{} {} differs from the checkpoint's {} ({}); a resumed run keeps its configuration",
-          flag, json(field).dump(), json(saved).dump(), st.path));
-    field = saved;
-  };
-  take("--model", "model", c.model);
-  take("--seed", "seed", c.seed);
-  take("--momentum", "momentum", c.momentum);
-  take("--weight-decay", "weight_decay", c.weight_decay);
-  take("--max-grad-norm", "max_grad_norm", c.max_grad_norm);
-  take("--schedule", "schedule", c.schedule);
-  take("--memory-budget", "memory_budget", c.memory_budget);
-  take("--mode", "mode", f.mode);
-  std::string opt = c.optimizer.value_or("");
-  double lr = c.lr.value_or(0);
-  take("--optimizer", "optimizer", opt);
-  take("--lr", "lr", lr);
-  c.optimizer = opt;
-  c.lr = lr;
-  // --epochs sets the end from the epochs (train, which knows an epoch's
-  // steps); without either flag the run ends where it was to end.
-  if (!f.steps_given && !f.epochs_given) f.steps = cfg.at("steps").get<int64_t>();
-  if (!given("--data")) c.data_dir = cfg.at("data").get<std::string>();
-  if (!given("--text")) c.text = cfg.at("text").get<std::string>();
+  for (const ConfigField& field : kRunConfig) {
+    // --epochs sets the end from the epochs (train, which knows an epoch's
+    // steps); without either flag the run ends where it was to end.
+    const bool given = field.resume == Resume::end ? f.steps_given || f.epochs_given
+                                                   : tr->get_option(field.flag)->count() > 0;
+    field.take(field, cfg.at(field.key), given, c, f, st.path);
+  }
 }
 
 }  // namespace cli

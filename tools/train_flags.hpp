@@ -48,7 +48,8 @@ struct SavedRun {
 };
 
 // The configuration a checkpoint keeps, so a resumed run continues exactly
-// as it was set up.
+// as it was set up. One table (train_flags.cpp) lists its fields: what
+// run_config saves, read_saved_run checks and adopt_config takes.
 nlohmann::json run_config(const Common& c, const TrainFlags& f, int64_t steps);
 
 // train's own flags.

@@ -8,6 +8,7 @@
 #include "wholestep/data.hpp"
 #include "wholestep/dtype.hpp"
 #include "wholestep/error.hpp"
+#include "wholestep/evaluate.hpp"
 #include "wholestep/models.hpp"
 #include "wholestep/nn.hpp"
 #include "wholestep/optim.hpp"
