@@ -92,16 +92,10 @@ struct Forward::Impl {
     c->exe = std::make_unique<exec::Executable>(lower::lower(c->graph));
     const exec::Program& p = c->exe->program();
     for (size_t i = 0; i < p.inputs.size(); ++i) {
-      int data = -1;
-      for (size_t d = 0; d < cap.data_names.size(); ++d)
-        if (cap.data_names[d] == p.inputs[i].name) data = int(d);
-      c->data_index.push_back(data);
-      if (data >= 0) continue;
-      void* ptr = nullptr;
-      for (auto& [name, t] : cap.persistent)
-        if (name == p.inputs[i].name) ptr = t.impl()->storage->data;
-      WS_CHECK(ptr) << "no storage for forward input " << p.inputs[i].name;
-      c->exe->bind_input(i, ptr);
+      const step::InputSource& s = cap.source(p.inputs[i].name);
+      c->data_index.push_back(s.role == ir::InputRole::data ? int(s.index) : -1);
+      if (s.role == ir::InputRole::data) continue;
+      c->exe->bind_input(i, cap.persistent[s.index].second.impl()->storage->data);
     }
     c->out_type = p.outputs.at(0).type;
     c->out = std::make_shared<detail::Storage>(c->out_type.bytes());

@@ -73,21 +73,29 @@ namespace {
 
 enum class Bind { persistent, hyper, data, owned };
 
+// What one input of a graph or Program reads.
 struct Binding {
   Bind kind;
-  size_t index = 0;     // data argument or hyper number
-  void* ptr = nullptr;  // persistent and owned storage
+  size_t index = 0;     // data argument, hyper number or persistent entry (InputSource)
+  void* ptr = nullptr;  // Programs: persistent and owned storage
 };
 
 // Storage the step owns: values between graphs, the loss, and (aliasing off)
-// its own copy of the persistent state.
+// its own copy of the persistent state. A value passed between graphs is
+// found by its name, the same in its producer and every consumer
+// (partition.hpp).
 struct Owned {
-  std::map<std::string, std::shared_ptr<detail::Storage>> by_name;
-  void* get(const std::string& name, size_t bytes) {
-    auto& s = by_name[name];
-    if (!s) s = std::make_shared<detail::Storage>(bytes);
-    WS_CHECK(s->bytes == bytes) << name << " bound with two sizes";
-    return s->data;
+  struct Buffer {
+    std::shared_ptr<detail::Storage> storage;
+    bool interface = false;  // a value between graphs (saved or a gradient)
+  };
+  std::map<std::string, Buffer> by_name;
+  void* get(const std::string& name, size_t bytes, bool interface = false) {
+    Buffer& b = by_name[name];
+    if (!b.storage) b.storage = std::make_shared<detail::Storage>(bytes);
+    WS_CHECK(b.storage->bytes == bytes) << name << " bound with two sizes";
+    b.interface = b.interface || interface;
+    return b.storage->data;
   }
 };
 
@@ -106,8 +114,9 @@ struct Compiled {
   std::vector<ir::Graph> lowered;  // the graphs as their Programs run them (fused)
   ir::Graph step_graph;            // interpret
   std::vector<exec::Executable> programs;
+  // Per Program (interpret: of the step graph), what each input reads.
   std::vector<std::vector<Binding>> inputs;
-  std::map<std::string, Tensor> persistent;  // interpret: by input name
+  std::vector<Tensor> persistent;  // interpret: the persistent entries (Binding::index)
   Owned owned;
   std::vector<step::IndexCheck> index_checks;
   std::vector<Copy> shadows;  // aliasing off
@@ -145,6 +154,11 @@ struct TrainStep::Impl {
   // Checks the batch's indices and writes the hyperparameters for one step.
   void prepare(Compiled& c, const std::vector<Tensor>& data);
   std::unique_ptr<Compiled> compile(const std::vector<ir::Type>& types, const SourceLoc& loc);
+  // What the input `name` in `role` of a graph made from `cap` reads, with
+  // the storage a Program binds now (persistent, hyper and owned).
+  Binding bind_input(Compiled& c, const step::CapturedStep& cap, ir::InputRole role,
+                     const std::string& name, size_t bytes);
+  // Binds a Program's inputs (data per step) and outputs.
   void bind_program(Compiled& c, exec::Executable& exe, const step::CapturedStep& cap);
 };
 
@@ -158,10 +172,15 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
   WS_CHECK(hypers.size() == cap.hyper_names.size()) << "the optimizer's hyperparameters changed";
 
   if (opts.mode == StepMode::interpret) {
-    for (auto& [name, t] : cap.persistent) c->persistent[name] = t;
+    for (auto& [name, t] : cap.persistent) c->persistent.push_back(t);
     c->step_graph = partition::single_graph(cap.joint);
     step::after_stage(c->step_graph, "step");
     c->graphs = {c->step_graph};
+    const ir::Graph& g = c->step_graph;
+    c->inputs.emplace_back();
+    for (ir::ValueId v : g.inputs)
+      c->inputs.back().push_back(
+          bind_input(*c, cap, g.input_role(v), g.input_name(v), g.type(v).bytes()));
     c->counters.graphs = 1;
     for (const ir::Node& n : c->step_graph.nodes) {
       c->counters.kernels += n.op != ir::Op::input;
@@ -193,16 +212,15 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
     c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
   }
-  c->partition.emplace(std::move(cap.joint), std::move(plan));
   // Aliasing off: the step keeps its own copy of every tensor it updates.
   if (!opts.aliasing) {
     for (const ir::Graph& g : c->graphs)
       for (const ir::Output& o : g.outputs)
-        if (o.role == ir::OutputRole::update)
-          for (auto& [name, t] : cap.persistent)
-            if (name == g.input_name(o.aliased_input))
-              c->shadows.push_back({t.impl()->storage->data,
-                                    c->owned.get("shadow." + name, t.nbytes()), t.nbytes()});
+        if (o.role == ir::OutputRole::update) {
+          const auto& [name, t] = cap.persistent[cap.source(g.input_name(o.aliased_input)).index];
+          c->shadows.push_back(
+              {t.impl()->storage->data, c->owned.get("shadow." + name, t.nbytes()), t.nbytes()});
+        }
   }
   for (const ir::Graph& g : c->graphs) {
     step::after_stage(g, g.name);
@@ -210,6 +228,7 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     c->programs.emplace_back(lower::lower(g, {.fuse = opts.fuse}, &c->lowered.back()));
     bind_program(*c, c->programs.back(), cap);
   }
+  c->partition.emplace(std::move(cap.joint), std::move(plan));
   StepCounters& k = c->counters;
   k.graphs = int64_t(c->programs.size());
   for (const exec::Executable& e : c->programs) {
@@ -219,13 +238,37 @@ std::unique_ptr<Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& 
     k.flops += e.program().flops;
   }
   for (const Copy& s : c->shadows) k.bytes_copied += 2 * int64_t(s.bytes);
-  for (auto& [name, s] : c->owned.by_name)
-    if (name.rfind("saved.", 0) == 0 || name.rfind("grad.", 0) == 0)
-      k.interface_bytes += int64_t(s->bytes);
+  for (auto& [name, b] : c->owned.by_name)
+    if (b.interface) k.interface_bytes += int64_t(b.storage->bytes);
   int64_t shadow_bytes = 0;
   for (const Copy& s : c->shadows) shadow_bytes += int64_t(s.bytes);
   k.peak_bytes = k.persistent_bytes + k.interface_bytes + k.arena_bytes + shadow_bytes;
   return c;
+}
+
+Binding TrainStep::Impl::bind_input(Compiled& c, const step::CapturedStep& cap, ir::InputRole role,
+                                    const std::string& name, size_t bytes) {
+  switch (role) {
+    case ir::InputRole::param:
+    case ir::InputRole::buffer:
+    case ir::InputRole::opt_state:
+    case ir::InputRole::rng: {
+      const size_t index = cap.source(name).index;
+      void* ptr = cap.persistent[index].second.impl()->storage->data;
+      for (const Copy& s : c.shadows)
+        if (s.user == ptr) ptr = s.own;
+      return {Bind::persistent, index, ptr};
+    }
+    case ir::InputRole::hyper: {
+      const size_t index = cap.source(name).index;
+      return {Bind::hyper, index, &hypers[index]};
+    }
+    case ir::InputRole::data: return {Bind::data, cap.source(name).index};
+    case ir::InputRole::saved:
+    case ir::InputRole::grad: return {Bind::owned, 0, c.owned.get(name, bytes, true)};
+  }
+  WS_CHECK(false) << "input " << name << " has an invalid role";
+  return {Bind::owned};
 }
 
 void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
@@ -234,41 +277,16 @@ void TrainStep::Impl::bind_program(Compiled& c, exec::Executable& exe,
   std::vector<Binding> binds;
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const exec::ProgramInput& in = p.inputs[i];
-    Binding b{Bind::owned};
-    switch (in.role) {
-      case ir::InputRole::param:
-      case ir::InputRole::buffer:
-      case ir::InputRole::opt_state:
-      case ir::InputRole::rng:
-        b.kind = Bind::persistent;
-        for (auto& [name, t] : cap.persistent)
-          if (name == in.name) b.ptr = t.impl()->storage->data;
-        for (const Copy& s : c.shadows)
-          if (s.user == b.ptr) b.ptr = s.own;
-        WS_CHECK(b.ptr) << "no storage for " << in.name;
-        break;
-      case ir::InputRole::hyper:
-        b.kind = Bind::hyper;
-        for (size_t h = 0; h < cap.hyper_names.size(); ++h)
-          if (cap.hyper_names[h] == in.name) b.index = h;
-        b.ptr = &hypers[b.index];
-        break;
-      case ir::InputRole::data:
-        b.kind = Bind::data;
-        for (size_t d = 0; d < cap.data_names.size(); ++d)
-          if (cap.data_names[d] == in.name) b.index = d;
-        break;
-      case ir::InputRole::saved:
-      case ir::InputRole::grad: b.ptr = c.owned.get(in.name, in.type.bytes()); break;
-    }
-    if (b.ptr) exe.bind_input(i, b.ptr);
-    binds.push_back(b);
+    binds.push_back(bind_input(c, cap, in.role, in.name, in.type.bytes()));
+    if (binds.back().ptr) exe.bind_input(i, binds.back().ptr);
   }
   c.inputs.push_back(std::move(binds));
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     const exec::ProgramOutput& o = p.outputs[i];
     if (o.role == ir::OutputRole::update) continue;
-    void* ptr = c.owned.get(o.role == ir::OutputRole::loss ? "loss" : o.name, o.type.bytes());
+    const bool interface = o.role == ir::OutputRole::saved || o.role == ir::OutputRole::grad;
+    void* ptr =
+        c.owned.get(o.role == ir::OutputRole::loss ? "loss" : o.name, o.type.bytes(), interface);
     if (o.role == ir::OutputRole::loss) c.loss = static_cast<float*>(ptr);
     if (o.role == ir::OutputRole::user && o.name == step::kFiniteOutput)
       c.finite = static_cast<const uint8_t*>(ptr);
@@ -516,18 +534,12 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   if (m.opts.mode == StepMode::interpret) {
     const ir::Graph& g = c.step_graph;
     std::vector<Tensor> inputs;
-    const optim::UpdateSpec spec = m.opt.spec();
-    for (ir::ValueId v : g.inputs) {
-      const std::string& name = g.input_name(v);
-      switch (g.input_role(v)) {
-        case ir::InputRole::data: inputs.push_back(data.at(std::stoul(name.substr(6)))); break;
-        case ir::InputRole::hyper:
-          for (size_t h = 0; h < spec.hyper_names.size(); ++h)
-            if (spec.hyper_names[h] == name) inputs.push_back(Tensor::scalar(m.hypers[h]));
-          break;
-        default: inputs.push_back(c.persistent.at(name)); break;
+    for (const Binding& b : c.inputs[0]) switch (b.kind) {
+        case Bind::data: inputs.push_back(data.at(b.index)); break;
+        case Bind::hyper: inputs.push_back(Tensor::scalar(m.hypers[b.index])); break;
+        case Bind::persistent: inputs.push_back(c.persistent[b.index]); break;
+        case Bind::owned: WS_CHECK(false) << "an interpreted step passes nothing between graphs";
       }
-    }
     exec::InterpretStats stats;
     std::vector<Tensor> outs = exec::interpret(g, inputs, &stats, m.opts.detect_anomaly);
     c.counters.peak_bytes = c.counters.persistent_bytes + stats.peak_bytes;
