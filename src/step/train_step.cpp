@@ -27,6 +27,7 @@
 #include "lower/lower.hpp"
 #include "partition/explain.hpp"
 #include "step/capture_step.hpp"
+#include "step/signature_cache.hpp"
 
 namespace ws {
 
@@ -106,7 +107,6 @@ struct Copy {
 };
 
 struct Compiled {
-  std::vector<ir::Type> signature;
   // three_graph: the joint graph and what its forward saves, for the
   // partition report and picture (made when asked for).
   std::optional<std::pair<partition::JointGraph, partition::RematPlan>> partition;
@@ -121,7 +121,6 @@ struct Compiled {
   std::vector<step::IndexCheck> index_checks;
   std::vector<Copy> shadows;  // aliasing off
   float* loss = nullptr;
-  uint64_t last_used = 0;           // the step that last ran it, for eviction
   const uint8_t* finite = nullptr;  // NonFinite::skip: the step's verdict
   StepCounters counters;
   // The team its steps run on (StepOptions::adapt_threads): its own, since
@@ -136,15 +135,16 @@ struct TrainStep::Impl {
   optim::Optimizer& opt;
   LossFn loss_fn;
   StepOptions opts;
-  int64_t traces = 0;
-  uint64_t clock = 0;
-  std::map<std::string, std::unique_ptr<Compiled>> cache;
-  Compiled* last = nullptr;
+  step::SignatureCache<Compiled> cache;
   std::vector<float> hypers;
   std::vector<double> hyper_scratch;
 
   Impl(nn::Module& m, optim::Optimizer& o, LossFn f, StepOptions s)
-      : model(m), opt(o), loss_fn(std::move(f)), opts(s) {
+      : model(m),
+        opt(o),
+        loss_fn(std::move(f)),
+        opts(s),
+        cache("train step", {s.max_cached, s.recompile_warning}) {
     // Sized once: compiled programs keep pointers into it.
     hypers.assign(opt.spec().hyper_names.size(), 0.0f);
     hyper_scratch.assign(hypers.size(), 0.0);
@@ -321,36 +321,34 @@ TrainStep::TrainStep(TrainStep&&) noexcept = default;
 TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
 
 const StepOptions& TrainStep::options() const { return impl_->opts; }
-int64_t TrainStep::traces() const { return impl_->traces; }
+int64_t TrainStep::traces() const { return impl_->cache.traces(); }
 size_t TrainStep::cached() const { return impl_->cache.size(); }
-void TrainStep::clear_cache() {
-  impl_->cache.clear();
-  impl_->last = nullptr;
-}
+void TrainStep::clear_cache() { impl_->cache.clear(); }
 
 std::string TrainStep::graphs_text() const {
   std::string s;
-  if (impl_->last)
-    for (const ir::Graph& g :
-         impl_->last->lowered.empty() ? impl_->last->graphs : impl_->last->lowered)
+  if (const Compiled* c = impl_->cache.last())
+    for (const ir::Graph& g : c->lowered.empty() ? c->graphs : c->lowered)
       s += ir::print(g, {.locations = false});
   return s;
 }
 
 std::string TrainStep::partition_report() const {
-  if (!impl_->last || !impl_->last->partition) return {};
-  const auto& [joint, plan] = *impl_->last->partition;
+  const Compiled* c = impl_->cache.last();
+  if (!c || !c->partition) return {};
+  const auto& [joint, plan] = *c->partition;
   return partition::explain(joint, plan);
 }
 
 std::string TrainStep::partition_dot() const {
-  if (!impl_->last || !impl_->last->partition) return {};
-  const auto& [joint, plan] = *impl_->last->partition;
+  const Compiled* c = impl_->cache.last();
+  if (!c || !c->partition) return {};
+  const auto& [joint, plan] = *c->partition;
   return partition::to_dot(joint, plan);
 }
 
 std::string TrainStep::graph_dot(GraphStage stage) const {
-  const Compiled* c = impl_->last;
+  const Compiled* c = impl_->cache.last();
   if (!c || !c->partition) return {};
   // The whole picture (inputs, outputs, legend), where partition_dot keeps
   // to the computed values; the joint graph with what the plan saves and
@@ -365,53 +363,15 @@ std::string TrainStep::graph_dot(GraphStage stage) const {
 
 std::string TrainStep::programs_text() const {
   std::string s;
-  if (impl_->last)
-    for (const exec::Executable& e : impl_->last->programs) s += e.program().str();
+  if (const Compiled* c = impl_->cache.last())
+    for (const exec::Executable& e : c->programs) s += e.program().str();
   return s;
 }
 
-// The compiled step for this batch's signature. The common case, the same
-// signature as the last call, is checked without allocating.
 Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
-  bool same = last && last->signature.size() == data.size();
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (!data[i].defined() || data[i].is_traced())
-      throw Error(fmt::format("train step: argument {} must be a concrete tensor{}", i,
-                              at(SourceLoc::from(sloc))));
-    same = same && last->signature[i] == data[i].impl()->type;
-  }
-  if (same) {
-    last->last_used = ++clock;
-    return *last;
-  }
-  std::vector<ir::Type> types;
-  std::string key;
-  for (const Tensor& t : data) {
-    types.push_back(t.impl()->type);
-    key += types.back().str() + ";";
-  }
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    // The least recently used signature makes room first, so the peak is
-    // the limit's, not one more.
-    if (opts.max_cached > 0 && cache.size() >= size_t(opts.max_cached)) {
-      auto lru = cache.begin();
-      for (auto e = cache.begin(); e != cache.end(); ++e)
-        if (e->second->last_used < lru->second->last_used) lru = e;
-      if (last == lru->second.get()) last = nullptr;
-      cache.erase(lru);
-    }
-    it = cache.emplace(key, compile(types, SourceLoc::from(sloc))).first;
-    it->second->signature = types;
-    if (++traces > opts.recompile_warning)
-      std::fprintf(stderr,
-                   "wholestep: warning: the train step has been traced %lld times (new input "
-                   "signature %s); each new shape compiles again\n",
-                   (long long)traces, key.c_str());
-  }
-  last = it->second.get();
-  last->last_used = ++clock;
-  return *last;
+  return cache.lookup(data, sloc, [this](const std::vector<ir::Type>& types, const SourceLoc& loc) {
+    return compile(types, loc);
+  });
 }
 
 // Kernel start times and durations of one step, [program][kernel], in
@@ -519,7 +479,7 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
 StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   exec::require_outside_parallel("a training step");
   Impl& m = *impl_;
-  const int64_t traces = m.traces;
+  const int64_t traces = m.cache.traces();
   Compiled& c = m.lookup(data, sloc);
   m.prepare(c, data);
 
@@ -557,7 +517,7 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
     r.skipped = c.finite && *c.finite == 0;
   }
   const clock::time_point end = clock::now();
-  if (m.opts.adapt_threads && m.traces == traces)  // a step that compiled says nothing
+  if (m.opts.adapt_threads && m.cache.traces() == traces)  // a step that compiled says nothing
     c.team.ran(r.threads, std::chrono::duration<double>(end - start).count(), seconds(end));
   if (!r.skipped) m.opt.advance();
   r.step = m.opt.step_count();
