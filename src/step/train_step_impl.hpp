@@ -40,7 +40,7 @@ enum class Bind { persistent, hyper, data, owned };
 struct Binding {
   Bind kind;
   size_t index = 0;     // data argument, hyper number or persistent entry (InputSource)
-  void* ptr = nullptr;  // Programs: persistent and owned storage
+  void* ptr = nullptr;  // Programs: what is bound once (persistent, hyper, owned)
 };
 
 // Storage the step owns: values between graphs, the loss, and (aliasing off)
