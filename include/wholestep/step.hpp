@@ -240,7 +240,10 @@ TrainStep compile_train_step(nn::Module& model, optim::Optimizer& opt, F&& loss_
 // An inference function compiled to one Program: BatchNorm uses running
 // statistics and dropout is off (the model is traced in eval mode and its
 // mode restored after). Parameters and buffers are bound by storage, so after
-// a training step the forward sees the new values with no copy.
+// a training step the forward sees the new values with no copy. Each input
+// signature compiles once and is kept as a TrainStep with default options
+// keeps it: at most StepOptions::max_cached, the least recently used freed
+// first, and a warning past StepOptions::recompile_warning traces.
 class Forward {
  public:
   Forward(nn::Module& model, LossFn fn);
@@ -254,6 +257,8 @@ class Forward {
   Tensor operator()(const T&... inputs) {
     return run(std::vector<Tensor>{inputs...});
   }
+  // How many times the function was traced (once per input signature, again
+  // after its compiled form was freed).
   int64_t traces() const;
   std::string graph_text() const;
 

@@ -45,6 +45,9 @@ class Tracer {
     int64_t skip;
   };
   RandomDraw take_random(int64_t count);
+  // The stream's seed and offset inputs, kNoValue while nothing has drawn.
+  ir::ValueId rng_seed() const { return rng_seed_; }
+  ir::ValueId rng_offset() const { return rng_offset_; }
   // Appends the outputs for assigned buffers and the advanced random offset
   // (role update, aliased to their inputs). Call once, when tracing ends.
   void finish_mutations();

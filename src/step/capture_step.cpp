@@ -1,5 +1,6 @@
 #include "step/capture_step.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -22,8 +23,8 @@ void after_stage(const ir::Graph& g, const std::string& stage) {
 namespace {
 
 // The data argument `v` is, looking through ops that only move elements.
-std::optional<size_t> data_source(const ir::Graph& g, const std::vector<std::string>& names,
-                                  ir::ValueId v) {
+std::optional<size_t> data_source(const CapturedStep& cap, ir::ValueId v) {
+  const ir::Graph& g = cap.joint.graph;
   for (;;) {
     const ir::Node& n = g.node(v);
     if (n.op == ir::Op::reshape || n.op == ir::Op::slice || n.op == ir::Op::transpose ||
@@ -32,9 +33,7 @@ std::optional<size_t> data_source(const ir::Graph& g, const std::vector<std::str
       continue;
     }
     if (n.op != ir::Op::input || g.input_role(v) != ir::InputRole::data) return std::nullopt;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i] == g.input_name(v)) return i;
-    return std::nullopt;
+    return cap.source(v).index;
   }
 }
 
@@ -56,7 +55,7 @@ void collect_index_checks(CapturedStep& cap) {
     } else {
       continue;
     }
-    std::optional<size_t> d = data_source(g, cap.data_names, idx);
+    std::optional<size_t> d = data_source(cap, idx);
     if (!d) continue;
     c.data_index = *d;
     c.loc = n.loc;
@@ -75,12 +74,15 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
   capture::Tracer tracer(g);
 
   // Inputs, parameters first: params, buffers, optimizer state, hypers, data.
-  const nn::NamedTensors params = model.named_parameters();
-  std::vector<ir::ValueId> param_ids;
-  for (auto& [name, t] : params) {
-    param_ids.push_back(tracer.lift(t, ir::InputRole::param, name));
+  // Each input's source is its place in the list its role reads, recorded
+  // here (tied tensors share the first one's input).
+  std::vector<ir::ValueId> persistent_ids, hyper_ids, data_ids;
+  auto persistent = [&](const std::string& name, ir::ValueId v, const Tensor& t) {
     out.persistent.emplace_back(name, t);
-  }
+    persistent_ids.push_back(v);
+  };
+  const nn::NamedTensors params = model.named_parameters();
+  for (auto& [name, t] : params) persistent(name, tracer.lift(t, ir::InputRole::param, name), t);
   for (auto& [name, t] : opt ? opt->params() : nn::NamedTensors{}) {
     bool found = false;
     for (auto& [n2, t2] : params) found = found || t2.impl() == t.impl();
@@ -90,22 +92,18 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
                       "being compiled",
                       name));
   }
-  for (auto& [name, t] : model.named_buffers()) {
-    tracer.lift(t, ir::InputRole::buffer, name);
-    out.persistent.emplace_back(name, t);
-  }
-  for (auto& [name, t] : opt ? opt->state() : nn::NamedTensors{}) {
-    tracer.lift(t, ir::InputRole::opt_state, name);
-    out.persistent.emplace_back(name, t);
-  }
+  for (auto& [name, t] : model.named_buffers())
+    persistent(name, tracer.lift(t, ir::InputRole::buffer, name), t);
+  for (auto& [name, t] : opt ? opt->state() : nn::NamedTensors{})
+    persistent(name, tracer.lift(t, ir::InputRole::opt_state, name), t);
   for (const std::string& h : opt ? opt->spec().hyper_names : std::vector<std::string>{}) {
-    tracer.builder().input(ir::InputRole::hyper, h, ir::Type{DType::f32, {}});
+    hyper_ids.push_back(tracer.builder().input(ir::InputRole::hyper, h, ir::Type{DType::f32, {}}));
     out.hyper_names.push_back(h);
   }
   std::vector<Tensor> data;
   for (size_t i = 0; i < data_types.size(); ++i) {
-    out.data_names.push_back(fmt::format("input.{}", i));
-    data.push_back(tracer.data_input(out.data_names.back(), data_types[i]));
+    data.push_back(tracer.data_input(fmt::format("input.{}", i), data_types[i]));
+    data_ids.push_back(data.back().impl()->value);
   }
 
   Tensor loss;
@@ -127,14 +125,38 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
                           : ir::Output{ir::OutputRole::user, loss_id, ir::kNoValue, "output"});
   tracer.finish_mutations();
   // The random stream's state, when the function drew from it.
-  const detail::RngState& rng = detail::rng_state();
-  for (ir::ValueId v : g.inputs_with_role(ir::InputRole::rng))
-    out.persistent.emplace_back(g.input_name(v),
-                                g.input_name(v) == "rng.seed" ? rng.seed : rng.offset);
+  if (tracer.rng_seed() != ir::kNoValue) {
+    const detail::RngState& rng = detail::rng_state();
+    persistent(g.input_name(tracer.rng_seed()), tracer.rng_seed(), rng.seed);
+    persistent(g.input_name(tracer.rng_offset()), tracer.rng_offset(), rng.offset);
+  }
+  for (ir::ValueId v : g.inputs) {
+    InputSource s{g.input_role(v)};
+    const std::vector<ir::ValueId>& ids = s.role == ir::InputRole::data    ? data_ids
+                                          : s.role == ir::InputRole::hyper ? hyper_ids
+                                                                           : persistent_ids;
+    s.index = size_t(std::find(ids.begin(), ids.end(), v) - ids.begin());
+    WS_CHECK(s.index < ids.size()) << "no source for input " << g.input_name(v);
+    out.sources.push_back(s);
+  }
   out.joint.forward_end = g.size();
   collect_index_checks(out);
   after_stage(g, "forward");
   return out;
+}
+
+const InputSource& CapturedStep::source(ir::ValueId v) const {
+  const int i = joint.graph.input_index(v);
+  WS_CHECK(i >= 0) << "%" << v << " is not an input of the joint graph";
+  return sources[size_t(i)];
+}
+
+const InputSource& CapturedStep::source(const std::string& name) const {
+  const ir::Graph& g = joint.graph;
+  size_t i = 0;
+  while (i < g.inputs.size() && g.input_name(g.inputs[i]) != name) ++i;
+  WS_CHECK(i < g.inputs.size()) << "no input named " << name << " in the joint graph";
+  return sources[i];
 }
 
 void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tensor>& data,

@@ -1,7 +1,7 @@
 // Capture of a training step into its joint graph: trace the loss function,
-// differentiate, append the optimizer update. The result names every input so
-// the runner can bind it; nothing after this reads Modules or Tensors except
-// through those names.
+// differentiate, append the optimizer update. The result says what every
+// input of the joint graph is bound to (InputSource); nothing after this
+// reads Modules or Tensors except through it.
 #pragma once
 
 #include <string>
@@ -20,13 +20,31 @@ struct IndexCheck {
   SourceLoc loc;     // the user's line that indexes with it
 };
 
+// What an input of the joint graph is bound to: its role, and its place in
+// what the role reads (recorded as capture lifts it; the input's name is
+// only for display).
+struct InputSource {
+  ir::InputRole role = ir::InputRole::data;
+  // data: the argument; hyper: the optimizer's hyperparameter (hyper_names);
+  // param, buffer, opt_state, rng: the `persistent` entry.
+  size_t index = 0;
+};
+
 struct CapturedStep {
   partition::JointGraph joint;
-  // Tensors behind persistent inputs, by input name (params, buffers, state).
+  // Tensors behind persistent inputs, with their input names (params,
+  // buffers, state, the random stream).
   std::vector<std::pair<std::string, Tensor>> persistent;
   std::vector<std::string> hyper_names;  // hyper inputs, in optimizer order
-  std::vector<std::string> data_names;   // data inputs, in argument order
+  std::vector<InputSource> sources;      // per input of joint.graph, in its order
   std::vector<IndexCheck> index_checks;
+
+  // The source of joint input `v`.
+  const InputSource& source(ir::ValueId v) const;
+  // The source of the input named `name` of a graph made from the joint
+  // graph: partitioned and lowered graphs keep the joint inputs, and an
+  // input's name identifies it within a graph (ir/verify.cpp).
+  const InputSource& source(const std::string& name) const;
 };
 
 // Checks data arguments against `checks` before a step runs, so an index

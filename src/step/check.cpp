@@ -18,13 +18,9 @@ GradcheckResult gradcheck(nn::Module& model, const LossFn& loss_fn,
   const ir::Graph& g = cap.joint.graph;
   std::vector<Tensor> values;
   for (ir::ValueId v : g.inputs) {
-    const std::string& name = g.input_name(v);
-    if (g.input_role(v) == ir::InputRole::data) {
-      values.push_back(inputs.at(std::stoul(name.substr(name.find('.') + 1))));
-      continue;
-    }
-    for (auto& [n, t] : cap.persistent)
-      if (n == name) values.push_back(t);
+    const step::InputSource& s = cap.source(v);
+    values.push_back(s.role == ir::InputRole::data ? inputs.at(s.index)
+                                                   : cap.persistent[s.index].second);
   }
   return autograd::gradcheck_graph(g, g.inputs_with_role(ir::InputRole::param), values, opts);
 }

@@ -1,6 +1,6 @@
-// Forward: an inference Program over the model's own storage.
+// Forward: an inference Program over the model's own storage, one per
+// input signature (signature_cache.hpp, as TrainStep keeps them).
 #include <cstring>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -11,6 +11,7 @@
 #include "lower/lower.hpp"
 #include "partition/partition.hpp"
 #include "step/capture_step.hpp"
+#include "step/signature_cache.hpp"
 
 namespace ws {
 
@@ -51,23 +52,17 @@ class EvalScope {
 struct Forward::Impl {
   nn::Module& model;
   LossFn fn;
-  std::map<std::string, std::unique_ptr<CompiledForward>> cache;
-  CompiledForward* last = nullptr;
-  int64_t traces = 0;
+  // The same limits as a TrainStep with default options.
+  step::SignatureCache<CompiledForward> cache{
+      "forward", {StepOptions{}.max_cached, StepOptions{}.recompile_warning}};
+
+  Impl(nn::Module& m, LossFn f) : model(m), fn(std::move(f)) {}
 
   CompiledForward& lookup(const std::vector<Tensor>& inputs, Loc sloc) {
-    std::vector<ir::Type> types;
-    std::string key;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!inputs[i].defined() || inputs[i].is_traced())
-        throw Error(fmt::format("forward: argument {} must be a concrete tensor{}", i,
-                                at(SourceLoc::from(sloc))));
-      types.push_back(inputs[i].impl()->type);
-      key += types.back().str() + ";";
-    }
-    auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, compile(types, SourceLoc::from(sloc))).first;
-    return *(last = it->second.get());
+    return cache.lookup(inputs, sloc,
+                        [this](const std::vector<ir::Type>& types, const SourceLoc& loc) {
+                          return compile(types, loc);
+                        });
   }
 
   std::unique_ptr<CompiledForward> compile(const std::vector<ir::Type>& types,
@@ -77,7 +72,6 @@ struct Forward::Impl {
       EvalScope eval(model);
       cap = step::trace_forward(model, nullptr, fn, types, loc, /*loss_output=*/false);
     }
-    ++traces;
     auto c = std::make_unique<CompiledForward>();
     c->index_checks = cap.index_checks;
     c->graph = partition::single_graph(cap.joint);
@@ -92,16 +86,10 @@ struct Forward::Impl {
     c->exe = std::make_unique<exec::Executable>(lower::lower(c->graph));
     const exec::Program& p = c->exe->program();
     for (size_t i = 0; i < p.inputs.size(); ++i) {
-      int data = -1;
-      for (size_t d = 0; d < cap.data_names.size(); ++d)
-        if (cap.data_names[d] == p.inputs[i].name) data = int(d);
-      c->data_index.push_back(data);
-      if (data >= 0) continue;
-      void* ptr = nullptr;
-      for (auto& [name, t] : cap.persistent)
-        if (name == p.inputs[i].name) ptr = t.impl()->storage->data;
-      WS_CHECK(ptr) << "no storage for forward input " << p.inputs[i].name;
-      c->exe->bind_input(i, ptr);
+      const step::InputSource& s = cap.source(p.inputs[i].name);
+      c->data_index.push_back(s.role == ir::InputRole::data ? int(s.index) : -1);
+      if (s.role == ir::InputRole::data) continue;
+      c->exe->bind_input(i, cap.persistent[s.index].second.impl()->storage->data);
     }
     c->out_type = p.outputs.at(0).type;
     c->out = std::make_shared<detail::Storage>(c->out_type.bytes());
@@ -111,14 +99,15 @@ struct Forward::Impl {
 };
 
 Forward::Forward(nn::Module& model, LossFn fn)
-    : impl_(std::make_unique<Impl>(Impl{model, std::move(fn), {}, nullptr, 0})) {}
+    : impl_(std::make_unique<Impl>(model, std::move(fn))) {}
 Forward::~Forward() = default;
 Forward::Forward(Forward&&) noexcept = default;
 Forward& Forward::operator=(Forward&&) noexcept = default;
 
-int64_t Forward::traces() const { return impl_->traces; }
+int64_t Forward::traces() const { return impl_->cache.traces(); }
 std::string Forward::graph_text() const {
-  return impl_->last ? ir::print(impl_->last->graph, {.locations = false}) : "";
+  const CompiledForward* c = impl_->cache.last();
+  return c ? ir::print(c->graph, {.locations = false}) : "";
 }
 
 Tensor Forward::run(const std::vector<Tensor>& inputs, Loc loc) {

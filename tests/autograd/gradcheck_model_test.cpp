@@ -98,11 +98,11 @@ TEST(GradcheckModel, NumericValuesAreTheWholeGraphsFiniteDifferences) {
   g.outputs.resize(1);
   std::vector<Tensor> inputs;
   for (ir::ValueId v : g.inputs) {
-    const std::string& name = g.input_name(v);
-    if (name == "input.0") inputs.push_back(cast(c.x, DType::f64).clone());
-    if (name == "input.1") inputs.push_back(c.y);
-    for (auto& [n, t] : cap.persistent)
-      if (n == name) inputs.push_back(cast(t, DType::f64).clone());
+    const step::InputSource& s = cap.source(v);
+    if (s.role == ir::InputRole::data)
+      inputs.push_back(s.index == 0 ? cast(c.x, DType::f64).clone() : c.y);
+    else
+      inputs.push_back(cast(cap.persistent.at(s.index).second, DType::f64).clone());
   }
   ASSERT_EQ(inputs.size(), g.inputs.size());
   const double eps = check::GradcheckOptions{}.eps;

@@ -1,0 +1,106 @@
+// Compiling a training step for one input signature: capture, partition by
+// mode and memory budget, lower each graph to a Program and bind it; and
+// what the result costs (StepCounters).
+#include "exec/dnnl_backend.hpp"
+#include "lower/lower.hpp"
+#include "step/train_step_impl.hpp"
+
+namespace ws {
+
+namespace {
+
+// The counters of an interpreted step graph: its nodes, their flops, and
+// the updates copied back.
+void count_interpreted(const ir::Graph& g, StepCounters& k) {
+  k.graphs = 1;
+  for (const ir::Node& n : g.nodes) {
+    k.kernels += n.op != ir::Op::input;
+    if (n.op == ir::Op::matmul || ir::op_info(n.op).category == ir::OpCategory::convolution) {
+      std::vector<ir::Type> in;
+      for (ir::ValueId a : n.args) in.push_back(g.type(a));
+      k.flops += exec::backend_flops(n.op, n.attrs, in, n.type);
+    }
+  }
+  for (const ir::Output& o : g.outputs)
+    if (o.role == ir::OutputRole::update) k.bytes_copied += int64_t(g.type(o.value).bytes());
+}
+
+void count_programs(const step::Compiled& c, StepCounters& k) {
+  k.graphs = int64_t(c.programs.size());
+  for (const exec::Executable& e : c.programs) {
+    k.kernels += int64_t(e.program().kernels.size());
+    k.bytes_copied += e.program().copy_bytes;
+    k.arena_bytes += e.program().arena_bytes;
+    k.flops += e.program().flops;
+  }
+  int64_t shadow_bytes = 0;
+  for (const step::Copy& s : c.shadows) shadow_bytes += int64_t(s.bytes);
+  k.bytes_copied += 2 * shadow_bytes;
+  for (auto& [name, b] : c.owned.by_name)
+    if (b.interface) k.interface_bytes += int64_t(b.storage->bytes);
+  k.peak_bytes = k.persistent_bytes + k.interface_bytes + k.arena_bytes + shadow_bytes;
+}
+
+}  // namespace
+
+std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& types,
+                                                         const SourceLoc& loc) {
+  step::CapturedStep cap =
+      step::capture_step(model, opt, loss_fn, types, loc, opts.on_nonfinite == NonFinite::skip);
+  auto c = std::make_unique<step::Compiled>();
+  c->index_checks = cap.index_checks;
+  for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());
+  WS_CHECK(hypers.size() == cap.hyper_names.size()) << "the optimizer's hyperparameters changed";
+
+  if (opts.mode == StepMode::interpret) {
+    for (auto& [name, t] : cap.persistent) c->persistent.push_back(t);
+    c->step_graph = partition::single_graph(cap.joint);
+    step::after_stage(c->step_graph, "step");
+    c->graphs = {c->step_graph};
+    const ir::Graph& g = c->step_graph;
+    c->inputs.emplace_back();
+    for (ir::ValueId v : g.inputs)
+      c->inputs.back().push_back(
+          bind_input(*c, cap, g.input_role(v), g.input_name(v), g.type(v).bytes()));
+    count_interpreted(g, c->counters);
+    return c;
+  }
+  // What the backward recomputes: within the budget, else the minimum cut
+  // or everything saved.
+  partition::RematPlan plan;
+  if (opts.memory_budget > 0) {
+    const int64_t all = partition::save_all(cap.joint).saved_bytes;
+    const int64_t budget = opts.memory_budget <= 1 ? int64_t(opts.memory_budget * double(all))
+                                                   : int64_t(opts.memory_budget);
+    plan = partition::budgeted_cut(cap.joint, budget);
+  } else {
+    plan = opts.recompute ? partition::min_cut(cap.joint) : partition::save_all(cap.joint);
+  }
+  if (opts.mode == StepMode::single_graph) {
+    c->graphs = {partition::single_graph(partition::recompute_in_backward(cap.joint, plan))};
+  } else {
+    partition::ThreeGraphs three = partition::three_graphs(cap.joint, plan);
+    c->graphs = {std::move(three.forward), std::move(three.backward), std::move(three.optimizer)};
+  }
+  // Aliasing off: the step keeps its own copy of every tensor it updates.
+  if (!opts.aliasing) {
+    for (const ir::Graph& g : c->graphs)
+      for (const ir::Output& o : g.outputs)
+        if (o.role == ir::OutputRole::update) {
+          const auto& [name, t] = cap.persistent[cap.source(g.input_name(o.aliased_input)).index];
+          c->shadows.push_back(
+              {t.impl()->storage->data, c->owned.get("shadow." + name, t.nbytes()), t.nbytes()});
+        }
+  }
+  for (const ir::Graph& g : c->graphs) {
+    step::after_stage(g, g.name);
+    c->lowered.emplace_back();
+    c->programs.emplace_back(lower::lower(g, {.fuse = opts.fuse}, &c->lowered.back()));
+    bind_program(*c, c->programs.back(), cap);
+  }
+  c->partition.emplace(std::move(cap.joint), std::move(plan));
+  count_programs(*c, c->counters);
+  return c;
+}
+
+}  // namespace ws

@@ -1,0 +1,89 @@
+// TrainStep::profile: real steps with every kernel timed, then the
+// contractions alone, summed by kernel implementation.
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "exec/dnnl_backend.hpp"
+#include "exec/threads.hpp"
+#include "step/train_step_impl.hpp"
+
+namespace ws {
+
+StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc sloc) {
+  Impl& m = *impl_;
+  if (m.opts.mode == StepMode::interpret)
+    throw Error(
+        fmt::format("profile: the interpret mode runs no kernels to time; use "
+                    "three_graph or single_graph{}",
+                    at(SourceLoc::from(sloc))));
+  if (steps < 1)
+    throw Error(fmt::format("profile: steps must be at least 1, got {}{}", steps,
+                            at(SourceLoc::from(sloc))));
+  step::Compiled& c = m.lookup(data, sloc);
+  exec::set_team(exec::num_threads());  // kernels timed on the whole pool, never a probe's
+  step::StepTiming timing;
+  std::vector<std::vector<double>> total_ns;
+  std::vector<std::vector<bool>> contraction;
+  for (const exec::Executable& e : c.programs) {
+    total_ns.emplace_back(e.program().kernels.size(), 0.0);
+    timing.start_ns.push_back(total_ns.back());
+    timing.ns.push_back(total_ns.back());
+    contraction.emplace_back();
+    for (const exec::Kernel& k : e.program().kernels) contraction.back().push_back(bool(k.backend));
+  }
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> step_ms, contraction_ms;
+  for (int s = 0; s < steps; ++s) {
+    m.prepare(c, data);
+    timing.origin = clock::now();
+    step::run_programs(c, data, &timing);
+    step_ms.push_back(ms_since(timing.origin));
+    m.opt.advance();
+    for (size_t p = 0; p < total_ns.size(); ++p)
+      for (size_t k = 0; k < total_ns[p].size(); ++k) total_ns[p][k] += timing.ns[p][k];
+  }
+  // The contractions alone, on the buffers the real steps left behind.
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = clock::now();
+    for (size_t p = 0; p < c.programs.size(); ++p) c.programs[p].run_only(contraction[p]);
+    contraction_ms.push_back(ms_since(t0));
+  }
+  StepProfile prof;
+  prof.steps = steps;
+  prof.step_ms = median(step_ms);
+  prof.contraction_ms = median(contraction_ms);
+  std::map<std::string, KernelTime> by_name;
+  for (size_t p = 0; p < c.programs.size(); ++p) {
+    const exec::Program& prog = c.programs[p].program();
+    double ns = 0;
+    for (double t : total_ns[p]) ns += t;
+    prof.program_ms.emplace_back(prog.name, ns * 1e-6 / steps);
+    for (size_t k = 0; k < prog.kernels.size(); ++k) {
+      const exec::Kernel& kern = prog.kernels[k];
+      KernelTime& t = by_name[exec::kernel_label(kern)];
+      t.name = exec::kernel_label(kern);
+      t.calls += steps;
+      t.ms += total_ns[p][k] * 1e-6;
+      if (kern.backend) t.flops += kern.backend->flops();
+      prof.last_step.push_back({exec::kernel_label(kern), std::string(ir::op_name(kern.op)),
+                                prog.name, kern.loc.str(), timing.start_ns[p][k] * 1e-6,
+                                timing.ns[p][k] * 1e-6});
+    }
+  }
+  for (auto& [name, t] : by_name) prof.kernels.push_back(t);
+  std::sort(prof.kernels.begin(), prof.kernels.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+  return prof;
+}
+
+}  // namespace ws
