@@ -90,9 +90,9 @@ Attrs Attrs::from_sorted(std::vector<std::pair<std::string, AttrValue>> kv) {
   return a;
 }
 
-const AttrValue* Attrs::find(const std::string& name) const {
+const AttrValue* Attrs::find(std::string_view name) const {
   auto it = std::lower_bound(kv_.begin(), kv_.end(), name,
-                             [](const auto& p, const std::string& n) { return p.first < n; });
+                             [](const auto& p, std::string_view n) { return p.first < n; });
   return it != kv_.end() && it->first == name ? &it->second : nullptr;
 }
 
