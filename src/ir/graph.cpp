@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ir/attr.hpp"
+
 namespace ws {
 
 const char* dtype_name(DType d) {
@@ -128,7 +130,7 @@ static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", 
 Node input_node(InputRole role, const std::string& name, Type t, SourceLoc loc, Stage stage) {
   return Node{Op::input,
               {},
-              Attrs{{"name", name}, {"role", std::string(role_name(role))}},
+              make_attrs<Op::input>({{"name", name}, {"role", std::string(role_name(role))}}),
               std::move(t),
               std::move(loc),
               stage};
@@ -157,11 +159,12 @@ InputRole Graph::input_role(ValueId v) const {
   const Node& n = node(v);
   WS_CHECK(n.op == Op::input) << "%" << v << " is not an input";
   InputRole r{};
-  WS_CHECK(parse_role(n.attrs.s("role"), &r)) << "bad role " << n.attrs.s("role");
+  const std::string& role = attr<Op::input, "role">(n);
+  WS_CHECK(parse_role(role, &r)) << "bad role " << role;
   return r;
 }
 
-const std::string& Graph::input_name(ValueId v) const { return node(v).attrs.s("name"); }
+const std::string& Graph::input_name(ValueId v) const { return attr<Op::input, "name">(node(v)); }
 
 int Graph::input_index(ValueId v) const {
   auto it = std::find(inputs.begin(), inputs.end(), v);
