@@ -10,6 +10,7 @@
 
 #include "autograd/reverse.hpp"
 #include "exec/interpreter.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::autograd {
 namespace {
@@ -92,11 +93,12 @@ std::vector<int64_t> sample_elements(const double* g, int64_t n, int64_t count,
 }  // namespace
 
 ir::Graph promote_to_f64(const ir::Graph& g) {
+  constexpr ir::OpSet kDtypeOps = ir::ops_with_attr("dtype");
   ir::Graph out = g;
   for (ir::Node& n : out.nodes) {
     if (n.type.dtype == DType::f32) n.type.dtype = DType::f64;
-    if (n.attrs.has("dtype") && n.attrs.s("dtype") == "f32")
-      n.attrs.set("dtype", std::string("f64"));
+    if (kDtypeOps.contains(n.op) && ir::attr<kDtypeOps, "dtype">(n) == "f32")
+      ir::set_attr<kDtypeOps, "dtype">(n.attrs, "f64");
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "autograd/vjp.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::autograd {
 namespace {
@@ -78,15 +79,17 @@ void vjp_pow(const VjpContext& c, Dargs& d) {
   }
 }
 
+// The axis of a slice or concat, from 0.
 int64_t attr_axis(const VjpContext& c) {
-  int64_t ax = c.node.attrs.i("axis");
+  const int64_t ax = ir::attr<ir::OpSet{Op::slice, Op::concat}, "axis">(c.node);
   return ax < 0 ? ax + c.node.type.rank() : ax;
 }
 
 // The slice's gradient is dy placed back between zeros.
 void vjp_slice(const VjpContext& c, Dargs& d) {
   const ir::Type x = c.b.type(arg(c, 0));
-  const int64_t ax = attr_axis(c), start = c.node.attrs.i("start"), end = c.node.attrs.i("end");
+  const int64_t ax = attr_axis(c), start = ir::attr<Op::slice, "start">(c.node),
+                end = ir::attr<Op::slice, "end">(c.node);
   std::vector<ValueId> parts;
   auto zeros = [&](int64_t len) {
     ir::Type t = x;
@@ -96,7 +99,8 @@ void vjp_slice(const VjpContext& c, Dargs& d) {
   if (start > 0) zeros(start);
   parts.push_back(c.dy);
   if (end < x.shape[size_t(ax)]) zeros(x.shape[size_t(ax)] - end);
-  d[0] = parts.size() == 1 ? c.dy : c.b.add(Op::concat, parts, ir::Attrs{{"axis", ax}});
+  d[0] = parts.size() == 1 ? c.dy
+                           : c.b.add(Op::concat, parts, ir::make_attrs<Op::concat>({{"axis", ax}}));
 }
 
 void vjp_concat(const VjpContext& c, Dargs& d) {
@@ -105,25 +109,27 @@ void vjp_concat(const VjpContext& c, Dargs& d) {
   for (size_t i = 0; i < c.node.args.size(); ++i) {
     const int64_t len = c.b.type(c.node.args[i]).shape[size_t(ax)];
     if (c.want[i])
-      d[i] =
-          c.b.add(Op::slice, {c.dy}, ir::Attrs{{"axis", ax}, {"end", off + len}, {"start", off}});
+      d[i] = c.b.add(Op::slice, {c.dy},
+                     ir::make_attrs<Op::slice>({{"axis", ax}, {"end", off + len}, {"start", off}}));
     off += len;
   }
 }
 
 void vjp_gather(const VjpContext& c, Dargs& d) {
   const int64_t rows = c.b.type(arg(c, 0)).shape[0];
-  d[0] = c.b.add(Op::scatter_add, {arg(c, 1), c.dy}, ir::Attrs{{"rows", rows}});
+  d[0] = c.b.add(Op::scatter_add, {arg(c, 1), c.dy},
+                 ir::make_attrs<Op::scatter_add>({{"rows", rows}}));
 }
 
 void vjp_scatter_add(const VjpContext& c, Dargs& d) {
   d[1] = c.b.add(Op::gather, {c.dy, arg(c, 0)});
 }
 
-// The node's attributes plus the shape of operand `i` under `key`.
-ir::Attrs with_shape(const VjpContext& c, const char* key, int i) {
+// The node's attributes plus the shape of operand `i` as `name` of `op`.
+template <Op op, ir::AttrName name>
+ir::Attrs with_shape(const VjpContext& c, int i) {
   ir::Attrs a = c.node.attrs;
-  a.set(key, c.b.type(arg(c, i)).shape);
+  ir::set_attr<op, name>(a, c.b.type(arg(c, i)).shape);
   return a;
 }
 
@@ -133,9 +139,11 @@ ir::Attrs with_shape(const VjpContext& c, const char* key, int i) {
 // 35.4 MiB in single_graph, 54.1 to 48.0 MiB in three_graph with the cut.
 void vjp_conv2d(const VjpContext& c, Dargs& d) {
   if (c.want[1])
-    d[1] = c.b.add(Op::conv2d_weight_grad, {arg(c, 0), c.dy}, with_shape(c, "weight_shape", 1));
+    d[1] = c.b.add(Op::conv2d_weight_grad, {arg(c, 0), c.dy},
+                   with_shape<Op::conv2d_weight_grad, "weight_shape">(c, 1));
   if (c.want[0])
-    d[0] = c.b.add(Op::conv2d_input_grad, {c.dy, arg(c, 1)}, with_shape(c, "input_shape", 0));
+    d[0] = c.b.add(Op::conv2d_input_grad, {c.dy, arg(c, 1)},
+                   with_shape<Op::conv2d_input_grad, "input_shape">(c, 0));
 }
 
 void vjp_max_pool2d(const VjpContext& c, Dargs& d) {
@@ -143,7 +151,7 @@ void vjp_max_pool2d(const VjpContext& c, Dargs& d) {
 }
 
 void vjp_avg_pool2d(const VjpContext& c, Dargs& d) {
-  d[0] = c.b.add(Op::avg_pool2d_grad, {c.dy}, with_shape(c, "input_shape", 0));
+  d[0] = c.b.add(Op::avg_pool2d_grad, {c.dy}, with_shape<Op::avg_pool2d_grad, "input_shape">(c, 0));
 }
 
 // Ties split the gradient evenly, as PyTorch's maximum does.
@@ -169,7 +177,8 @@ void vjp_convert(const VjpContext& c, Dargs& d) {
 // C = op(A) op(B); each case writes dA, dB in their stored orientation.
 void vjp_matmul(const VjpContext& c, Dargs& d) {
   ValueId a = arg(c, 0), b = arg(c, 1), dc = c.dy;
-  bool ta = c.node.attrs.i_or("transpose_a", 0), tb = c.node.attrs.i_or("transpose_b", 0);
+  const bool ta = ir::attr<Op::matmul, "transpose_a">(c.node),
+             tb = ir::attr<Op::matmul, "transpose_b">(c.node);
   // dB first, as for a convolution: in a linear layer (x Wᵀ) it is the
   // weight's gradient, the last reader of the saved or recomputed x.
   if (c.want[1])
@@ -191,9 +200,10 @@ std::vector<int64_t> kept_axes(int64_t rank, const std::vector<int64_t>& axes) {
 
 ValueId broadcast_back(const VjpContext& c, ValueId v) {
   const ir::Type& x = c.b.type(arg(c, 0));
-  return c.b.add(
-      Op::broadcast, {v},
-      ir::Attrs{{"dims", kept_axes(x.rank(), c.node.attrs.ints("axes"))}, {"shape", x.shape}});
+  return c.b.add(Op::broadcast, {v},
+                 ir::make_attrs<Op::broadcast>(
+                     {{"dims", kept_axes(x.rank(), ir::attr<ir::kReduceOps, "axes">(c.node))},
+                      {"shape", x.shape}}));
 }
 
 void vjp_reduce_sum(const VjpContext& c, Dargs& d) { d[0] = broadcast_back(c, c.dy); }
@@ -212,7 +222,7 @@ void vjp_broadcast(const VjpContext& c, Dargs& d) {
   // A copy: the reduce below appends a node, which may move the graph's
   // nodes and leave a reference into them dangling.
   const ir::Type x = c.b.type(arg(c, 0));
-  const std::vector<int64_t>& dims = c.node.attrs.ints("dims");
+  const std::vector<int64_t>& dims = ir::attr<Op::broadcast, "dims">(c.node);
   const Shape& out = c.node.type.shape;
   std::vector<int64_t> axes;
   for (int64_t o = 0; o < int64_t(out.size()); ++o) {
@@ -229,10 +239,10 @@ void vjp_reshape(const VjpContext& c, Dargs& d) {
 }
 
 void vjp_transpose(const VjpContext& c, Dargs& d) {
-  const std::vector<int64_t>& perm = c.node.attrs.ints("perm");
+  const std::vector<int64_t>& perm = ir::attr<Op::transpose, "perm">(c.node);
   std::vector<int64_t> inv(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
-  d[0] = c.b.add(Op::transpose, {c.dy}, ir::Attrs{{"perm", inv}});
+  d[0] = c.b.add(Op::transpose, {c.dy}, ir::make_attrs<Op::transpose>({{"perm", inv}}));
 }
 
 // The rule each op is built with. A `switch` with no `default:`, so a new

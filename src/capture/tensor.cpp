@@ -9,6 +9,7 @@
 #include "capture/random.hpp"
 #include "capture/tracer.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws {
 namespace {
@@ -42,7 +43,8 @@ Tensor scalar_like(const Tensor& t, double v, const Loc& loc) {
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   ir::Type t{dtype, checked_shape(shape, dtype, "Tensor::full")};
   auto impl = detail::make_concrete(t);
-  exec::run_reference(Op::full, Attrs{{"value", value}}, {}, nullptr, t, impl->storage->data);
+  exec::run_reference(Op::full, ir::make_attrs<Op::full>({{"value", value}}), {}, nullptr, t,
+                      impl->storage->data);
   return Tensor(std::move(impl));
 }
 void Tensor::copy_(const Tensor& src, Loc loc) {
@@ -106,15 +108,17 @@ Tensor pow(const Tensor& a, double e, Loc loc) { return pow(a, scalar_like(a, e,
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, Loc loc) {
   impl_of(x, "slice", loc);
   if (start == 0 && axis >= -x.dim() && axis < x.dim() && end == x.size(axis)) return x;
-  return apply(Op::slice, {&x}, Attrs{{"axis", axis}, {"end", end}, {"start", start}}, loc);
+  return apply(Op::slice, {&x},
+               ir::make_attrs<Op::slice>({{"axis", axis}, {"end", end}, {"start", start}}), loc);
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
   if (xs.size() == 1) return xs[0];
+  const Attrs attrs = ir::make_attrs<Op::concat>({{"axis", axis}});
   if (capture::Tracer* tr = capture::Tracer::current()) {
     std::vector<ir::ValueId> ids;
     for (const Tensor& x : xs) ids.push_back(tr->value_of(x, sl(loc)));
-    return tr->wrap(tr->builder().add(Op::concat, ids, Attrs{{"axis", axis}}, sl(loc)));
+    return tr->wrap(tr->builder().add(Op::concat, ids, attrs, sl(loc)));
   }
   std::vector<ir::Type> types;
   std::vector<const void*> ptrs;
@@ -122,7 +126,6 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
     types.push_back(concrete(x, "concat", loc).type);
     ptrs.push_back(x.impl()->storage->data);
   }
-  Attrs attrs{{"axis", axis}};
   ir::Type out = ir::infer_type(Op::concat, types, attrs, sl(loc));
   auto impl = detail::make_concrete(out);
   exec::run_reference(Op::concat, attrs, types, ptrs.data(), out, impl->storage->data, sl(loc));
@@ -149,16 +152,17 @@ Tensor iota(const Shape& shape, int64_t axis, DType dtype, Loc loc) {
     return out;
   }
   auto impl = detail::make_concrete(t);
-  exec::run_reference(Op::iota, Attrs{{"axis", axis}}, {}, nullptr, t, impl->storage->data);
+  exec::run_reference(Op::iota, ir::make_attrs<Op::iota>({{"axis", axis}}), {}, nullptr, t,
+                      impl->storage->data);
   return Tensor(std::move(impl));
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
   return apply(Op::conv2d, {&x, &w},
-               Attrs{{"dilation", o.dilation},
-                     {"groups", o.groups},
-                     {"padding", o.padding},
-                     {"stride", o.stride}},
+               ir::make_attrs<Op::conv2d>({{"dilation", o.dilation},
+                                           {"groups", o.groups},
+                                           {"padding", o.padding},
+                                           {"stride", o.stride}}),
                loc);
 }
 
@@ -166,17 +170,19 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
                   std::vector<int64_t> padding, Loc loc) {
   if (stride.empty()) stride = kernel;
   return apply(Op::max_pool2d, {&x},
-               Attrs{{"kernel", kernel}, {"padding", padding}, {"stride", stride}}, loc);
+               ir::make_attrs<Op::max_pool2d>(
+                   {{"kernel", kernel}, {"padding", padding}, {"stride", stride}}),
+               loc);
 }
 
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, bool count_include_pad, Loc loc) {
   if (stride.empty()) stride = kernel;
   return apply(Op::avg_pool2d, {&x},
-               Attrs{{"count_include_pad", int64_t(count_include_pad)},
-                     {"kernel", kernel},
-                     {"padding", padding},
-                     {"stride", stride}},
+               ir::make_attrs<Op::avg_pool2d>({{"count_include_pad", int64_t(count_include_pad)},
+                                               {"kernel", kernel},
+                                               {"padding", padding},
+                                               {"stride", stride}}),
                loc);
 }
 
@@ -185,10 +191,11 @@ Tensor rand_stream(const Shape& shape, DType dtype, Loc loc) {
   if (!is_floating(dtype))
     throw Error(fmt::format("rand_stream: dtype must be floating-point, got {}{}",
                             dtype_name(dtype), at(sl(loc))));
-  Attrs attrs{{"dtype", std::string(dtype_name(dtype))}, {"shape", shape}};
+  Attrs attrs = ir::make_attrs<Op::random_uniform>(
+      {{"dtype", std::string(dtype_name(dtype))}, {"shape", shape}});
   if (capture::Tracer* tr = capture::Tracer::current()) {
     const capture::Tracer::RandomDraw d = tr->take_random(t.numel());
-    if (d.skip) attrs.set("skip", d.skip);
+    if (d.skip) ir::set_attr<Op::random_uniform, "skip">(attrs, d.skip);
     return tr->wrap(tr->builder().add(Op::random_uniform, {d.seed, d.offset}, attrs, sl(loc)));
   }
   detail::RngState& st = detail::rng_state();
@@ -219,17 +226,17 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, Loc loc) {
   Attrs attrs;
-  if (ta) attrs.set("transpose_a", int64_t(1));
-  if (tb) attrs.set("transpose_b", int64_t(1));
+  if (ta) ir::set_attr<Op::matmul, "transpose_a">(attrs, 1);
+  if (tb) ir::set_attr<Op::matmul, "transpose_b">(attrs, 1);
   return apply(Op::matmul, {&a, &b}, attrs, loc);
 }
 
 Tensor sum(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
-  return apply(Op::reduce_sum, {&x}, Attrs{{"axes", axes}}, loc);
+  return apply(Op::reduce_sum, {&x}, ir::make_attrs<Op::reduce_sum>({{"axes", axes}}), loc);
 }
 
 Tensor max(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
-  return apply(Op::reduce_max, {&x}, Attrs{{"axes", axes}}, loc);
+  return apply(Op::reduce_max, {&x}, ir::make_attrs<Op::reduce_max>({{"axes", axes}}), loc);
 }
 
 Tensor mean(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
@@ -251,26 +258,30 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc) {
                             at(sl(loc))));
   std::vector<int64_t> dims;
   for (size_t i = 0; i < s.size(); ++i) dims.push_back(int64_t(shape.size() - s.size() + i));
-  return apply(Op::broadcast, {&x}, Attrs{{"dims", dims}, {"shape", shape}}, loc);
+  return apply(Op::broadcast, {&x},
+               ir::make_attrs<Op::broadcast>({{"dims", dims}, {"shape", shape}}), loc);
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
   if (impl_of(x, "reshape", loc).type.shape == shape) return x;
-  return apply(Op::reshape, {&x}, Attrs{{"shape", shape}}, loc);
+  return apply(Op::reshape, {&x}, ir::make_attrs<Op::reshape>({{"shape", shape}}), loc);
 }
 
 Tensor transpose(const Tensor& x, std::vector<int64_t> perm, Loc loc) {
-  return apply(Op::transpose, {&x}, Attrs{{"perm", perm}}, loc);
+  return apply(Op::transpose, {&x}, ir::make_attrs<Op::transpose>({{"perm", perm}}), loc);
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype, Loc loc) {
   return apply(Op::one_hot, {&labels},
-               Attrs{{"dtype", std::string(dtype_name(dtype))}, {"num_classes", num_classes}}, loc);
+               ir::make_attrs<Op::one_hot>(
+                   {{"dtype", std::string(dtype_name(dtype))}, {"num_classes", num_classes}}),
+               loc);
 }
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {
   if (impl_of(x, "cast", loc).type.dtype == dtype) return x;
-  return apply(Op::convert, {&x}, Attrs{{"dtype", std::string(dtype_name(dtype))}}, loc);
+  return apply(Op::convert, {&x},
+               ir::make_attrs<Op::convert>({{"dtype", std::string(dtype_name(dtype))}}), loc);
 }
 
 Tensor operator+(const Tensor& a, Arg b) { return add(a, b.t, b.loc); }

@@ -6,6 +6,7 @@
 
 #include "tensor/tensor_impl.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::exec {
 
@@ -56,7 +57,7 @@ std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inp
       results[v] = interpret(*n.body, args);
       values[v] = results[v][0];
     } else if (n.op == ir::Op::fusion_result) {
-      values[v] = results[size_t(n.args[0])][size_t(n.attrs.i("index"))];
+      values[v] = results[size_t(n.args[0])][size_t(ir::attr<ir::Op::fusion_result, "index">(n))];
     } else {
       types.clear();
       ptrs.clear();

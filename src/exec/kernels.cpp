@@ -15,6 +15,7 @@
 #include "exec/parallel.hpp"
 #include "exec/reduce.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::exec {
 namespace {
@@ -84,7 +85,7 @@ void k_concat(const Kernel& k, void* const* s) {
 template <class T>
 void k_fill(const Kernel& k, void* const* s) {
   T* y = at<T>(s, k.out);
-  const T v = T(k.attrs.f("value"));
+  const T v = T(ir::attr<Op::full, "value">(k.attrs));
   parallel_for(k.p[0], kCheapGrain, [&](int64_t b, int64_t e) { std::fill(y + b, y + e, v); });
 }
 
@@ -250,14 +251,16 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
       k.name = "fill";
       return true;
     case Op::reduce_sum:
-      set_walk(k, k.in_types[0].shape,
-               reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes")));
+      set_walk(
+          k, k.in_types[0].shape,
+          reduce_result_strides(k.in_types[0].shape, ir::attr<Op::reduce_sum, "axes">(k.attrs)));
       k.fn = k_reduce<T, false>;
       k.name = reduce_name(k, false);
       return true;
     case Op::reduce_max:
-      set_walk(k, k.in_types[0].shape,
-               reduce_result_strides(k.in_types[0].shape, k.attrs.ints("axes")));
+      set_walk(
+          k, k.in_types[0].shape,
+          reduce_result_strides(k.in_types[0].shape, ir::attr<Op::reduce_max, "axes">(k.attrs)));
       k.fn = k_reduce<T, true>;
       k.name = reduce_name(k, true);
       return true;
@@ -296,8 +299,8 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     return;
   }
   if (k.op == Op::concat) {
-    const int64_t axis =
-        k.attrs.i("axis") < 0 ? k.attrs.i("axis") + k.out_type.rank() : k.attrs.i("axis");
+    int64_t axis = ir::attr<Op::concat, "axis">(k.attrs);
+    if (axis < 0) axis += k.out_type.rank();
     const int64_t rows = std::max<int64_t>(
         1, dims_product(k.out_type.shape.begin(), k.out_type.shape.begin() + axis));
     k.p = {rows, k.out_type.numel() / rows * es};
@@ -313,8 +316,9 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
     const Shape& in = k.in_types[0].shape;
     set_walk(k, k.out_type.shape,
              k.op == Op::broadcast
-                 ? broadcast_source_strides(in, k.out_type.shape, k.attrs.ints("dims"))
-                 : transpose_source_strides(in, k.attrs.ints("perm")));
+                 ? broadcast_source_strides(in, k.out_type.shape,
+                                            ir::attr<Op::broadcast, "dims">(k.attrs))
+                 : transpose_source_strides(in, ir::attr<Op::transpose, "perm">(k.attrs)));
     const size_t size = dtype_size(k.out_type.dtype);
     k.fn = size == 1 ? k_strided<uint8_t> : size == 4 ? k_strided<uint32_t> : k_strided<uint64_t>;
     k.name = k.op == Op::broadcast ? "broadcast" : "transpose";
@@ -325,20 +329,19 @@ void choose_kernel(Kernel& k, const std::vector<bool>& scalar) {
   }
   if (k.op == Op::random_uniform) {  // i64 operands, floating result
     k.p[0] = k.out_type.numel();
-    k.p[1] = k.attrs.i_or("skip", 0);
+    k.p[1] = ir::attr<Op::random_uniform, "skip">(k.attrs);
     k.fn = k.out_type.dtype == DType::f32 ? k_random_uniform<float> : k_random_uniform<double>;
     k.name = "random_uniform";
     return;
   }
   if (k.backend) {
-    k.fn = k.op == Op::matmul_add ? k_backend_add
-           : k.op == Op::matmul_bias
-               ? (k.attrs.has("activation") ? k_backend_bias_relu : k_backend_bias)
+    const bool relu = k.op == Op::matmul_bias && ir::attr<Op::matmul_bias, "activation">(k.attrs);
+    k.fn = k.op == Op::matmul_add        ? k_backend_add
+           : k.op == Op::matmul_bias     ? (relu ? k_backend_bias_relu : k_backend_bias)
            : k.op == Op::matmul_bias_add ? k_backend_bias_add
                                          : k_backend;
-    k.name = k.op == Op::matmul_add ? "dnnl_matmul_add"
-             : k.op == Op::matmul_bias
-                 ? (k.attrs.has("activation") ? "dnnl_matmul_bias_relu" : "dnnl_matmul_bias")
+    k.name = k.op == Op::matmul_add          ? "dnnl_matmul_add"
+             : k.op == Op::matmul_bias       ? (relu ? "dnnl_matmul_bias_relu" : "dnnl_matmul_bias")
              : k.op == Op::matmul_bias_add   ? "dnnl_matmul_bias_add"
              : k.op == Op::matmul            ? "dnnl_matmul"
              : k.op == Op::conv2d            ? "dnnl_conv"

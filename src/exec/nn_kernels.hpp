@@ -9,20 +9,15 @@
 
 #include <cstdint>
 
+#include "ir/geometry.hpp"
 #include "wholestep/dtype.hpp"
 #include "wholestep/error.hpp"
 
 namespace ws::exec {
 
-// A 2-d convolution's sizes. Output size per spatial dim:
-//   oh = (h + 2*ph - dh*(kh-1) - 1) / sh + 1
-struct Conv2dGeom {
-  int64_t n = 0, c = 0, h = 0, w = 0;  // input [n, c, h, w]
-  int64_t o = 0, kh = 0, kw = 0;       // weight [o, c/groups, kh, kw]
-  int64_t oh = 0, ow = 0;              // output [n, o, oh, ow]
-  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
-  int64_t groups = 1;
-};
+// Sizes, strides and padding: ir/geometry.hpp, shared with shape inference.
+using ir::Conv2dGeom;
+using ir::Pool2dGeom;
 
 // y = conv(x, w), no bias.
 template <class T>
@@ -34,16 +29,7 @@ void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx);
 template <class T>
 void conv2d_weight_grad_ref(const Conv2dGeom& g, const T* x, const T* dy, T* dw);
 
-// 2-d pooling over [n, c, h, w] -> [n, c, oh, ow]. Padding counts as -inf
-// for max; for avg it counts as zeros in the divisor when count_include_pad
-// (PyTorch's default), else the divisor is the number of in-bounds elements.
-struct Pool2dGeom {
-  int64_t n = 0, c = 0, h = 0, w = 0;
-  int64_t kh = 1, kw = 1, oh = 0, ow = 0;
-  int64_t sh = 1, sw = 1, ph = 0, pw = 0;
-  bool count_include_pad = true;
-};
-
+// 2-d pooling over [n, c, h, w] -> [n, c, oh, ow]: see Pool2dGeom.
 template <class T>
 void max_pool2d_ref(const Pool2dGeom& g, const T* x, T* y);
 // The gradient goes to the first maximal element of each window (PyTorch's

@@ -3,12 +3,12 @@
 #include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
 #include "exec/reduce.hpp"
+#include "ir/attr.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -149,63 +149,27 @@ std::vector<int64_t> reduce_result_strides(const Shape& in, const std::vector<in
   return s;
 }
 
-std::pair<int64_t, int64_t> pair_of(const ir::Attrs& a, const std::string& name, int64_t dflt) {
-  if (!a.has(name)) return {dflt, dflt};
-  const std::vector<int64_t>& v = a.ints(name);
-  return {v[0], v.back()};
-}
-
-Conv2dGeom conv2d_geom(const Shape& x, const Shape& w, const ir::Attrs& attrs) {
-  Conv2dGeom g;
-  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
-  g.o = w[0], g.kh = w[2], g.kw = w[3];
-  std::tie(g.sh, g.sw) = pair_of(attrs, "stride", 1);
-  std::tie(g.ph, g.pw) = pair_of(attrs, "padding", 0);
-  std::tie(g.dh, g.dw) = pair_of(attrs, "dilation", 1);
-  g.groups = attrs.i_or("groups", 1);
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  return g;
-}
-
-Conv2dGeom conv2d_node_geom(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in,
-                            const ir::Type& out) {
-  if (op == Op::conv2d) return conv2d_geom(in[0].shape, in[1].shape, attrs);
-  if (op == Op::conv2d_input_grad) return conv2d_geom(out.shape, in[1].shape, attrs);
-  WS_CHECK(op == Op::conv2d_weight_grad) << "not a convolution: " << ir::op_name(op);
-  return conv2d_geom(in[0].shape, out.shape, attrs);
-}
-
-Pool2dGeom pool2d_geom(const Shape& x, const ir::Attrs& attrs) {
-  Pool2dGeom g;
-  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
-  std::tie(g.kh, g.kw) = pair_of(attrs, "kernel", 1);
-  g.sh = g.kh, g.sw = g.kw;
-  if (attrs.has("stride")) std::tie(g.sh, g.sw) = pair_of(attrs, "stride", 1);
-  std::tie(g.ph, g.pw) = pair_of(attrs, "padding", 0);
-  g.count_include_pad = attrs.i_or("count_include_pad", 1);
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  return g;
-}
-
 MatmulDims matmul_dims(const Shape& a, const Shape& b, const ir::Attrs& attrs) {
   const size_t r = a.size();
   MatmulDims d;
-  d.ta = attrs.i_or("transpose_a", 0), d.tb = attrs.i_or("transpose_b", 0);
+  d.ta = ir::attr<ir::kMatmulOps, "transpose_a">(attrs);
+  d.tb = ir::attr<ir::kMatmulOps, "transpose_b">(attrs);
   d.batch = dims_product(a.begin(), a.end() - 2);
   d.m = a[r - 2 + d.ta], d.k = a[r - 1 - d.ta], d.n = b[r - 1 - d.tb];
   return d;
 }
 
 SliceDims slice_dims(const Shape& x, const ir::Attrs& attrs) {
-  const int64_t axis = attrs.i("axis") < 0 ? attrs.i("axis") + int64_t(x.size()) : attrs.i("axis");
+  const int64_t start = ir::attr<Op::slice, "start">(attrs),
+                end = ir::attr<Op::slice, "end">(attrs);
+  int64_t axis = ir::attr<Op::slice, "axis">(attrs);
+  if (axis < 0) axis += int64_t(x.size());
   const int64_t inner = dims_product(x.begin() + axis + 1, x.end());
   SliceDims d;
   d.outer = dims_product(x.begin(), x.begin() + axis);
   d.in_row = x[size_t(axis)] * inner;
-  d.out_row = (attrs.i("end") - attrs.i("start")) * inner;
-  d.start = attrs.i("start") * inner;
+  d.out_row = (end - start) * inner;
+  d.start = start * inner;
   return d;
 }
 
@@ -222,12 +186,12 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::full:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
-        std::fill_n(static_cast<T*>(out), n, T(attrs.f("value")));
+        std::fill_n(static_cast<T*>(out), n, T(ir::attr<Op::full, "value">(attrs)));
       });
     case Op::constant:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
-        const std::vector<double>& v = attrs.floats("value");
+        const std::vector<double>& v = ir::attr<Op::constant, "value">(attrs);
         for (int64_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = T(v[size_t(i)]);
       });
     case Op::neg:
@@ -298,7 +262,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         run_backend(op, attrs, in_types, in, out_type, out);
         // The activation is applied after the product, as the kernel does
         // (kernels.cpp): relu, select(y <= 0, +0, y), NaN stays.
-        if (attrs.has("activation"))
+        if (ir::attr<Op::matmul_bias, "activation">(attrs))
           for (float* y = static_cast<float*>(out); y != static_cast<float*>(out) + n; ++y)
             *y = *y <= 0.0f ? 0.0f : *y;
         return;
@@ -310,7 +274,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         T* y = static_cast<T*>(out);
         const int64_t cols = out_type.shape.back();
         for (int64_t i = 0; i < n; ++i) y[i] = y[i] + bias[i % cols];
-        if (attrs.has("activation"))  // relu: select(y <= 0, +0, y), NaN stays
+        if (ir::attr<Op::matmul_bias, "activation">(
+                attrs))  // relu: select(y <= 0, +0, y), NaN stays
           for (int64_t i = 0; i < n; ++i) y[i] = y[i] <= T(0) ? T(0) : y[i];
       });
     case Op::matmul_bias_add:  // c + ((a @ b) + bias), two roundings
@@ -342,7 +307,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         T* y = static_cast<T*>(out);
         const bool is_max = op == Op::reduce_max;
         Shape shape = in_types[0].shape;
-        std::vector<int64_t> strides = reduce_result_strides(shape, attrs.ints("axes"));
+        std::vector<int64_t> strides =
+            reduce_result_strides(shape, ir::attr<ir::kReduceOps, "axes">(attrs));
         if constexpr (std::is_floating_point_v<T>) {
           // The compiled kernels' functions: one summation order everywhere.
           merge_dims(shape, strides);
@@ -366,16 +332,17 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T* x = static_cast<const T*>(in[0]);
         T* y = static_cast<T*>(out);
         std::vector<int64_t> strides =
-            op == Op::broadcast
-                ? broadcast_source_strides(in_types[0].shape, out_type.shape, attrs.ints("dims"))
-                : transpose_source_strides(in_types[0].shape, attrs.ints("perm"));
+            op == Op::broadcast ? broadcast_source_strides(in_types[0].shape, out_type.shape,
+                                                           ir::attr<Op::broadcast, "dims">(attrs))
+                                : transpose_source_strides(in_types[0].shape,
+                                                           ir::attr<Op::transpose, "perm">(attrs));
         strided_walk(out_type.shape, strides, [&](int64_t i, int64_t o) { y[i] = x[o]; });
       });
     case Op::reshape: std::memcpy(out, in[0], out_type.bytes()); return;
     case Op::iota:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
-        const int64_t axis = attrs.i("axis"), size = out_type.shape[size_t(axis)];
+        const int64_t axis = ir::attr<Op::iota, "axis">(attrs), size = out_type.shape[size_t(axis)];
         const int64_t inner = dims_product(out_type.shape.begin() + axis + 1, out_type.shape.end());
         T* y = static_cast<T*>(out);
         for (int64_t i = 0; i < n; ++i) y[i] = T((i / inner) % size);
@@ -391,8 +358,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     }
     case Op::concat: {
       const size_t es = dtype_size(out_type.dtype);
-      const int64_t axis =
-          attrs.i("axis") < 0 ? attrs.i("axis") + out_type.rank() : attrs.i("axis");
+      int64_t axis = ir::attr<Op::concat, "axis">(attrs);
+      if (axis < 0) axis += out_type.rank();
       const int64_t outer = dims_product(out_type.shape.begin(), out_type.shape.begin() + axis);
       const int64_t out_row = n / std::max<int64_t>(outer, 1);
       int64_t col = 0;
@@ -424,7 +391,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         philox_uniform(uint64_t(*static_cast<const int64_t*>(in[0])),
-                       uint64_t(*static_cast<const int64_t*>(in[1]) + attrs.i_or("skip", 0)),
+                       uint64_t(*static_cast<const int64_t*>(in[1]) +
+                                ir::attr<Op::random_uniform, "skip">(attrs)),
                        static_cast<T*>(out), n);
       });
     case Op::conv2d:
@@ -434,7 +402,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         using T = decltype(t);
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* y = static_cast<T*>(out);
-        const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
+        const Conv2dGeom g = ir::conv2d_node_geom(op, attrs, in_types, out_type);
         if constexpr (std::is_same_v<T, float>)  // as compiled programs (see the header)
           return run_backend(op, attrs, in_types, in, out_type, out);
         if (op == Op::conv2d) return conv2d_ref(g, a, b, y);
@@ -449,8 +417,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         using T = decltype(t);
         const T* a = static_cast<const T*>(in[0]);
         T* y = static_cast<T*>(out);
-        const bool grad = op == Op::max_pool2d_grad || op == Op::avg_pool2d_grad;
-        const Pool2dGeom g = pool2d_geom(grad ? out_type.shape : in_types[0].shape, attrs);
+        const Pool2dGeom g = ir::pool2d_node_geom(op, attrs, in_types, out_type);
         if (op == Op::max_pool2d) max_pool2d_ref(g, a, y);
         if (op == Op::avg_pool2d) avg_pool2d_ref(g, a, y);
         if (op == Op::max_pool2d_grad) max_pool2d_grad_ref(g, a, static_cast<const T*>(in[1]), y);
@@ -460,7 +427,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         const int64_t* labels = static_cast<const int64_t*>(in[0]);
-        const int64_t c = attrs.i("num_classes"), rows = in_types[0].numel();
+        const int64_t c = ir::attr<Op::one_hot, "num_classes">(attrs), rows = in_types[0].numel();
         T* y = static_cast<T*>(out);
         std::fill_n(y, n, T(0));
         for (int64_t r = 0; r < rows; ++r) {

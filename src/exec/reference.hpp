@@ -90,12 +90,7 @@ std::vector<int64_t> transpose_source_strides(const Shape& in, const std::vector
 std::vector<int64_t> reduce_result_strides(const Shape& in, const std::vector<int64_t>& axes);
 
 // Sizes of ops, from operand shapes and attributes (already validated by
-// shape inference).
-Conv2dGeom conv2d_geom(const Shape& x, const Shape& w, const ir::Attrs& attrs);
-// The geometry of a conv2d, conv2d_input_grad or conv2d_weight_grad node.
-Conv2dGeom conv2d_node_geom(ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in,
-                            const ir::Type& out);
-Pool2dGeom pool2d_geom(const Shape& x, const ir::Attrs& attrs);
+// shape inference; convolutions and poolings: ir/geometry.hpp).
 struct MatmulDims {
   int64_t batch = 1, m = 0, k = 0, n = 0;
   bool ta = false, tb = false;

@@ -1,6 +1,7 @@
 #include "ir/attr_schema.hpp"
 
-#include <array>
+#include "ir/attr.hpp"
+
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -8,52 +9,6 @@
 #include <fmt/format.h>
 
 namespace ws::ir {
-namespace {
-
-// "name:kind" or "name?:kind" words, separated by spaces.
-void parse_specs(std::string_view text, std::vector<AttrSpec>& out) {
-  while (!text.empty()) {
-    const size_t end = std::min(text.find(' '), text.size());
-    std::string_view word = text.substr(0, end);
-    text.remove_prefix(std::min(end + 1, text.size()));
-    if (word.empty()) continue;
-    const size_t colon = word.find(':');
-    WS_CHECK(colon != std::string_view::npos) << "ops.def: attribute '" << word << "' has no kind";
-    std::string_view name = word.substr(0, colon), kind = word.substr(colon + 1);
-    const bool optional = name.ends_with('?');
-    if (optional) name.remove_suffix(1);
-    AttrKind k{};
-    if (kind == "int")
-      k = AttrKind::int_;
-    else if (kind == "float")
-      k = AttrKind::float_;
-    else if (kind == "ints")
-      k = AttrKind::ints;
-    else if (kind == "floats")
-      k = AttrKind::floats;
-    else if (kind == "string")
-      k = AttrKind::string;
-    else
-      WS_CHECK(false) << "ops.def: attribute '" << word << "' has an unknown kind";
-    out.push_back({name, k, !optional});
-  }
-}
-
-const std::array<std::vector<AttrSpec>, kNumOps>& schemas() {
-  static const auto table = [] {
-    std::array<std::vector<AttrSpec>, kNumOps> t;
-    for (const OpInfo& info : kOpTable) {
-      parse_specs(info.attrs, t[size_t(info.op)]);
-      parse_specs(kCommonAttrs, t[size_t(info.op)]);
-    }
-    return t;
-  }();
-  return table;
-}
-
-}  // namespace
-
-std::span<const AttrSpec> attr_schema(Op op) { return schemas()[size_t(op)]; }
 
 AttrKind attr_kind(const AttrValue& v) {
   return std::visit(
@@ -79,6 +34,21 @@ const char* attr_kind_name(AttrKind k) {
   return "?";
 }
 
+namespace attr_detail {
+
+std::vector<int64_t> int_list(std::string_view text) {
+  std::vector<int64_t> v;
+  schema_detail::for_each_int(text, [&](int64_t i) { v.push_back(i); });
+  return v;
+}
+
+void check_op(OpSet ops, Op op, std::string_view name) {
+  WS_CHECK(ops.contains(op)) << "attribute '" << name << "' read from a " << op_name(op)
+                             << " node, outside the ops the code names";
+}
+
+}  // namespace attr_detail
+
 std::string check_attrs(Op op, const Attrs& attrs) {
   const std::span<const AttrSpec> schema = attr_schema(op);
   for (const auto& [name, value] : attrs.items()) {
@@ -96,7 +66,7 @@ std::string check_attrs(Op op, const Attrs& attrs) {
                          attr_kind_name(attr_kind(value)));
   }
   for (const AttrSpec& s : schema)
-    if (s.required && !attrs.has(std::string(s.name)))
+    if (s.required && !attrs.find(s.name))
       return fmt::format("{} needs {} attribute '{}'", op_name(op), attr_kind_name(s.kind), s.name);
   return "";
 }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ir/attr.hpp"
+
 namespace ws::ir {
 
 ValueId Builder::append(Node n) {
@@ -38,17 +40,18 @@ ValueId Builder::add(Op op, std::vector<ValueId> args, Attrs attrs, const Source
 }
 
 ValueId Builder::full(double value, const Type& t) {
-  return append(Node{Op::full, {}, Attrs{{"value", value}}, t, loc});
+  return append(Node{Op::full, {}, make_attrs<Op::full>({{"value", value}}), t, loc});
 }
 
 ValueId Builder::constant(std::vector<double> values, const Type& t) {
   WS_CHECK(int64_t(values.size()) == t.numel()) << "constant has " << values.size() << " values";
-  return append(Node{Op::constant, {}, Attrs{{"value", std::move(values)}}, t, loc});
+  return append(
+      Node{Op::constant, {}, make_attrs<Op::constant>({{"value", std::move(values)}}), t, loc});
 }
 
 ValueId Builder::iota(const Type& t, int64_t axis) {
   WS_CHECK(axis >= 0 && axis < t.rank()) << "iota axis " << axis << " for " << t.str();
-  return append(Node{Op::iota, {}, Attrs{{"axis", axis}}, t, loc});
+  return append(Node{Op::iota, {}, make_attrs<Op::iota>({{"axis", axis}}), t, loc});
 }
 
 ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
@@ -58,7 +61,7 @@ ValueId Builder::broadcast_to(ValueId x, const Shape& shape) {
       << "broadcast_to " << shape_str(s) << " -> " << shape_str(shape);
   std::vector<int64_t> dims;
   for (size_t i = 0; i < s.size(); ++i) dims.push_back(int64_t(shape.size() - s.size() + i));
-  return add(Op::broadcast, {x}, Attrs{{"dims", dims}, {"shape", shape}});
+  return add(Op::broadcast, {x}, make_attrs<Op::broadcast>({{"dims", dims}, {"shape", shape}}));
 }
 
 ValueId Builder::sum_to(ValueId x, Shape shape) {
@@ -79,24 +82,24 @@ ValueId Builder::scale(ValueId x, ValueId s) {
 
 ValueId Builder::reshape(ValueId x, const Shape& shape) {
   if (type(x).shape == shape) return x;
-  return add(Op::reshape, {x}, Attrs{{"shape", shape}});
+  return add(Op::reshape, {x}, make_attrs<Op::reshape>({{"shape", shape}}));
 }
 
 ValueId Builder::reduce(Op op, ValueId x, std::vector<int64_t> axes) {
   std::sort(axes.begin(), axes.end());
-  return add(op, {x}, Attrs{{"axes", axes}});
+  return add(op, {x}, make_attrs<kReduceOps>({{"axes", axes}}));
 }
 
 ValueId Builder::matmul(ValueId a, ValueId b, bool ta, bool tb) {
   Attrs attrs;
-  if (ta) attrs.set("transpose_a", int64_t(1));
-  if (tb) attrs.set("transpose_b", int64_t(1));
+  if (ta) set_attr<Op::matmul, "transpose_a">(attrs, 1);
+  if (tb) set_attr<Op::matmul, "transpose_b">(attrs, 1);
   return add(Op::matmul, {a, b}, attrs);
 }
 
 ValueId Builder::convert(ValueId x, DType dt) {
   if (type(x).dtype == dt) return x;
-  return add(Op::convert, {x}, Attrs{{"dtype", std::string(dtype_name(dt))}});
+  return add(Op::convert, {x}, make_attrs<Op::convert>({{"dtype", std::string(dtype_name(dt))}}));
 }
 
 }  // namespace ws::ir

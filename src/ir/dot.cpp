@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/attr.hpp"
 #include "ir/text.hpp"
 
 namespace ws::ir {
@@ -55,7 +56,7 @@ std::string look(const Graph& g, ValueId v, DotMark mark) {
   if (is_source(n)) return "shape=ellipse, fillcolor=white, fontsize=8";
   std::string s = stage_look(n.stage);
   if (n.op == Op::fusion) s += ", shape=box3d";
-  if (mark == DotMark::recomputed || n.attrs.has("recompute"))
+  if (mark == DotMark::recomputed || attr<kAllOps, "recompute">(n))
     s += std::string(", ") + kRecomputedStyle;
   if (mark == DotMark::saved) s += ", peripheries=2, penwidth=2";
   return s;
@@ -67,16 +68,16 @@ std::string label(const Graph& g, ValueId v, DotMark mark) {
   if (n.op == Op::input)
     head = fmt::format("%{} {}\\n{}", v, role_name(g.input_role(v)), escaped(g.input_name(v)));
   else if (n.op == Op::full)
-    head += fmt::format(" {}", n.attrs.f("value"));
+    head += fmt::format(" {}", attr<Op::full, "value">(n));
   else if (n.op == Op::fusion)
-    head += fmt::format(" ({})", n.attrs.s("kind"));
-  else if (n.attrs.has("activation"))
-    head += fmt::format(" +{}", escaped(n.attrs.s("activation")));
+    head += fmt::format(" ({})", attr<Op::fusion, "kind">(n));
+  else if (n.op == Op::matmul_bias && attr<Op::matmul_bias, "activation">(n))
+    head += fmt::format(" +{}", escaped(*attr<Op::matmul_bias, "activation">(n)));
   std::string s = head + "\\n" + n.type.str();
   const bool between = n.op == Op::input &&
                        (g.input_role(v) == InputRole::saved || g.input_role(v) == InputRole::grad);
   if (mark == DotMark::saved || between) s += "\\n" + bytes_str(n.type.bytes());
-  if (mark == DotMark::recomputed || n.attrs.has("recompute")) s += "\\nrecomputed";
+  if (mark == DotMark::recomputed || attr<kAllOps, "recompute">(n)) s += "\\nrecomputed";
   return s;
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ir/attr.hpp"
+
 namespace ws {
 
 const char* dtype_name(DType d) {
@@ -90,9 +92,9 @@ Attrs Attrs::from_sorted(std::vector<std::pair<std::string, AttrValue>> kv) {
   return a;
 }
 
-const AttrValue* Attrs::find(const std::string& name) const {
+const AttrValue* Attrs::find(std::string_view name) const {
   auto it = std::lower_bound(kv_.begin(), kv_.end(), name,
-                             [](const auto& p, const std::string& n) { return p.first < n; });
+                             [](const auto& p, std::string_view n) { return p.first < n; });
   return it != kv_.end() && it->first == name ? &it->second : nullptr;
 }
 
@@ -128,7 +130,7 @@ static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", 
 Node input_node(InputRole role, const std::string& name, Type t, SourceLoc loc, Stage stage) {
   return Node{Op::input,
               {},
-              Attrs{{"name", name}, {"role", std::string(role_name(role))}},
+              make_attrs<Op::input>({{"name", name}, {"role", std::string(role_name(role))}}),
               std::move(t),
               std::move(loc),
               stage};
@@ -157,11 +159,12 @@ InputRole Graph::input_role(ValueId v) const {
   const Node& n = node(v);
   WS_CHECK(n.op == Op::input) << "%" << v << " is not an input";
   InputRole r{};
-  WS_CHECK(parse_role(n.attrs.s("role"), &r)) << "bad role " << n.attrs.s("role");
+  const std::string& role = attr<Op::input, "role">(n);
+  WS_CHECK(parse_role(role, &r)) << "bad role " << role;
   return r;
 }
 
-const std::string& Graph::input_name(ValueId v) const { return node(v).attrs.s("name"); }
+const std::string& Graph::input_name(ValueId v) const { return attr<Op::input, "name">(node(v)); }
 
 int Graph::input_index(ValueId v) const {
   auto it = std::find(inputs.begin(), inputs.end(), v);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -69,6 +70,10 @@ class Attrs {
   static Attrs from_sorted(std::vector<std::pair<std::string, AttrValue>> kv);
 
   void set(const std::string& name, AttrValue v);
+  // The value of `name`, or nullptr. Code reads attributes through attr.hpp,
+  // checked against the op's schema; the untyped reads below are for the
+  // rest.
+  const AttrValue* find(std::string_view name) const;  // binary search
   bool has(const std::string& name) const;
   const AttrValue& get(const std::string& name) const;  // WS_CHECKs presence
   int64_t i(const std::string& name) const;
@@ -83,8 +88,6 @@ class Attrs {
   friend bool operator==(const Attrs&, const Attrs&) = default;
 
  private:
-  const AttrValue* find(const std::string& name) const;  // binary search; nullptr if absent
-
   std::vector<std::pair<std::string, AttrValue>> kv_;
 };
 

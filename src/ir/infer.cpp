@@ -5,7 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "ir/attr.hpp"
 #include "ir/builder.hpp"
+#include "ir/geometry.hpp"
+#include "ir/op_error.hpp"
 
 namespace ws::ir {
 namespace {
@@ -16,142 +19,63 @@ std::string types_str(const std::vector<Type>& ts) {
   return fmt::format("{}", fmt::join(parts, " and "));
 }
 
-[[noreturn]] void fail(Op op, const std::string& what, const SourceLoc& loc) {
-  throw Error(fmt::format("{}: {}{}", op_name(op), what, at(loc)));
-}
-
-DType parse_dtype_attr(Op op, const Attrs& a, const SourceLoc& loc) {
-  const std::string& s = a.s("dtype");
+// The dtype a `dtype` attribute names.
+DType parse_dtype(Op op, const std::string& s, const SourceLoc& loc) {
   for (DType d : {DType::f32, DType::f64, DType::i64, DType::b8})
     if (s == dtype_name(d)) return d;
-  fail(op, "unknown dtype '" + s + "'", loc);
+  fail_op(op, "unknown dtype '" + s + "'", loc);
 }
 
 void check_same(Op op, const std::vector<Type>& args, const SourceLoc& loc) {
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i].dtype != args[0].dtype)
-      fail(op,
-           fmt::format("operand dtypes differ: {} (mixed dtypes must be converted explicitly)",
-                       types_str(args)),
-           loc);
+      fail_op(op,
+              fmt::format("operand dtypes differ: {} (mixed dtypes must be converted explicitly)",
+                          types_str(args)),
+              loc);
     if (args[i].shape != args[0].shape)
-      fail(op, fmt::format("operand shapes differ: {}", types_str(args)), loc);
+      fail_op(op, fmt::format("operand shapes differ: {}", types_str(args)), loc);
   }
 }
 
 int64_t norm_axis(Op op, int64_t axis, int64_t rank, const Type& t, const SourceLoc& loc) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank)
-    fail(op, fmt::format("axis {} is out of range for {}", axis, t.str()), loc);
+    fail_op(op, fmt::format("axis {} is out of range for {}", axis, t.str()), loc);
   return a;
 }
 
 void check_floating(Op op, const Type& t, const SourceLoc& loc) {
-  if (!is_floating(t.dtype)) fail(op, "needs a floating-point operand, got " + t.str(), loc);
-}
-
-// A pair attribute (stride, padding, ...): two non-negative entries, or one
-// used for both dims.
-std::pair<int64_t, int64_t> pair_attr(Op op, const Attrs& a, const std::string& name, int64_t dflt,
-                                      int64_t min, const SourceLoc& loc) {
-  if (!a.has(name)) return {dflt, dflt};
-  const std::vector<int64_t>& v = a.ints(name);
-  if ((v.size() != 1 && v.size() != 2) || v[0] < min || v.back() < min)
-    fail(op, fmt::format("{} must be one or two integers >= {}, got {}", name, min, shape_str(v)),
-         loc);
-  return {v[0], v.back()};
-}
-
-// a + b and a * b of sizes and geometry from user attributes or IR text,
-// where an overflow is the user's error, never a wrapped value.
-int64_t add_checked(Op op, int64_t a, int64_t b, const std::string& what, const SourceLoc& loc) {
-  int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r))
-    fail(op, fmt::format("{} overflows 64 bits ({} + {})", what, a, b), loc);
-  return r;
-}
-int64_t mul_checked(Op op, int64_t a, int64_t b, const std::string& what, const SourceLoc& loc) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r))
-    fail(op, fmt::format("{} overflows 64 bits ({} x {})", what, a, b), loc);
-  return r;
-}
-
-// Output size of a window sliding over `in` (padded by `pad` each side).
-int64_t window_out(Op op, int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil,
-                   const std::string& what, const SourceLoc& loc) {
-  if (k < 1) fail(op, fmt::format("the {} window must be at least 1 wide, got {}", what, k), loc);
-  const std::string geometry = "the " + what + " geometry";
-  const int64_t span =
-      add_checked(op, mul_checked(op, dil, k - 1, geometry, loc), 1, geometry, loc);
-  const int64_t padded = add_checked(op, in, mul_checked(op, 2, pad, geometry, loc), geometry, loc);
-  if (padded < span)
-    fail(op,
-         fmt::format("the {} window ({} with dilation {}) is larger than the padded input "
-                     "({} + 2*{})",
-                     what, k, dil, in, pad),
-         loc);
-  return (padded - span) / stride + 1;
+  if (!is_floating(t.dtype)) fail_op(op, "needs a floating-point operand, got " + t.str(), loc);
 }
 
 void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& loc) {
   if (x.rank() != 4)
-    fail(op, fmt::format("{} must be 4-d [N, C, H, W], got {}", what, x.str()), loc);
+    fail_op(op, fmt::format("{} must be 4-d [N, C, H, W], got {}", what, x.str()), loc);
   check_floating(op, x, loc);
 }
 
 Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const SourceLoc& loc) {
   check_nchw(op, x, "the input", loc);
   if (w.rank() != 4)
-    fail(op, fmt::format("the weight must be 4-d [O, C/groups, KH, KW], got {}", w.str()), loc);
+    fail_op(op, fmt::format("the weight must be 4-d [O, C/groups, KH, KW], got {}", w.str()), loc);
   if (w.dtype != x.dtype)
-    fail(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
-  const int64_t groups = attrs.i_or("groups", 1);
-  if (groups < 1 || x.shape[1] % groups != 0 || w.shape[0] % groups != 0)
-    fail(op,
-         fmt::format("groups {} must divide the input channels {} and output channels {}", groups,
-                     x.shape[1], w.shape[0]),
-         loc);
-  if (w.shape[1] != x.shape[1] / groups)  // groups divides x.shape[1]: no product to overflow
-    fail(op,
-         fmt::format("the input {} has {} channels, but the weight {} expects {} per group x {} "
-                     "groups",
-                     x.str(), x.shape[1], w.str(), w.shape[1], groups),
-         loc);
-  auto [sh, sw] = pair_attr(op, attrs, "stride", 1, 1, loc);
-  auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
-  auto [dh, dw] = pair_attr(op, attrs, "dilation", 1, 1, loc);
-  return Type{
-      x.dtype,
-      {x.shape[0], w.shape[0], window_out(op, x.shape[2], w.shape[2], sh, ph, dh, "kernel", loc),
-       window_out(op, x.shape[3], w.shape[3], sw, pw, dw, "kernel", loc)}};
+    fail_op(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
+  const Conv2dGeom g = conv2d_geom(op, attrs, x, w, loc);
+  return Type{x.dtype, {g.n, g.o, g.oh, g.ow}};
 }
 
 Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc) {
   check_nchw(op, x, "the input", loc);
-  auto [kh, kw] = pair_attr(op, attrs, "kernel", 1, 1, loc);
-  auto [sh, sw] = pair_attr(op, attrs, "stride", kh, 1, loc);
-  if (!attrs.has("stride")) sw = kw;
-  auto [ph, pw] = pair_attr(op, attrs, "padding", 0, 0, loc);
-  if (ph > kh / 2 || pw > kw / 2)  // 2·p > k, without the product
-    fail(op,
-         fmt::format("padding ({}, {}) must be at most half the kernel ({}, {})", ph, pw, kh, kw),
-         loc);
-  return Type{x.dtype,
-              {x.shape[0], x.shape[1], window_out(op, x.shape[2], kh, sh, ph, 1, "pooling", loc),
-               window_out(op, x.shape[3], kw, sw, pw, 1, "pooling", loc)}};
-}
-
-// The type named by a shape attribute, with the dtype of `like`.
-Type shaped_like(const Type& like, const Attrs& a, const std::string& name) {
-  return Type{like.dtype, a.ints(name)};
+  const Pool2dGeom g = pool2d_geom(op, attrs, x.shape, loc);
+  return Type{x.dtype, {g.n, g.c, g.oh, g.ow}};
 }
 
 Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
                      const SourceLoc& loc) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0 && int(args.size()) != info.arity)
-    fail(op, fmt::format("takes {} operands, got {}", info.arity, args.size()), loc);
+    fail_op(op, fmt::format("takes {} operands, got {}", info.arity, args.size()), loc);
   switch (op) {
     case Op::input:
     case Op::full:
@@ -169,10 +93,10 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::maximum:
       check_same(op, args, loc);
       if (args[0].dtype == DType::b8)
-        fail(op, "does not take bool operands: " + types_str(args), loc);
+        fail_op(op, "does not take bool operands: " + types_str(args), loc);
       return args[0];
     case Op::neg:
-      if (args[0].dtype == DType::b8) fail(op, "does not take a bool operand", loc);
+      if (args[0].dtype == DType::b8) fail_op(op, "does not take a bool operand", loc);
       return args[0];
     case Op::exp:
     case Op::log:
@@ -192,15 +116,17 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::gt:
     case Op::ge: check_same(op, args, loc); return Type{DType::b8, args[0].shape};
     case Op::select:
-      if (args[0].dtype != DType::b8) fail(op, "condition must be bool, got " + args[0].str(), loc);
+      if (args[0].dtype != DType::b8)
+        fail_op(op, "condition must be bool, got " + args[0].str(), loc);
       if (args[0].shape != args[1].shape)
-        fail(
+        fail_op(
             op,
             fmt::format("condition {} and values {} differ in shape", args[0].str(), args[1].str()),
             loc);
       check_same(op, {args[1], args[2]}, loc);
       return args[1];
-    case Op::convert: return Type{parse_dtype_attr(op, attrs, loc), args[0].shape};
+    case Op::convert:
+      return Type{parse_dtype(op, attr<Op::convert, "dtype">(attrs), loc), args[0].shape};
 
     case Op::matmul:
     case Op::matmul_add:
@@ -210,51 +136,52 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       const Type &a = args[0], &b = args[1];
       if (a.rank() < 2 || b.rank() != a.rank() ||
           !std::equal(a.shape.begin(), a.shape.end() - 2, b.shape.begin()))
-        fail(op,
-             fmt::format("operands must be matrices with equal leading (batch) dims, got {}",
-                         types_str(args)),
-             loc);
-      if (a.dtype != b.dtype) fail(op, "operand dtypes differ: " + types_str(args), loc);
+        fail_op(op,
+                fmt::format("operands must be matrices with equal leading (batch) dims, got {}",
+                            types_str(args)),
+                loc);
+      if (a.dtype != b.dtype) fail_op(op, "operand dtypes differ: " + types_str(args), loc);
       check_floating(op, a, loc);
       const size_t r = size_t(a.rank());
-      bool ta = attrs.i_or("transpose_a", 0), tb = attrs.i_or("transpose_b", 0);
+      const bool ta = attr<kMatmulOps, "transpose_a">(attrs),
+                 tb = attr<kMatmulOps, "transpose_b">(attrs);
       int64_t m = a.shape[r - 2 + ta], ka = a.shape[r - 1 - ta];
       int64_t kb = b.shape[r - 2 + tb], n = b.shape[r - 1 - tb];
       if (ka != kb)
-        fail(op,
-             fmt::format("cannot multiply {}{} by {}{}: contraction sizes {} and {} differ",
-                         a.str(), ta ? "ᵀ" : "", b.str(), tb ? "ᵀ" : "", ka, kb),
-             loc);
+        fail_op(op,
+                fmt::format("cannot multiply {}{} by {}{}: contraction sizes {} and {} differ",
+                            a.str(), ta ? "ᵀ" : "", b.str(), tb ? "ᵀ" : "", ka, kb),
+                loc);
       Shape out(a.shape.begin(), a.shape.end() - 2);
       out.push_back(m);
       out.push_back(n);
       if ((op == Op::matmul_bias || op == Op::matmul_bias_add) &&
           args[2] != Type{a.dtype, {n}})  // (a @ b) + bias per column
-        fail(op,
-             fmt::format("the bias must be a {}[{}] for {} columns, got {}", dtype_name(a.dtype), n,
-                         n, args[2].str()),
-             loc);
+        fail_op(op,
+                fmt::format("the bias must be a {}[{}] for {} columns, got {}", dtype_name(a.dtype),
+                            n, n, args[2].str()),
+                loc);
       if (op == Op::matmul_bias_add && args[3] != Type{a.dtype, out})  // c + ((a @ b) + bias)
-        fail(op,
-             fmt::format("the accumulator is {} but the product of {} is {}", args[3].str(),
-                         types_str({a, b}), Type{a.dtype, out}.str()),
-             loc);
+        fail_op(op,
+                fmt::format("the accumulator is {} but the product of {} is {}", args[3].str(),
+                            types_str({a, b}), Type{a.dtype, out}.str()),
+                loc);
       if (op == Op::matmul_add) {  // beta * c + alpha * (a @ b): c the product's type, alpha and
                                    // beta 0-d
         const Type product{a.dtype, out};
         if (args[2] != product)
-          fail(op,
-               fmt::format("the accumulator is {} but the product of {} is {}", args[2].str(),
-                           types_str({a, b}), product.str()),
-               loc);
+          fail_op(op,
+                  fmt::format("the accumulator is {} but the product of {} is {}", args[2].str(),
+                              types_str({a, b}), product.str()),
+                  loc);
         for (size_t i : {size_t(3), size_t(4)})
           if (args[i] != Type{a.dtype, {}})
-            fail(op,
-                 fmt::format(
-                     "{} must be a 0-d {}, got {}",
-                     i == 3 ? "alpha (the product's scale)" : "beta (the accumulator's scale)",
-                     dtype_name(a.dtype), args[i].str()),
-                 loc);
+            fail_op(op,
+                    fmt::format(
+                        "{} must be a 0-d {}, got {}",
+                        i == 3 ? "alpha (the product's scale)" : "beta (the accumulator's scale)",
+                        dtype_name(a.dtype), args[i].str()),
+                    loc);
       }
       return Type{a.dtype, out};
     }
@@ -262,55 +189,55 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::reduce_sum:
     case Op::reduce_max: {
       const Type& x = args[0];
+      const std::vector<int64_t>& axes = attr<kReduceOps, "axes">(attrs);
       std::vector<bool> drop(size_t(x.rank()), false);
-      for (int64_t ax : attrs.ints("axes"))
-        drop[size_t(norm_axis(op, ax, x.rank(), x, loc))] = true;
+      for (int64_t ax : axes) drop[size_t(norm_axis(op, ax, x.rank(), x, loc))] = true;
       Shape out;
       for (int64_t d = 0; d < x.rank(); ++d)
         if (!drop[size_t(d)]) out.push_back(x.shape[size_t(d)]);
       if (op == Op::reduce_max)
-        for (int64_t ax : attrs.ints("axes"))
+        for (int64_t ax : axes)
           if (x.shape[size_t(norm_axis(op, ax, x.rank(), x, loc))] == 0)
-            fail(op, "cannot take the max over an empty axis of " + x.str(), loc);
-      if (x.dtype == DType::b8) fail(op, "does not take a bool operand", loc);
+            fail_op(op, "cannot take the max over an empty axis of " + x.str(), loc);
+      if (x.dtype == DType::b8) fail_op(op, "does not take a bool operand", loc);
       return Type{x.dtype, out};
     }
 
     case Op::broadcast: {
       const Type& x = args[0];
-      const Shape& shape = attrs.ints("shape");
-      const std::vector<int64_t>& dims = attrs.ints("dims");
+      const Shape& shape = attr<Op::broadcast, "shape">(attrs);
+      const std::vector<int64_t>& dims = attr<Op::broadcast, "dims">(attrs);
       if (int64_t(dims.size()) != x.rank())
-        fail(op, fmt::format("dims has {} entries for operand {}", dims.size(), x.str()), loc);
+        fail_op(op, fmt::format("dims has {} entries for operand {}", dims.size(), x.str()), loc);
       for (size_t i = 0; i < dims.size(); ++i) {
         bool ok =
             dims[i] >= 0 && dims[i] < int64_t(shape.size()) && (i == 0 || dims[i] > dims[i - 1]);
         if (!ok || (x.shape[i] != 1 && x.shape[i] != shape[size_t(dims[i])]))
-          fail(op, fmt::format("cannot broadcast {} to {}", x.str(), shape_str(shape)), loc);
+          fail_op(op, fmt::format("cannot broadcast {} to {}", x.str(), shape_str(shape)), loc);
       }
       return Type{x.dtype, shape};
     }
     case Op::reshape: {
-      const Shape& shape = attrs.ints("shape");
+      const Shape& shape = attr<Op::reshape, "shape">(attrs);
       const std::optional<int64_t> n = checked_numel(shape);
       if (n != args[0].numel())
-        fail(op,
-             fmt::format("cannot reshape {} ({} elements) to {} ({})", args[0].str(),
-                         args[0].numel(), shape_str(shape),
-                         n ? fmt::format("{} elements", *n)
-                           : "a negative dimension or more elements than 64 bits count"),
-             loc);
+        fail_op(op,
+                fmt::format("cannot reshape {} ({} elements) to {} ({})", args[0].str(),
+                            args[0].numel(), shape_str(shape),
+                            n ? fmt::format("{} elements", *n)
+                              : "a negative dimension or more elements than 64 bits count"),
+                loc);
       return Type{args[0].dtype, shape};
     }
     case Op::transpose: {
-      const Shape& perm = attrs.ints("perm");
+      const Shape& perm = attr<Op::transpose, "perm">(attrs);
       const Type& x = args[0];
       Shape sorted = perm;
       std::sort(sorted.begin(), sorted.end());
       bool ok = int64_t(perm.size()) == x.rank();
       for (size_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == int64_t(i);
       if (!ok)
-        fail(
+        fail_op(
             op,
             fmt::format("perm {} is not a permutation of the axes of {}", shape_str(perm), x.str()),
             loc);
@@ -321,21 +248,21 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
 
     case Op::slice: {
       const Type& x = args[0];
-      const int64_t ax = norm_axis(op, attrs.i("axis"), x.rank(), x, loc);
-      const int64_t start = attrs.i("start"), end = attrs.i("end");
+      const int64_t ax = norm_axis(op, attr<Op::slice, "axis">(attrs), x.rank(), x, loc);
+      const int64_t start = attr<Op::slice, "start">(attrs), end = attr<Op::slice, "end">(attrs);
       if (start < 0 || end < start || end > x.shape[size_t(ax)])
-        fail(op,
-             fmt::format("range [{}, {}) is not within axis {} of {} (size {})", start, end, ax,
-                         x.str(), x.shape[size_t(ax)]),
-             loc);
+        fail_op(op,
+                fmt::format("range [{}, {}) is not within axis {} of {} (size {})", start, end, ax,
+                            x.str(), x.shape[size_t(ax)]),
+                loc);
       Type t = x;
       t.shape[size_t(ax)] = end - start;
       return t;
     }
     case Op::concat: {
-      if (args.empty()) fail(op, "needs at least one operand", loc);
+      if (args.empty()) fail_op(op, "needs at least one operand", loc);
       const Type& x = args[0];
-      const int64_t ax = norm_axis(op, attrs.i("axis"), x.rank(), x, loc);
+      const int64_t ax = norm_axis(op, attr<Op::concat, "axis">(attrs), x.rank(), x, loc);
       Type t = x;
       t.shape[size_t(ax)] = 0;
       for (const Type& a : args) {
@@ -343,8 +270,9 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
         bool ok = a.dtype == x.dtype && a.rank() == x.rank();
         if (ok) s1[size_t(ax)] = s0[size_t(ax)] = 0;
         if (!ok || s1 != s0)
-          fail(op, fmt::format("operands must match except along axis {}: {}", ax, types_str(args)),
-               loc);
+          fail_op(op,
+                  fmt::format("operands must match except along axis {}: {}", ax, types_str(args)),
+                  loc);
         t.shape[size_t(ax)] =
             add_checked(op, t.shape[size_t(ax)], a.shape[size_t(ax)], "the concatenated size", loc);
       }
@@ -353,27 +281,29 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
 
     case Op::conv2d: return conv2d_type(op, args[0], args[1], attrs, loc);
     case Op::conv2d_input_grad: {
-      Type x = shaped_like(args[0], attrs, "input_shape");
+      const Type x{args[0].dtype, attr<Op::conv2d_input_grad, "input_shape">(attrs)};
       if (conv2d_type(op, x, args[1], attrs, loc) != args[0])
-        fail(op, "the output gradient " + args[0].str() + " does not match the convolution", loc);
+        fail_op(op, "the output gradient " + args[0].str() + " does not match the convolution",
+                loc);
       return x;
     }
     case Op::conv2d_weight_grad: {
-      Type w = shaped_like(args[0], attrs, "weight_shape");
+      const Type w{args[0].dtype, attr<Op::conv2d_weight_grad, "weight_shape">(attrs)};
       if (conv2d_type(op, args[0], w, attrs, loc) != args[1])
-        fail(op, "the output gradient " + args[1].str() + " does not match the convolution", loc);
+        fail_op(op, "the output gradient " + args[1].str() + " does not match the convolution",
+                loc);
       return w;
     }
     case Op::max_pool2d:
     case Op::avg_pool2d: return pool2d_type(op, args[0], attrs, loc);
     case Op::max_pool2d_grad:
       if (pool2d_type(op, args[0], attrs, loc) != args[1])
-        fail(op, "the output gradient " + args[1].str() + " does not match the pooling", loc);
+        fail_op(op, "the output gradient " + args[1].str() + " does not match the pooling", loc);
       return args[0];
     case Op::avg_pool2d_grad: {
-      Type x = shaped_like(args[0], attrs, "input_shape");
+      const Type x{args[0].dtype, attr<Op::avg_pool2d_grad, "input_shape">(attrs)};
       if (pool2d_type(op, x, attrs, loc) != args[0])
-        fail(op, "the output gradient " + args[0].str() + " does not match the pooling", loc);
+        fail_op(op, "the output gradient " + args[0].str() + " does not match the pooling", loc);
       return x;
     }
 
@@ -381,8 +311,8 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       // table [V, D...] indexed by i64 [I...] -> [I..., D...]
       const Type &table = args[0], &idx = args[1];
       if (table.rank() < 1)
-        fail(op, "the table must have at least one dim, got " + table.str(), loc);
-      if (idx.dtype != DType::i64) fail(op, "indices must be i64, got " + idx.str(), loc);
+        fail_op(op, "the table must have at least one dim, got " + table.str(), loc);
+      if (idx.dtype != DType::i64) fail_op(op, "indices must be i64, got " + idx.str(), loc);
       check_floating(op, table, loc);
       Shape out = idx.shape;
       out.insert(out.end(), table.shape.begin() + 1, table.shape.end());
@@ -391,13 +321,14 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::scatter_add: {
       // i64 [I...] and values [I..., D...] -> [rows, D...]
       const Type &idx = args[0], &src = args[1];
-      const int64_t rows = attrs.i("rows");
-      if (idx.dtype != DType::i64) fail(op, "indices must be i64, got " + idx.str(), loc);
+      const int64_t rows = attr<Op::scatter_add, "rows">(attrs);
+      if (idx.dtype != DType::i64) fail_op(op, "indices must be i64, got " + idx.str(), loc);
       if (src.rank() < idx.rank() ||
           !std::equal(idx.shape.begin(), idx.shape.end(), src.shape.begin()))
-        fail(op, fmt::format("values {} must start with the index shape {}", src.str(), idx.str()),
-             loc);
-      if (rows < 0) fail(op, fmt::format("rows must be >= 0, got {}", rows), loc);
+        fail_op(op,
+                fmt::format("values {} must start with the index shape {}", src.str(), idx.str()),
+                loc);
+      if (rows < 0) fail_op(op, fmt::format("rows must be >= 0, got {}", rows), loc);
       check_floating(op, src, loc);
       Shape out{rows};
       out.insert(out.end(), src.shape.begin() + idx.rank(), src.shape.end());
@@ -406,20 +337,21 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::random_uniform: {
       for (const Type& a : args)
         if (a.dtype != DType::i64 || a.rank() != 0)
-          fail(op, "seed and offset must be 0-d i64, got " + types_str(args), loc);
-      Type t{parse_dtype_attr(op, attrs, loc), attrs.ints("shape")};
+          fail_op(op, "seed and offset must be 0-d i64, got " + types_str(args), loc);
+      const Type t{parse_dtype(op, attr<Op::random_uniform, "dtype">(attrs), loc),
+                   attr<Op::random_uniform, "shape">(attrs)};
       check_floating(op, t, loc);
       return t;
     }
 
     case Op::one_hot: {
       const Type& x = args[0];
-      if (x.dtype != DType::i64) fail(op, "labels must be i64, got " + x.str(), loc);
-      int64_t c = attrs.i("num_classes");
-      if (c <= 0) fail(op, fmt::format("num_classes must be positive, got {}", c), loc);
+      if (x.dtype != DType::i64) fail_op(op, "labels must be i64, got " + x.str(), loc);
+      const int64_t c = attr<Op::one_hot, "num_classes">(attrs);
+      if (c <= 0) fail_op(op, fmt::format("num_classes must be positive, got {}", c), loc);
       Shape out = x.shape;
       out.push_back(c);
-      return Type{parse_dtype_attr(op, attrs, loc), out};
+      return Type{parse_dtype(op, attr<Op::one_hot, "dtype">(attrs), loc), out};
     }
   }
   WS_CHECK(false) << "unhandled op " << int(op);
@@ -431,12 +363,12 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
 Type infer_type(Op op, const std::vector<Type>& args, const Attrs& attrs, const SourceLoc& loc) {
   Type t = infer_unchecked(op, args, attrs, loc);
   if (std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
-    fail(op, fmt::format("the result {} has a negative dimension", t.str()), loc);
+    fail_op(op, fmt::format("the result {} has a negative dimension", t.str()), loc);
   if (!checked_numel(t.shape, int64_t(dtype_size(t.dtype))))
-    fail(op,
-         fmt::format("the result {} is too large: its size in bytes does not fit in 64 bits",
-                     t.str()),
-         loc);
+    fail_op(op,
+            fmt::format("the result {} is too large: its size in bytes does not fit in 64 bits",
+                        t.str()),
+            loc);
   return t;
 }
 

@@ -12,23 +12,27 @@
 
 #include <fmt/format.h>
 
+#include "ir/attr.hpp"
 #include "ir/attr_schema.hpp"
 #include "ir/builder.hpp"
 
 namespace ws::ir {
 namespace {
 
+// The attribute `name` of `n` when it is a T, else nullptr: describe()
+// trusts no node.
 template <class T>
-const T* attr(const Node& n, const std::string& name) {
-  return n.attrs.has(name) ? std::get_if<T>(&n.attrs.get(name)) : nullptr;
+const T* attr_if(const Node& n, const std::string& name) {
+  const AttrValue* v = n.attrs.find(name);
+  return v ? std::get_if<T>(v) : nullptr;
 }
 
 // "%12 = add %3, %4 : f32[2]": enough to find the node in a printed graph.
 std::string describe(const Graph& g, ValueId id) {
   const Node& n = g.nodes[size_t(id)];
   std::string s = fmt::format("%{} = {}", id, op_name(n.op));
-  const std::string* role = attr<std::string>(n, "role");
-  const std::string* name = attr<std::string>(n, "name");
+  const std::string* role = attr_if<std::string>(n, "role");
+  const std::string* name = attr_if<std::string>(n, "name");
   if (n.op == Op::input && role && name) s += fmt::format(" {} \"{}\"", *role, *name);
   for (size_t i = 0; i < n.args.size(); ++i) s += fmt::format("{}%{}", i ? ", " : " ", n.args[i]);
   return s + " : " + n.type.str() + at(n.loc);
@@ -46,31 +50,27 @@ bool in_range(const Graph& g, ValueId v) { return v >= 0 && v < g.size(); }
 
 bool is_input(const Graph& g, ValueId v) { return in_range(g, v) && g.node(v).op == Op::input; }
 
-// Source ops carry their type; check the attributes their kernels rely on.
+// Source ops carry their type; check the attributes their kernels rely on
+// (their presence and kinds are checked already, against the schema).
 void check_source(const Graph& g, ValueId id) {
   const Node& n = g.node(id);
   if (n.op == Op::input) {
-    const std::string* role = attr<std::string>(n, "role");
-    const std::string* name = attr<std::string>(n, "name");
     InputRole r{};
-    if (!role || !parse_role(*role, &r))
+    if (!parse_role(attr<Op::input, "role">(n), &r))
       fail_node(g, id, "an input needs a string attribute 'role' naming a known input role");
-    if (!name || name->empty())
+    if (attr<Op::input, "name">(n).empty())
       fail_node(g, id, "an input needs a non-empty string attribute 'name'");
-  } else if (n.op == Op::full) {
-    if (!attr<double>(n, "value")) fail_node(g, id, "full needs a float attribute 'value'");
   } else if (n.op == Op::constant) {
-    const std::vector<double>* values = attr<std::vector<double>>(n, "value");
-    if (!values) fail_node(g, id, "constant needs a float-list attribute 'value'");
-    if (int64_t(values->size()) != n.type.numel())
+    const std::vector<double>& values = attr<Op::constant, "value">(n);
+    if (int64_t(values.size()) != n.type.numel())
       fail_node(
           g, id,
-          fmt::format("constant has {} values for {} elements", values->size(), n.type.numel()));
+          fmt::format("constant has {} values for {} elements", values.size(), n.type.numel()));
   } else if (n.op == Op::iota) {
-    const int64_t* axis = attr<int64_t>(n, "axis");
-    if (!axis || *axis < 0 || *axis >= n.type.rank())
+    const int64_t axis = attr<Op::iota, "axis">(n);
+    if (axis < 0 || axis >= n.type.rank())
       fail_node(g, id, "iota needs an integer attribute 'axis' naming one of its dims");
-  } else {
+  } else if (n.op != Op::full) {  // a full's float value is all it needs
     fail_node(g, id, "unknown source op");
   }
 }
@@ -116,8 +116,8 @@ void check_reduce_body(const Graph& g, ValueId id) {
     const Node& m = b.node(v);
     if (m.op == Op::input || m.op == Op::full) continue;
     const bool red = m.op == Op::reduce_sum || m.op == Op::reduce_max;
-    if (red &&
-        (b.type(m.args[0]).shape != in || m.attrs.ints("axes") != b.node(first).attrs.ints("axes")))
+    if (red && (b.type(m.args[0]).shape != in ||
+                attr<kReduceOps, "axes">(m) != attr<kReduceOps, "axes">(b.node(first))))
       fail_node(
           g, id,
           fmt::format("body node %{} reduces another shape or other axes than %{}", v, first));
@@ -159,10 +159,10 @@ void check_fusion(const Graph& g, ValueId id) {
     fail_node(g, id,
               fmt::format("the type differs from its body's result 0, {}",
                           b.type(b.outputs[0].value).str()));
-  const std::string* kind = attr<std::string>(n, "kind");
-  if (!kind || (*kind != "loop" && *kind != "reduce"))
+  const std::string& kind = attr<Op::fusion, "kind">(n);
+  if (kind != "loop" && kind != "reduce")
     fail_node(g, id, "a fusion needs a string attribute 'kind' (\"loop\" or \"reduce\")");
-  if (*kind == "loop")
+  if (kind == "loop")
     check_loop_body(g, id);
   else
     check_reduce_body(g, id);
@@ -173,16 +173,16 @@ void check_fusion_result(const Graph& g, ValueId id) {
   const Node& f = g.node(n.args[0]);
   if (f.op != Op::fusion || !f.body)
     fail_node(g, id, "the operand of fusion_result must be a fusion");
-  const int64_t* index = attr<int64_t>(n, "index");
-  if (!index || *index < 1 || *index >= int64_t(f.body->outputs.size()))
+  const int64_t index = attr<Op::fusion_result, "index">(n);
+  if (index < 1 || index >= int64_t(f.body->outputs.size()))
     fail_node(g, id,
               fmt::format("needs an integer attribute 'index' in [1, {}) naming a result of "
                           "the fusion",
                           f.body->outputs.size()));
-  const Type& want = f.body->type(f.body->outputs[size_t(*index)].value);
+  const Type& want = f.body->type(f.body->outputs[size_t(index)].value);
   if (n.type != want)
     fail_node(g, id,
-              fmt::format("the type differs from the fusion's result {}, {}", *index, want.str()));
+              fmt::format("the type differs from the fusion's result {}, {}", index, want.str()));
 }
 
 void check_node(const Graph& g, ValueId id) {
@@ -234,7 +234,7 @@ void check_inputs(const Graph& g) {
     ValueId v = g.inputs[i];
     if (!is_input(g, v)) fail(g, fmt::format("inputs[{}] = %{} is not an input node", i, v));
     if (listed[size_t(v)]++) fail(g, fmt::format("input %{} is listed twice in inputs", v));
-    const std::string& name = g.node(v).attrs.s("name");
+    const std::string& name = attr<Op::input, "name">(g.node(v));
     if (auto [it, fresh] = named.emplace(name, v); !fresh)
       fail_node(g, v, fmt::format("input name \"{}\" is taken by %{} already", name, it->second));
   }

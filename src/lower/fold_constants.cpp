@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 #include "lower/rewrite.hpp"
 
 namespace ws::lower {
@@ -32,7 +33,8 @@ bool as_constant_values(const ir::Type& t, const std::vector<std::byte>& bytes,
     }
   });
   std::vector<std::byte> back(bytes.size());
-  exec::run_reference(Op::constant, ir::Attrs{{"value", values}}, {}, nullptr, t, back.data());
+  exec::run_reference(Op::constant, ir::make_attrs<Op::constant>({{"value", values}}), {}, nullptr,
+                      t, back.data());
   return back == bytes;
 }
 
@@ -71,7 +73,7 @@ ir::Graph fold_constants(const ir::Graph& g, bool* changed) {
     known[size_t(v)] = true;
     return append(out, ir::Node{Op::constant,
                                 {},
-                                ir::Attrs{{"value", std::move(values)}},
+                                ir::make_attrs<Op::constant>({{"value", std::move(values)}}),
                                 renamed.type,
                                 renamed.loc,
                                 renamed.stage,

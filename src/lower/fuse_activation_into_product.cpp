@@ -1,5 +1,6 @@
 #include "lower/fuse_activation_into_product.hpp"
 
+#include "ir/attr.hpp"
 #include "lower/rewrite.hpp"
 
 namespace ws::lower {
@@ -23,8 +24,9 @@ ir::Graph fuse_activation_into_product(const ir::Graph& g, bool* changed) {
     const ir::Node& mn = g.node(m);
     const ir::Node& yn = g.node(y);
     if (mn.op != Op::le || mn.args[0] != y || !is_zero(g, mn.args[1])) continue;
-    if (yn.op != Op::matmul_bias || yn.type.dtype != DType::f32 || yn.attrs.has("activation") ||
-        is_output[size_t(y)] || users[size_t(y)].size() != 2)
+    if (yn.op != Op::matmul_bias || yn.type.dtype != DType::f32 ||
+        ir::attr<Op::matmul_bias, "activation">(yn) || is_output[size_t(y)] ||
+        users[size_t(y)].size() != 2)
       continue;
     relu_of[size_t(y)] = s;
   }
@@ -34,7 +36,7 @@ ir::Graph fuse_activation_into_product(const ir::Graph& g, bool* changed) {
   return rewrite_nodes(g, changed, [&](ir::Graph& out, ValueId v, const ir::Node& n) {
     if (relu_of[size_t(v)] != ir::kNoValue) {
       ir::Node p = n;
-      p.attrs.set("activation", std::string("relu"));
+      ir::set_attr<Op::matmul_bias, "activation">(p.attrs, "relu");
       return append(out, std::move(p));
     }
     if (rectified[size_t(v)]) return n.args[2];  // the select is the rectified product

@@ -1,5 +1,7 @@
 #include "lower/fuse_bias_into_product.hpp"
 
+#include "ir/attr.hpp"
+
 namespace ws::lower {
 
 using ir::Op;
@@ -20,7 +22,8 @@ ir::Graph fuse_bias_into_product(const ir::Graph& g, bool* changed) {
       const ir::Node& bn = g.node(b);
       if (pn.op != Op::matmul || uses[size_t(p)] != 1 || g.type(pn.args[0]).numel() == 0 ||
           g.type(pn.args[1]).numel() == 0 || bn.op != Op::broadcast ||
-          g.type(bn.args[0]).rank() != 1 || bn.attrs.ints("dims") != std::vector<int64_t>{1})
+          g.type(bn.args[0]).rank() != 1 ||
+          ir::attr<Op::broadcast, "dims">(bn) != std::vector<int64_t>{1})
         continue;
       product_of[size_t(v)] = p;
       bias_of[size_t(v)] = bn.args[0];

@@ -8,6 +8,7 @@
 #include "exec/fused_loop.hpp"
 #include "exec/program.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::lower {
 namespace {
@@ -173,8 +174,8 @@ class Fuser {
       const ir::Node& b = g_.node(a);
       if (b.op != Op::broadcast || g_.type(b.args[0]).numel() == 1) continue;
       Shape walk = b.type.shape;
-      std::vector<int64_t> st =
-          exec::broadcast_source_strides(g_.type(b.args[0]).shape, walk, b.attrs.ints("dims"));
+      std::vector<int64_t> st = exec::broadcast_source_strides(g_.type(b.args[0]).shape, walk,
+                                                               ir::attr<Op::broadcast, "dims">(b));
       exec::merge_dims(walk, st);
       if (walk.size() > 1 && st.back() == 0 && walk.back() < exec::kMinSegment) return true;
     }
@@ -443,13 +444,14 @@ class Fuser {
         results.push_back(m);
       }
     WS_CHECK(!results.empty()) << "a fused group nobody reads";
-    ir::Node f{Op::fusion,
-               {},
-               ir::Attrs{{"kind", std::string(gr.reduce >= 0 ? "reduce" : "loop")}},
-               g_.type(results[0]),
-               g_.node(results[0]).loc,
-               g_.node(results[0]).stage,
-               body};
+    ir::Node f{
+        Op::fusion,
+        {},
+        ir::make_attrs<Op::fusion>({{"kind", std::string(gr.reduce >= 0 ? "reduce" : "loop")}}),
+        g_.type(results[0]),
+        g_.node(results[0]).loc,
+        g_.node(results[0]).stage,
+        body};
     for (ValueId r : reads) f.args.push_back(map[size_t(r)]);
     out.nodes.push_back(std::move(f));
     const ValueId fid = ValueId(out.nodes.size() - 1);
@@ -457,7 +459,7 @@ class Fuser {
     for (size_t j = 1; j < results.size(); ++j) {
       out.nodes.push_back(ir::Node{Op::fusion_result,
                                    {fid},
-                                   ir::Attrs{{"index", int64_t(j)}},
+                                   ir::make_attrs<Op::fusion_result>({{"index", int64_t(j)}}),
                                    g_.type(results[j]),
                                    g_.node(results[j]).loc,
                                    g_.node(results[j]).stage,

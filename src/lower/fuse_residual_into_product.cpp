@@ -1,5 +1,6 @@
 #include "lower/fuse_residual_into_product.hpp"
 
+#include "ir/attr.hpp"
 #include "lower/rewrite.hpp"
 
 namespace ws::lower {
@@ -13,8 +14,9 @@ ir::Graph fuse_residual_into_product(const ir::Graph& g, bool* changed) {
   for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
   auto product = [&](ValueId y) {
     const ir::Node& n = g.node(y);
-    return n.op == Op::matmul_bias && n.type.dtype == DType::f32 && !n.attrs.has("activation") &&
-           uses[size_t(y)] == 1 && !is_output[size_t(y)];
+    return n.op == Op::matmul_bias && n.type.dtype == DType::f32 &&
+           !ir::attr<Op::matmul_bias, "activation">(n) && uses[size_t(y)] == 1 &&
+           !is_output[size_t(y)];
   };
   std::vector<ValueId> product_of(g.nodes.size(), ir::kNoValue);  // add -> its product
   for (ValueId v = 0; v < g.size(); ++v) {

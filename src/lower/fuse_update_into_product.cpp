@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "ir/attr.hpp"
 #include "lower/simplify.hpp"
 
 namespace ws::lower {
@@ -116,8 +117,8 @@ ir::Graph fuse_update_into_product(const ir::Graph& g, bool* changed) {
       const ir::Type t = g.type(m.alpha);
       out.nodes.push_back(ir::Node{
           Op::mul, {map[size_t(m.alpha)], map[size_t(m.decay)]}, {}, t, n.loc, n.stage, nullptr});
-      out.nodes.push_back(
-          ir::Node{Op::full, {}, ir::Attrs{{"value", 1.0}}, t, n.loc, n.stage, nullptr});
+      out.nodes.push_back(ir::Node{
+          Op::full, {}, ir::make_attrs<Op::full>({{"value", 1.0}}), t, n.loc, n.stage, nullptr});
       out.nodes.push_back(ir::Node{Op::sub,
                                    {ValueId(out.nodes.size() - 1), ValueId(out.nodes.size() - 2)},
                                    {},
@@ -130,7 +131,7 @@ ir::Graph fuse_update_into_product(const ir::Graph& g, bool* changed) {
       if (one == ir::kNoValue) {
         out.nodes.push_back(ir::Node{Op::full,
                                      {},
-                                     ir::Attrs{{"value", 1.0}},
+                                     ir::make_attrs<Op::full>({{"value", 1.0}}),
                                      ir::Type{DType::f32, {}},
                                      n.loc,
                                      n.stage,

@@ -29,6 +29,7 @@
 #include "exec/fused_loop.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 #include "lower/alias.hpp"
 #include "lower/pipeline.hpp"
 #include "lower/plan_memory.hpp"
@@ -184,7 +185,7 @@ class Lowering {
         const ValueId f = g_.node(v).args[0];
         Pending& fk = kernels_[size_t(pos_[size_t(f)])];
         fk.extra.resize(g_.node(f).body->outputs.size() - 1, ir::kNoValue);
-        fk.extra[size_t(g_.node(v).attrs.i("index") - 1)] = v;
+        fk.extra[size_t(ir::attr<Op::fusion_result, "index">(g_.node(v)) - 1)] = v;
         pos_[size_t(v)] = pos_[size_t(f)];
         continue;
       }
@@ -214,7 +215,7 @@ class Lowering {
         if (k.out != v) {  // element i of v lies at the transpose's position of i
           const ir::Node& t = g_.node(k.out);
           const std::vector<int64_t> ts = exec::row_major_strides(t.type.shape);
-          const std::vector<int64_t>& perm = t.attrs.ints("perm");
+          const std::vector<int64_t>& perm = ir::attr<Op::transpose, "perm">(t);
           out_strides.assign(ts.size(), 0);
           for (size_t d = 0; d < perm.size(); ++d) out_strides[size_t(perm[d])] = ts[d];
         }
@@ -401,11 +402,11 @@ class Lowering {
       if (pk.scalar[i])
         st.emplace_back(shape.size(), 0);
       else if (pk.through[i] && a.op == Op::broadcast)
-        st.push_back(
-            exec::broadcast_source_strides(g_.type(a.args[0]).shape, shape, a.attrs.ints("dims")));
+        st.push_back(exec::broadcast_source_strides(g_.type(a.args[0]).shape, shape,
+                                                    ir::attr<Op::broadcast, "dims">(a)));
       else if (pk.through[i])
-        st.push_back(
-            exec::transpose_source_strides(g_.type(a.args[0]).shape, a.attrs.ints("perm")));
+        st.push_back(exec::transpose_source_strides(g_.type(a.args[0]).shape,
+                                                    ir::attr<Op::transpose, "perm">(a)));
       else
         st.push_back(exec::row_major_strides(shape));
     }

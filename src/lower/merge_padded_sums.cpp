@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ir/attr.hpp"
 #include "lower/rewrite.hpp"
 
 namespace ws::lower {
@@ -21,7 +22,7 @@ struct Piece {
 bool pieces_of(const ir::Graph& g, ValueId x, int64_t& axis, std::vector<Piece>& out) {
   const ir::Node& n = g.node(x);
   if (n.op != Op::concat) return false;
-  axis = n.attrs.i("axis");
+  axis = ir::attr<Op::concat, "axis">(n);
   if (axis < 0) axis += n.type.rank();
   int64_t at = 0;
   for (ValueId a : n.args) {
@@ -76,7 +77,9 @@ ir::Graph merge_padded_sums(const ir::Graph& g, bool* changed) {
     if (n.op != Op::add || !pieces_of(out, n.args[0], ax, px) ||
         !pieces_of(out, n.args[1], ay, py) || ax != ay || !merged(px, py, sum))
       return ir::kNoValue;
-    ir::Node cat{Op::concat, {}, ir::Attrs{{"axis", ax}}, n.type, n.loc, n.stage, nullptr};
+    const ir::Attrs axis = ir::make_attrs<Op::concat>({{"axis", ax}});
+    ir::Node cat{Op::concat, {}, axis, n.type, n.loc, n.stage, nullptr};
+    const ir::Attrs zero = ir::make_attrs<Op::full>({{"value", 0.0}});
     for (const Piece& p : sum) {
       if (p.value != ir::kNoValue) {
         cat.args.push_back(p.value);
@@ -84,8 +87,7 @@ ir::Graph merge_padded_sums(const ir::Graph& g, bool* changed) {
       }
       ir::Type t = n.type;
       t.shape[size_t(ax)] = p.end - p.begin;
-      cat.args.push_back(append(
-          out, ir::Node{Op::full, {}, ir::Attrs{{"value", 0.0}}, t, n.loc, n.stage, nullptr}));
+      cat.args.push_back(append(out, ir::Node{Op::full, {}, zero, t, n.loc, n.stage, nullptr}));
     }
     return cat.args.size() == 1 ? cat.args[0] : append(out, std::move(cat));
   });

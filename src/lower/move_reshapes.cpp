@@ -1,5 +1,6 @@
 #include "lower/move_reshapes.hpp"
 
+#include "ir/attr.hpp"
 #include "lower/rewrite.hpp"
 
 namespace ws::lower {
@@ -48,14 +49,19 @@ ValueId at_shape(ir::Graph& out, ValueId a, const Shape& shape) {
   ir::Node an = out.node(a);
   if (any_shape(out, a)) {
     an.type.shape = shape;
-    if (an.op == Op::broadcast) an.attrs.set("shape", shape);
+    if (an.op == Op::broadcast) ir::set_attr<Op::broadcast, "shape">(an.attrs, shape);
     return append(out, std::move(an));
   }
   if (an.op == Op::reshape) a = an.args[0];
   if (out.type(a).shape == shape) return a;
   const ir::Type t{out.type(a).dtype, shape};
-  return append(
-      out, ir::Node{Op::reshape, {a}, ir::Attrs{{"shape", shape}}, t, an.loc, an.stage, nullptr});
+  return append(out, ir::Node{Op::reshape,
+                              {a},
+                              ir::make_attrs<Op::reshape>({{"shape", shape}}),
+                              t,
+                              an.loc,
+                              an.stage,
+                              nullptr});
 }
 
 // n (of `out`) computed at `shape` from its operands at that shape.
@@ -102,10 +108,13 @@ ir::Graph move_reshapes(const ir::Graph& g, bool* changed) {
     const Shape* src = common_source(out, n);
     if (!src) return ir::kNoValue;
     const ValueId e = elementwise_at(out, n, Shape(*src));
-    return append(
-        out,
-        ir::Node{
-            Op::reshape, {e}, ir::Attrs{{"shape", n.type.shape}}, n.type, n.loc, n.stage, nullptr});
+    return append(out, ir::Node{Op::reshape,
+                                {e},
+                                ir::make_attrs<Op::reshape>({{"shape", n.type.shape}}),
+                                n.type,
+                                n.loc,
+                                n.stage,
+                                nullptr});
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "ir/attr.hpp"
 #include "ir/graph.hpp"
 #include "lower/simplify.hpp"
 
@@ -43,7 +44,7 @@ ir::Graph rewrite_nodes(const ir::Graph& g, bool* changed, F&& f) {
 inline bool is_zero(const ir::Graph& g, ir::ValueId v) {
   const ir::Node& n = g.node(v);
   if (n.op == ir::Op::broadcast) return is_zero(g, n.args[0]);
-  return n.op == ir::Op::full && n.attrs.f("value") == 0.0;
+  return n.op == ir::Op::full && ir::attr<ir::Op::full, "value">(n) == 0.0;
 }
 
 // Appends n to g and returns its id.

@@ -15,6 +15,8 @@
 
 #include <limits>
 
+#include "ir/attr.hpp"
+
 namespace ws::partition {
 namespace {
 
@@ -237,7 +239,7 @@ JointGraph recompute_in_backward(const JointGraph& j, const RematPlan& plan) {
       return copy[size_t(v)];
     ir::Node n = g.node(v);
     for (ValueId& a : n.args) a = self(self, a);
-    n.attrs.set("recompute", ++copies);
+    ir::set_attr<ir::kAllOps, "recompute">(n.attrs, ++copies);
     out.graph.nodes.push_back(std::move(n));
     copy[size_t(v)] = out.graph.size() - 1;
     const ir::OpCategory c = ir::op_info(g.node(v).op).category;

@@ -125,6 +125,7 @@ struct MatmulCase {
   bool ta, tb;
 };
 
+using exec::describe;  // a convolution's (conv_cases.hpp), overloaded here for a product's
 std::string describe(const MatmulCase& c) {
   return fmt::format("batch {} [{}x{}] x [{}x{}]{}{}", c.batch, c.m, c.k, c.k, c.n,
                      c.ta ? " transpose_a" : "", c.tb ? " transpose_b" : "");

@@ -1,0 +1,106 @@
+#include "ir/geometry.hpp"
+
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "ir/attr.hpp"
+#include "ir/op_error.hpp"
+
+namespace ws::ir {
+namespace {
+
+// A pair attribute (stride, padding, ...): two entries >= min, or one used
+// for both dims.
+std::pair<int64_t, int64_t> pair_of(Op op, const std::vector<int64_t>& v, std::string_view name,
+                                    int64_t min, const SourceLoc& loc) {
+  if ((v.size() != 1 && v.size() != 2) || v[0] < min || v.back() < min)
+    fail_op(op,
+            fmt::format("{} must be one or two integers >= {}, got {}", name, min, shape_str(v)),
+            loc);
+  return {v[0], v.back()};
+}
+
+// Output size of a window sliding over `in` (padded by `pad` each side).
+int64_t window_out(Op op, int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil,
+                   const std::string& what, const SourceLoc& loc) {
+  if (k < 1)
+    fail_op(op, fmt::format("the {} window must be at least 1 wide, got {}", what, k), loc);
+  const std::string geometry = "the " + what + " geometry";
+  const int64_t span =
+      add_checked(op, mul_checked(op, dil, k - 1, geometry, loc), 1, geometry, loc);
+  const int64_t padded = add_checked(op, in, mul_checked(op, 2, pad, geometry, loc), geometry, loc);
+  if (padded < span)
+    fail_op(op,
+            fmt::format("the {} window ({} with dilation {}) is larger than the padded input "
+                        "({} + 2*{})",
+                        what, k, dil, in, pad),
+            loc);
+  return (padded - span) / stride + 1;
+}
+
+}  // namespace
+
+Conv2dGeom conv2d_geom(Op op, const Attrs& attrs, const Type& x, const Type& w,
+                       const SourceLoc& loc) {
+  WS_CHECK(kConvOps.contains(op) && x.rank() == 4 && w.rank() == 4)
+      << op_name(op) << " of " << x.str() << " and " << w.str();
+  Conv2dGeom g;
+  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
+  g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
+  g.groups = attr<kConvOps, "groups">(attrs);
+  if (g.groups < 1 || g.c % g.groups != 0 || g.o % g.groups != 0)
+    fail_op(op,
+            fmt::format("groups {} must divide the input channels {} and output channels {}",
+                        g.groups, g.c, g.o),
+            loc);
+  if (w.shape[1] != g.c / g.groups)  // groups divides c: no product to overflow
+    fail_op(op,
+            fmt::format("the input {} has {} channels, but the weight {} expects {} per group x "
+                        "{} groups",
+                        x.str(), g.c, w.str(), w.shape[1], g.groups),
+            loc);
+  std::tie(g.sh, g.sw) = pair_of(op, attr<kConvOps, "stride">(attrs), "stride", 1, loc);
+  std::tie(g.ph, g.pw) = pair_of(op, attr<kConvOps, "padding">(attrs), "padding", 0, loc);
+  std::tie(g.dh, g.dw) = pair_of(op, attr<kConvOps, "dilation">(attrs), "dilation", 1, loc);
+  g.oh = window_out(op, g.h, g.kh, g.sh, g.ph, g.dh, "kernel", loc);
+  g.ow = window_out(op, g.w, g.kw, g.sw, g.pw, g.dw, "kernel", loc);
+  return g;
+}
+
+Conv2dGeom conv2d_node_geom(Op op, const Attrs& attrs, std::span<const Type> in, const Type& out) {
+  if (op == Op::conv2d) return conv2d_geom(op, attrs, in[0], in[1]);
+  if (op == Op::conv2d_input_grad) return conv2d_geom(op, attrs, out, in[1]);
+  WS_CHECK(op == Op::conv2d_weight_grad) << "not a convolution: " << op_name(op);
+  return conv2d_geom(op, attrs, in[0], out);
+}
+
+Pool2dGeom pool2d_geom(Op op, const Attrs& attrs, const Shape& x, const SourceLoc& loc) {
+  WS_CHECK(kPoolOps.contains(op) && x.size() == 4) << op_name(op) << " of " << shape_str(x);
+  Pool2dGeom g;
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  std::tie(g.kh, g.kw) = pair_of(op, attr<kPoolOps, "kernel">(attrs), "kernel", 1, loc);
+  g.sh = g.kh, g.sw = g.kw;
+  if (const std::vector<int64_t>* stride = attr<kPoolOps, "stride">(attrs))
+    std::tie(g.sh, g.sw) = pair_of(op, *stride, "stride", 1, loc);
+  std::tie(g.ph, g.pw) = pair_of(op, attr<kPoolOps, "padding">(attrs), "padding", 0, loc);
+  if (g.ph > g.kh / 2 || g.pw > g.kw / 2)  // 2·p > k, without the product
+    fail_op(op,
+            fmt::format("padding ({}, {}) must be at most half the kernel ({}, {})", g.ph, g.pw,
+                        g.kh, g.kw),
+            loc);
+  if (op == Op::avg_pool2d || op == Op::avg_pool2d_grad)
+    g.count_include_pad =
+        attr<OpSet{Op::avg_pool2d, Op::avg_pool2d_grad}, "count_include_pad">(attrs) != 0;
+  g.oh = window_out(op, g.h, g.kh, g.sh, g.ph, 1, "pooling", loc);
+  g.ow = window_out(op, g.w, g.kw, g.sw, g.pw, 1, "pooling", loc);
+  return g;
+}
+
+Pool2dGeom pool2d_node_geom(Op op, const Attrs& attrs, std::span<const Type> in, const Type& out) {
+  const bool grad = op == Op::max_pool2d_grad || op == Op::avg_pool2d_grad;
+  return pool2d_geom(op, attrs, grad ? out.shape : in[0].shape);
+}
+
+}  // namespace ws::ir

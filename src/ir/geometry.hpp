@@ -1,0 +1,59 @@
+// Convolution and pooling geometry: the attributes of conv2d, its two
+// gradients and the 2-d poolings, with their defaults, the checks shape
+// inference makes of them, and the sizes they give. Shape inference and the
+// kernels all take sizes from here, so they cannot disagree.
+//
+// Layouts are PyTorch's: activations NCHW, conv weights [O, C/groups, KH,
+// KW]. stride, padding and dilation are one value for both spatial dims or
+// two (H, W); a convolution's default to stride 1, padding 0, dilation 1,
+// groups 1 (ops.def), a pooling's stride to its kernel, its padding to 0.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "ir/graph.hpp"
+
+namespace ws::ir {
+
+// A 2-d convolution's sizes. Output size per spatial dim:
+//   oh = (h + 2*ph - dh*(kh-1) - 1) / sh + 1
+struct Conv2dGeom {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input [n, c, h, w]
+  int64_t o = 0, kh = 0, kw = 0;       // weight [o, c/groups, kh, kw]
+  int64_t oh = 0, ow = 0;              // output [n, o, oh, ow]
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t groups = 1;
+};
+
+// 2-d pooling over [n, c, h, w] -> [n, c, oh, ow]. Padding counts as -inf
+// for max; for avg it counts as zeros in the divisor when count_include_pad
+// (PyTorch's default), else the divisor is the number of in-bounds elements.
+struct Pool2dGeom {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t kh = 1, kw = 1, oh = 0, ow = 0;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0;
+  bool count_include_pad = true;
+};
+
+// The geometry of convolution `op` (conv2d, conv2d_input_grad or
+// conv2d_weight_grad) of input x and weight w, both 4-d: its attributes or
+// their defaults and the output size. Throws ws::Error naming the op and
+// `loc` when they do not fit: groups not dividing both channel counts, w
+// not C/groups channels deep, a stride or dilation below 1 or a negative
+// padding, a window larger than the padded input, sizes overflowing.
+Conv2dGeom conv2d_geom(Op op, const Attrs& attrs, const Type& x, const Type& w,
+                       const SourceLoc& loc = {});
+// The geometry of a convolution node of operand types `in` and result type
+// `out` (x and w are operands or the result, by op).
+Conv2dGeom conv2d_node_geom(Op op, const Attrs& attrs, std::span<const Type> in, const Type& out);
+
+// The geometry of pooling `op` (max_pool2d, avg_pool2d or their gradients)
+// of x [N, C, H, W]. Throws ws::Error as conv2d_geom does, and when the
+// padding is more than half the kernel.
+Pool2dGeom pool2d_geom(Op op, const Attrs& attrs, const Shape& x, const SourceLoc& loc = {});
+// The geometry of a pooling node of operand types `in` and result type
+// `out` (x is the operand, or a gradient's result).
+Pool2dGeom pool2d_node_geom(Op op, const Attrs& attrs, std::span<const Type> in, const Type& out);
+
+}  // namespace ws::ir
