@@ -13,6 +13,7 @@
 #include "exec/loops.hpp"
 #include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
+#include "exec/philox.hpp"
 #include "exec/reduce.hpp"
 #include "exec/reference.hpp"
 
