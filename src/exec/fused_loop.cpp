@@ -9,32 +9,25 @@
 
 #include "exec/loops.hpp"
 #include "exec/parallel.hpp"
+#include "exec/strided_walk.hpp"
 
 namespace ws::exec {
 namespace {
 
 using Kind = FusedLoop::Kind;
 
-// Elements [s, s + len) of a broadcast value over the whole walk.
-template <class T>
-void gather_range_typed(const Shape& walk, const std::vector<int64_t>& strides, const T* x, T* y,
-                        int64_t s, int64_t len) {
-  strided_range(walk, strides, s, s + len, [x, y, s](int64_t i, int64_t o, int64_t n, int64_t st) {
-    strided_row(x + o, y + (i - s), n, st);
-  });
-}
-
+// Elements [s, s + len) of a broadcast value over the whole walk, into y.
 void gather_range(const Shape& walk, const FusedLoop::Value& val, const void* x, int64_t s,
                   int64_t len, std::byte* y) {
   if (val.esize == 8)
-    gather_range_typed(walk, val.strides, static_cast<const uint64_t*>(x),
-                       reinterpret_cast<uint64_t*>(y), s, len);
+    strided_gather(walk, val.strides, static_cast<const uint64_t*>(x),
+                   reinterpret_cast<uint64_t*>(y), s, s + len);
   else if (val.esize == 4)
-    gather_range_typed(walk, val.strides, static_cast<const uint32_t*>(x),
-                       reinterpret_cast<uint32_t*>(y), s, len);
+    strided_gather(walk, val.strides, static_cast<const uint32_t*>(x),
+                   reinterpret_cast<uint32_t*>(y), s, s + len);
   else
-    gather_range_typed(walk, val.strides, static_cast<const uint8_t*>(x),
-                       reinterpret_cast<uint8_t*>(y), s, len);
+    strided_gather(walk, val.strides, static_cast<const uint8_t*>(x), reinterpret_cast<uint8_t*>(y),
+                   s, s + len);
 }
 
 }  // namespace
@@ -76,34 +69,21 @@ void FusedLoop::chunk_pointers(int64_t s, int64_t len, const void* const* ins, v
 }
 
 // The row pieces of the chunk [s, s + len), and where each slot lies in
-// each: the dim each next row counts up, then per slot its pointers.
+// each.
 void FusedLoop::segments(int64_t s, int64_t len, const void* const* ins, Segments& sg) const {
-  const int64_t rank = int64_t(walk_.size()) - 1;
-  int64_t idx[kMaxRank], idx0[kMaxRank];
-  const int64_t row = s / row_len_, c0 = s % row_len_;
-  for (int64_t d = rank - 1, r = row; d >= 0; --d) {
-    idx0[d] = idx[d] = r % walk_[size_t(d)];
-    r /= walk_[size_t(d)];
-  }
+  const int64_t c0 = s % row_len_;
   const int64_t n = (c0 + len + row_len_ - 1) / row_len_;
   WS_CHECK(n <= kMaxSegments) << "fused loop: a chunk of " << n << " segments";
   sg.n = n;
-  int8_t up[kMaxSegments];  // the dim that counts up from segment k to k + 1
   for (int64_t k = 0; k < n; ++k) {
     sg.start[k] = k == 0 ? 0 : k * row_len_ - c0;
     sg.len[k] = std::min((k + 1) * row_len_ - c0, len) - sg.start[k];
-    if (k + 1 == n) break;
-    int64_t d = rank - 1;
-    while (d > 0 && idx[d] + 1 == walk_[size_t(d)]) idx[d--] = 0;
-    ++idx[d];
-    up[k] = int8_t(d);
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
-    const SlotWalk& w = slots_[i];
-    const std::byte* at = static_cast<const std::byte*>(ins[w.index]);
-    for (int64_t d = 0; d < rank; ++d) at += idx0[d] * w.stride[d];
-    sg.at[i][0] = at + c0 * w.inner;
-    for (int64_t k = 1; k < n; ++k) sg.at[i][k] = at += w.next[up[k - 1]];
+    const std::byte* base = static_cast<const std::byte*>(ins[slots_[i].index]);
+    const std::byte** at = sg.at[i];
+    walk_rows<1>(walk_, {slots_[i].stride}, s, s + len,
+                 [&at, base](int64_t, const int64_t* off, int64_t) { *at++ = base + off[0]; });
   }
 }
 

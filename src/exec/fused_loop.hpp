@@ -60,7 +60,7 @@
 
 #include "exec/fused_loop_rules.hpp"
 #include "exec/program.hpp"
-#include "exec/reference.hpp"
+#include "exec/strided_walk.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::exec {
@@ -196,9 +196,7 @@ class FusedLoop {
   bool segmented_ = false;
   struct SlotWalk {
     int32_t index;             // the operand
-    int64_t inner;             // bytes along a row
-    int64_t stride[kMaxRank];  // bytes per step of each outer dim of walk_
-    int64_t next[kMaxRank];    // bytes to the next row when dim d counts up (and inner dims wrap)
+    int64_t stride[kMaxRank];  // bytes per step of each dim of walk_
   };
   std::vector<SlotWalk> slots_;
   void segments(int64_t s, int64_t len, const void* const* ins, Segments& sg) const;

@@ -108,6 +108,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
                          body.node(reductions_[0].value).attrs.ints("axes"), kept_, kept_stride_,
                          reduced_, red_stride_);
     WS_CHECK(!reduced_.empty()) << "fused loop: a reduction that reduces nothing";
+    WS_CHECK(int64_t(std::max(kept_.size(), reduced_.size())) <= kMaxRank)
+        << "fused loop: a reduction walk of rank " << kept_.size() + reduced_.size();
     columns_ = red_stride_.back() != 1;
     WS_CHECK(!columns_ || (reductions_.size() == 1 && !reductions_[0].is_max &&
                            reduced_.size() == 1 && kept_.size() == 1 && kept_stride_[0] == 1))
@@ -224,12 +226,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   for (int32_t v : broadcasts_) {
     const Value& val = values_[size_t(v)];
     if (val.kind != Kind::row_scalar && val.kind != Kind::row_array) continue;
-    SlotWalk w{val.index, val.inner * val.esize, {}, {}};
-    for (size_t d = 0; d + 1 < walk_.size(); ++d) w.stride[d] = val.strides[d] * val.esize;
-    for (int64_t d = int64_t(walk_.size()) - 2, wrapped = 0; d >= 0; --d) {
-      w.next[d] = w.stride[d] - wrapped;
-      wrapped += (walk_[size_t(d)] - 1) * w.stride[d];
-    }
+    SlotWalk w{val.index, {}};
+    for (size_t d = 0; d < walk_.size(); ++d) w.stride[d] = val.strides[d] * val.esize;
     slot_of[size_t(v)] = int8_t(slots_.size());
     slots_.push_back(w);
   }

@@ -21,6 +21,7 @@
 
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
+#include "exec/strided_walk.hpp"
 #include "wholestep/error.hpp"
 
 namespace ws::exec {
@@ -68,33 +69,6 @@ Walk analyze(const Shape& shape, const std::vector<int64_t>& strides) {
   }
   return w;
 }
-
-// Row-major steps over dims (size[d], a[d], b[d]) from linear index
-// `start`, tracking the offsets sum(idx*a) and sum(idx*b).
-struct Odometer {
-  int n;
-  const int64_t *size, *a, *b;
-  int64_t idx[kMaxRank] = {};
-  int64_t oa = 0, ob = 0;
-
-  Odometer(int n_, const int64_t* size_, const int64_t* a_, const int64_t* b_, int64_t start)
-      : n(n_), size(size_), a(a_), b(b_) {
-    for (int d = n - 1; d >= 0; --d) {
-      idx[d] = start % size[d];
-      start /= size[d];
-      oa += idx[d] * a[d];
-      ob += idx[d] * b[d];
-    }
-  }
-  void next() {
-    for (int d = n - 1; d >= 0; --d) {
-      oa += a[d], ob += b[d];
-      if (++idx[d] < size[d]) return;
-      oa -= a[d] * size[d], ob -= b[d] * size[d];
-      idx[d] = 0;
-    }
-  }
-};
 
 // ---------------------------------------------------------------------------
 // Sums.
@@ -265,16 +239,16 @@ void each_row_result(const Walk& w, const T* x, T* y, OneRun one_run) {
   parallel_for(
       w.results, grain_for(w.length),
       [&](int64_t b, int64_t e) {
-        Odometer k(w.nk, w.ksize, w.kin, w.kout, b);
+        Odometer<2> k(w.nk, w.ksize, {w.kin, w.kout}, b);
         for (int64_t o = b; o < e; ++o, k.next()) {
           if (w.nr == 1) {
-            y[k.ob] = one_run(x + k.oa, run);
+            y[k.off[1]] = one_run(x + k.off[0], run);
             continue;
           }
           Acc acc;
-          Odometer r(w.nr - 1, w.rsize, w.rin, w.rin, 0);
-          for (int64_t i = 0; i < runs; ++i, r.next()) acc.add(x + k.oa + r.oa, run);
-          y[k.ob] = acc.finish();
+          Odometer<1> r(w.nr - 1, w.rsize, {w.rin});
+          for (int64_t i = 0; i < runs; ++i, r.next()) acc.add(x + k.off[0] + r.off[0], run);
+          y[k.off[1]] = acc.finish();
         }
       },
       1);
@@ -284,8 +258,9 @@ template <class T>
 void sum_rows(const Walk& w, const T* x, T* y) {
   const int64_t run = w.rsize[w.nr - 1];
   if (w.nr == 1 && w.results < team()) {  // few long rows: split each
-    Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
-    for (int64_t o = 0; o < w.results; ++o, k.next()) y[k.ob] = sum_contiguous(x + k.oa, run, true);
+    Odometer<2> k(w.nk, w.ksize, {w.kin, w.kout}, 0);
+    for (int64_t o = 0; o < w.results; ++o, k.next())
+      y[k.off[1]] = sum_contiguous(x + k.off[0], run, true);
     return;
   }
   each_row_result<Stream<T>>(w, x, y,
@@ -299,10 +274,10 @@ void column_tile(const Walk& w, const T* x, int64_t width, int64_t s0, int64_t s
   const int64_t cw = W ? W : width;
   alignas(64) T lanes[L][kTile];
   Carry<T, kTile> carry;
-  Odometer r(w.nr, w.rsize, w.rin, w.rin, s0);
+  Odometer<1> r(w.nr, w.rsize, {w.rin}, s0);
   int64_t pos = 0;
   for (int64_t i = s0; i < s1; ++i, r.next()) {
-    const T* row = x + r.oa;
+    const T* row = x + r.off[0];
     T* l = lanes[pos & (L - 1)];
     if (pos < L) {  // the lane's first element: +0 + x, as from zeroed lanes
       for (int64_t c = 0; c < cw; ++c) l[c] = T(0) + row[c];
@@ -331,8 +306,8 @@ void sum_columns(const Walk& w, const T* x, T* y) {
   // The result at tile `i`: its first operand and result offsets and width.
   auto tile = [&](int64_t i, int64_t& in, int64_t& res, int64_t& width) {
     const int64_t c0 = i % tiles * kTile;
-    Odometer k(w.nk - 1, w.ksize, w.kin, w.kout, i / tiles);
-    in = k.oa + c0, res = k.ob + c0, width = std::min(kTile, cols - c0);
+    Odometer<2> k(w.nk - 1, w.ksize, {w.kin, w.kout}, i / tiles);
+    in = k.off[0] + c0, res = k.off[1] + c0, width = std::min(kTile, cols - c0);
   };
   if (items < team() && m >= 2 * B && m * std::min(cols, kTile) >= kSplitLength) {
     // Few tiles of long columns: split each tile's sequences.
@@ -400,7 +375,7 @@ void max_rows(const Walk& w, const T* x, T* y) {
   const int64_t run = w.rsize[w.nr - 1];
   constexpr T lowest = -std::numeric_limits<T>::infinity();
   if (w.nr == 1 && w.results < team() && run >= kSplitLength) {
-    Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
+    Odometer<2> k(w.nk, w.ksize, {w.kin, w.kout}, 0);
     const int64_t part_len = (run + kMaxGroups - 1) / kMaxGroups;
     for (int64_t o = 0; o < w.results; ++o, k.next()) {
       T part[kMaxGroups];
@@ -410,13 +385,13 @@ void max_rows(const Walk& w, const T* x, T* y) {
           [&](int64_t b, int64_t e) {
             for (int64_t j = b; j < e; ++j) {
               const int64_t s = std::min(run, j * part_len), t = std::min(run, s + part_len);
-              part[j] = max_run(x + k.oa + s, t - s, lowest);
+              part[j] = max_run(x + k.off[0] + s, t - s, lowest);
             }
           },
           1);
       T m = lowest;
       for (T p : part) m = pick(m, p);
-      y[k.ob] = normalize(m);
+      y[k.off[1]] = normalize(m);
     }
     return;
   }
@@ -430,9 +405,9 @@ void max_tile(const Walk& w, const T* x, int64_t width, T* out) {
   const int64_t cw = W ? W : width;
   alignas(64) T acc[kTile];
   std::fill_n(acc, cw, -std::numeric_limits<T>::infinity());
-  Odometer r(w.nr, w.rsize, w.rin, w.rin, 0);
+  Odometer<1> r(w.nr, w.rsize, {w.rin});
   for (int64_t s = 0; s < w.length; ++s, r.next()) {
-    const T* row = x + r.oa;
+    const T* row = x + r.off[0];
     for (int64_t c = 0; c < cw; ++c) acc[c] = pick(acc[c], row[c]);
   }
   for (int64_t c = 0; c < cw; ++c) out[c] = normalize(acc[c]);
@@ -447,11 +422,11 @@ void max_columns(const Walk& w, const T* x, T* y) {
       [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const int64_t c0 = i % tiles * kTile, width = std::min(kTile, cols - c0);
-          Odometer k(w.nk - 1, w.ksize, w.kin, w.kout, i / tiles);
+          Odometer<2> k(w.nk - 1, w.ksize, {w.kin, w.kout}, i / tiles);
           if (width == kTile)
-            max_tile<T, kTile>(w, x + k.oa + c0, width, y + k.ob + c0);
+            max_tile<T, kTile>(w, x + k.off[0] + c0, width, y + k.off[1] + c0);
           else
-            max_tile<T, 0>(w, x + k.oa + c0, width, y + k.ob + c0);
+            max_tile<T, 0>(w, x + k.off[0] + c0, width, y + k.off[1] + c0);
         }
       },
       1);
@@ -463,8 +438,8 @@ template <class T, class F>
 bool trivial(const Walk& w, const T* x, T* y, T empty, F&& one) {
   if (w.results == 0) return true;
   if (w.length == 0) {
-    Odometer k(w.nk, w.ksize, w.kin, w.kout, 0);
-    for (int64_t o = 0; o < w.results; ++o, k.next()) y[k.ob] = empty;
+    Odometer<2> k(w.nk, w.ksize, {w.kin, w.kout}, 0);
+    for (int64_t o = 0; o < w.results; ++o, k.next()) y[k.off[1]] = empty;
     return true;
   }
   if (w.nk == 0 && w.nr == 0) {  // one element
