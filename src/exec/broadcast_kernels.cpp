@@ -1,8 +1,11 @@
 #include "exec/broadcast_kernels.hpp"
 
+#include <array>
+
 #include "exec/elementwise.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
+#include "exec/strided_walk.hpp"
 
 namespace ws::exec {
 namespace {
@@ -16,30 +19,16 @@ constexpr int kMaxBroadcastOperands = 3;  // select reads three
 // across threads.
 template <int N, class F>
 void for_each_row(const Kernel& k, F&& f) {
-  const Shape& shape = k.walk;
-  const int64_t r = int64_t(shape.size()), len = shape[size_t(r - 1)];
-  const int64_t rows = numel(shape) / len;
+  const int64_t r = int64_t(k.walk.size()), len = k.walk[size_t(r - 1)];
   const int64_t* st = k.strides.data();  // operand i, dim d: st[i * r + d]
+  std::array<const int64_t*, N> stride;
   int64_t inner[N];
-  for (int i = 0; i < N; ++i) inner[i] = st[i * r + r - 1];
+  for (int i = 0; i < N; ++i) stride[i] = st + i * r, inner[i] = st[i * r + r - 1];
   parallel_for(
-      rows, grain_for(len),
+      numel(k.walk) / len, grain_for(len),
       [&](int64_t r0, int64_t r1) {
-        int64_t idx[kMaxRank] = {}, off[N] = {};
-        for (int64_t d = r - 2, rem = r0; d >= 0; --d) {
-          idx[d] = rem % shape[size_t(d)];
-          rem /= shape[size_t(d)];
-          for (int i = 0; i < N; ++i) off[i] += idx[d] * st[i * r + d];
-        }
-        for (int64_t row = r0; row < r1; ++row) {
-          f(row * len, off, len, inner);
-          for (int64_t d = r - 2; d >= 0; --d) {
-            for (int i = 0; i < N; ++i) off[i] += st[i * r + d];
-            if (++idx[d] < shape[size_t(d)]) break;
-            for (int i = 0; i < N; ++i) off[i] -= st[i * r + d] * shape[size_t(d)];
-            idx[d] = 0;
-          }
-        }
+        walk_rows<N>(k.walk, stride, r0 * len, r1 * len,
+                     [&](int64_t i, const int64_t* off, int64_t n) { f(i, off, n, inner); });
       },
       1);
 }

@@ -1,19 +1,14 @@
+// The backend ops of matrix products and convolutions (dnnl_backend.hpp),
+// built from oneDNN primitives (dnnl_op.hpp).
 #include "exec/dnnl_backend.hpp"
 
-#include <omp.h>
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <functional>
-#include <mutex>
-#include <set>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "exec/dnnl_op.hpp"
 #include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
 #include "exec/loops.hpp"
@@ -27,205 +22,6 @@ using ir::Op;
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 using dims = dnnl::memory::dims;
-
-std::atomic<int> g_executing{0};
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// One stream a thread: the parts of a weight gradient run on several at
-// once (BatchPartsOp).
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
-
-void check(dnnl_status_t st, const char* what) {
-  WS_CHECK(st == dnnl_success) << "oneDNN " << what << " failed with status " << int(st);
-}
-
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
-
-// One operand of the main primitive. `user` describes our buffer; `inner`
-// the layout the primitive reads or writes. When they differ, a reorder
-// moves the data through a blocked copy in the scratch at `offset`.
-struct Operand {
-  int arg = 0;    // DNNL_ARG_*
-  int which = 0;  // 0: a, 1: b, 2: out, 3: extra (a bias)
-  dnnl::memory user, inner;
-  dnnl::primitive reorder;  // empty when user and inner layouts agree
-  int64_t offset = -1;
-  int step = -1;                        // its reorder's index in DnnlOp::reorders_
-  mutable const void* bound = nullptr;  // the pointer `user` was last set to
-};
-
-// A primitive with a scratchpad of its own in the scratch.
-struct Step {
-  dnnl::primitive prim;
-  dnnl::memory scratchpad;
-  int64_t scratchpad_offset = -1;
-};
-
-class DnnlOp final : public BackendOp {
- public:
-  int64_t scratch_bytes() const override { return scratch_bytes_; }
-  const std::string& impl() const override { return impl_; }
-  int64_t flops() const override { return flops_; }
-
-  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
-           const void*) const override {
-    const void* alpha = extra;
-    // oneDNN sizes its teams from the calling thread's OpenMP settings; a step
-    // run from another thread than the one that set the count gets them too.
-    pin_team();
-    const void* ptrs[4] = {a, b, out, extra};
-    auto* base = static_cast<std::byte*>(scratch);
-    if (base != scratch_bound_) bind_scratch(base);
-    for (const Operand& o : operands_) {
-      if (o.bound == ptrs[o.which]) continue;
-      set_handle(o.user, ptrs[o.which]);
-      o.bound = ptrs[o.which];
-    }
-    if (scales_) {
-      WS_CHECK(alpha) << "a scaled product run without its scale";
-      if (alpha != scales_bound_) set_handle(scales_, alpha), scales_bound_ = alpha;
-    }
-    g_executing.fetch_add(1, std::memory_order_relaxed);
-    for (const Operand& o : operands_)
-      if (o.which != 2 && o.reorder) reorder(o, true);
-    execute(main_, main_args_.data(), int(main_args_.size()));
-    for (const Operand& o : operands_)
-      if (o.which == 2 && o.reorder) reorder(o, false);
-    g_executing.fetch_sub(1, std::memory_order_relaxed);
-  }
-
-  // Creates the operand for `arg`: `want` is what the primitive chose,
-  // `user` our plain layout.
-  void add_operand(int arg, int which, const dnnl::memory::desc& user,
-                   const dnnl::memory::desc& want) {
-    Operand o;
-    o.arg = arg;
-    o.which = which;
-    o.user = dnnl::memory(user, engine(), DNNL_MEMORY_NONE);
-    if (want == user) {
-      o.inner = o.user;
-    } else {
-      o.inner = dnnl::memory(want, engine(), DNNL_MEMORY_NONE);
-      o.offset = reserve(int64_t(want.get_size()));
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      auto pd = which == 2 ? dnnl::reorder::primitive_desc(o.inner, o.user, attr)
-                           : dnnl::reorder::primitive_desc(o.user, o.inner, attr);
-      o.reorder = dnnl::reorder(pd);
-      o.step = int(reorders_.size());
-      Step st{o.reorder, scratchpad(pd.scratchpad_desc())};
-      if (st.scratchpad) st.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));
-      reorders_.push_back(std::move(st));
-      reordered_ += (reordered_.empty() ? "" : ", ") + arg_name(arg);
-    }
-    operands_.push_back(std::move(o));
-  }
-
-  template <class Primitive, class PD>
-  void set_main(const PD& pd, int64_t flops) {
-    main_.prim = Primitive(pd);
-    main_.scratchpad = scratchpad(pd.scratchpad_desc());
-    if (main_.scratchpad)
-      main_.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));
-    flops_ = flops;
-    impl_ = pd.impl_info_str();
-  }
-
-  // The product is scaled by a value given at run time (matmul_add).
-  void set_runtime_scale() {
-    scales_ = dnnl::memory({{1}, dt::f32, tag::x}, engine(), DNNL_MEMORY_NONE);
-  }
-
-  // Call after every operand and the main primitive are set.
-  void finish(const std::string& what) {
-    for (const Operand& o : operands_) main_args_.push_back({o.arg, o.inner.get()});
-    if (scales_) main_args_.push_back({DNNL_ARG_ATTR_OUTPUT_SCALES, scales_.get()});
-    if (main_.scratchpad) main_args_.push_back({DNNL_ARG_SCRATCHPAD, main_.scratchpad.get()});
-    if (!reordered_.empty()) impl_ += " (reorders: " + reordered_ + ")";
-    if (impl_.rfind("ref", 0) == 0) warn_reference(what);
-  }
-
- private:
-  static std::string arg_name(int arg) {
-    switch (arg) {
-      case DNNL_ARG_SRC: return "src";
-      case DNNL_ARG_WEIGHTS: return "weights";
-      case DNNL_ARG_DST: return "dst";
-      case DNNL_ARG_DIFF_SRC: return "diff_src";
-      case DNNL_ARG_DIFF_WEIGHTS: return "diff_weights";
-      case DNNL_ARG_DIFF_DST: return "diff_dst";
-      default: return fmt::format("arg{}", arg);
-    }
-  }
-
-  // A oneDNN reference implementation is correct but slow: say so once per
-  // shape rather than run it silently.
-  void warn_reference(const std::string& what) const {
-    static std::mutex m;
-    static std::set<std::string> said;
-    std::lock_guard<std::mutex> lock(m);
-    if (said.insert(what).second)
-      std::fprintf(stderr, "wholestep: warning: oneDNN has only its reference kernel (%s) for %s\n",
-                   impl_.c_str(), what.c_str());
-  }
-
-  int64_t reserve(int64_t bytes) {
-    const int64_t off = scratch_bytes_;
-    scratch_bytes_ += align64(bytes);
-    return off;
-  }
-
-  static dnnl::memory scratchpad(const dnnl::memory::desc& d) {
-    if (d.get_size() == 0) return {};
-    return dnnl::memory(d, engine(), DNNL_MEMORY_NONE);
-  }
-
-  static void set_handle(const dnnl::memory& m, const void* p) {
-    check(dnnl_memory_set_data_handle_v2(m.get(), const_cast<void*>(p), stream().get()),
-          "set_data_handle");
-  }
-
-  void bind_scratch(std::byte* base) const {
-    if (main_.scratchpad) set_handle(main_.scratchpad, base + main_.scratchpad_offset);
-    for (const Operand& o : operands_) {
-      if (!o.reorder) continue;
-      set_handle(o.inner, base + o.offset);
-      const Step& s = reorders_[size_t(o.step)];
-      if (s.scratchpad) set_handle(s.scratchpad, base + s.scratchpad_offset);
-    }
-    scratch_bound_ = base;
-  }
-
-  static void execute(const Step& s, const dnnl_exec_arg_t* args, int n) {
-    check(dnnl_primitive_execute(s.prim.get(), stream().get(), n, args), "execute");
-  }
-
-  void reorder(const Operand& o, bool in) const {
-    const Step* s = &reorders_[size_t(o.step)];
-    dnnl_exec_arg_t args[3] = {
-        {DNNL_ARG_FROM, (in ? o.user : o.inner).get()},
-        {DNNL_ARG_TO, (in ? o.inner : o.user).get()},
-        {DNNL_ARG_SCRATCHPAD, s->scratchpad ? s->scratchpad.get() : nullptr}};
-    execute(*s, args, s->scratchpad ? 3 : 2);
-  }
-
-  Step main_;
-  std::vector<Step> reorders_;  // in the order of the reordered operands
-  std::vector<Operand> operands_;
-  std::vector<dnnl_exec_arg_t> main_args_;
-  int64_t scratch_bytes_ = 0, flops_ = 0;
-  std::string impl_, reordered_;
-  mutable std::byte* scratch_bound_ = nullptr;
-  dnnl::memory scales_;  // matmul_add's alpha
-  mutable const void* scales_bound_ = nullptr;
-};
 
 // A product over an empty dimension: zeros (oneDNN leaves such outputs
 // unwritten).
@@ -303,12 +99,6 @@ class AccumulateOp final : public BackendOp {
   std::string impl_;
 };
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 // An operand of a product as oneDNN sees it: `shape` is the stored value's
 // ([..., rows, cols]), read at element `strides` (row-major when empty); with
 // `transposed` the matrix is the stored one's transpose, which is only a swap
@@ -363,7 +153,8 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   bias_shape.back() = out.shape.back();
   const dnnl::memory::desc bias_md = matrix(bias_shape, {}, false);
   dnnl::matmul::primitive_desc pd(
-      bias ? dnnl::matmul::desc(a, b, bias_md, c) : dnnl::matmul::desc(a, b, c), attr, engine());
+      bias ? dnnl::matmul::desc(a, b, bias_md, c) : dnnl::matmul::desc(a, b, c), attr,
+      dnnl_engine());
   op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
   op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
   if (bias) op->add_operand(DNNL_ARG_BIAS, 3, bias_md, pd.bias_desc());
@@ -416,7 +207,7 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
   dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, c.x_any, c.w_any,
                                       c.y_any, c.stride, c.dilation, c.pad_l, c.pad_r),
-      user_scratchpad(), engine());
+      user_scratchpad(), dnnl_engine());
   if (op == Op::conv2d) {
     k->add_operand(DNNL_ARG_SRC, 0, c.x, fwd.src_desc());
     k->add_operand(DNNL_ARG_WEIGHTS, 1, c.w, fwd.weights_desc());
@@ -426,7 +217,7 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(alg, c.x_any, c.w_any, c.y_any, c.stride, c.dilation,
                                               c.pad_l, c.pad_r),
-        user_scratchpad(), engine(), fwd);
+        user_scratchpad(), dnnl_engine(), fwd);
     k->add_operand(DNNL_ARG_DIFF_DST, 0, c.y, pd.diff_dst_desc());
     k->add_operand(DNNL_ARG_WEIGHTS, 1, c.w, pd.weights_desc());
     k->add_operand(DNNL_ARG_DIFF_SRC, 2, c.x, pd.diff_src_desc());
@@ -435,7 +226,7 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
     dnnl::convolution_backward_weights::primitive_desc pd(
         dnnl::convolution_backward_weights::desc(alg, c.x_any, c.w_any, c.y_any, c.stride,
                                                  c.dilation, c.pad_l, c.pad_r),
-        user_scratchpad(), engine(), fwd);
+        user_scratchpad(), dnnl_engine(), fwd);
     k->add_operand(DNNL_ARG_SRC, 0, c.x, pd.src_desc());
     k->add_operand(DNNL_ARG_DIFF_DST, 1, c.y, pd.diff_dst_desc());
     k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2, c.w, pd.diff_weights_desc());
@@ -561,7 +352,5 @@ std::string backend_isa() {
   return fmt::format("oneDNN {}.{}.{}, ISA {}", v->major, v->minor, v->patch,
                      isa_name(dnnl_get_effective_cpu_isa()));
 }
-
-bool in_backend_execute() { return g_executing.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace ws::exec

@@ -58,8 +58,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/fused_loop_rules.hpp"
 #include "exec/program.hpp"
-#include "exec/reference.hpp"
+#include "exec/strided_walk.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::exec {
@@ -69,18 +70,8 @@ namespace ws::exec {
 // run: chunks of 256 elements lost 10-25% to per-chunk overhead, 512 lost
 // 5-15%, 2048 broke even.
 constexpr int64_t kFusedChunk = 2048;
-// Buffers a fused kernel holds at once, on the stack: 24 x 16 KiB. With 16,
-// a LayerNorm weight's gradient (its normalized input recomputed in the
-// loop) and its AdamW update (13 ops) did not fit one kernel: gpt ran 5
-// more kernels, and 10 more with recomputation.
-constexpr int kMaxFusedBuffers = 24;
 // Body values a fused loop holds at most.
 constexpr size_t kMaxFusedValues = 128;
-// Rows at least this long are read in segments (a broadcast operand as one
-// value or a run per segment); along shorter rows broadcast operands are
-// gathered per chunk. The fuse pass leaves an op reading a value repeated
-// along shorter rows unfused.
-constexpr int64_t kMinSegment = 16;
 
 class FusedLoop {
  public:
@@ -120,10 +111,8 @@ class FusedLoop {
     std::vector<int64_t> strides;  // broadcast operands: source strides over walk_
     int64_t inner = 0;             // the last of them: along a row
   };
-  using StepFn = void (*)(const void* a, const void* b, const void* c, void* y, int64_t n,
-                          int arrays);
-  // A random draw: y[j] = number offset + j of the stream.
-  using DrawFn = void (*)(uint64_t seed, uint64_t offset, void* y, int64_t n);
+  using StepFn = FusedStepFn;
+  using DrawFn = FusedDrawFn;
   struct Step {
     StepFn fn = nullptr;
     DrawFn draw = nullptr;           // a random draw (fn null): args are the seed and the offset
@@ -207,9 +196,7 @@ class FusedLoop {
   bool segmented_ = false;
   struct SlotWalk {
     int32_t index;             // the operand
-    int64_t inner;             // bytes along a row
-    int64_t stride[kMaxRank];  // bytes per step of each outer dim of walk_
-    int64_t next[kMaxRank];    // bytes to the next row when dim d counts up (and inner dims wrap)
+    int64_t stride[kMaxRank];  // bytes per step of each dim of walk_
   };
   std::vector<SlotWalk> slots_;
   void segments(int64_t s, int64_t len, const void* const* ins, Segments& sg) const;
@@ -221,22 +208,5 @@ class FusedLoop {
 // Fills k.fn, k.name and k.loop for a fusion node's kernel whose operand
 // and result slots (k.in, k.out, k.extra_out) are set.
 void choose_fused_kernel(Kernel& k, const ir::Graph& body);
-
-// Buffers the kernel for `body` needs at most (every result buffered).
-int fused_buffers_needed(const ir::Graph& body);
-
-// Bytes of scratch the kernel for `body` needs (a column sum's operand and
-// sums; 0 for every other fusion).
-int64_t fused_scratch_bytes(const ir::Graph& body);
-
-// True when a fused loop computes reduction `n` of `g`: a sum or maximum of
-// f32 or f64 whose operand's innermost dim is reduced (rows), or a sum over
-// the leading dims that keeps the innermost (columns).
-bool fusible_reduction(const ir::Graph& g, ir::ValueId n);
-
-// True when the fused loop kernel computes `n` (of graph `g`) in a loop body:
-// an elementwise op on f32/f64 operands (comparisons, select, and converts
-// between f32, f64 and bool included), or a random draw of f32/f64.
-bool fusible_elementwise(const ir::Graph& g, ir::ValueId n);
 
 }  // namespace ws::exec

@@ -15,6 +15,7 @@
 #include "exec/fused_loop.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reduce.hpp"
+#include "exec/strided_walk.hpp"
 
 namespace ws::exec {
 namespace {
@@ -164,12 +165,9 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
           // accumulator still sees its own runs in order: the same bits.
           const int64_t k0 = q * block, k1 = std::min(results_, k0 + block);
           int64_t base[kResultBlock];
-          for (int64_t k = k0; k < k1; ++k) {
-            base[k - k0] = 0;
-            for (int64_t d = nk - 1, r = k; d >= 0; --d) {
-              base[k - k0] += r % kept_[size_t(d)] * kept_stride_[size_t(d)];
-              r /= kept_[size_t(d)];
-            }
+          Odometer<1> kept(int(nk), kept_.data(), {kept_stride_.data()}, k0);
+          for (int64_t k = k0; k < k1; ++k, kept.next()) {
+            base[k - k0] = kept.off[0];
             for (size_t i = 0; i < reductions_.size(); ++i) {
               const Reduction& r = reductions_[i];
               Accumulator& a = acc[i][k - k0];
@@ -181,12 +179,9 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
                                       : (void)new (&a.sum_f64) SumStream<double>;
             }
           }
-          for (int64_t q2 = 0; q2 < runs; ++q2) {
-            int64_t run_off = 0;
-            for (int64_t d = nr - 1, r = q2; d >= 0; --d) {
-              run_off += r % reduced_[size_t(d)] * red_stride_[size_t(d)];
-              r /= reduced_[size_t(d)];
-            }
+          Odometer<1> runs_at(int(nr), reduced_.data(), {red_stride_.data()});
+          for (int64_t q2 = 0; q2 < runs; ++q2, runs_at.next()) {
+            const int64_t run_off = runs_at.off[0];
             for (int64_t k = k0; k < k1;) {
               const int64_t start = base[k - k0] + run_off;
               // Short runs of neighbouring results that lie side by side

@@ -13,6 +13,7 @@
 #include "exec/loops.hpp"
 #include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
+#include "exec/philox.hpp"
 #include "exec/reduce.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
@@ -163,11 +164,8 @@ template <class T>
 void k_strided(const Kernel& k, void* const* s) {
   const T* x = at<T>(s, k.in[0]);
   T* y = at<T>(s, k.out);
-  parallel_for(k.p[0], kCheapGrain, [&](int64_t b, int64_t e) {
-    strided_range(k.walk, k.strides, b, e, [x, y](int64_t i, int64_t o, int64_t len, int64_t st) {
-      strided_row(x + o, y + i, len, st);
-    });
-  });
+  parallel_for(k.p[0], kCheapGrain,
+               [&](int64_t b, int64_t e) { strided_gather(k.walk, k.strides, x, y + b, b, e); });
 }
 
 // Counter-based random numbers: element i depends on (seed, offset + skip + i)

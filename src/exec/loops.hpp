@@ -10,6 +10,7 @@
 
 #include "exec/elementwise.hpp"
 #include "exec/reference.hpp"
+#include "exec/strided_walk.hpp"
 
 namespace ws::exec {
 
@@ -59,35 +60,6 @@ void select_range(const uint8_t* c, const T* a, const T* b, T* y, int64_t sc, in
   }
 }
 
-// strided_rows over elements [begin, end) of the walk only: rows cut by the
-// range's ends are visited in part, so threads can split a walk anywhere.
-template <class F>
-void strided_range(const Shape& shape, const std::vector<int64_t>& strides, int64_t begin,
-                   int64_t end, F&& f) {
-  const int64_t r = int64_t(shape.size());
-  if (begin >= end) return;
-  if (r == 0) return f(int64_t(0), int64_t(0), int64_t(1), int64_t(0));
-  const int64_t len = shape[size_t(r - 1)], inner = strides[size_t(r - 1)];
-  int64_t idx[kMaxRank] = {};
-  int64_t off = 0, col = begin % len;
-  for (int64_t d = r - 2, row = begin / len; d >= 0; --d) {
-    idx[d] = row % shape[size_t(d)];
-    row /= shape[size_t(d)];
-    off += idx[d] * strides[size_t(d)];
-  }
-  for (int64_t i = begin; i < end; col = 0) {
-    const int64_t take = std::min(len - col, end - i);
-    f(i, off + col * inner, take, inner);
-    i += take;
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += strides[size_t(d)];
-      if (++idx[d] < shape[size_t(d)]) break;
-      off -= strides[size_t(d)] * shape[size_t(d)];
-      idx[d] = 0;
-    }
-  }
-}
-
 // y[j] = x[j * st] for j < len (pointers by value, as binary_range).
 template <class T>
 void strided_row(const T* x, T* y, int64_t len, int64_t st) {
@@ -97,6 +69,18 @@ void strided_row(const T* x, T* y, int64_t len, int64_t st) {
     std::fill_n(y, len, *x);
   else
     for (int64_t j = 0; j < len; ++j) y[j] = x[j * st];
+}
+
+// y[i - begin] = x[offset of element i] for elements [begin, end) of the
+// walk over `shape` with `strides`: a broadcast's or transpose's values.
+template <class T>
+void strided_gather(const Shape& shape, const std::vector<int64_t>& strides, const T* x, T* y,
+                    int64_t begin, int64_t end) {
+  const int64_t inner = shape.empty() ? 0 : strides.back();
+  walk_rows<1>(shape, {strides.data()}, begin, end,
+               [x, y, begin, inner](int64_t i, const int64_t* off, int64_t len) {
+                 strided_row(x + off[0], y + (i - begin), len, inner);
+               });
 }
 
 }  // namespace ws::exec

@@ -1,6 +1,5 @@
 #include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
-#include "exec/vec_math.hpp"
 
 #include <vector>
 
@@ -77,21 +76,6 @@ void check_indices(const int64_t* idx, int64_t n, int64_t rows, const SourceLoc&
     if (idx[i] < 0 || idx[i] >= rows)
       throw Error(fmt::format("embedding index {} at position {} is out of range [0, {}){}", idx[i],
                               i, rows, at(loc)));
-}
-
-// ---------------------------------------------------------------------------
-// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
-// 3", SC'11; constants as in Random123).
-
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
-
-inline void philox_round(uint32_t c[4], const uint32_t k[2]) {
-  const uint64_t p0 = uint64_t(kPhiloxM0) * c[0], p1 = uint64_t(kPhiloxM1) * c[2];
-  const uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0);
-  const uint32_t hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
-  const uint32_t n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
-  c[0] = n0, c[1] = lo1, c[2] = n2, c[3] = lo0;
 }
 
 }  // namespace
@@ -268,26 +252,6 @@ void scatter_add_rows(const T* src, int64_t width, const int64_t* idx, int64_t n
 }
 
 // ---------------------------------------------------------------------------
-// Philox.
-
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-  uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
-  uint32_t k[2] = {key[0], key[1]};
-  for (int r = 0; r < 10; ++r) {
-    if (r > 0) k[0] += kPhiloxW0, k[1] += kPhiloxW1;  // the key schedule: a Weyl sequence
-    philox_round(c, k);
-  }
-  for (int i = 0; i < 4; ++i) out[i] = c[i];
-}
-
-// The definition is philox4x32_10 per element (see nn_kernels.hpp); the
-// SIMD version computes 8-32 blocks at once and equals it bit for bit.
-template <class T>
-void philox_uniform(uint64_t seed, uint64_t offset, T* out, int64_t n) {
-  philox_uniform_simd(seed, offset, out, n);
-}
-
-// ---------------------------------------------------------------------------
 // Instantiations.
 
 #define WS_NN_KERNELS(T)                                                                     \
@@ -301,8 +265,7 @@ void philox_uniform(uint64_t seed, uint64_t offset, T* out, int64_t n) {
   template void gather_rows<T>(const T*, int64_t, int64_t, const int64_t*, int64_t, T*,      \
                                const SourceLoc&);                                            \
   template void scatter_add_rows<T>(const T*, int64_t, const int64_t*, int64_t, int64_t, T*, \
-                                    const SourceLoc&);                                       \
-  template void philox_uniform<T>(uint64_t, uint64_t, T*, int64_t);
+                                    const SourceLoc&);
 
 WS_NN_KERNELS(float)
 WS_NN_KERNELS(double)

@@ -1,7 +1,7 @@
 // Kernels of the neural-network ops: convolution, pooling, gather/scatter
-// and the counter-based random generator, in their reference forms (any
-// floating type, obviously correct loops: the oracle). f32 convolutions run
-// on the compute backend (dnnl_backend.hpp).
+// in their reference forms (any floating type, obviously correct loops: the
+// oracle), and the counter-based random generator (philox.hpp). f32
+// convolutions run on the compute backend (dnnl_backend.hpp).
 //
 // Layouts are PyTorch's: activations NCHW, conv weights [O, C/groups, KH, KW],
 // all contiguous row-major.
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "exec/philox.hpp"
 #include "ir/geometry.hpp"
 #include "wholestep/dtype.hpp"
 #include "wholestep/error.hpp"
@@ -52,16 +53,5 @@ void gather_rows(const T* table, int64_t rows, int64_t width, const int64_t* idx
 template <class T>
 void scatter_add_rows(const T* src, int64_t width, const int64_t* idx, int64_t n, int64_t rows,
                       T* out, const SourceLoc& loc);
-
-// Counter-based uniform numbers in [0, 1): element i is a pure function of
-// (seed, offset + i) through Philox-4x32-10 (key = seed, counter = offset + i
-// as a 64-bit value in the low two words), first output word, top 24 bits
-// scaled by 2^-24. The same (seed, offset) gives the same numbers in any
-// kernel, any mode, any thread split.
-template <class T>
-void philox_uniform(uint64_t seed, uint64_t offset, T* out, int64_t n);
-// One Philox-4x32-10 block: the four output words for a counter and key
-// (Random123's philox4x32_R(10, ...)); philox_uniform is built on it.
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 }  // namespace ws::exec

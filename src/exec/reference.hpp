@@ -21,6 +21,7 @@
 #include <span>
 
 #include "exec/nn_kernels.hpp"
+#include "exec/strided_walk.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::exec {
@@ -47,29 +48,6 @@ void dispatch(DType dt, F&& f) {
 
 // Row-major strides of a shape, in elements.
 std::vector<int64_t> row_major_strides(const Shape& shape);
-
-// Visits every element of `shape` in row-major order, calling f(flat, offset)
-// where offset = sum(index[d] * strides[d]).
-constexpr int64_t kMaxRank = 8;
-
-template <class F>
-void strided_walk(const Shape& shape, const std::vector<int64_t>& strides, F&& f) {
-  const int64_t r = int64_t(shape.size());
-  const int64_t n = numel(shape);
-  if (n == 0) return;
-  WS_CHECK(r <= kMaxRank) << "rank " << r << " is above the supported " << kMaxRank;
-  int64_t idx[kMaxRank] = {};  // no allocation: kernels call this every step
-  int64_t off = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    f(i, off);
-    for (int64_t d = r - 1; d >= 0; --d) {
-      off += strides[size_t(d)];
-      if (++idx[d] < shape[size_t(d)]) break;
-      off -= strides[size_t(d)] * shape[size_t(d)];
-      idx[d] = 0;
-    }
-  }
-}
 
 // merge_dims for several operands walking one shape: merges adjacent dims
 // where every operand's strides allow it and drops size-1 dims (a rank-0

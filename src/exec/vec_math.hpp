@@ -1,13 +1,13 @@
-// Vectorized f32 math and the vectorized Philox stream.
+// Vectorized f32 math. (The vectorized Philox stream is in philox.hpp.)
 //
 // Design: each function is written once, as straight-line code on a SIMD
-// register type chosen at compile time from the target macros (AVX-512F: 16
-// lanes; AVX2 with FMA: 8; otherwise SSE2: 4; other targets: 1 lane, plain
-// float). Arrays are processed a full register at a time and the last n % W
-// elements go through the same code on a zero-padded register (a masked load
-// on AVX-512), so element i's result is a pure function of x[i]: it does not
-// depend on n, on the start pointer or on how callers split an array into
-// chunks. The functions are defined out of line in vec_math.cpp, which is
+// register type chosen at compile time from the target macros (simd.hpp;
+// AVX-512F: 16 lanes; AVX2 with FMA: 8; otherwise SSE2: 4; other targets: 1
+// lane, plain float). Arrays are processed a full register at a time and the
+// last n % W elements go through the same code on a zero-padded register (a
+// masked load on AVX-512), so element i's result is a pure function of x[i]:
+// it does not depend on n, on the start pointer or on how callers split an
+// array into chunks. The functions are defined out of line in vec_math.cpp, which is
 // compiled with the library's flags, so every caller (reference kernels,
 // compiled kernels, tests, benchmarks) runs the same instructions whatever
 // flags its own translation unit has; with contraction off there, the bits
@@ -48,12 +48,6 @@ void sigmoid_f32(const float* x, float* y, int64_t n);
 void erf_f32(const float* x, float* y, int64_t n);
 void sqrt_f32(const float* x, float* y, int64_t n);
 void rsqrt_f32(const float* x, float* y, int64_t n);
-
-// Philox-4x32-10 uniforms, bit for bit philox_uniform's definition
-// (nn_kernels.hpp): out[i] = (first word of the block for key = seed,
-// counter = offset + i) >> 8, times 2^-24. Many counters per register.
-void philox_uniform_simd(uint64_t seed, uint64_t offset, float* out, int64_t n);
-void philox_uniform_simd(uint64_t seed, uint64_t offset, double* out, int64_t n);
 
 // The register type the functions above were compiled for: "avx512",
 // "avx2", "sse2" or "scalar"; its width in f32 lanes; whether multiply-adds

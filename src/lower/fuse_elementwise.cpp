@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "exec/fused_loop.hpp"
+#include "exec/fused_loop_rules.hpp"
 #include "exec/program.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"

@@ -27,6 +27,7 @@
 #include "exec/broadcast_kernels.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/fused_loop.hpp"
+#include "exec/fused_loop_rules.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"

@@ -1,5 +1,5 @@
-// The vectorized f32 functions and Philox stream (vec_math.hpp) through
-// unary_array, the form every kernel calls: error in ulps against the f64
+// The vectorized f32 functions (vec_math.hpp) and Philox stream (philox.hpp)
+// through unary_array, the form every kernel calls: error in ulps against the f64
 // definition over a dense sweep of all floats, special values, results that
 // do not depend on how an array is split, and Philox bit for bit against the
 // scalar Random123 block.

@@ -1,0 +1,93 @@
+// One oneDNN primitive as a BackendOp (dnnl_backend.hpp): the primitive,
+// the reorders between our plain layouts and the ones it chose, and the
+// scratch they all share, run on our buffers without creating anything.
+// Internal to the backend: dnnl_backend.cpp builds the primitives.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <string>
+#include <vector>
+
+#include "exec/dnnl_backend.hpp"
+
+namespace ws::exec {
+
+// The CPU engine every primitive is made for.
+dnnl::engine& dnnl_engine();
+
+// Primitive attributes with the scratchpad ours (in the kernel's scratch).
+dnnl::primitive_attr user_scratchpad();
+
+class DnnlOp final : public BackendOp {
+ public:
+  int64_t scratch_bytes() const override { return scratch_bytes_; }
+  const std::string& impl() const override { return impl_; }
+  int64_t flops() const override { return flops_; }
+
+  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
+           const void*) const override;
+
+  // Creates the operand for `arg`: `want` is what the primitive chose,
+  // `user` our plain layout. `which` says which pointer of run() it is: 0:
+  // a, 1: b, 2: out, 3: extra (a bias).
+  void add_operand(int arg, int which, const dnnl::memory::desc& user,
+                   const dnnl::memory::desc& want);
+
+  template <class Primitive, class PD>
+  void set_main(const PD& pd, int64_t flops) {
+    main_.prim = Primitive(pd);
+    main_.scratchpad = scratchpad(pd.scratchpad_desc());
+    if (main_.scratchpad)
+      main_.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));
+    flops_ = flops;
+    impl_ = pd.impl_info_str();
+  }
+
+  // The product is scaled by a value given at run time (matmul_add).
+  void set_runtime_scale();
+
+  // Call after every operand and the main primitive are set.
+  void finish(const std::string& what);
+
+ private:
+  // One operand of the main primitive. `user` describes our buffer; `inner`
+  // the layout the primitive reads or writes. When they differ, a reorder
+  // moves the data through a blocked copy in the scratch at `offset`.
+  struct Operand {
+    int arg = 0;  // DNNL_ARG_*
+    int which = 0;
+    dnnl::memory user, inner;
+    dnnl::primitive reorder;  // empty when user and inner layouts agree
+    int64_t offset = -1;
+    int step = -1;                        // its reorder's index in reorders_
+    mutable const void* bound = nullptr;  // the pointer `user` was last set to
+  };
+
+  // A primitive with a scratchpad of its own in the scratch.
+  struct Step {
+    dnnl::primitive prim;
+    dnnl::memory scratchpad;
+    int64_t scratchpad_offset = -1;
+  };
+
+  // A oneDNN reference implementation is correct but slow: say so once per
+  // shape rather than run it silently.
+  void warn_reference(const std::string& what) const;
+  int64_t reserve(int64_t bytes);
+  static dnnl::memory scratchpad(const dnnl::memory::desc& d);
+  void bind_scratch(std::byte* base) const;
+  void reorder(const Operand& o, bool in) const;
+
+  Step main_;
+  std::vector<Step> reorders_;  // in the order of the reordered operands
+  std::vector<Operand> operands_;
+  std::vector<dnnl_exec_arg_t> main_args_;
+  int64_t scratch_bytes_ = 0, flops_ = 0;
+  std::string impl_, reordered_;
+  mutable std::byte* scratch_bound_ = nullptr;
+  dnnl::memory scales_;  // matmul_add's alpha
+  mutable const void* scales_bound_ = nullptr;
+};
+
+}  // namespace ws::exec

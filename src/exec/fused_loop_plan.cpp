@@ -1,0 +1,255 @@
+// The plan of a fused loop: which storage each body value is read from, the
+// steps and their operands, buffers, rows and segments (fused_loop.hpp).
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "exec/fused_loop.hpp"
+#include "exec/parallel.hpp"
+#include "exec/reference.hpp"
+
+namespace ws::exec {
+namespace {
+
+using ir::Op;
+using Kind = FusedLoop::Kind;
+
+}  // namespace
+
+FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots,
+                     const std::vector<int32_t>& out_slots) {
+  WS_CHECK(!body.outputs.empty()) << "a fusion body without results";
+  WS_CHECK(in_slots.size() == body.inputs.size() && out_slots.size() == body.outputs.size())
+      << "fused loop: slots do not match the body";
+  WS_CHECK(size_t(body.size()) <= kMaxFusedValues)
+      << "fused loop body of " << body.size() << " values";
+  // The loop's shape: the reductions' operand, or the fusion's own.
+  Shape shape = body.type(body.outputs[0].value).shape;
+  ir::ValueId first_reduce = -1;
+  for (ir::ValueId v = 0; v < body.size(); ++v)
+    if (body.node(v).op == Op::reduce_sum || body.node(v).op == Op::reduce_max) {
+      if (first_reduce < 0) first_reduce = v;
+      shape = body.type(body.node(v).args[0]).shape;
+    }
+  numel_ = ws::numel(shape);
+  values_.resize(size_t(body.size()));
+  std::vector<ir::ValueId> step_at(size_t(body.size()), -1);  // loop step of a computed value
+  std::vector<bool> per_result(size_t(body.size()), false);
+  std::vector<std::string> ops;
+  int64_t cost = 0;
+  for (ir::ValueId v = 0; v < body.size(); ++v) {
+    const ir::Node& n = body.node(v);
+    Value& val = values_[size_t(v)];
+    val.esize = int64_t(dtype_size(n.type.dtype));
+    // A value of the loop has the loop's shape; the reductions and what
+    // follows them are per result.
+    const bool loop = first_reduce < 0 ||
+                      (n.type.shape == shape && n.op != Op::reduce_sum && n.op != Op::reduce_max);
+    if (n.op == Op::input) {
+      val.index = int32_t(body.input_index(v));
+      val.kind = n.type.numel() == 1 ? Kind::scalar : loop ? Kind::input : Kind::red_input;
+    } else if (n.op == Op::full) {
+      val.kind = Kind::constant;
+      val.index = int32_t(constants_.size());
+      constants_.push_back(0.0);
+      dispatch(n.type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const T x = T(n.attrs.f("value"));
+        std::memcpy(&constants_.back(), &x, sizeof x);
+      });
+    } else if (n.op == Op::broadcast) {
+      const ir::ValueId src = n.args[0];
+      WS_CHECK(body.node(src).op == Op::input) << "fused loop: a broadcast of a computed value";
+      val.index = values_[size_t(src)].index;
+      if (body.type(src).numel() == 1) {
+        val.kind = Kind::scalar;
+      } else {
+        WS_CHECK(loop) << "fused loop: a broadcast after a reduction";
+        val.kind = Kind::gather;  // until the rows are known
+        broadcasts_.push_back(v);
+      }
+    } else if (n.op == Op::reduce_sum || n.op == Op::reduce_max) {
+      WS_CHECK(n.attrs.ints("axes") == body.node(first_reduce).attrs.ints("axes"))
+          << "fused loop: reductions over different axes";
+      reductions_.push_back({v, n.args[0], n.op == Op::reduce_max, n.type.dtype});
+      val.kind = Kind::reduced;
+      per_result[size_t(v)] = true;
+      ops.emplace_back(ir::op_name(n.op));
+    } else {
+      Step st;
+      if (n.op == Op::random_uniform) {
+        WS_CHECK(loop) << "fused loop: a random draw after a reduction";
+        st.draw = fused_draw_fn(n.type.dtype);
+        st.skip = n.attrs.i_or("skip", 0);
+      } else {
+        st.fn = fused_step_fn(body, n);
+      }
+      WS_CHECK(st.fn || st.draw) << "fused loop: no step for " << ir::op_name(n.op) << " on "
+                                 << body.type(n.args.back()).str();
+      WS_CHECK(n.args.size() <= 3) << "fused loop: " << ir::op_name(n.op);
+      for (size_t i = 0; i < n.args.size(); ++i) st.args[i] = n.args[i];
+      st.out = v;
+      if (loop) {
+        step_at[size_t(v)] = ir::ValueId(steps_.size());
+        steps_.push_back(st);
+      } else {
+        val.kind = Kind::reduced;
+        per_result[size_t(v)] = true;
+        epilogue_.push_back(st);
+      }
+      ops.emplace_back(ir::op_name(n.op));
+      cost += elementwise_cost(n.op);
+    }
+  }
+  // A reduction's walk: kept and reduced dims of the operand, merged.
+  if (!reductions_.empty()) {
+    split_reduction_walk(body.type(reductions_[0].src).shape,
+                         body.node(reductions_[0].value).attrs.ints("axes"), kept_, kept_stride_,
+                         reduced_, red_stride_);
+    WS_CHECK(!reduced_.empty()) << "fused loop: a reduction that reduces nothing";
+    WS_CHECK(int64_t(std::max(kept_.size(), reduced_.size())) <= kMaxRank)
+        << "fused loop: a reduction walk of rank " << kept_.size() + reduced_.size();
+    columns_ = red_stride_.back() != 1;
+    WS_CHECK(!columns_ || (reductions_.size() == 1 && !reductions_[0].is_max &&
+                           reduced_.size() == 1 && kept_.size() == 1 && kept_stride_[0] == 1))
+        << "fused loop: a reduction keeping its operand's innermost dim that is not one sum "
+           "over leading dims";
+    results_ = ws::numel(kept_);
+    if (columns_) column_walk_ = {reduced_[0], kept_[0]};
+  }
+  // Rows: the shape merged as far as every broadcast operand allows.
+  {
+    std::vector<std::vector<int64_t>> strides = {row_major_strides(shape)};
+    for (int32_t v : broadcasts_) {
+      const ir::Node& n = body.node(v);
+      strides.push_back(
+          broadcast_source_strides(body.type(n.args[0]).shape, shape, n.attrs.ints("dims")));
+    }
+    walk_ = shape;
+    merge_joint(walk_, strides);
+    WS_CHECK(int64_t(walk_.size()) <= kMaxRank) << "fused loop of rank " << walk_.size();
+    row_len_ = walk_.empty() ? 1 : walk_.back();
+    segmented_ = walk_.size() == 1 || row_len_ >= kMinSegment;
+    WS_CHECK(broadcasts_.size() <= size_t(kMaxFusedBuffers))
+        << "fused loop: " << broadcasts_.size() << " broadcast operands";
+    for (size_t b = 0; b < broadcasts_.size(); ++b) {
+      Value& val = values_[size_t(broadcasts_[b])];
+      val.strides = strides[b + 1];
+      val.inner = val.strides.back();
+      val.kind = !segmented_      ? Kind::gather
+                 : val.inner == 0 ? Kind::row_scalar
+                 : val.inner == 1 ? Kind::row_array
+                                  : Kind::gather;
+    }
+  }
+  // Results: straight into their storage unless a later step reads an
+  // operand stored there.
+  std::vector<bool> held_to_end(size_t(body.size()), false);
+  for (size_t j = 0; j < body.outputs.size(); ++j) {
+    const ir::ValueId v = body.outputs[j].value;
+    if (per_result[size_t(v)]) {  // written once per result
+      if (out_slots[j] < 0) continue;
+      // Straight into the result unless a later epilogue step reads an
+      // operand stored there.
+      bool later_read = false, after = false;
+      for (const Step& st : epilogue_) {
+        for (int32_t a : st.args)
+          if (after && a >= 0 && values_[size_t(a)].kind == Kind::red_input &&
+              in_slots[size_t(values_[size_t(a)].index)] == out_slots[j])
+            later_read = true;
+        after = after || st.out == v;
+      }
+      if (later_read) {
+        red_copy_outs_.emplace_back(v, int32_t(j));
+      } else {
+        values_[size_t(v)].kind = Kind::red_output;
+        values_[size_t(v)].index = int32_t(j);
+      }
+      continue;
+    }
+    WS_CHECK(step_at[size_t(v)] >= 0) << "fused loop: result " << j << " is not computed";
+    WS_CHECK(values_[size_t(v)].kind == Kind::buffer)
+        << "fused loop: value %" << v << " is two results";
+    if (out_slots[j] < 0) continue;  // nobody reads it: it stays in a buffer
+    bool later_read = false;
+    for (ir::ValueId g : broadcasts_)
+      WS_CHECK(in_slots[size_t(values_[size_t(g)].index)] != out_slots[j])
+          << "fused loop: result " << j << " overwrites an operand read through a broadcast";
+    for (size_t t = size_t(step_at[size_t(v)]) + 1; t < steps_.size(); ++t)
+      for (int32_t a : steps_[t].args)
+        if (a >= 0 &&
+            (values_[size_t(a)].kind == Kind::input || values_[size_t(a)].kind == Kind::scalar ||
+             values_[size_t(a)].kind == Kind::row_scalar) &&
+            in_slots[size_t(values_[size_t(a)].index)] == out_slots[j])
+          later_read = true;
+    if (later_read) {
+      copy_outs_.emplace_back(v, int32_t(j));
+      held_to_end[size_t(v)] = true;
+    } else {
+      values_[size_t(v)].kind = Kind::output;
+      values_[size_t(v)].index = int32_t(j);
+    }
+  }
+  // A reduction reads its operand where the loop leaves it: in a buffer
+  // held for the chunk, or in the result it is written to.
+  for (const Reduction& r : reductions_)
+    if (values_[size_t(r.src)].kind == Kind::buffer) held_to_end[size_t(r.src)] = true;
+  std::vector<bool> buffered(size_t(body.size())), gathered(size_t(body.size()));
+  for (ir::ValueId v = 0; v < body.size(); ++v) {
+    buffered[size_t(v)] = values_[size_t(v)].kind == Kind::buffer;
+    gathered[size_t(v)] = values_[size_t(v)].kind == Kind::gather;
+  }
+  std::vector<int32_t> buf;
+  const int buffers = assign_fused_buffers(body, buffered, gathered, held_to_end, buf);
+  WS_CHECK(buffers <= kMaxFusedBuffers) << "fused loop needs " << buffers << " buffers";
+  for (ir::ValueId v = 0; v < body.size(); ++v) {
+    values_[size_t(v)].buf = buf[size_t(v)];
+    const Kind k = values_[size_t(v)].kind;
+    if (k == Kind::input || k == Kind::output || k == Kind::gather || k == Kind::row_scalar ||
+        k == Kind::row_array)
+      moving_.push_back(v);
+    if (k == Kind::red_input || k == Kind::red_output || k == Kind::reduced)
+      per_result_.push_back(v);
+  }
+  for (std::vector<Step>* list : {&steps_, &epilogue_})
+    for (Step& st : *list)
+      for (int i = 0; i < 3; ++i)
+        if (st.args[i] >= 0) {
+          const Kind k = values_[size_t(st.args[i])].kind;
+          if (k != Kind::scalar && k != Kind::constant && k != Kind::row_scalar)
+            st.arrays |= 1 << i;
+          if (k == Kind::row_scalar || k == Kind::row_array) st.per_segment = true;
+        }
+  // Slots: the operands read per segment, with their walks in bytes.
+  std::vector<int8_t> slot_of(values_.size(), -1);
+  for (int32_t v : broadcasts_) {
+    const Value& val = values_[size_t(v)];
+    if (val.kind != Kind::row_scalar && val.kind != Kind::row_array) continue;
+    SlotWalk w{val.index, {}};
+    for (size_t d = 0; d < walk_.size(); ++d) w.stride[d] = val.strides[d] * val.esize;
+    slot_of[size_t(v)] = int8_t(slots_.size());
+    slots_.push_back(w);
+  }
+  for (Step& st : steps_) {
+    if (!st.per_segment) continue;
+    for (int i = 0; i < 3; ++i) {
+      if (st.args[i] < 0) continue;
+      const Value& val = values_[size_t(st.args[i])];
+      st.slot[i] = slot_of[size_t(st.args[i])];
+      st.cls[i] = st.slot[i] >= 0 ? 2 : (st.arrays >> i & 1) ? 1 : 0;
+      st.es[i] = int32_t(val.esize);
+    }
+    st.es[3] = int32_t(values_[size_t(st.out)].esize);
+  }
+  const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
+  grain_ = reductions_.empty()
+               ? per_chunk
+               : std::max<int64_t>(1, per_chunk / std::max<int64_t>(1, numel_ / results_));
+  name_ = "fused(";
+  for (size_t i = 0; i < ops.size() && i < 4; ++i) name_ += (i ? "," : "") + ops[i];
+  if (ops.size() > 4) name_ += fmt::format(",+{}", ops.size() - 4);
+  name_ += ")";
+}
+
+}  // namespace ws::exec
