@@ -14,6 +14,7 @@
 #include "exec/loops.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::exec {
 namespace {
@@ -134,8 +135,9 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   // An activation is applied by the kernel after the product
   // (kernels.cpp): oneDNN's relu post-op maps NaN to 0, PyTorch's relu
   // keeps it.
-  WS_CHECK(!attrs.has("activation") || (attrs.s("activation") == "relu" && !accumulate))
-      << "matmul: activation " << attrs.s("activation");
+  const std::string* activation = ir::attr<Op::matmul_bias, "activation">(attrs);
+  WS_CHECK(!activation || (*activation == "relu" && !accumulate))
+      << "matmul: activation " << *activation;
   if (residual) {  // dst = dst + ((a @ b) + bias): the sum post-op with scale 1 is an add
     dnnl::post_ops po;
     po.append_sum(1.0f);

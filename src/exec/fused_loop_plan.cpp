@@ -8,6 +8,7 @@
 #include "exec/fused_loop.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::exec {
 namespace {
@@ -55,7 +56,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       constants_.push_back(0.0);
       dispatch(n.type.dtype, [&](auto t) {
         using T = decltype(t);
-        const T x = T(n.attrs.f("value"));
+        const T x = T(ir::attr<Op::full, "value">(n));
         std::memcpy(&constants_.back(), &x, sizeof x);
       });
     } else if (n.op == Op::broadcast) {
@@ -70,7 +71,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
         broadcasts_.push_back(v);
       }
     } else if (n.op == Op::reduce_sum || n.op == Op::reduce_max) {
-      WS_CHECK(n.attrs.ints("axes") == body.node(first_reduce).attrs.ints("axes"))
+      WS_CHECK((ir::attr<ir::kReduceOps, "axes">(n) ==
+                ir::attr<ir::kReduceOps, "axes">(body.node(first_reduce))))
           << "fused loop: reductions over different axes";
       reductions_.push_back({v, n.args[0], n.op == Op::reduce_max, n.type.dtype});
       val.kind = Kind::reduced;
@@ -81,7 +83,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       if (n.op == Op::random_uniform) {
         WS_CHECK(loop) << "fused loop: a random draw after a reduction";
         st.draw = fused_draw_fn(n.type.dtype);
-        st.skip = n.attrs.i_or("skip", 0);
+        st.skip = ir::attr<Op::random_uniform, "skip">(n);
       } else {
         st.fn = fused_step_fn(body, n);
       }
@@ -105,8 +107,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   // A reduction's walk: kept and reduced dims of the operand, merged.
   if (!reductions_.empty()) {
     split_reduction_walk(body.type(reductions_[0].src).shape,
-                         body.node(reductions_[0].value).attrs.ints("axes"), kept_, kept_stride_,
-                         reduced_, red_stride_);
+                         ir::attr<ir::kReduceOps, "axes">(body.node(reductions_[0].value)), kept_,
+                         kept_stride_, reduced_, red_stride_);
     WS_CHECK(!reduced_.empty()) << "fused loop: a reduction that reduces nothing";
     WS_CHECK(int64_t(std::max(kept_.size(), reduced_.size())) <= kMaxRank)
         << "fused loop: a reduction walk of rank " << kept_.size() + reduced_.size();
@@ -123,8 +125,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     std::vector<std::vector<int64_t>> strides = {row_major_strides(shape)};
     for (int32_t v : broadcasts_) {
       const ir::Node& n = body.node(v);
-      strides.push_back(
-          broadcast_source_strides(body.type(n.args[0]).shape, shape, n.attrs.ints("dims")));
+      strides.push_back(broadcast_source_strides(body.type(n.args[0]).shape, shape,
+                                                 ir::attr<Op::broadcast, "dims">(n)));
     }
     walk_ = shape;
     merge_joint(walk_, strides);

@@ -6,6 +6,7 @@
 #include "exec/loops.hpp"
 #include "exec/philox.hpp"
 #include "exec/reference.hpp"
+#include "ir/attr.hpp"
 
 namespace ws::exec {
 namespace {
@@ -165,7 +166,7 @@ bool fusible_reduction(const ir::Graph& g, ir::ValueId v) {
   if (n.type.numel() >= ws::numel(in)) return false;
   Shape kept, reduced;
   std::vector<int64_t> ks, rs;
-  split_reduction_walk(in, n.attrs.ints("axes"), kept, ks, reduced, rs);
+  split_reduction_walk(in, ir::attr<ir::kReduceOps, "axes">(n), kept, ks, reduced, rs);
   if (reduced.empty()) return false;
   if (rs.back() == 1) return true;  // rows
   return n.op == Op::reduce_sum && reduced.size() == 1 && kept.size() == 1 && ks[0] == 1;
@@ -177,7 +178,8 @@ int64_t fused_scratch_bytes(const ir::Graph& body) {
     if (n.op != Op::reduce_sum && n.op != Op::reduce_max) continue;
     Shape kept, reduced;
     std::vector<int64_t> ks, rs;
-    split_reduction_walk(body.type(n.args[0]).shape, n.attrs.ints("axes"), kept, ks, reduced, rs);
+    split_reduction_walk(body.type(n.args[0]).shape, ir::attr<ir::kReduceOps, "axes">(n), kept, ks,
+                         reduced, rs);
     if (reduced.empty() || rs.back() == 1) return 0;  // rows: streamed
     // Columns: the operand (unless the kernel is given it) and the sums.
     const int64_t es = int64_t(dtype_size(n.type.dtype));

@@ -106,23 +106,6 @@ const AttrValue& Attrs::get(const std::string& name) const {
   return *v;
 }
 
-template <class T>
-static const T& typed(const Attrs& a, const std::string& name) {
-  const T* p = std::get_if<T>(&a.get(name));
-  WS_CHECK(p) << "attribute '" << name << "' has the wrong kind";
-  return *p;
-}
-
-int64_t Attrs::i(const std::string& n) const { return typed<int64_t>(*this, n); }
-double Attrs::f(const std::string& n) const { return typed<double>(*this, n); }
-const std::vector<int64_t>& Attrs::ints(const std::string& n) const {
-  return typed<std::vector<int64_t>>(*this, n);
-}
-const std::string& Attrs::s(const std::string& n) const { return typed<std::string>(*this, n); }
-const std::vector<double>& Attrs::floats(const std::string& n) const {
-  return typed<std::vector<double>>(*this, n);
-}
-
 static constexpr const char* kInputRoles[] = {"param", "buffer", "opt_state", "hyper",
                                               "rng",   "data",   "saved",     "grad"};
 static constexpr const char* kOutputRoles[] = {"loss", "user", "grad", "saved", "update"};

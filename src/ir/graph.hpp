@@ -70,18 +70,13 @@ class Attrs {
   static Attrs from_sorted(std::vector<std::pair<std::string, AttrValue>> kv);
 
   void set(const std::string& name, AttrValue v);
-  // The value of `name`, or nullptr. Code reads attributes through attr.hpp,
-  // checked against the op's schema; the untyped reads below are for the
-  // rest.
+  // The value of `name`, or nullptr. Code reads an attribute of known kind
+  // through attr.hpp, checked against the op's schema when it compiles;
+  // these untyped reads are for code that handles any attribute (printer,
+  // verifier).
   const AttrValue* find(std::string_view name) const;  // binary search
   bool has(const std::string& name) const;
   const AttrValue& get(const std::string& name) const;  // WS_CHECKs presence
-  int64_t i(const std::string& name) const;
-  double f(const std::string& name) const;
-  const std::vector<int64_t>& ints(const std::string& name) const;
-  const std::string& s(const std::string& name) const;
-  const std::vector<double>& floats(const std::string& name) const;
-  int64_t i_or(const std::string& name, int64_t dflt) const { return has(name) ? i(name) : dflt; }
 
   const std::vector<std::pair<std::string, AttrValue>>& items() const { return kv_; }
   bool empty() const { return kv_.empty(); }

@@ -6,12 +6,13 @@
 #include <fmt/format.h>
 
 #include "autograd/reverse.hpp"
-#include "tensor/tensor_impl.hpp"
 #include "capture/random.hpp"
 #include "capture/tracer.hpp"
+#include "ir/attr.hpp"
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
 #include "optim/update.hpp"
+#include "tensor/tensor_impl.hpp"
 
 namespace ws::step {
 
@@ -50,7 +51,7 @@ void collect_index_checks(CapturedStep& cap) {
       c.what = "embedding index";
     } else if (n.op == ir::Op::one_hot) {
       idx = n.args[0];
-      c.bound = n.attrs.i("num_classes");
+      c.bound = ir::attr<ir::Op::one_hot, "num_classes">(n);
       c.what = "label";
     } else {
       continue;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ir/attr.hpp"
 #include "ir/builder.hpp"
 #include "ir/text.hpp"
 #include "test_util.hpp"
@@ -204,7 +205,7 @@ TEST(IrText, NanRoundTrips) {
   b.scalar(std::numeric_limits<double>::quiet_NaN());
   Graph back = parse(print(g));
   ASSERT_EQ(back.size(), 1);
-  EXPECT_TRUE(std::isnan(back.nodes[0].attrs.f("value")));
+  EXPECT_TRUE(std::isnan(ir::attr<Op::full, "value">(back.nodes[0])));
 }
 
 // A comment runs from '#' outside a string to the end of the line, on a
