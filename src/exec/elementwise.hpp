@@ -93,13 +93,11 @@ inline T unary_value(T x) {
 // comparison). A new line in ops.def joins these lists by itself, and the
 // definitions above and below fail to compile until they cover it.
 template <ir::Op op>
-inline constexpr bool is_unary_math = ir::op_info(op).category
-                                          == ir::OpCategory::elementwise&& ir::op_info(op).arity ==
-                                          1 &&
-                                      op != ir::Op::convert;
+inline constexpr bool is_unary_math = (ir::op_info(op).category == ir::OpCategory::elementwise) &&
+                                      (ir::op_info(op).arity == 1) && (op != ir::Op::convert);
 template <ir::Op op>
-inline constexpr bool is_binary_math = ir::op_info(op).category
-                                       == ir::OpCategory::elementwise&& ir::op_info(op).arity == 2;
+inline constexpr bool is_binary_math = (ir::op_info(op).category == ir::OpCategory::elementwise) &&
+                                       (ir::op_info(op).arity == 2);
 
 namespace detail {
 template <template <ir::Op> class Pred, class F, size_t... I>
