@@ -115,7 +115,7 @@ constexpr Lookup lookup(OpSet ops, std::string_view name) {
   bool first = true;
   for (const OpInfo& info : kOpTable) {
     if (!ops.contains(info.op)) continue;
-    const AttrSpec* s = find_attr_spec(info.op, name);
+    const std::optional<AttrSpec> s = find_attr_spec(info.op, name);
     if (!s) return {};
     if (!first)
       r.agree = r.agree && s->kind == r.spec.kind && s->required == r.spec.required &&

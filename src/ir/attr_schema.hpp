@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -152,11 +153,13 @@ constexpr std::span<const AttrSpec> attr_schema(Op op) {
   return {s.specs.data(), s.size};
 }
 
-// The op's attribute `name`, or nullptr when its schema has none.
-constexpr const AttrSpec* find_attr_spec(Op op, std::string_view name) {
+// The op's attribute `name`, or nothing when its schema has none. A value,
+// not a pointer into the table: with -fsanitize=undefined, GCC does not
+// take a test of such a pointer as a constant expression.
+constexpr std::optional<AttrSpec> find_attr_spec(Op op, std::string_view name) {
   for (const AttrSpec& s : attr_schema(op))
-    if (s.name == name) return &s;
-  return nullptr;
+    if (s.name == name) return s;
+  return std::nullopt;
 }
 
 AttrKind attr_kind(const AttrValue& v);
