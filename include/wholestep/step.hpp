@@ -155,6 +155,11 @@ std::string chrome_trace(const StepProfile& p);
 
 using LossFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
+namespace step {
+class StepSource;
+struct StepFactory;
+}  // namespace step
+
 class TrainStep {
  public:
   TrainStep(nn::Module& model, optim::Optimizer& opt, LossFn loss_fn, StepOptions opts = {});
@@ -201,6 +206,9 @@ class TrainStep {
   StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());
 
  private:
+  friend struct step::StepFactory;
+  // From any frontend (the library's step_source.hpp).
+  TrainStep(std::unique_ptr<step::StepSource> source, StepOptions opts);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -174,79 +174,23 @@ void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tens
   }
 }
 
+std::vector<size_t> optimizer_params(const nn::Module& model, const optim::Optimizer& opt) {
+  const nn::NamedTensors params = model.named_parameters();
+  std::vector<size_t> out;
+  for (const auto& [name, t] : opt.params()) {
+    size_t j = 0;
+    while (j < params.size() && params[j].second.impl() != t.impl()) ++j;
+    WS_CHECK(j < params.size()) << "optimizer parameter " << name << " is not the model's";
+    out.push_back(j);
+  }
+  return out;
+}
+
 CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn& loss_fn,
                           const std::vector<ir::Type>& data_types, const SourceLoc& loc,
                           bool guard_nonfinite) {
   CapturedStep out = trace_forward(model, &opt, loss_fn, data_types, loc);
-  ir::Graph& g = out.joint.graph;
-  const ir::ValueId loss_id = g.outputs[0].value;
-  const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
-  const std::vector<ir::ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
-  const std::vector<ir::ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
-  const optim::UpdateSpec spec = opt.spec();
-  const nn::NamedTensors params = model.named_parameters();
-
-  std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
-  out.joint.backward_end = g.size();
-
-  // The optimizer's parameters, in its order, with their state slots; then
-  // its global state.
-  optim::UpdateInputs in;
-  const size_t slots = spec.state_slots.size();
-  for (size_t i = 0; i < opt.params().size(); ++i) {
-    optim::ParamValues pv;
-    for (size_t j = 0; j < params.size(); ++j)
-      if (params[j].second.impl() == opt.params()[i].second.impl()) {
-        pv.param = param_ids[j];
-        pv.grad = grads[j];
-      }
-    for (size_t s = 0; s < slots; ++s) pv.state.push_back(state_ids[i * slots + s]);
-    in.params.push_back(std::move(pv));
-  }
-  for (size_t s = 0; s < spec.global_slots.size(); ++s)
-    in.globals.push_back(state_ids[opt.params().size() * slots + s]);
-  in.hypers = hyper_ids;
-  ir::Builder b(g);
-  optim::UpdateOutputs updated = optim::build_updates(b, spec, in);
-
-  for (size_t j = 0; j < params.size(); ++j)
-    g.outputs.push_back(
-        ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue, "grad." + params[j].first});
-  auto update = [&](ir::ValueId value, ir::ValueId input) {
-    g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
-  };
-  for (size_t i = 0; i < in.params.size(); ++i) {
-    update(updated.params[i].param, in.params[i].param);
-    for (size_t s = 0; s < slots; ++s) update(updated.params[i].state[s], in.params[i].state[s]);
-  }
-  for (size_t s = 0; s < in.globals.size(); ++s) update(updated.globals[s], in.globals[s]);
-  if (guard_nonfinite) {
-    // x * 0 is 0 for every finite x and NaN for inf and NaN, so the sum of
-    // loss * 0 and every gradient times 0 is 0 exactly when all are finite
-    // (a sum of squares could overflow for large finite gradients).
-    b.loc = g.node(loss_id).loc;
-    b.internal = "the non-finite guard";
-    const DType lt = g.type(loss_id).dtype;
-    ir::ValueId probe = b.binary(ir::Op::mul, loss_id, b.scalar(0, lt));
-    for (ir::ValueId gr : grads) {
-      const ir::Type t = g.type(gr);  // a copy: appending moves the nodes
-      std::vector<int64_t> axes(t.shape.size());
-      for (size_t a = 0; a < axes.size(); ++a) axes[a] = int64_t(a);
-      ir::ValueId zeroed = b.binary(ir::Op::mul, gr, b.full(0, t));
-      ir::ValueId sum = axes.empty() ? zeroed : b.reduce(ir::Op::reduce_sum, zeroed, axes);
-      if (t.dtype != lt) sum = b.convert(sum, lt);
-      probe = b.binary(ir::Op::add, probe, sum);
-    }
-    const ir::ValueId finite = b.binary(ir::Op::eq, probe, b.scalar(0, lt));
-    for (ir::Output& o : g.outputs) {
-      if (o.role != ir::OutputRole::update) continue;
-      const ir::Type& t = g.type(o.value);
-      o.value = b.add(ir::Op::select, {b.broadcast_to(finite, t.shape), o.value, o.aliased_input});
-    }
-    g.outputs.push_back(ir::Output{ir::OutputRole::user, finite, ir::kNoValue, kFiniteOutput});
-  }
-  partition::mark_stages(out.joint);
-  after_stage(g, "joint");
+  append_step(out, opt.spec(), optimizer_params(model, opt), guard_nonfinite);
   return out;
 }
 

@@ -65,6 +65,19 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
 // gradients were all finite (capture_step with guard_nonfinite).
 inline constexpr const char* kFiniteOutput = "finite";
 
+// Makes the forward graph of `cap` the joint graph: the backward of the
+// loss with respect to every param input, then the updates `spec`
+// describes, the optimizer's i-th parameter being param input
+// `opt_params[i]` (its state inputs are param-major, then the global
+// slots). `guard_nonfinite` as for capture_step. Knows nothing of Modules:
+// every frontend goes through it (step_source.hpp).
+void append_step(CapturedStep& cap, const optim::UpdateSpec& spec,
+                 const std::vector<size_t>& opt_params, bool guard_nonfinite);
+
+// For each of `opt`'s parameters, its index among `model`'s (the param
+// inputs trace_forward makes).
+std::vector<size_t> optimizer_params(const nn::Module& model, const optim::Optimizer& opt);
+
 // The joint graph: forward, backward, and `opt`'s updates. With
 // `guard_nonfinite`, every update output (parameters, optimizer state,
 // buffers, the random stream) becomes select(finite, new, old), where

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "tensor/tensor_impl.hpp"
 #include "exec/program.hpp"
 #include "exec/threads.hpp"
 #include "ir/text.hpp"
@@ -12,6 +11,7 @@
 #include "partition/partition.hpp"
 #include "step/capture_step.hpp"
 #include "step/signature_cache.hpp"
+#include "tensor/tensor_impl.hpp"
 
 namespace ws {
 

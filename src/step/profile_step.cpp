@@ -48,7 +48,7 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
     timing.origin = clock::now();
     step::run_programs(c, data, &timing);
     step_ms.push_back(ms_since(timing.origin));
-    m.opt.advance();
+    m.source->advance();
     for (size_t p = 0; p < total_ns.size(); ++p)
       for (size_t k = 0; k < total_ns[p].size(); ++k) total_ns[p][k] += timing.ns[p][k];
   }

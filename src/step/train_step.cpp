@@ -48,19 +48,20 @@ const StepOptions& checked(const StepOptions& o) {
 
 }  // namespace
 
-TrainStep::Impl::Impl(nn::Module& m, optim::Optimizer& o, LossFn f, StepOptions s)
-    : model(m),
-      opt(o),
-      loss_fn(std::move(f)),
-      opts(s),
-      cache("train step", {s.max_cached, s.recompile_warning}) {
+TrainStep::Impl::Impl(std::unique_ptr<step::StepSource> src, StepOptions s)
+    : source(std::move(src)), opts(s), cache("train step", {s.max_cached, s.recompile_warning}) {
   // Sized once: compiled programs keep pointers into it.
-  hypers.assign(opt.spec().hyper_names.size(), 0.0f);
+  hypers.assign(source->update_spec().hyper_names.size(), 0.0f);
   hyper_scratch.assign(hypers.size(), 0.0);
 }
 
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, LossFn fn, StepOptions opts)
-    : impl_(std::make_unique<Impl>(model, opt, std::move(fn), checked(opts))) {}
+    : TrainStep(step::module_source(model, opt, std::move(fn)), opts) {}
+TrainStep::TrainStep(std::unique_ptr<step::StepSource> source, StepOptions opts)
+    : impl_(std::make_unique<Impl>(std::move(source), checked(opts))) {}
+TrainStep step::StepFactory::train_step(std::unique_ptr<StepSource> source, StepOptions opts) {
+  return TrainStep(std::move(source), opts);
+}
 TrainStep::~TrainStep() = default;
 TrainStep::TrainStep(TrainStep&&) noexcept = default;
 TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
@@ -78,7 +79,7 @@ step::Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc slo
 
 void TrainStep::Impl::prepare(step::Compiled& c, const std::vector<Tensor>& data) {
   step::check_indices(c.index_checks, data, "train step");
-  opt.hyper_values(hyper_scratch);
+  source->hyper_values(hyper_scratch);
   for (size_t i = 0; i < hypers.size(); ++i) hypers[i] = float(hyper_scratch[i]);
 }
 
@@ -151,8 +152,8 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   const clock::time_point end = clock::now();
   if (m.opts.adapt_threads && m.cache.traces() == traces)  // a step that compiled says nothing
     c.team.ran(r.threads, std::chrono::duration<double>(end - start).count(), seconds(end));
-  if (!r.skipped) m.opt.advance();
-  r.step = m.opt.step_count();
+  if (!r.skipped) m.source->advance();
+  r.step = m.source->step_count();
   r.counters = c.counters;
   if (m.opts.on_nonfinite == NonFinite::error && !std::isfinite(r.loss))
     throw Error(fmt::format(

@@ -2,7 +2,8 @@
 // it. The step is the pipeline of docs/pipeline.md in one place (the layers
 // and their contracts: docs/design.md):
 //
-//   capture   trace loss_fn once per input signature -> forward graph
+//   capture   the frontend traces once per input signature -> forward graph
+//             (step_source.hpp: the C++ nn API is one frontend)
 //   autograd  joint graph (loss and every parameter's gradient)
 //   optim     update nodes appended; updates alias their inputs
 //   partition one step graph, or forward / backward / optimizer graphs
@@ -29,6 +30,7 @@
 #include "partition/min_cut.hpp"
 #include "step/capture_step.hpp"
 #include "step/signature_cache.hpp"
+#include "step/step_source.hpp"
 #include "tensor/tensor_impl.hpp"
 #include "wholestep/step.hpp"
 
@@ -99,15 +101,13 @@ void run_programs(Compiled& c, const std::vector<Tensor>& data, StepTiming* t);
 namespace ws {
 
 struct TrainStep::Impl {
-  nn::Module& model;
-  optim::Optimizer& opt;
-  LossFn loss_fn;
+  std::unique_ptr<step::StepSource> source;
   StepOptions opts;
   step::SignatureCache<step::Compiled> cache;
   std::vector<float> hypers;
   std::vector<double> hyper_scratch;
 
-  Impl(nn::Module& m, optim::Optimizer& o, LossFn f, StepOptions s);
+  Impl(std::unique_ptr<step::StepSource> src, StepOptions s);
 
   step::Compiled& lookup(const std::vector<Tensor>& data, Loc sloc);
   // Checks the batch's indices and writes the hyperparameters for one step.

@@ -1,0 +1,48 @@
+// The seam between a frontend and the step layer. A frontend traces its
+// model's forward into a CapturedStep (inputs by role, each with its
+// InputSource; the loss first among the outputs, then the buffers'
+// mutations) and says how its optimizer's parameters map onto the graph's
+// param inputs. Everything after that (append_step: the backward and the
+// updates; partition, lowering, binding, the signature cache, running) is
+// the step layer's, and knows no Module. The C++ nn API is one frontend
+// (ModuleSource, module_source.cpp); docs/design.md says how to add one.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "step/capture_step.hpp"
+#include "wholestep/step.hpp"
+
+namespace ws::step {
+
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  // The forward graph for one input signature (once per signature; again
+  // after the compiled step was evicted).
+  virtual CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc& loc) = 0;
+  // The optimizer's update rule: the same for every signature.
+  virtual optim::UpdateSpec update_spec() const = 0;
+  // For the optimizer's i-th parameter, its index among the param inputs
+  // of the traced graph.
+  virtual std::vector<size_t> optimizer_params() const = 0;
+  // Writes this step's hyperparameters, in update_spec().hyper_names order.
+  // Called before every step: no allocation.
+  virtual void hyper_values(std::span<double> out) const = 0;
+  // A step's update was applied (not skipped as non-finite).
+  virtual void advance() = 0;
+  // Updates applied so far.
+  virtual int64_t step_count() const = 0;
+};
+
+// The C++ frontend: a Module, its Optimizer and a loss function.
+std::unique_ptr<StepSource> module_source(nn::Module& model, optim::Optimizer& opt, LossFn loss_fn);
+
+// A compiled training step from any frontend.
+struct StepFactory {
+  static TrainStep train_step(std::unique_ptr<StepSource> source, StepOptions opts);
+};
+
+}  // namespace ws::step
