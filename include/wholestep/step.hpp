@@ -157,6 +157,7 @@ using LossFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 namespace step {
 class StepSource;
+class ForwardSource;
 struct StepFactory;
 }  // namespace step
 
@@ -271,6 +272,9 @@ class Forward {
   std::string graph_text() const;
 
  private:
+  friend struct step::StepFactory;
+  // From any frontend (the library's step_source.hpp).
+  explicit Forward(std::unique_ptr<step::ForwardSource> source);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -9,8 +9,8 @@
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
 #include "partition/partition.hpp"
-#include "step/capture_step.hpp"
 #include "step/signature_cache.hpp"
+#include "step/step_source.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace ws {
@@ -26,37 +26,15 @@ struct CompiledForward {
   std::vector<step::IndexCheck> index_checks;
 };
 
-// Puts a module in eval mode for a scope, restoring every submodule's mode.
-class EvalScope {
- public:
-  explicit EvalScope(nn::Module& m) {
-    collect(m);
-    m.eval();
-  }
-  // train() recurses into children; replaying the parent-first order restores
-  // a child whose mode differed from its parent's.
-  ~EvalScope() {
-    for (auto& [mod, training] : modes_) mod->train(training);
-  }
-
- private:
-  void collect(nn::Module& m) {
-    modes_.emplace_back(&m, m.is_training());
-    for (auto& [name, c] : m.named_children()) collect(*c);
-  }
-  std::vector<std::pair<nn::Module*, bool>> modes_;
-};
-
 }  // namespace
 
 struct Forward::Impl {
-  nn::Module& model;
-  LossFn fn;
+  std::unique_ptr<step::ForwardSource> source;
   // The same limits as a TrainStep with default options.
   step::SignatureCache<CompiledForward> cache{
       "forward", {StepOptions{}.max_cached, StepOptions{}.recompile_warning}};
 
-  Impl(nn::Module& m, LossFn f) : model(m), fn(std::move(f)) {}
+  explicit Impl(std::unique_ptr<step::ForwardSource> s) : source(std::move(s)) {}
 
   CompiledForward& lookup(const std::vector<Tensor>& inputs, Loc sloc) {
     return cache.lookup(inputs, sloc,
@@ -67,11 +45,7 @@ struct Forward::Impl {
 
   std::unique_ptr<CompiledForward> compile(const std::vector<ir::Type>& types,
                                            const SourceLoc& loc) {
-    step::CapturedStep cap;
-    {
-      EvalScope eval(model);
-      cap = step::trace_forward(model, nullptr, fn, types, loc, /*loss_output=*/false);
-    }
+    const step::CapturedStep cap = source->trace(types, loc);
     auto c = std::make_unique<CompiledForward>();
     c->index_checks = cap.index_checks;
     c->graph = partition::single_graph(cap.joint);
@@ -99,7 +73,12 @@ struct Forward::Impl {
 };
 
 Forward::Forward(nn::Module& model, LossFn fn)
-    : impl_(std::make_unique<Impl>(model, std::move(fn))) {}
+    : Forward(step::module_forward_source(model, std::move(fn))) {}
+Forward::Forward(std::unique_ptr<step::ForwardSource> source)
+    : impl_(std::make_unique<Impl>(std::move(source))) {}
+Forward step::StepFactory::forward(std::unique_ptr<ForwardSource> source) {
+  return Forward(std::move(source));
+}
 Forward::~Forward() = default;
 Forward::Forward(Forward&&) noexcept = default;
 Forward& Forward::operator=(Forward&&) noexcept = default;

@@ -37,12 +37,24 @@ class StepSource {
   virtual int64_t step_count() const = 0;
 };
 
+// A frontend's inference function: traced once per input signature into a
+// graph whose first output (role user) is the result, with no mutation.
+class ForwardSource {
+ public:
+  virtual ~ForwardSource() = default;
+  virtual CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc& loc) = 0;
+};
+
 // The C++ frontend: a Module, its Optimizer and a loss function.
 std::unique_ptr<StepSource> module_source(nn::Module& model, optim::Optimizer& opt, LossFn loss_fn);
 
-// A compiled training step from any frontend.
+// `fn` over `model`, traced with every module in eval mode.
+std::unique_ptr<ForwardSource> module_forward_source(nn::Module& model, LossFn fn);
+
+// A compiled training step, or a compiled forward, from any frontend.
 struct StepFactory {
   static TrainStep train_step(std::unique_ptr<StepSource> source, StepOptions opts);
+  static Forward forward(std::unique_ptr<ForwardSource> source);
 };
 
 }  // namespace ws::step

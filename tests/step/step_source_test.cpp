@@ -18,6 +18,32 @@ using ir::ValueId;
 
 constexpr int64_t kBatch = 8, kFeatures = 4;
 
+// x w + b.
+ValueId predict(ir::Builder& bl, ValueId x, ValueId w, ValueId b) {
+  const Shape out = {bl.type(x).shape[0], bl.type(w).shape[1]};
+  return bl.binary(Op::add, bl.matmul(x, w, false, false), bl.broadcast_to(b, out));
+}
+
+// A captured graph named "joint" whose first inputs are the parameters w
+// and b, bound to the given tensors.
+struct LinearGraph {
+  step::CapturedStep cap;
+  ir::Builder bl{cap.joint.graph};
+  ValueId w, b;
+
+  LinearGraph(const Tensor& wt, const Tensor& bt) {
+    cap.joint.graph.name = "joint";
+    w = bl.input(InputRole::param, "w", {DType::f32, wt.shape()});
+    b = bl.input(InputRole::param, "b", {DType::f32, bt.shape()});
+    cap.persistent = {{"w", wt}, {"b", bt}};
+    cap.sources = {{InputRole::param, 0}, {InputRole::param, 1}};
+  }
+  ValueId input(InputRole role, const char* name, const ir::Type& t, size_t index) {
+    cap.sources.push_back({role, index});
+    return bl.input(role, name, t);
+  }
+};
+
 // Linear regression, loss = mean((x w + b - y)^2), trained by plain SGD
 // with learning rate `lr`: its graph made with the IR builder, its
 // parameters two tensors the test owns.
@@ -27,30 +53,21 @@ class LinearSource final : public step::StepSource {
 
   step::CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc&) override {
     ++traces;
-    step::CapturedStep cap;
-    ir::Graph& g = cap.joint.graph;
-    g.name = "joint";
-    ir::Builder bl(g);
-    const ValueId w = bl.input(InputRole::param, "w", {DType::f32, w_.shape()});
-    const ValueId b = bl.input(InputRole::param, "b", {DType::f32, b_.shape()});
-    bl.input(InputRole::hyper, "lr", {DType::f32, {}});  // read by the update
-    const ValueId x = bl.input(InputRole::data, "x", data_types.at(0));
-    const ValueId y = bl.input(InputRole::data, "y", data_types.at(1));
-    cap.persistent = {{"w", w_}, {"b", b_}};
-    cap.hyper_names = {"lr"};
-    cap.sources = {{InputRole::param, 0},
-                   {InputRole::param, 1},
-                   {InputRole::hyper, 0},
-                   {InputRole::data, 0},
-                   {InputRole::data, 1}};
-    const Shape out = {data_types.at(0).shape[0], 1};
-    const ValueId pred = bl.binary(Op::add, bl.matmul(x, w, false, false), bl.broadcast_to(b, out));
+    LinearGraph lg(w_, b_);
+    lg.input(InputRole::hyper, "lr", {DType::f32, {}}, 0);  // read by the update
+    const ValueId x = lg.input(InputRole::data, "x", data_types.at(0), 0);
+    const ValueId y = lg.input(InputRole::data, "y", data_types.at(1), 1);
+    lg.cap.hyper_names = {"lr"};
+    ir::Builder& bl = lg.bl;
+    ir::Graph& g = lg.cap.joint.graph;
+    const ValueId pred = predict(bl, x, lg.w, lg.b);
+    const Shape out = bl.type(pred).shape;
     const ValueId err = bl.binary(Op::sub, pred, y);
     const ValueId sum = bl.reduce(Op::reduce_sum, bl.binary(Op::mul, err, err), {0, 1});
     const ValueId loss = bl.binary(Op::div, sum, bl.scalar(double(out[0])));
     g.outputs.push_back(ir::Output{ir::OutputRole::loss, loss, ir::kNoValue, "loss"});
-    cap.joint.forward_end = g.size();
-    return cap;
+    lg.cap.joint.forward_end = g.size();
+    return std::move(lg.cap);
   }
   optim::UpdateSpec update_spec() const override {
     optim::UpdateSpec s;
@@ -69,6 +86,25 @@ class LinearSource final : public step::StepSource {
   Tensor w_, b_;
   double lr_;
   int64_t steps_ = 0;
+};
+
+// The prediction alone, over the same tensors.
+class LinearForward final : public step::ForwardSource {
+ public:
+  LinearForward(Tensor w, Tensor b) : w_(w), b_(b) {}
+
+  step::CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc&) override {
+    LinearGraph lg(w_, b_);
+    const ValueId x = lg.input(InputRole::data, "x", data_types.at(0), 0);
+    ir::Graph& g = lg.cap.joint.graph;
+    g.outputs.push_back(
+        ir::Output{ir::OutputRole::user, predict(lg.bl, x, lg.w, lg.b), ir::kNoValue, "output"});
+    lg.cap.joint.forward_end = g.size();
+    return std::move(lg.cap);
+  }
+
+ private:
+  Tensor w_, b_;
 };
 
 struct Trained {
@@ -145,6 +181,18 @@ TEST(StepSource, TheFirstUpdateIsPlainSgdOnTheGraphsGradient) {
   for (int64_t k = 0; k < kFeatures; ++k)
     EXPECT_NEAR(r.w[size_t(k)], w0[size_t(k)] - lr * gw[size_t(k)], 1e-6) << "w[" << k << "]";
   EXPECT_NEAR(r.b[0], b0 - lr * gb, 1e-6);
+}
+
+// A forward from a source reads the tensors the training step updates.
+TEST(StepSource, AHandBuiltForwardReadsTheTrainedTensors) {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {kFeatures, 1});
+  Tensor b = Tensor::from_vector(std::vector<float>{0.5f}, {1});
+  Forward f = step::StepFactory::forward(std::make_unique<LinearForward>(w, b));
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, 0, 0, 0, 0, 1, 1, 1}, {2, kFeatures});
+  EXPECT_EQ(f(x).to_vector(), (std::vector<double>{1.5, 9.5}));
+  w.data<float>()[0] = 10;  // what a step's in-place update does
+  EXPECT_EQ(f(x).to_vector(), (std::vector<double>{10.5, 9.5}));
+  EXPECT_EQ(f.traces(), 1);
 }
 
 }  // namespace
