@@ -149,11 +149,11 @@ TEST(StepSource, AHandBuiltGraphTrainsItsOwnTensorsInEveryModeWithTheSameBits) {
     EXPECT_EQ(r.w, ref.w) << mode_name(mode);
     EXPECT_EQ(r.b, ref.b) << mode_name(mode);
   }
-  // Fused, single_graph accumulates plain SGD into the weight's gradient
-  // product (fuse_update_into_product). For this [4,8] x [8,1] product
-  // oneDNN's accumulating primitive rounds differently from the plain one,
-  // so the weights may differ in their last bit: within 1e-6 here, not
-  // equal. The reference models' products keep equal bits.
+  // Fused, single_graph runs plain SGD as the gradient's product
+  // accumulated into the weight (update_into_product) and the bias inside
+  // the forward product (bias_into_product). For these [8,4] x [4,1]
+  // shapes the results may differ from the unfused ones in their last bit:
+  // within 1e-6 here, not equal. The reference models keep equal bits.
   const Trained fused = train(StepMode::single_graph, x, y, 20);
   for (size_t k = 0; k < ref.w.size(); ++k) EXPECT_NEAR(fused.w[k], ref.w[k], 1e-6) << k;
   EXPECT_NEAR(fused.b[0], ref.b[0], 1e-6);
