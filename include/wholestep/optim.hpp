@@ -18,11 +18,27 @@ struct UpdateSpec {
   std::string kind;  // "sgd", "adam" or "adamw"
   bool momentum = false, nesterov = false, weight_decay = false;
   bool amsgrad = false;
+  bool maximize = false;                  // ascend: the gradient is negated first
   bool clip = false;                      // global-norm gradient clipping first
   std::vector<std::string> state_slots;   // per-parameter state, e.g. "momentum_buffer"
   std::vector<std::string> global_slots;  // 0-d state shared by all parameters ("step")
   std::vector<std::string> hyper_names;   // 0-d inputs, in order
   friend bool operator==(const UpdateSpec&, const UpdateSpec&) = default;
+};
+
+// Adam's step count and bias corrections: one 0-d "step" shared by every
+// parameter (a global slot, the C++ optimizers), or each parameter's own
+// (a state slot named "step", first: PyTorch's optimizers keep one per
+// parameter). The update reads whichever the spec names.
+inline constexpr const char* kStepSlot = "step";
+
+// A parameter group: parameters updated by one rule with one set of
+// hyperparameters (PyTorch's param_groups). `params` are indices among the
+// step's param inputs, in the optimizer's order.
+struct UpdateGroup {
+  UpdateSpec spec;
+  std::vector<size_t> params;
+  friend bool operator==(const UpdateGroup&, const UpdateGroup&) = default;
 };
 
 class Optimizer {

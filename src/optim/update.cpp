@@ -19,11 +19,18 @@ class UpdateBuilder {
     std::vector<ValueId> grads;
     for (const ParamValues& p : in_.params) grads.push_back(p.grad);
     if (spec_.clip) clip(grads);
-    if (spec_.kind == "adam" || spec_.kind == "adamw") adam_scalars(out);
+    const bool is_adam = spec_.kind == "adam" || spec_.kind == "adamw";
+    if (is_adam && !per_param_step()) {
+      WS_CHECK(!spec_.global_slots.empty() && spec_.global_slots[0] == kStepSlot)
+          << "Adam's spec has no step slot";
+      ValueId t = bin(Op::add, in_.globals.at(0), one());
+      out.globals.push_back(t);
+      adam_scalars(t);
+    }
     for (size_t i = 0; i < in_.params.size(); ++i) {
       ParamValues p = in_.params[i];
       WS_CHECK(p.state.size() == spec_.state_slots.size()) << "state count";
-      p.grad = grads[i];
+      p.grad = spec_.maximize ? b_.unary(Op::neg, grads[i]) : grads[i];
       if (spec_.kind == "sgd")
         out.params.push_back(sgd(p));
       else if (spec_.kind == "adam" || spec_.kind == "adamw")
@@ -79,11 +86,13 @@ class UpdateBuilder {
     return out;
   }
 
-  // The step count advances once per step; the bias corrections come from
-  // it: step_size = lr / (1 - β1^t), 1/sqrt(1 - β2^t).
-  void adam_scalars(UpdateOutputs& out) {
-    ValueId t = bin(Op::add, in_.globals.at(0), one());
-    out.globals.push_back(t);
+  bool per_param_step() const {
+    return !spec_.state_slots.empty() && spec_.state_slots[0] == kStepSlot;
+  }
+
+  // The step count t (already advanced) gives the bias corrections:
+  // step_size = lr / (1 - β1^t), 1/sqrt(1 - β2^t).
+  void adam_scalars(ValueId t) {
     ValueId bc1 = bin(Op::sub, one(), bin(Op::pow, hyper("beta1"), t));
     ValueId bc2 = bin(Op::sub, one(), bin(Op::pow, hyper("beta2"), t));
     step_size_ = bin(Op::div, hyper("lr"), bc1);
@@ -92,6 +101,15 @@ class UpdateBuilder {
 
   ParamValues adam(const ParamValues& in) {
     ParamValues out;
+    // With a step per parameter, the state is (step, exp_avg, exp_avg_sq
+    // [, max_exp_avg_sq]) and the bias corrections are this parameter's.
+    size_t s0 = 0;
+    if (per_param_step()) {
+      ValueId t = bin(Op::add, in.state[0], one());
+      out.state.push_back(t);
+      adam_scalars(t);
+      s0 = 1;
+    }
     const DType dt = b_.type(in.param).dtype;
     auto s = [&](ValueId v) { return b_.convert(v, dt); };
     ValueId p = in.param, g = in.grad;
@@ -102,13 +120,15 @@ class UpdateBuilder {
         g = bin(Op::add, g, b_.scale(p, hv("weight_decay", dt)));
     }
     ValueId b1 = hyper("beta1"), b2 = hyper("beta2");
-    ValueId m = bin(Op::add, b_.scale(in.state[0], s(b1)), b_.scale(g, s(bin(Op::sub, one(), b1))));
-    ValueId v = bin(Op::add, b_.scale(in.state[1], s(b2)),
+    ValueId m =
+        bin(Op::add, b_.scale(in.state[s0], s(b1)), b_.scale(g, s(bin(Op::sub, one(), b1))));
+    ValueId v = bin(Op::add, b_.scale(in.state[s0 + 1], s(b2)),
                     b_.scale(bin(Op::mul, g, g), s(bin(Op::sub, one(), b2))));
-    out.state = {m, v};
+    out.state.push_back(m);
+    out.state.push_back(v);
     ValueId v_used = v;
     if (spec_.amsgrad) {
-      v_used = bin(Op::maximum, in.state[2], v);
+      v_used = bin(Op::maximum, in.state[s0 + 2], v);
       out.state.push_back(v_used);
     }
     // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= step_size · m / denom

@@ -7,8 +7,8 @@
 
 namespace ws::step {
 
-void append_step(CapturedStep& out, const optim::UpdateSpec& spec,
-                 const std::vector<size_t>& opt_params, bool guard_nonfinite) {
+void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
+                 bool guard_nonfinite) {
   ir::Graph& g = out.joint.graph;
   const ir::ValueId loss_id = g.outputs[0].value;
   const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
@@ -18,37 +18,52 @@ void append_step(CapturedStep& out, const optim::UpdateSpec& spec,
   std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
   out.joint.backward_end = g.size();
 
-  // The optimizer's parameters, in its order, with their state slots; then
-  // its global state.
-  optim::UpdateInputs in;
-  const size_t slots = spec.state_slots.size();
-  for (size_t i = 0; i < opt_params.size(); ++i) {
-    optim::ParamValues pv;
-    WS_CHECK(opt_params[i] < param_ids.size())
-        << "optimizer parameter " << i << " names param input " << opt_params[i] << " of "
-        << param_ids.size();
-    pv.param = param_ids[opt_params[i]];
-    pv.grad = grads[opt_params[i]];
-    for (size_t s = 0; s < slots; ++s) pv.state.push_back(state_ids[i * slots + s]);
-    in.params.push_back(std::move(pv));
-  }
-  for (size_t s = 0; s < spec.global_slots.size(); ++s)
-    in.globals.push_back(state_ids[opt_params.size() * slots + s]);
-  in.hypers = hyper_ids;
+  // Each group's parameters, in the optimizer's order, with their state
+  // slots, then the group's global state; the state and hyper inputs are
+  // group after group.
   ir::Builder b(g);
-  optim::UpdateOutputs updated = optim::build_updates(b, spec, in);
+  std::vector<std::pair<ir::ValueId, ir::ValueId>> updates;  // (new value, input)
+  size_t next_state = 0, next_hyper = 0;
+  for (const optim::UpdateGroup& group : groups) {
+    const optim::UpdateSpec& spec = group.spec;
+    optim::UpdateInputs in;
+    const size_t slots = spec.state_slots.size();
+    auto take = [&](const std::vector<ir::ValueId>& ids, size_t& next, const char* what) {
+      WS_CHECK(next < ids.size()) << "the optimizer's groups need more " << what << " inputs than "
+                                  << ids.size();
+      return ids[next++];
+    };
+    for (size_t p : group.params) {
+      optim::ParamValues pv;
+      WS_CHECK(p < param_ids.size())
+          << "an optimizer parameter names param input " << p << " of " << param_ids.size();
+      pv.param = param_ids[p];
+      pv.grad = grads[p];
+      for (size_t s = 0; s < slots; ++s) pv.state.push_back(take(state_ids, next_state, "state"));
+      in.params.push_back(std::move(pv));
+    }
+    for (size_t s = 0; s < spec.global_slots.size(); ++s)
+      in.globals.push_back(take(state_ids, next_state, "state"));
+    for (size_t h = 0; h < spec.hyper_names.size(); ++h)
+      in.hypers.push_back(take(hyper_ids, next_hyper, "hyperparameter"));
+    optim::UpdateOutputs updated = optim::build_updates(b, spec, in);
+    for (size_t i = 0; i < in.params.size(); ++i) {
+      updates.emplace_back(updated.params[i].param, in.params[i].param);
+      for (size_t s = 0; s < slots; ++s)
+        updates.emplace_back(updated.params[i].state[s], in.params[i].state[s]);
+    }
+    for (size_t s = 0; s < in.globals.size(); ++s)
+      updates.emplace_back(updated.globals[s], in.globals[s]);
+  }
+  WS_CHECK(next_state == state_ids.size() && next_hyper == hyper_ids.size())
+      << "the optimizer's groups use " << next_state << " state and " << next_hyper
+      << " hyperparameter inputs of " << state_ids.size() << " and " << hyper_ids.size();
 
   for (size_t j = 0; j < param_ids.size(); ++j)
     g.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue,
                                    "grad." + g.input_name(param_ids[j])});
-  auto update = [&](ir::ValueId value, ir::ValueId input) {
+  for (auto [value, input] : updates)
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
-  };
-  for (size_t i = 0; i < in.params.size(); ++i) {
-    update(updated.params[i].param, in.params[i].param);
-    for (size_t s = 0; s < slots; ++s) update(updated.params[i].state[s], in.params[i].state[s]);
-  }
-  for (size_t s = 0; s < in.globals.size(); ++s) update(updated.globals[s], in.globals[s]);
   if (guard_nonfinite) {
     // x * 0 is 0 for every finite x and NaN for inf and NaN, so the sum of
     // loss * 0 and every gradient times 0 is 0 exactly when all are finite

@@ -174,14 +174,14 @@ void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tens
   }
 }
 
-std::vector<size_t> optimizer_params(const nn::Module& model, const optim::Optimizer& opt) {
+optim::UpdateGroup update_group(const nn::Module& model, const optim::Optimizer& opt) {
   const nn::NamedTensors params = model.named_parameters();
-  std::vector<size_t> out;
+  optim::UpdateGroup out{opt.spec(), {}};
   for (const auto& [name, t] : opt.params()) {
     size_t j = 0;
     while (j < params.size() && params[j].second.impl() != t.impl()) ++j;
     WS_CHECK(j < params.size()) << "optimizer parameter " << name << " is not the model's";
-    out.push_back(j);
+    out.params.push_back(j);
   }
   return out;
 }
@@ -190,7 +190,7 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
                           const std::vector<ir::Type>& data_types, const SourceLoc& loc,
                           bool guard_nonfinite) {
   CapturedStep out = trace_forward(model, &opt, loss_fn, data_types, loc);
-  append_step(out, opt.spec(), optimizer_params(model, opt), guard_nonfinite);
+  append_step(out, {update_group(model, opt)}, guard_nonfinite);
   return out;
 }
 

@@ -66,17 +66,18 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
 inline constexpr const char* kFiniteOutput = "finite";
 
 // Makes the forward graph of `cap` the joint graph: the backward of the
-// loss with respect to every param input, then the updates `spec`
-// describes, the optimizer's i-th parameter being param input
-// `opt_params[i]` (its state inputs are param-major, then the global
-// slots). `guard_nonfinite` as for capture_step. Knows nothing of Modules:
-// every frontend goes through it (step_source.hpp).
-void append_step(CapturedStep& cap, const optim::UpdateSpec& spec,
-                 const std::vector<size_t>& opt_params, bool guard_nonfinite);
+// loss with respect to every param input, then each group's updates as its
+// spec describes, over the param inputs it names. The opt_state inputs are
+// group after group, each param-major (a parameter's slots together) then
+// the group's global slots; the hyper inputs group after group.
+// `guard_nonfinite` as for capture_step. Knows nothing of Modules: every
+// frontend goes through it (step_source.hpp).
+void append_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,
+                 bool guard_nonfinite);
 
-// For each of `opt`'s parameters, its index among `model`'s (the param
-// inputs trace_forward makes).
-std::vector<size_t> optimizer_params(const nn::Module& model, const optim::Optimizer& opt);
+// `opt` as one update group: its spec, and for each of its parameters its
+// index among `model`'s (the param inputs trace_forward makes).
+optim::UpdateGroup update_group(const nn::Module& model, const optim::Optimizer& opt);
 
 // The joint graph: forward, backward, and `opt`'s updates. With
 // `guard_nonfinite`, every update output (parameters, optimizer state,

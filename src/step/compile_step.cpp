@@ -46,8 +46,7 @@ void count_programs(const step::Compiled& c, StepCounters& k) {
 std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& types,
                                                          const SourceLoc& loc) {
   step::CapturedStep cap = source->trace(types, loc);
-  step::append_step(cap, source->update_spec(), source->optimizer_params(),
-                    opts.on_nonfinite == NonFinite::skip);
+  step::append_step(cap, source->update_groups(), opts.on_nonfinite == NonFinite::skip);
   auto c = std::make_unique<step::Compiled>();
   c->index_checks = cap.index_checks;
   for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());

@@ -12,9 +12,8 @@ class ModuleSource final : public StepSource {
   CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc& loc) override {
     return trace_forward(model_, &opt_, loss_fn_, data_types, loc);
   }
-  optim::UpdateSpec update_spec() const override { return opt_.spec(); }
-  std::vector<size_t> optimizer_params() const override {
-    return step::optimizer_params(model_, opt_);
+  std::vector<optim::UpdateGroup> update_groups() const override {
+    return {update_group(model_, opt_)};
   }
   void hyper_values(std::span<double> out) const override { opt_.hyper_values(out); }
   void advance() override { opt_.advance(); }

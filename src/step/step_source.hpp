@@ -23,12 +23,13 @@ class StepSource {
   // The forward graph for one input signature (once per signature; again
   // after the compiled step was evicted).
   virtual CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc& loc) = 0;
-  // The optimizer's update rule: the same for every signature.
-  virtual optim::UpdateSpec update_spec() const = 0;
-  // For the optimizer's i-th parameter, its index among the param inputs
-  // of the traced graph.
-  virtual std::vector<size_t> optimizer_params() const = 0;
-  // Writes this step's hyperparameters, in update_spec().hyper_names order.
+  // The optimizer's groups: each one's update rule and its parameters as
+  // indices among the traced graph's param inputs. The same for every
+  // signature; the traced graph's opt_state and hyper inputs follow them
+  // (append_step).
+  virtual std::vector<optim::UpdateGroup> update_groups() const = 0;
+  // Writes this step's hyperparameters, group after group, each in its
+  // spec's hyper_names order.
   // Called before every step: no allocation.
   virtual void hyper_values(std::span<double> out) const = 0;
   // A step's update was applied (not skipped as non-finite).

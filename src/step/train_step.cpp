@@ -51,7 +51,10 @@ const StepOptions& checked(const StepOptions& o) {
 TrainStep::Impl::Impl(std::unique_ptr<step::StepSource> src, StepOptions s)
     : source(std::move(src)), opts(s), cache("train step", {s.max_cached, s.recompile_warning}) {
   // Sized once: compiled programs keep pointers into it.
-  hypers.assign(source->update_spec().hyper_names.size(), 0.0f);
+  size_t n = 0;
+  for (const optim::UpdateGroup& group : source->update_groups())
+    n += group.spec.hyper_names.size();
+  hypers.assign(n, 0.0f);
   hyper_scratch.assign(hypers.size(), 0.0);
 }
 

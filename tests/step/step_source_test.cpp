@@ -69,13 +69,12 @@ class LinearSource final : public step::StepSource {
     lg.cap.joint.forward_end = g.size();
     return std::move(lg.cap);
   }
-  optim::UpdateSpec update_spec() const override {
+  std::vector<optim::UpdateGroup> update_groups() const override {
     optim::UpdateSpec s;
     s.kind = "sgd";
     s.hyper_names = {"lr"};
-    return s;
+    return {{s, {0, 1}}};
   }
-  std::vector<size_t> optimizer_params() const override { return {0, 1}; }
   void hyper_values(std::span<double> out) const override { out[0] = lr_; }
   void advance() override { ++steps_; }
   int64_t step_count() const override { return steps_; }
