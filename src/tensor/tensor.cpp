@@ -23,7 +23,9 @@ Storage::Storage(size_t n) : data(nullptr), bytes(n) {
   std::memset(data, 0, rounded == 0 ? 64 : rounded);
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() {
+  if (!owner) std::free(data);
+}
 
 const TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc) {
   if (!t.defined()) throw Error(fmt::format("{}: the tensor is undefined{}", what, at(sl(loc))));

@@ -16,13 +16,20 @@ namespace ws::detail {
 
 // A 64-byte aligned, zero-initialized block. Its address never changes, so a
 // compiled step can bind a parameter's storage once and update it in place.
+// Or another library's memory, borrowed: kept alive by `owner` and never
+// freed here (a frontend binds its framework's tensors without copies). Our
+// kernels neither assume alignment nor read past `bytes`, so borrowed
+// memory needs neither the alignment nor the padding of our own.
 struct Storage {
   explicit Storage(size_t bytes);
+  Storage(void* borrowed, size_t bytes, std::shared_ptr<void> owner)
+      : data(borrowed), bytes(bytes), owner(std::move(owner)) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data;
   size_t bytes;
+  std::shared_ptr<void> owner;  // borrowed memory: what keeps it alive
 };
 
 struct TensorImpl {
@@ -37,6 +44,15 @@ inline std::shared_ptr<TensorImpl> make_concrete(const ir::Type& t) {
   impl->type = t;
   impl->storage = std::make_shared<Storage>(t.bytes());
   return impl;
+}
+
+// A tensor of type `t` over `bytes` of memory another library owns (`owner`
+// keeps it alive).
+inline Tensor borrow(void* data, const ir::Type& t, std::shared_ptr<void> owner) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = t;
+  impl->storage = std::make_shared<Storage>(data, t.bytes(), std::move(owner));
+  return Tensor(std::move(impl));
 }
 
 // The public API's checks, with its messages: `t` is defined (and, for
