@@ -1,4 +1,5 @@
 #include "step/capture_step.hpp"
+#include "step/forward_trace.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -66,24 +67,70 @@ void collect_index_checks(CapturedStep& cap) {
 
 }  // namespace
 
+ForwardTrace::ForwardTrace()
+    : cap_(std::make_unique<CapturedStep>()),
+      tracer_(std::make_unique<capture::Tracer>(cap_->joint.graph)) {
+  cap_->joint.graph.name = "joint";
+}
+
+ir::ValueId ForwardTrace::persistent(ir::InputRole role, const std::string& name, const Tensor& t) {
+  const ir::ValueId v = tracer_->lift(t, role, name);
+  // Tied to an earlier one, or lifted already (the random stream, by the
+  // first draw)?
+  if (std::find(persistent_ids_.begin(), persistent_ids_.end(), v) == persistent_ids_.end()) {
+    cap_->persistent.emplace_back(name, t);
+    persistent_ids_.push_back(v);
+  }
+  return v;
+}
+
+ir::ValueId ForwardTrace::hyper(const std::string& name) {
+  hyper_ids_.push_back(builder().input(ir::InputRole::hyper, name, ir::Type{DType::f32, {}}));
+  cap_->hyper_names.push_back(name);
+  return hyper_ids_.back();
+}
+
+Tensor ForwardTrace::data(const ir::Type& type) {
+  Tensor t = tracer_->data_input(fmt::format("input.{}", data_ids_.size()), type);
+  data_ids_.push_back(t.impl()->value);
+  return t;
+}
+
+CapturedStep ForwardTrace::finish() {
+  CapturedStep& out = *cap_;
+  ir::Graph& g = out.joint.graph;
+  tracer_->finish_mutations();
+  // The random stream's state, when the function drew from it.
+  if (tracer_->rng_seed() != ir::kNoValue) {
+    const detail::RngState& rng = detail::rng_state();
+    persistent(ir::InputRole::rng, g.input_name(tracer_->rng_seed()), rng.seed);
+    persistent(ir::InputRole::rng, g.input_name(tracer_->rng_offset()), rng.offset);
+  }
+  for (ir::ValueId v : g.inputs) {
+    InputSource s{g.input_role(v)};
+    const std::vector<ir::ValueId>& ids = s.role == ir::InputRole::data    ? data_ids_
+                                          : s.role == ir::InputRole::hyper ? hyper_ids_
+                                                                           : persistent_ids_;
+    s.index = size_t(std::find(ids.begin(), ids.end(), v) - ids.begin());
+    WS_CHECK(s.index < ids.size()) << "no source for input " << g.input_name(v);
+    out.sources.push_back(s);
+  }
+  out.joint.forward_end = g.size();
+  collect_index_checks(out);
+  after_stage(g, "forward");
+  return std::move(out);
+}
+
 CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const LossFn& loss_fn,
                            const std::vector<ir::Type>& data_types, const SourceLoc& loc,
                            bool loss_output) {
-  CapturedStep out;
-  ir::Graph& g = out.joint.graph;
-  g.name = "joint";
-  capture::Tracer tracer(g);
+  ForwardTrace trace;
+  ir::Graph& g = trace.graph();
+  capture::Tracer& tracer = trace.tracer();
 
   // Inputs, parameters first: params, buffers, optimizer state, hypers, data.
-  // Each input's source is its place in the list its role reads, recorded
-  // here (tied tensors share the first one's input).
-  std::vector<ir::ValueId> persistent_ids, hyper_ids, data_ids;
-  auto persistent = [&](const std::string& name, ir::ValueId v, const Tensor& t) {
-    out.persistent.emplace_back(name, t);
-    persistent_ids.push_back(v);
-  };
   const nn::NamedTensors params = model.named_parameters();
-  for (auto& [name, t] : params) persistent(name, tracer.lift(t, ir::InputRole::param, name), t);
+  for (auto& [name, t] : params) trace.persistent(ir::InputRole::param, name, t);
   for (auto& [name, t] : opt ? opt->params() : nn::NamedTensors{}) {
     bool found = false;
     for (auto& [n2, t2] : params) found = found || t2.impl() == t.impl();
@@ -93,19 +140,13 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
                       "being compiled",
                       name));
   }
-  for (auto& [name, t] : model.named_buffers())
-    persistent(name, tracer.lift(t, ir::InputRole::buffer, name), t);
+  for (auto& [name, t] : model.named_buffers()) trace.persistent(ir::InputRole::buffer, name, t);
   for (auto& [name, t] : opt ? opt->state() : nn::NamedTensors{})
-    persistent(name, tracer.lift(t, ir::InputRole::opt_state, name), t);
-  for (const std::string& h : opt ? opt->spec().hyper_names : std::vector<std::string>{}) {
-    hyper_ids.push_back(tracer.builder().input(ir::InputRole::hyper, h, ir::Type{DType::f32, {}}));
-    out.hyper_names.push_back(h);
-  }
+    trace.persistent(ir::InputRole::opt_state, name, t);
+  for (const std::string& h : opt ? opt->spec().hyper_names : std::vector<std::string>{})
+    trace.hyper(h);
   std::vector<Tensor> data;
-  for (size_t i = 0; i < data_types.size(); ++i) {
-    data.push_back(tracer.data_input(fmt::format("input.{}", i), data_types[i]));
-    data_ids.push_back(data.back().impl()->value);
-  }
+  for (const ir::Type& t : data_types) data.push_back(trace.data(t));
 
   Tensor loss;
   {
@@ -124,26 +165,7 @@ CapturedStep trace_forward(nn::Module& model, const optim::Optimizer* opt, const
   g.outputs.push_back(loss_output
                           ? ir::Output{ir::OutputRole::loss, loss_id, ir::kNoValue, "loss"}
                           : ir::Output{ir::OutputRole::user, loss_id, ir::kNoValue, "output"});
-  tracer.finish_mutations();
-  // The random stream's state, when the function drew from it.
-  if (tracer.rng_seed() != ir::kNoValue) {
-    const detail::RngState& rng = detail::rng_state();
-    persistent(g.input_name(tracer.rng_seed()), tracer.rng_seed(), rng.seed);
-    persistent(g.input_name(tracer.rng_offset()), tracer.rng_offset(), rng.offset);
-  }
-  for (ir::ValueId v : g.inputs) {
-    InputSource s{g.input_role(v)};
-    const std::vector<ir::ValueId>& ids = s.role == ir::InputRole::data    ? data_ids
-                                          : s.role == ir::InputRole::hyper ? hyper_ids
-                                                                           : persistent_ids;
-    s.index = size_t(std::find(ids.begin(), ids.end(), v) - ids.begin());
-    WS_CHECK(s.index < ids.size()) << "no source for input " << g.input_name(v);
-    out.sources.push_back(s);
-  }
-  out.joint.forward_end = g.size();
-  collect_index_checks(out);
-  after_stage(g, "forward");
-  return out;
+  return trace.finish();
 }
 
 const InputSource& CapturedStep::source(ir::ValueId v) const {
