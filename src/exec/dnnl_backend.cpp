@@ -57,12 +57,12 @@ class ZeroOp final : public BackendOp {
 // with scale 1, and a beta other than 1 scales `out` in place first: no
 // primitive is made per step, the result depends only on the values (the
 // same bits resumed or not, whatever beta was before), and the rounding is
-// the unfused update's, (beta * out) + (alpha * (a @ b)).
-// A runtime output scale makes oneDNN choose gemm:jit over brgemm, which
-// costs about 2 us more per call at small shapes (tiny_mlp's 64x32x64
-// weight gradients: 4.9 against 2.9 us). An alpha of 1 (SGD's momentum
-// without dampening, the common case) needs no scale, so a second
-// primitive without one, made at compile time too, runs then.
+// the unfused update's, (beta * out) + (alpha * (a @ b)): the product is
+// the plain product's kernel (brgemm), rounded as the unfused product is,
+// then multiplied by alpha and added to out by post-ops (make_matmul). An
+// alpha of 1 (SGD's momentum without dampening, the common case) needs no
+// multiply, so a second primitive without it, made at compile time too,
+// runs then.
 class AccumulateOp final : public BackendOp {
  public:
   AccumulateOp(std::shared_ptr<const BackendOp> scaled, std::shared_ptr<const BackendOp> unit,
@@ -143,12 +143,17 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
     po.append_sum(1.0f);
     attr.set_post_ops(po);
   }
-  if (accumulate) {  // dst = dst + alpha * (a @ b), alpha given at run time (AccumulateOp)
-    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  // dst = dst + alpha * (a @ b), alpha given at run time (AccumulateOp):
+  // the product times a one-element tensor, then the sum post-op. Not a
+  // runtime output scale: oneDNN 2.6 runs that as gemm:jit, not the plain
+  // product's brgemm, and gemm:jit sums otherwise for one row or column (a
+  // gemv) and for a long K (blocks of K each scaled and added to dst).
+  const dnnl::memory::desc alpha_md = matrix(Shape(out.shape.size(), 1), {}, false);
+  if (accumulate) {
     dnnl::post_ops po;
+    po.append_binary(dnnl::algorithm::binary_mul, alpha_md);
     po.append_sum(1.0f);
     attr.set_post_ops(po);
-    op->set_runtime_scale();
   }
   // A bias per column: [1, ..., 1, n], broadcast over the rows.
   Shape bias_shape(out.shape.size(), 1);
@@ -160,6 +165,8 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
   op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
   if (bias) op->add_operand(DNNL_ARG_BIAS, 3, bias_md, pd.bias_desc());
+  if (accumulate)
+    op->add_operand(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, 3, alpha_md, alpha_md);
   op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
   op->set_main<dnnl::matmul>(pd, matmul_flops(d));
   op->finish(fmt::format("{} [{}x{}x{}] x{}{}{}{}",

@@ -50,8 +50,8 @@ class BackendOp {
 };
 
 // True for what oneDNN computes: f32 matmul, matmul_add (the product
-// scaled by a runtime alpha and added to its destination: output scales and
-// a sum post-op), matmul_bias (the product plus a bias per column), conv2d,
+// scaled by a runtime alpha and added to its destination: a multiply and a
+// sum post-op), matmul_bias (the product plus a bias per column), conv2d,
 // conv2d_input_grad and conv2d_weight_grad.
 bool is_backend_op(ir::Op op, DType dt);
 

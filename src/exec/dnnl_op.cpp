@@ -15,9 +15,6 @@
 namespace ws::exec {
 namespace {
 
-using dt = dnnl::memory::data_type;
-using tag = dnnl::memory::format_tag;
-
 std::atomic<int> g_executing{0};
 
 // One stream a thread: the parts of a weight gradient run on several at
@@ -71,7 +68,6 @@ bool in_backend_execute() { return g_executing.load(std::memory_order_relaxed) >
 
 void DnnlOp::run(const void* a, const void* b, void* out, void* scratch, const void* extra,
                  const void*) const {
-  const void* alpha = extra;
   // oneDNN sizes its teams from the calling thread's OpenMP settings; a step
   // run from another thread than the one that set the count gets them too.
   pin_team();
@@ -80,12 +76,9 @@ void DnnlOp::run(const void* a, const void* b, void* out, void* scratch, const v
   if (base != scratch_bound_) bind_scratch(base);
   for (const Operand& o : operands_) {
     if (o.bound == ptrs[o.which]) continue;
+    WS_CHECK(ptrs[o.which]) << "oneDNN operand " << arg_name(o.arg) << " run without its pointer";
     set_handle(o.user, ptrs[o.which]);
     o.bound = ptrs[o.which];
-  }
-  if (scales_) {
-    WS_CHECK(alpha) << "a scaled product run without its scale";
-    if (alpha != scales_bound_) set_handle(scales_, alpha), scales_bound_ = alpha;
   }
   g_executing.fetch_add(1, std::memory_order_relaxed);
   for (const Operand& o : operands_)
@@ -120,13 +113,8 @@ void DnnlOp::add_operand(int arg, int which, const dnnl::memory::desc& user,
   operands_.push_back(std::move(o));
 }
 
-void DnnlOp::set_runtime_scale() {
-  scales_ = dnnl::memory({{1}, dt::f32, tag::x}, dnnl_engine(), DNNL_MEMORY_NONE);
-}
-
 void DnnlOp::finish(const std::string& what) {
   for (const Operand& o : operands_) main_args_.push_back({o.arg, o.inner.get()});
-  if (scales_) main_args_.push_back({DNNL_ARG_ATTR_OUTPUT_SCALES, scales_.get()});
   if (main_.scratchpad) main_args_.push_back({DNNL_ARG_SCRATCHPAD, main_.scratchpad.get()});
   if (!reordered_.empty()) impl_ += " (reorders: " + reordered_ + ")";
   if (impl_.rfind("ref", 0) == 0) warn_reference(what);

@@ -30,7 +30,7 @@ class DnnlOp final : public BackendOp {
 
   // Creates the operand for `arg`: `want` is what the primitive chose,
   // `user` our plain layout. `which` says which pointer of run() it is: 0:
-  // a, 1: b, 2: out, 3: extra (a bias).
+  // a, 1: b, 2: out, 3: extra (a bias, or matmul_add's alpha).
   void add_operand(int arg, int which, const dnnl::memory::desc& user,
                    const dnnl::memory::desc& want);
 
@@ -43,9 +43,6 @@ class DnnlOp final : public BackendOp {
     flops_ = flops;
     impl_ = pd.impl_info_str();
   }
-
-  // The product is scaled by a value given at run time (matmul_add).
-  void set_runtime_scale();
 
   // Call after every operand and the main primitive are set.
   void finish(const std::string& what);
@@ -86,8 +83,6 @@ class DnnlOp final : public BackendOp {
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_, reordered_;
   mutable std::byte* scratch_bound_ = nullptr;
-  dnnl::memory scales_;  // matmul_add's alpha
-  mutable const void* scales_bound_ = nullptr;
 };
 
 }  // namespace ws::exec

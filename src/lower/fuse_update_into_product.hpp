@@ -11,12 +11,12 @@
 //   buf' = buf * m + g * (1 - d)  =>      (m * buf + (1 - d) * (a @ b))
 //
 // Plain SGD (with weight decay or not) writes the weight; SGD with momentum
-// writes the momentum buffer
-// (the weight's own update then reads the buffer, as before). oneDNN runs
-// it as the product with a runtime output scale (alpha) and a sum post-op
-// (scale 1): the gradient never exists as a buffer. Only a graph holding
-// both the product and the update (the single graph) has the pattern; it is
-// also what lets the optimizer be in the graph at all. oneDNN 2.6 takes a
+// writes the momentum buffer (the weight's own update then reads the
+// buffer, as before). oneDNN runs it as the product with two post-ops, a
+// multiply by alpha (read where it lies at run time) and a sum (scale 1):
+// the gradient never exists as a buffer. Only a graph holding both the
+// product and the update (the single graph) has the pattern; it is also
+// what lets the optimizer be in the graph at all. oneDNN 2.6 takes a
 // sum's scale only when the primitive is created, while beta is a value of
 // the step (a schedule changes 1 - lr * wd every step), so a beta other
 // than 1 scales the accumulator in place before the product adds to it
@@ -29,9 +29,11 @@
 // (its buffer takes g + W * wd, a second array beside the product) stays a
 // product plus one fused update loop.
 //
-// Bits: the product is the same primitive's, and (beta * c) + (alpha *
-// (a @ b)) rounds each product and the sum as the unfused update does, so
-// plain SGD and SGD with momentum give the unfused bits (tested). Plain SGD
+// Bits: the product is the plain product's kernel (brgemm, not the gemm:jit
+// a runtime output scale selects, which sums a single row or column and a
+// long contraction otherwise), and (beta * c) + (alpha * (a @ b)) rounds
+// each product and the sum as the unfused update does, so plain SGD and SGD
+// with momentum give the unfused bits at every shape (tested). Plain SGD
 // with weight decay is another expression of the unfused W - (g + W * wd) *
 // lr: equal within roundings.
 #pragma once

@@ -159,6 +159,14 @@ TEST(FuseUpdateIntoProduct, MomentumWithoutDampeningGivesTheSameBits) {
                              {{4, 1.0f}});
 }
 
+// Plain SGD (alpha = -lr, a multiply after the product) whose gradient sums
+// over a long contraction: the unfused update's bits as the learning rate
+// changes, and with lr = -1 (alpha = 1, the product added as it is).
+TEST(FuseUpdateIntoProduct, PlainSgdOverALongContractionGivesTheUnfusedBits) {
+  expect_update_into_product("sgd_long_contraction_into_product", 1, {0.05f, 0.05f, 0.2f, -1.0f},
+                             true);
+}
+
 // Plain SGD with weight decay: W' = (1 - lr * wd) * W - lr * (a @ b), one
 // product accumulated into the weight with beta = 1 - lr * wd, where the
 // unfused update computes W - ((a @ b) + W * wd) * lr: equal within
