@@ -15,13 +15,24 @@
 # graph.
 
 set(WS_LAYERS "")
+set(WS_ARCHIVE_LAYERS "")
 
-# ws_layer(NAME [DEPENDS layer...] [PUBLIC_HEADERS header...] [LIBS target...])
+# ws_layer(NAME [DIR dir] [FRONTEND] [DEPENDS layer...] [PUBLIC_HEADERS header...]
+#          [LIBS target...])
+#   DIR: its folder under src/ (default NAME), also the path its headers
+#     are included by ("frontend/torch/x.hpp").
+#   FRONTEND: not part of the library's archive: a frontend built into its
+#     own module (the Python extension), above every layer it names.
 #   DEPENDS: the layers directly below it (their own dependencies follow).
 #   PUBLIC_HEADERS: the headers of include/wholestep/ this layer implements.
 #   LIBS: the external libraries its sources use.
 function(ws_layer name)
-  cmake_parse_arguments(L "" "" "DEPENDS;PUBLIC_HEADERS;LIBS" ${ARGN})
+  cmake_parse_arguments(L "FRONTEND" "DIR" "DEPENDS;PUBLIC_HEADERS;LIBS" ${ARGN})
+  if(NOT L_DIR)
+    set(L_DIR ${name})
+  endif()
+  set(WS_LAYER_${name}_DIR ${L_DIR} PARENT_SCOPE)
+  set(WS_LAYER_${name}_DIR ${L_DIR})
   set(closure ${name})
   foreach(dep IN LISTS L_DEPENDS)
     if(NOT dep IN_LIST WS_LAYERS)
@@ -34,12 +45,18 @@ function(ws_layer name)
   set(WS_LAYER_${name}_HEADERS ${L_PUBLIC_HEADERS} PARENT_SCOPE)
   set(WS_LAYER_${name}_HEADERS ${L_PUBLIC_HEADERS})
   set(WS_LAYERS ${WS_LAYERS} ${name} PARENT_SCOPE)
+  if(NOT L_FRONTEND)
+    set(WS_ARCHIVE_LAYERS ${WS_ARCHIVE_LAYERS} ${name} PARENT_SCOPE)
+  endif()
 
   set(root ${CMAKE_BINARY_DIR}/layers/${name})
   file(REMOVE_RECURSE ${root})
   file(MAKE_DIRECTORY ${root}/wholestep)
   foreach(layer IN LISTS closure)
-    file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/${layer} ${root}/${layer} SYMBOLIC)
+    get_filename_component(parent ${root}/${WS_LAYER_${layer}_DIR} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
+    file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/${WS_LAYER_${layer}_DIR} ${root}/${WS_LAYER_${layer}_DIR}
+         SYMBOLIC)
     foreach(header IN LISTS WS_LAYER_${layer}_HEADERS)
       file(CREATE_LINK ${CMAKE_SOURCE_DIR}/include/wholestep/${header}
            ${root}/wholestep/${header} SYMBOLIC)
@@ -47,7 +64,7 @@ function(ws_layer name)
   endforeach()
 
   list(TRANSFORM L_DEPENDS PREPEND ws_ OUTPUT_VARIABLE dep_targets)
-  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${name}/*.cpp)
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${L_DIR}/*.cpp)
   if(NOT sources)  # header-only
     add_library(ws_${name} INTERFACE)
     target_link_libraries(ws_${name} INTERFACE ${dep_targets})

@@ -24,7 +24,7 @@ Storage::Storage(size_t n) : data(nullptr), bytes(n) {
 }
 
 Storage::~Storage() {
-  if (!owner) std::free(data);
+  if (!borrowed) std::free(data);
 }
 
 const TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc) {

@@ -23,13 +23,16 @@ namespace ws::detail {
 struct Storage {
   explicit Storage(size_t bytes);
   Storage(void* borrowed, size_t bytes, std::shared_ptr<void> owner)
-      : data(borrowed), bytes(bytes), owner(std::move(owner)) {}
+      : data(borrowed), bytes(bytes), borrowed(true), owner(std::move(owner)) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data;
   size_t bytes;
-  std::shared_ptr<void> owner;  // borrowed memory: what keeps it alive
+  bool borrowed = false;
+  // Borrowed memory: what keeps it alive (none for memory the caller keeps
+  // alive while the tensor is in use, a step's data arguments).
+  std::shared_ptr<void> owner;
 };
 
 struct TensorImpl {
@@ -46,8 +49,8 @@ inline std::shared_ptr<TensorImpl> make_concrete(const ir::Type& t) {
   return impl;
 }
 
-// A tensor of type `t` over `bytes` of memory another library owns (`owner`
-// keeps it alive).
+// A tensor of type `t` over memory another library owns (`owner` keeps it
+// alive, or the caller does).
 inline Tensor borrow(void* data, const ir::Type& t, std::shared_ptr<void> owner) {
   auto impl = std::make_shared<TensorImpl>();
   impl->type = t;

@@ -1,0 +1,286 @@
+// TrainStep and Forward over Python sources: the importer traces (with the
+// GIL, called back from the step layer when a signature is new); the
+// package passes each step's data and hyperparameters. A step runs without
+// the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include "frontend/torch/frontend.hpp"
+#include "step/step_source.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace ws::frontend::torch {
+
+DType parse_dtype(const std::string& s) {
+  for (DType d : {DType::f32, DType::f64, DType::i64, DType::b8})
+    if (s == dtype_name(d)) return d;
+  throw Error(fmt::format("unknown dtype '{}': expected f32, f64, i64 or bool", s));
+}
+
+Tensor borrow(uintptr_t ptr, const std::string& dtype, const Shape& shape, py::object owner) {
+  // The owner is released with the GIL, whichever thread frees the tensor
+  // (a compiled step evicted while a step runs without it).
+  std::shared_ptr<void> keep(new py::object(std::move(owner)), [](void* o) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(o);
+  });
+  return detail::borrow(reinterpret_cast<void*>(ptr), ir::Type{parse_dtype(dtype), shape},
+                        std::move(keep));
+}
+
+namespace {
+
+// A step's data argument: (address, dtype, shape) of memory the caller
+// keeps alive for the call.
+using DataArg = std::tuple<uintptr_t, std::string, Shape>;
+
+std::vector<Tensor> data_tensors(const std::vector<DataArg>& args) {
+  std::vector<Tensor> out;
+  out.reserve(args.size());
+  for (const auto& [ptr, dtype, shape] : args)
+    out.push_back(
+        detail::borrow(reinterpret_cast<void*>(ptr), ir::Type{parse_dtype(dtype), shape}, nullptr));
+  return out;
+}
+
+py::list types_list(const std::vector<ir::Type>& types) {
+  py::list l;
+  for (const ir::Type& t : types) l.append(py::make_tuple(dtype_name(t.dtype), py::cast(t.shape)));
+  return l;
+}
+
+step::CapturedStep call_trace(const py::object& fn, const std::vector<ir::Type>& types) {
+  py::gil_scoped_acquire gil;
+  py::object r = fn(types_list(types));
+  return std::move(r.cast<FinishedTrace&>().cap);
+}
+
+class PyStepSource final : public step::StepSource {
+ public:
+  PyStepSource(py::object trace, std::vector<optim::UpdateGroup> groups)
+      : trace_(std::move(trace)), groups_(std::move(groups)) {
+    size_t n = 0;
+    for (const optim::UpdateGroup& g : groups_) n += g.spec.hyper_names.size();
+    hypers_.assign(n, 0.0);
+  }
+  ~PyStepSource() override {
+    py::gil_scoped_acquire gil;
+    trace_ = py::object();
+  }
+
+  step::CapturedStep trace(const std::vector<ir::Type>& types, const SourceLoc&) override {
+    return call_trace(trace_, types);
+  }
+  std::vector<optim::UpdateGroup> update_groups() const override { return groups_; }
+  void hyper_values(std::span<double> out) const override {
+    std::copy(hypers_.begin(), hypers_.end(), out.begin());
+  }
+  void advance() override { ++steps_; }
+  int64_t step_count() const override { return steps_; }
+
+  void set_hypers(const std::vector<double>& h) {
+    if (h.size() != hypers_.size())
+      throw Error(
+          fmt::format("the step takes {} hyperparameters, got {}", hypers_.size(), h.size()));
+    hypers_ = h;
+  }
+
+ private:
+  py::object trace_;
+  std::vector<optim::UpdateGroup> groups_;
+  std::vector<double> hypers_;
+  int64_t steps_ = 0;
+};
+
+class PyForwardSource final : public step::ForwardSource {
+ public:
+  explicit PyForwardSource(py::object trace) : trace_(std::move(trace)) {}
+  ~PyForwardSource() override {
+    py::gil_scoped_acquire gil;
+    trace_ = py::object();
+  }
+  step::CapturedStep trace(const std::vector<ir::Type>& types, const SourceLoc&) override {
+    return call_trace(trace_, types);
+  }
+
+ private:
+  py::object trace_;
+};
+
+optim::UpdateGroup update_group(const py::dict& d) {
+  optim::UpdateGroup g;
+  optim::UpdateSpec& s = g.spec;
+  for (auto [k, v] : d) {
+    const std::string key = k.cast<std::string>();
+    if (key == "kind")
+      s.kind = v.cast<std::string>();
+    else if (key == "momentum")
+      s.momentum = v.cast<bool>();
+    else if (key == "nesterov")
+      s.nesterov = v.cast<bool>();
+    else if (key == "weight_decay")
+      s.weight_decay = v.cast<bool>();
+    else if (key == "amsgrad")
+      s.amsgrad = v.cast<bool>();
+    else if (key == "maximize")
+      s.maximize = v.cast<bool>();
+    else if (key == "state_slots")
+      s.state_slots = v.cast<std::vector<std::string>>();
+    else if (key == "global_slots")
+      s.global_slots = v.cast<std::vector<std::string>>();
+    else if (key == "hyper_names")
+      s.hyper_names = v.cast<std::vector<std::string>>();
+    else if (key == "params")
+      g.params = v.cast<std::vector<size_t>>();
+    else
+      throw Error(fmt::format("an update group has no field '{}'", key));
+  }
+  return g;
+}
+
+StepOptions step_options(const py::dict& d) {
+  StepOptions o;
+  for (auto [k, v] : d) {
+    const std::string key = k.cast<std::string>();
+    if (key == "mode")
+      o.mode = parse_mode(v.cast<std::string>());
+    else if (key == "aliasing")
+      o.aliasing = v.cast<bool>();
+    else if (key == "fuse")
+      o.fuse = v.cast<bool>();
+    else if (key == "recompute")
+      o.recompute = v.cast<bool>();
+    else if (key == "memory_budget")
+      o.memory_budget = v.cast<double>();
+    else if (key == "detect_anomaly")
+      o.detect_anomaly = v.cast<bool>();
+    else if (key == "max_cached")
+      o.max_cached = v.cast<int>();
+    else if (key == "recompile_warning")
+      o.recompile_warning = v.cast<int>();
+    else if (key == "adapt_threads")
+      o.adapt_threads = v.cast<bool>();
+    else if (key == "on_nonfinite") {
+      const std::string s = v.cast<std::string>();
+      if (s == "error")
+        o.on_nonfinite = NonFinite::error;
+      else if (s == "skip")
+        o.on_nonfinite = NonFinite::skip;
+      else if (s == "ignore")
+        o.on_nonfinite = NonFinite::ignore;
+      else
+        throw Error(fmt::format("on_nonfinite is error, skip or ignore, not '{}'", s));
+    } else {
+      throw Error(fmt::format("unknown step option '{}'", key));
+    }
+  }
+  return o;
+}
+
+py::dict counters_dict(const StepCounters& c) {
+  py::dict d;
+  d["graphs"] = c.graphs;
+  d["kernels"] = c.kernels;
+  d["bytes_copied"] = c.bytes_copied;
+  d["interface_bytes"] = c.interface_bytes;
+  d["arena_bytes"] = c.arena_bytes;
+  d["persistent_bytes"] = c.persistent_bytes;
+  d["peak_bytes"] = c.peak_bytes;
+  d["flops"] = c.flops;
+  return d;
+}
+
+struct PyTrainStep {
+  PyStepSource* source;
+  TrainStep step;
+  StepResult last;
+};
+
+struct PyForward {
+  Forward forward;
+};
+
+PyTrainStep make_train_step(py::object trace, const std::vector<py::dict>& groups,
+                            const py::dict& options) {
+  std::vector<optim::UpdateGroup> gs;
+  for (const py::dict& g : groups) gs.push_back(update_group(g));
+  auto src = std::make_unique<PyStepSource>(std::move(trace), std::move(gs));
+  PyStepSource* raw = src.get();
+  return PyTrainStep{raw, step::StepFactory::train_step(std::move(src), step_options(options)), {}};
+}
+
+// A tensor's values as a numpy array sharing its storage.
+py::array to_array(const Tensor& t) {
+  const detail::TensorImpl* impl = t.impl();
+  py::capsule base(new Tensor(t), [](void* p) { delete static_cast<Tensor*>(p); });
+  py::dtype dt = impl->type.dtype == DType::f32   ? py::dtype::of<float>()
+                 : impl->type.dtype == DType::f64 ? py::dtype::of<double>()
+                 : impl->type.dtype == DType::i64 ? py::dtype::of<int64_t>()
+                                                  : py::dtype::of<bool>();
+  std::vector<py::ssize_t> shape(impl->type.shape.begin(), impl->type.shape.end());
+  return py::array(dt, shape, impl->storage->data, base);
+}
+
+}  // namespace
+
+void bind_steps(py::module_& m) {
+  py::class_<Tensor>(m, "Tensor")
+      .def_property_readonly("dtype", [](const Tensor& t) { return dtype_name(t.dtype()); })
+      .def_property_readonly("shape", [](const Tensor& t) { return t.shape(); })
+      .def_property_readonly("data_ptr",
+                             [](const Tensor& t) { return uintptr_t(t.impl()->storage->data); })
+      .def("numpy", &to_array);
+  m.def("borrow", &borrow, py::arg("ptr"), py::arg("dtype"), py::arg("shape"), py::arg("owner"),
+        "A tensor over memory `owner` holds (a torch tensor), kept alive while it is.");
+
+  py::class_<PyTrainStep>(m, "TrainStep")
+      .def(py::init(&make_train_step), py::arg("trace"), py::arg("groups"), py::arg("options"))
+      .def(
+          "run",
+          [](PyTrainStep& s, const std::vector<DataArg>& data, const std::vector<double>& hypers) {
+            s.source->set_hypers(hypers);
+            std::vector<Tensor> tensors = data_tensors(data);
+            {
+              py::gil_scoped_release nogil;
+              s.last = s.step.run(tensors);
+            }
+            return py::make_tuple(s.last.loss, s.last.skipped, s.last.step);
+          },
+          py::arg("data"), py::arg("hypers"))
+      .def("stats", [](const PyTrainStep& s) { return counters_dict(s.last.counters); })
+      .def("traces", [](const PyTrainStep& s) { return s.step.traces(); })
+      .def("cached", [](const PyTrainStep& s) { return s.step.cached(); })
+      .def("clear_cache", [](PyTrainStep& s) { s.step.clear_cache(); })
+      .def("graphs_text", [](const PyTrainStep& s) { return s.step.graphs_text(); })
+      .def("programs_text", [](const PyTrainStep& s) { return s.step.programs_text(); })
+      .def("partition_report", [](const PyTrainStep& s) { return s.step.partition_report(); });
+
+  py::class_<PyForward>(m, "Forward")
+      .def(py::init([](py::object trace) {
+             return PyForward{
+                 step::StepFactory::forward(std::make_unique<PyForwardSource>(std::move(trace)))};
+           }),
+           py::arg("trace"))
+      .def(
+          "run",
+          [](PyForward& f, const std::vector<DataArg>& data) {
+            std::vector<Tensor> tensors = data_tensors(data);
+            Tensor out;
+            {
+              py::gil_scoped_release nogil;
+              out = f.forward.run(tensors);
+            }
+            return to_array(out);
+          },
+          py::arg("data"))
+      .def("traces", [](const PyForward& f) { return f.forward.traces(); })
+      .def("graph_text", [](const PyForward& f) { return f.forward.graph_text(); });
+
+  m.def("set_num_threads", &set_num_threads, py::arg("n"));
+  m.def("num_threads", &num_threads);
+  m.def("backend_info", &backend_info);
+}
+
+}  // namespace ws::frontend::torch
