@@ -2,6 +2,7 @@
 // mode and memory budget, lower each graph to a Program and bind it; and
 // what the result costs (StepCounters).
 #include "exec/dnnl_backend.hpp"
+#include "ir/attr.hpp"
 #include "lower/lower.hpp"
 #include "step/train_step_impl.hpp"
 
@@ -15,7 +16,9 @@ void count_interpreted(const ir::Graph& g, StepCounters& k) {
   k.graphs = 1;
   for (const ir::Node& n : g.nodes) {
     k.kernels += n.op != ir::Op::input;
-    if (n.op == ir::Op::matmul || ir::op_info(n.op).category == ir::OpCategory::convolution) {
+    // Matrix products and convolutions (not the poolings, also in the
+    // convolution category).
+    if (n.op == ir::Op::matmul || ir::kConvOps.contains(n.op)) {
       std::vector<ir::Type> in;
       for (ir::ValueId a : n.args) in.push_back(g.type(a));
       k.flops += exec::backend_flops(n.op, n.attrs, in, n.type);

@@ -1,0 +1,103 @@
+"""Capture of a torch program as an ATen graph, each node tagged with the
+module that made it and the user's source line.
+
+The program is traced by ``make_fx`` in fake mode: every op runs on fake
+tensors, so nothing is computed and the model's buffers are not touched
+(in real mode, tracing would apply BatchNorm's running-statistic updates
+once). ``make_fx`` works at the level of ATen ops, below the Python code,
+so models whose forward unpacks shapes (torchvision's ViT, ShuffleNet)
+trace as their authors wrote them, unlike ``torch.fx.symbolic_trace``.
+"""
+
+import contextlib
+import os
+import sys
+
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.utils import stateless
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class _Where:
+    """The module path stack while the model runs (global module hooks)."""
+
+    def __init__(self, model):
+        # Classes as the model has them: functional_call swaps a module's
+        # class for a stateless stand-in while it runs.
+        self.names = {id(m): (name, type(m)) for name, m in model.named_modules()}
+        self.stack = []
+
+    def pre(self, module, args):
+        entry = self.names.get(id(module))
+        if entry is not None:
+            self.stack.append(entry)
+
+    def post(self, module, args, out):
+        if self.names.get(id(module)) is not None and self.stack:
+            self.stack.pop()
+
+    def module(self):
+        return self.stack[-1] if self.stack else None
+
+
+def _user_frame():
+    """The innermost frame outside torch and this package: the line of the
+    model's (or the loss function's) code that called the op."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_TORCH_DIR) and not fn.startswith(_OWN_DIR):
+            return fn, f.f_lineno
+        f = f.f_back
+    return None
+
+
+@contextlib.contextmanager
+def _tagging(where):
+    """Tags every node the tracer creates with node.meta['ws_module'] (path,
+    class) and node.meta['ws_line'] (file, line)."""
+    original = torch.fx.Graph.create_node
+
+    def create_node(graph, *args, **kwargs):
+        node = original(graph, *args, **kwargs)
+        node.meta["ws_module"] = where.module()
+        node.meta["ws_line"] = _user_frame()
+        return node
+
+    pre = torch.nn.modules.module.register_module_forward_pre_hook(where.pre)
+    post = torch.nn.modules.module.register_module_forward_hook(where.post)
+    torch.fx.Graph.create_node = create_node
+    try:
+        yield
+    finally:
+        torch.fx.Graph.create_node = original
+        pre.remove()
+        post.remove()
+
+
+def trace(model, params, buffers, fn, examples):
+    """``fn(model_call, *examples)`` as a GraphModule over (params, buffers,
+    *examples), where ``model_call(*inputs)`` runs the model with the given
+    tensors as its parameters and buffers. The placeholders are the params,
+    then the buffers (in the dicts' order), then the examples."""
+    names = list(params) + list(buffers)
+
+    def program(p, b, *args):
+        def model_call(*inputs):
+            return stateless.functional_call(model, {**p, **b}, inputs)
+
+        return fn(model_call, *args)
+
+    where = _Where(model)
+    with _tagging(where):
+        gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(names) + len(examples):
+        raise RuntimeError(
+            f"internal: {len(placeholders)} placeholders for {len(names)} tensors "
+            f"and {len(examples)} arguments")
+    return gm

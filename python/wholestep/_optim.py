@@ -1,0 +1,158 @@
+"""torch.optim optimizers as wholestep update groups.
+
+The compiled step reads and writes the optimizer's own state tensors, with
+torch's names and layouts (``momentum_buffer``; ``step``, ``exp_avg``,
+``exp_avg_sq``, ``max_exp_avg_sq``), so ``opt.state_dict()`` is what torch
+would hold and eager torch can continue from it. Hyperparameters are read
+from ``opt.param_groups`` before every step; only which terms exist (a
+momentum, a weight decay, nesterov, amsgrad, maximize) is compiled in.
+"""
+
+import torch
+
+_SGD_OPTIONS = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
+                "foreach", "differentiable", "params", "initial_lr"}
+_ADAM_OPTIONS = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach",
+                 "capturable", "differentiable", "fused", "params", "initial_lr"}
+
+
+class OptimizerError(Exception):
+    pass
+
+
+def _kind(opt):
+    # AdamW is checked first: it is not a subclass of Adam in torch 1.13,
+    # but a user's subclass of either would be a different rule.
+    for cls, kind in ((torch.optim.AdamW, "adamw"), (torch.optim.Adam, "adam"),
+                      (torch.optim.SGD, "sgd")):
+        if type(opt) is cls:
+            return kind
+    raise OptimizerError(
+        f"the optimizer {type(opt).__module__}.{type(opt).__qualname__} is not supported: "
+        f"wholestep compiles torch.optim.SGD, Adam and AdamW")
+
+
+class Optimizer:
+    """Reads `opt`'s groups; `param_index(p)` is p's place among the step's
+    param inputs."""
+
+    def __init__(self, opt):
+        self.opt = opt
+        self.kind = _kind(opt)
+        self._first = {}  # SGD: group index -> its momentum buffers were made by us, unused yet
+        for i, group in enumerate(opt.param_groups):
+            allowed = _SGD_OPTIONS if self.kind == "sgd" else _ADAM_OPTIONS
+            unknown = sorted(set(group) - allowed)
+            if unknown:
+                raise OptimizerError(f"param group {i} has options wholestep does not know: "
+                                     f"{', '.join(unknown)}")
+            for flag in ("capturable", "differentiable", "fused"):
+                if group.get(flag):
+                    raise OptimizerError(f"param group {i}: {flag}=True is not supported")
+
+    def params(self):
+        return [p for g in self.opt.param_groups for p in g["params"]]
+
+    def structure(self):
+        """What the compiled graph depends on (a change recompiles)."""
+        out = []
+        for g in self.opt.param_groups:
+            if self.kind == "sgd":
+                out.append((g["momentum"] != 0, g["nesterov"], g["weight_decay"] != 0,
+                            g["maximize"], len(g["params"])))
+            else:
+                out.append((g["amsgrad"], g["weight_decay"] != 0, g["maximize"],
+                            len(g["params"])))
+        return tuple(out)
+
+    def _slots(self, g):
+        if self.kind == "sgd":
+            return ["momentum_buffer"] if g["momentum"] != 0 else []
+        return ["step", "exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if g["amsgrad"] else [])
+
+    def _hyper_names(self, g):
+        if self.kind == "sgd":
+            names = ["lr"]
+            if g["momentum"] != 0:
+                names += ["momentum", "dampening_factor"]
+            if g["weight_decay"] != 0:
+                names.append("weight_decay")
+            return names
+        return ["lr", "beta1", "beta2", "eps"] + (["weight_decay"] if g["weight_decay"] != 0
+                                                  else [])
+
+    def groups(self, param_index):
+        """The update groups for the extension module."""
+        out = []
+        for g in self.opt.param_groups:
+            if self.kind == "sgd" and g["nesterov"] and (g["momentum"] <= 0 or g["dampening"]):
+                raise OptimizerError("SGD: nesterov needs a momentum and zero dampening")
+            out.append({
+                "kind": self.kind,
+                "momentum": self.kind == "sgd" and g["momentum"] != 0,
+                "nesterov": self.kind == "sgd" and bool(g["nesterov"]),
+                "weight_decay": g["weight_decay"] != 0,
+                "amsgrad": self.kind != "sgd" and bool(g["amsgrad"]),
+                "maximize": bool(g["maximize"]),
+                "state_slots": self._slots(g),
+                "global_slots": [],
+                "hyper_names": self._hyper_names(g),
+                "params": [param_index(p) for p in g["params"]],
+            })
+        return out
+
+    def state(self, name_of):
+        """Creates the state torch would create at its first step, where it
+        is missing (zeros; SGD's first step then makes the buffer the
+        gradient, as torch does). Returns [(name, tensor)] in the order of
+        the step's opt_state inputs, and an undo for a failed compile."""
+        created = []
+        out = []
+        for gi, g in enumerate(self.opt.param_groups):
+            slots = self._slots(g)
+            fresh = []
+            for p in g["params"]:
+                st = self.opt.state[p]
+                for slot in slots:
+                    if slot not in st or st[slot] is None:
+                        st[slot] = (torch.tensor(0.0) if slot == "step"
+                                    else torch.zeros_like(p, memory_format=torch.preserve_format))
+                        created.append((p, slot))
+                        fresh.append(slot == "momentum_buffer")
+                    else:
+                        fresh.append(False)
+                    out.append((f"{name_of(p)}.{slot}", st[slot]))
+            if self.kind == "sgd" and slots:
+                if any(fresh) and not all(fresh):
+                    raise OptimizerError(f"param group {gi}: some parameters have a momentum "
+                                         f"buffer and others not")
+                self._first[gi] = self._first.get(gi, False) or all(fresh)
+
+        def undo():
+            for p, slot in created:
+                del self.opt.state[p][slot]
+                if not self.opt.state[p]:
+                    del self.opt.state[p]
+        return out, undo
+
+    def hypers(self):
+        """This step's hyperparameters, group after group."""
+        out = []
+        for gi, g in enumerate(self.opt.param_groups):
+            if self.kind == "sgd":
+                out.append(g["lr"])
+                if g["momentum"] != 0:
+                    out.append(g["momentum"])
+                    out.append(1.0 if self._first.get(gi) else 1.0 - g["dampening"])
+                if g["weight_decay"] != 0:
+                    out.append(g["weight_decay"])
+            else:
+                beta1, beta2 = g["betas"]
+                out += [g["lr"], beta1, beta2, g["eps"]]
+                if g["weight_decay"] != 0:
+                    out.append(g["weight_decay"])
+        return [float(v) for v in out]
+
+    def stepped(self):
+        """A step's update was applied."""
+        self._first.clear()
