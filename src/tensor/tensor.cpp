@@ -4,6 +4,7 @@
 // this half, which is why it sits below exec.
 #include "tensor/tensor_impl.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,6 +26,18 @@ Storage::Storage(size_t n) : data(nullptr), bytes(n) {
 
 Storage::~Storage() {
   if (!borrowed) std::free(data);
+}
+
+Tensor borrow(void* data, const ir::Type& t, std::shared_ptr<void> owner) {
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(t.dtype) != 0)
+    throw Error(
+        fmt::format("borrowed memory for a {} tensor at {} is not aligned to its {}-byte elements; "
+                    "bind a copy",
+                    t.str(), data, dtype_size(t.dtype)));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = t;
+  impl->storage = std::make_shared<Storage>(data, t.bytes(), std::move(owner));
+  return Tensor(std::move(impl));
 }
 
 const TensorImpl& impl_of(const Tensor& t, const char* what, const Loc& loc) {

@@ -18,8 +18,9 @@ namespace ws::detail {
 // compiled step can bind a parameter's storage once and update it in place.
 // Or another library's memory, borrowed: kept alive by `owner` and never
 // freed here (a frontend binds its framework's tensors without copies). Our
-// kernels neither assume alignment nor read past `bytes`, so borrowed
-// memory needs neither the alignment nor the padding of our own.
+// kernels assume only the alignment of an element (borrow checks it) and
+// never read or write past `bytes`, so borrowed memory needs neither the
+// alignment nor the padding of our own (tests/step/borrowed_storage_test).
 struct Storage {
   explicit Storage(size_t bytes);
   Storage(void* borrowed, size_t bytes, std::shared_ptr<void> owner)
@@ -50,13 +51,10 @@ inline std::shared_ptr<TensorImpl> make_concrete(const ir::Type& t) {
 }
 
 // A tensor of type `t` over memory another library owns (`owner` keeps it
-// alive, or the caller does).
-inline Tensor borrow(void* data, const ir::Type& t, std::shared_ptr<void> owner) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->type = t;
-  impl->storage = std::make_shared<Storage>(data, t.bytes(), std::move(owner));
-  return Tensor(std::move(impl));
-}
+// alive, or the caller does). `data` must be aligned to an element, as any typed access
+// is in C++ (a torch tensor's always is, unless made from a raw buffer at an
+// odd offset); a ws::Error otherwise.
+Tensor borrow(void* data, const ir::Type& t, std::shared_ptr<void> owner);
 
 // The public API's checks, with its messages: `t` is defined (and, for
 // concrete(), not traced), or a ws::Error naming `what` and the user's line.
