@@ -14,7 +14,7 @@ seconds=${1:-60}
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -g1"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_CXX_FLAGS="$flags" \
-  -DWS_FUZZ=ON -DWS_BUILD_TESTS=OFF -DWS_BUILD_BENCHMARKS=OFF >/dev/null
+  -DWS_FUZZ=ON -DWS_BUILD_TESTS=OFF -DWS_BUILD_BENCHMARKS=OFF -DWS_PYTHON=OFF >/dev/null
 targets=(idx_fuzz text_fuzz safetensors_fuzz ir_parser_fuzz)
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
 

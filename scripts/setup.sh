@@ -7,7 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(g++ cmake ninja-build libfmt-dev zlib1g-dev libgtest-dev libbenchmark-dev
           libcli11-dev libdnnl-dev libeigen3-dev nlohmann-json3-dev libboost-graph-dev
-          dataset-fashion-mnist graphviz python3-matplotlib)
+          dataset-fashion-mnist graphviz python3-matplotlib
+          pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
+          python3-torchvision)
 ./scripts/install_packages.sh "${packages[@]}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

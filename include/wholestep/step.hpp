@@ -193,6 +193,15 @@ class TrainStep {
   // graphs; single_graph: keeps alive) and what the backward recomputes,
   // with bytes and reasons (empty when interpreted).
   std::string partition_report() const;
+  // The memory each persistent input (parameter, buffer, optimizer state,
+  // random stream) of the last compiled signature is bound to, by input
+  // name: the tensors' own storage, unless StepOptions::aliasing is off.
+  std::vector<std::pair<std::string, const void*>> bound_storage() const;
+  // three_graph: each parameter's gradient from the last step, as the
+  // backward graph passed it to the optimizer graph (copies), named
+  // "grad.<parameter>". Empty in the other modes, which never hold them
+  // whole (single_graph fuses each into its update).
+  std::vector<std::pair<std::string, Tensor>> gradients() const;
   // The partitioned joint graph in Graphviz DOT (forward, backward and
   // optimizer coloured, saved values marked; empty when interpreted).
   std::string partition_dot() const;

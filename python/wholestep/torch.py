@@ -158,9 +158,10 @@ class TrainStep:
             for name, t in state:
                 g.persistent("opt_state", name, _bound(name, t, "optimizer state"))
                 binding.add(t)
-            for group in groups:
+            # Named per group after the first (the names identify inputs).
+            for gi, group in enumerate(groups):
                 for h in group["hyper_names"]:
-                    g.hyper(h)
+                    g.hyper(h if gi == 0 else f"group{gi}.{h}")
             examples = []
             for dtype, shape in types:
                 inputs.append(("data", dtype, list(shape)))
@@ -225,7 +226,25 @@ class TrainStep:
         return self._step().partition_report()
 
     def traces(self):
+        """How many times the model was traced (once per input signature,
+        train/eval state and optimizer structure)."""
         return sum(s.traces() for s, _ in self._steps.values())
+
+    def gradients(self):
+        """three_graph: {parameter name: its gradient in the last step} (a
+        copy; the graphs pass them between backward and optimizer). The
+        other modes never hold them whole: an Error."""
+        if self.mode != "three_graph":
+            raise Error(f"gradients() needs mode three_graph, not {self.mode}: "
+                        f"{self.mode} never holds the gradients whole")
+        prefix = "grad."
+        return {k[len(prefix):]: torch.from_numpy(v)
+                for k, v in self._step().gradients().items()}
+
+    def bound_storage(self):
+        """{input name: address} of the memory the last step's parameters,
+        buffers and optimizer state are bound to: the torch tensors' own."""
+        return dict(self._step().bound_storage())
 
 
 _TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64,

@@ -233,9 +233,12 @@ class Fuser {
         if (gj < 0 || groups_[size_t(gj)].reduce >= 0 ||
             std::find(producers.begin(), producers.end(), gj) != producers.end())
           continue;
+        // Not a loop that draws random numbers: an epilogue runs once per
+        // reduced row, and a draw needs the loop's element index.
         const std::vector<ValueId>& ms = groups_[size_t(gj)].members;
-        if (std::all_of(ms.begin(), ms.end(),
-                        [&](ValueId m) { return g_.type(m).shape == n.type.shape; }))
+        if (std::all_of(ms.begin(), ms.end(), [&](ValueId m) {
+              return g_.type(m).shape == n.type.shape && g_.node(m).op != Op::random_uniform;
+            }))
           producers.push_back(gj);
       }
       for (int32_t gi : cands) {

@@ -255,7 +255,18 @@ void bind_steps(py::module_& m) {
       .def("clear_cache", [](PyTrainStep& s) { s.step.clear_cache(); })
       .def("graphs_text", [](const PyTrainStep& s) { return s.step.graphs_text(); })
       .def("programs_text", [](const PyTrainStep& s) { return s.step.programs_text(); })
-      .def("partition_report", [](const PyTrainStep& s) { return s.step.partition_report(); });
+      .def("partition_report", [](const PyTrainStep& s) { return s.step.partition_report(); })
+      .def("gradients",
+           [](const PyTrainStep& s) {
+             py::dict d;
+             for (auto& [name, t] : s.step.gradients()) d[py::str(name)] = to_array(t);
+             return d;
+           })
+      .def("bound_storage", [](const PyTrainStep& s) {
+        std::vector<std::pair<std::string, uintptr_t>> out;
+        for (auto& [name, ptr] : s.step.bound_storage()) out.emplace_back(name, uintptr_t(ptr));
+        return out;
+      });
 
   py::class_<PyForward>(m, "Forward")
       .def(py::init([](py::object trace) {

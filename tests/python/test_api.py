@@ -1,0 +1,210 @@
+"""wholestep.torch's API beyond matching eager: errors that name what was
+wrong and where, hyperparameters read every step, parameter groups,
+compile_forward, train/eval."""
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+import wholestep
+import wholestep.torch as wst
+
+nn = torch.nn
+F = nn.functional
+
+
+class Spectral(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return torch.fft.fft(self.proj(x)).real  # the line the error must name
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), Spectral())
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def small():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def batch(seed=0, n=8):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def test_an_unsupported_op_names_the_op_the_module_and_the_line_before_any_step():
+    model = Net()
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    with pytest.raises(wholestep.Error) as e:
+        step(*batch())
+    message = str(e.value)
+    line = inspect.getsourcelines(Spectral.forward)[1] + 1
+    assert "aten._fft_r2c" in message or "fft" in message
+    assert "body.2" in message and "Spectral" in message
+    assert f"{__file__}:{line}" in message
+    # Nothing ran: the parameters and the optimizer are as they were.
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert not opt.state
+
+
+def test_unsupported_optimizers_and_options_are_errors():
+    model = small()
+    with pytest.raises(wholestep.Error, match="RMSprop is not supported"):
+        wst.compile_train_step(model, torch.optim.RMSprop(model.parameters()), F.cross_entropy)
+    with pytest.raises(wholestep.Error, match="mode 'fast'"):
+        wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                               F.cross_entropy, mode="fast")
+    other = nn.Linear(2, 2)
+    with pytest.raises(wholestep.Error, match="not a parameter of the model"):
+        wst.compile_train_step(model, torch.optim.SGD(other.parameters(), lr=0.1),
+                               F.cross_entropy)
+
+
+def test_bad_tensors_are_errors_naming_them():
+    model = small()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    x, y = batch()
+    with pytest.raises(wholestep.Error, match=r"argument 0 \[8, 8\] of dtype torch.float16"):
+        step(x.half(), y)
+    with pytest.raises(wholestep.Error, match=r"argument 0 \[8, 8\].*contiguous: False"):
+        step(x.t().contiguous().t(), y)
+    bad = nn.Linear(8, 3)
+    bad.weight = nn.Parameter(torch.randn(3, 8).t().contiguous().t())
+    step = wst.compile_train_step(bad, torch.optim.SGD(bad.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    with pytest.raises(wholestep.Error, match=r"parameter 'weight' \[3, 8\] is not contiguous"):
+        step(x, y)
+
+
+def test_a_label_out_of_range_is_an_error_before_the_step():
+    model = small()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    x, y = batch()
+    y[3] = 7
+    with pytest.raises(wholestep.Error, match="label 7 at position 3, outside"):
+        step(x, y)
+
+
+def eager(model, opt, batches, scheduler=None):
+    out = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if scheduler:
+            scheduler.step()
+        out.append(loss.item())
+    return out
+
+
+def test_an_lr_scheduler_and_param_groups_work_without_recompiling():
+    batches = [batch(i) for i in range(6)]
+    results = []
+    for compiled in (False, True):
+        model = small()
+        decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+        no_decay = [p for n, p in model.named_parameters() if not n.endswith("weight")]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
+                                 {"params": no_decay, "weight_decay": 0.0, "lr": 3e-3}], lr=1e-2)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        if compiled:
+            step = wst.compile_train_step(model, opt, F.cross_entropy)
+            losses = []
+            for x, y in batches:
+                losses.append(float(step(x, y)))
+                sched.step()
+            assert step.traces() == 1
+        else:
+            losses = eager(model, opt, batches, sched)
+        results.append((losses, model.state_dict(), opt.state_dict()))
+    (l0, s0, o0), (l1, s1, o1) = results
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    for k in s0:
+        torch.testing.assert_close(s1[k], s0[k], rtol=1e-4, atol=1e-6)
+    assert o1["param_groups"] == o0["param_groups"]
+    for i in o0["state"]:
+        assert list(o1["state"][i]) == list(o0["state"][i])  # torch's names, in its order
+        for k, v in o0["state"][i].items():
+            torch.testing.assert_close(o1["state"][i][k], v, rtol=1e-4, atol=1e-6)
+
+
+def test_sgd_options_match_torch():
+    batches = [batch(i) for i in range(4)]
+    for options in ({"momentum": 0.9, "dampening": 0.5}, {"momentum": 0.9, "maximize": True},
+                    {}, {"momentum": 0.8, "nesterov": True, "weight_decay": 1e-3}):
+        runs = []
+        for compiled in (False, True):
+            model = small()
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, **options)
+            if compiled:
+                step = wst.compile_train_step(model, opt, F.cross_entropy)
+                runs.append([float(step(x, y)) for x, y in batches])
+            else:
+                runs.append(eager(model, opt, batches))
+        assert runs[1] == pytest.approx(runs[0], rel=1e-5), options
+
+
+def test_adam_amsgrad_and_maximize_match_torch():
+    batches = [batch(i) for i in range(4)]
+    for cls, options in ((torch.optim.Adam, {"amsgrad": True, "weight_decay": 1e-2}),
+                         (torch.optim.AdamW, {"maximize": True})):
+        runs = []
+        for compiled in (False, True):
+            model = small()
+            opt = cls(model.parameters(), lr=1e-2, **options)
+            if compiled:
+                step = wst.compile_train_step(model, opt, F.cross_entropy)
+                runs.append([float(step(x, y)) for x, y in batches])
+            else:
+                runs.append(eager(model, opt, batches))
+        assert runs[1] == pytest.approx(runs[0], rel=1e-5), options
+
+
+def test_compile_forward_is_eval_mode_over_the_same_storage():
+    model = small()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    predict = wst.compile_forward(model)
+    x, y = batch()
+    step(x, y)
+    assert model.training
+    out = predict(x)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
+    model.train()
+    step(x, y)  # the forward sees the update: same storage
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(predict(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_switching_to_eval_retraces_with_the_running_statistics():
+    model = small()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    x, y = batch()
+    step(x, y)
+    tracked = model[1].num_batches_tracked.item()
+    model.eval()
+    step(x, y)
+    assert model[1].num_batches_tracked.item() == tracked  # eval: no statistics update
+    assert step.traces() == 2

@@ -1,0 +1,121 @@
+"""Ten steps through wholestep against the same ten steps in torch eager,
+from the same initial state and batches (dropout off): the losses, the
+parameters and the BatchNorm buffers, and eager torch continuing from the
+state dicts wholestep left; the first step's gradients.
+
+Each comparison is against a float64 torch run, within what float32 torch
+itself reaches: float32 eager in six batch orders (the same maths, other
+roundings) measures that spread. The ReLU/ReLU6 networks with BatchNorm
+(resnet18, mobilenet_v2) are chaotic at these batch sizes: an input within
+rounding of zero flips with the order and the changed gradient grows step
+by step, so float32 torch's own spread after ten steps is far above 1e-4
+there; the first step's gradients show the computation itself is as exact
+as torch's."""
+
+import copy
+
+import pytest
+import torch
+
+import wholestep.torch as wst
+from torch_models import (LR_SCALE, MODELS, OPTIMIZERS, as_float64, distance, eager_steps, float64_copy,
+                          gradient_error, gradients, make, permuted)
+
+MODES = ("single_graph", "three_graph")
+
+
+def optimizer(name, opt_name):
+    return lambda params: OPTIMIZERS[opt_name](params, LR_SCALE.get(name, 1))
+
+
+def reference(name, opt_name):
+    """The float64 losses and state, and float32 eager's spread around
+    them: per step for the loss, after ten steps for the state."""
+    model, batches, loss_fn = make(name)
+    make_opt = optimizer(name, opt_name)
+    ref64 = float64_copy(model)
+    losses64 = eager_steps(ref64, make_opt(ref64.parameters()), loss_fn,
+                           as_float64(batches[:10]))
+    n = batches[0][0].shape[0]
+    loss_spread, spread, eager = [0.0] * 10, 0.0, None
+    gen = torch.Generator().manual_seed(7)
+    orders = [torch.arange(n), torch.arange(n).flip(0)] + [torch.randperm(n, generator=gen)
+                                                          for _ in range(4)]
+    for perm in orders:
+        m = copy.deepcopy(model)
+        o = make_opt(m.parameters())
+        losses = eager_steps(m, o, loss_fn, permuted(batches[:10], perm))
+        loss_spread = [max(s, abs(a - b) / abs(b)) for s, a, b in zip(loss_spread, losses, losses64)]
+        spread = max(spread, distance(ref64.state_dict(), m.state_dict()))
+        if eager is None:
+            eager = m
+    return model, batches, loss_fn, losses64, loss_spread, ref64, spread, eager
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("name", MODELS)
+def test_ten_steps_match_torch_and_torch_continues(name, opt_name):
+    model, batches, loss_fn, losses64, loss_spread, ref64, spread, eager = \
+        reference(name, opt_name)
+    make_opt = optimizer(name, opt_name)
+    for mode in MODES:
+        m = copy.deepcopy(model)
+        opt = make_opt(m.parameters())
+        step = wst.compile_train_step(m, opt, loss_fn, mode=mode)
+        for i, (x, y) in enumerate(batches[:10]):
+            loss = float(step(x, y))
+            err = abs(loss - losses64[i]) / abs(losses64[i])
+            assert err <= max(1e-4, 2 * loss_spread[i]), \
+                f"{mode} step {i + 1}: loss {loss}, float64 {losses64[i]} (relative {err:.3g}; " \
+                f"float32 torch {loss_spread[i]:.3g})"
+        d = distance(ref64.state_dict(), m.state_dict())
+        assert d <= 2 * spread + 1e-5, \
+            f"{mode}: parameters {d:.3g} from float64, float32 torch {spread:.3g}"
+        for (k, v), (k2, v2) in zip(m.named_buffers(), eager.named_buffers()):
+            assert k == k2
+            if not v.is_floating_point():
+                assert torch.equal(v, v2), f"{mode}: {k} is {v}, eager has {v2}"
+        if mode == "single_graph":
+            assert step.stats()["bytes_copied"] == 0
+
+        # Eager torch continues from wholestep's state dicts (as saved by
+        # torch.save): its next loss is wholestep's next loss.
+        cont = copy.deepcopy(model)
+        cont.load_state_dict(m.state_dict())
+        cont_opt = make_opt(cont.parameters())
+        cont_opt.load_state_dict(opt.state_dict())
+        x, y = batches[10]
+        eager_next = eager_steps(cont, cont_opt, loss_fn, [(x, y)])[0]
+        ours = float(step(x, y))
+        assert abs(ours - eager_next) <= 1e-5 * abs(eager_next), \
+            f"{mode}: step 11 {ours}, eager from the state dicts {eager_next}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_first_step_gradients_are_as_close_to_float64_as_torch_float32(name):
+    model, batches, loss_fn = make(name)
+    g64 = gradients(float64_copy(model), loss_fn, as_float64(batches[:1])[0])
+    g32 = gradients(copy.deepcopy(model), loss_fn, batches[0])
+    m = copy.deepcopy(model)
+    step = wst.compile_train_step(m, torch.optim.SGD(m.parameters(), lr=0.0), loss_fn,
+                                  mode="three_graph")
+    step(*batches[0])
+    ours = step.gradients()
+    assert sorted(ours) == sorted(g64)
+    torch_error, our_error = gradient_error(g32, g64), gradient_error(ours, g64)
+    assert our_error <= 2 * torch_error + 1e-6, \
+        f"gradients {our_error:.3g} from float64, float32 torch {torch_error:.3g}"
+
+
+def test_single_graph_binds_the_torch_tensors_and_copies_nothing():
+    model, batches, loss_fn = make("resnet18")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = wst.compile_train_step(model, opt, loss_fn)
+    step(*batches[0])
+    bound = step.bound_storage()
+    for name, p in model.named_parameters():
+        assert bound[name] == p.data_ptr(), name
+        assert bound[f"{name}.momentum_buffer"] == opt.state[p]["momentum_buffer"].data_ptr()
+    for name, b in model.named_buffers():
+        assert bound[name] == b.data_ptr(), name
+    assert step.stats()["bytes_copied"] == 0
