@@ -204,6 +204,11 @@ class TrainStep:
             raise
         if not skipped:
             self._opt.stepped()
+            # The count torch's lr schedulers check to see that the
+            # optimizer stepped (torch.optim.lr_scheduler wraps
+            # optimizer.step to increment it; the compiled step is that step).
+            if hasattr(self.optimizer, "_step_count"):
+                self.optimizer._step_count += 1
         self._last = entry[0]
         return torch.tensor(loss, dtype=torch.float32)
 

@@ -34,8 +34,10 @@ class Net(nn.Module):
         return self.head(self.body(x))
 
 
-def small():
+def small(batch_norm=True):
     torch.manual_seed(0)
+    if not batch_norm:
+        return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
     return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
 
 
@@ -119,7 +121,9 @@ def test_an_lr_scheduler_and_param_groups_work_without_recompiling():
     batches = [batch(i) for i in range(6)]
     results = []
     for compiled in (False, True):
-        model = small()
+        # No BatchNorm: the bias before one has a gradient of rounding noise
+        # alone, which Adam turns into steps of lr either way.
+        model = small(batch_norm=False)
         decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
         no_decay = [p for n, p in model.named_parameters() if not n.endswith("weight")]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
@@ -138,7 +142,7 @@ def test_an_lr_scheduler_and_param_groups_work_without_recompiling():
     (l0, s0, o0), (l1, s1, o1) = results
     assert l1 == pytest.approx(l0, rel=1e-5)
     for k in s0:
-        torch.testing.assert_close(s1[k], s0[k], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(s1[k], s0[k], rtol=1e-4, atol=1e-6, msg=k)
     assert o1["param_groups"] == o0["param_groups"]
     for i in o0["state"]:
         assert list(o1["state"][i]) == list(o0["state"][i])  # torch's names, in its order
