@@ -4,7 +4,7 @@ parameters and the BatchNorm buffers, and eager torch continuing from the
 state dicts wholestep left; the first step's gradients.
 
 Each comparison is against a float64 torch run, within what float32 torch
-itself reaches: float32 eager in six batch orders (the same maths, other
+itself reaches: float32 eager in several batch orders (the same maths, other
 roundings) measures that spread. The ReLU/ReLU6 networks with BatchNorm
 (resnet18, mobilenet_v2) are chaotic at these batch sizes: an input within
 rounding of zero flips with the order and the changed gradient grows step
@@ -24,6 +24,12 @@ from torch_models import (LR_SCALE, MODELS, OPTIMIZERS, as_float64, distance, ea
 MODES = ("single_graph", "three_graph")
 
 
+def extra_orders(name):
+    """Batch orders beyond two: the chaotic networks need more to measure
+    float32's spread; on the others every order lands within 1e-6."""
+    return 4 if name in ("resnet18", "mobilenet_v2") else 0
+
+
 def optimizer(name, opt_name):
     return lambda params: OPTIMIZERS[opt_name](params, LR_SCALE.get(name, 1))
 
@@ -40,7 +46,7 @@ def reference(name, opt_name):
     loss_spread, spread, eager = [0.0] * 10, 0.0, None
     gen = torch.Generator().manual_seed(7)
     orders = [torch.arange(n), torch.arange(n).flip(0)] + [torch.randperm(n, generator=gen)
-                                                          for _ in range(4)]
+                                                          for _ in range(extra_orders(name))]
     for perm in orders:
         m = copy.deepcopy(model)
         o = make_opt(m.parameters())
