@@ -15,7 +15,6 @@ import argparse
 import gzip
 import struct
 import time
-import warnings
 
 import numpy as np
 import torch
@@ -100,10 +99,7 @@ def main():
                               weight_decay=5e-4)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=args.lr or 1e-3)
-    # The learning rate is read before every step: a scheduler needs no
-    # recompile. It warns that opt.step() was never called: the compiled
-    # step makes the update instead.
-    warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`")
+    # The learning rate is read before every step: a scheduler needs no recompile.
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     step = wst.compile_train_step(model, opt, F.cross_entropy, mode=args.mode)
 
