@@ -656,6 +656,16 @@ def _nll_loss(b, node, logp, target, weight, reduction, ignore_index):
     return b.unary("neg", total), None
 
 
+@aten("mse_loss.default")
+def _mse_loss(b, node, x, y, reduction=1):
+    d = b.binary("sub", x, y)
+    sq = b.op("mul", [d, d])
+    if reduction == 0:
+        return sq
+    axes = range(len(b.shape(sq)))
+    return b.mean(sq, axes) if reduction == 1 else b.sum(sq, axes)
+
+
 @aten("embedding.default")
 def _embedding(b, node, table, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     if padding_idx is not None and padding_idx >= 0:

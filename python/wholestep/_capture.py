@@ -15,6 +15,8 @@ import sys
 
 import torch
 import torch.fx
+
+from . import _C
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils import stateless
 
@@ -44,13 +46,33 @@ class _Where:
         return self.stack[-1] if self.stack else None
 
 
+def _failure_site(where, error):
+    """'; in module m (Class), at file:line' for an exception raised while
+    tracing: the module running then, and the innermost user frame."""
+    parts = []
+    module = where.module()
+    if module is not None:
+        path, cls = module
+        parts.append(f"in module {path or '(the model)'} ({cls.__module__}.{cls.__qualname__})")
+    tb, line = error.__traceback__, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith((_TORCH_DIR, _OWN_DIR, "<")):
+            line = (fn, tb.tb_lineno)
+        tb = tb.tb_next
+    if line is not None:
+        parts.append(f"at {line[0]}:{line[1]}")
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def _user_frame():
     """The innermost frame outside torch and this package: the line of the
     model's (or the loss function's) code that called the op."""
     f = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_TORCH_DIR) and not fn.startswith(_OWN_DIR):
+        # "<string>": code torch generates (make_fx's wrappers)
+        if not fn.startswith((_TORCH_DIR, _OWN_DIR, "<")):
             return fn, f.f_lineno
         f = f.f_back
     return None
@@ -92,9 +114,21 @@ def trace(model, params, buffers, fn, examples):
 
         return fn(model_call, *args)
 
+    for path, m in model.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.momentum is None \
+                and m.training and m.track_running_stats:
+            raise _C.Error(f"BatchNorm with momentum=None (a cumulative moving average) is not "
+                           f"supported; give it a momentum; in module {path} "
+                           f"({type(m).__module__}.{type(m).__qualname__})")
     where = _Where(model)
     with _tagging(where):
-        gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
+        try:
+            gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
+        except Exception as e:
+            if isinstance(e, _C.Error):
+                raise
+            raise _C.Error(f"tracing the model failed: {type(e).__name__}: {e}"
+                           f"{_failure_site(where, e)}") from e
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(names) + len(examples):
         raise RuntimeError(

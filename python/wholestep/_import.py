@@ -145,9 +145,12 @@ class Importer:
         if fn is None:
             raise Unsupported(f"the torch op {name} is not supported by wholestep "
                               f"(its operands: {self.describe(node.args)})")
-        if _is_inplace(node) and node.args[0].op == "placeholder":
+        writes = _is_inplace(node) and node.args[0].op == "placeholder"
+        if writes:
             role, input_name = self.roles[node.args[0]]
-            if role != "buffer":
+            if role == "data":
+                writes = False  # the step's own view of its argument: not written back
+            elif role != "buffer":
                 raise Unsupported(f"{name} writes to the {role} '{input_name}' in place; only "
                                   f"buffers may be written")
         args = self.value(node.args)
@@ -157,7 +160,7 @@ class Importer:
             args, kwargs = self.materialize(args), {k: self.materialize(v)
                                                      for k, v in kwargs.items()}
         out = fn(self.b, node, *args, **kwargs)
-        if _is_inplace(node) and node.args[0].op == "placeholder":
+        if writes:
             self._assign(args[0], out)
         self.check(node, out)
         return out

@@ -212,3 +212,38 @@ def test_switching_to_eval_retraces_with_the_running_statistics():
     step(x, y)
     assert model[1].num_batches_tracked.item() == tracked  # eval: no statistics update
     assert step.traces() == 2
+
+
+def test_tracing_failures_name_the_module_and_momentum_none_is_refused():
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16, momentum=None), nn.Linear(16, 3))
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    with pytest.raises(wholestep.Error, match=r"momentum=None.*in module 1 \(torch.nn"):
+        step(*batch())
+    model = small()
+    step = wst.compile_train_step(
+        model, torch.optim.SGD(model.parameters(), lr=0.1),
+        lambda out, y: F.cross_entropy(out, y, label_smoothing=0.1))
+    with pytest.raises(wholestep.Error, match=f"tracing the model failed.*{__file__}"):
+        step(*batch())
+
+
+def test_mse_loss_and_an_inplace_op_on_the_input_match_torch():
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(8, 8), torch.randn(8, 3)
+        if compiled:
+            step = wst.compile_train_step(model, opt, F.mse_loss)
+            runs.append([float(step(x.clone(), y)) for _ in range(3)])
+        else:
+            runs.append([])
+            for _ in range(3):
+                opt.zero_grad()
+                loss = F.mse_loss(model(x.clone()), y)
+                loss.backward()
+                opt.step()
+                runs[-1].append(loss.item())
+    assert runs[1] == pytest.approx(runs[0], rel=1e-5)
