@@ -317,5 +317,25 @@ TEST(Lower, FusedPerRowResultTakesTheBlockOfItsRowsStatistic) {
   expect_same_everywhere(g, inputs_for(g));
 }
 
+// A one-element result of a reduction may take the block of a one-element
+// operand that dies there; an epilogue step after the result's reads the
+// operand, so the result waits in a buffer until the epilogue is done.
+TEST(Lower, FusedEpilogueReadsAOneElementOperandBeforeItsResultOverwritesIt) {
+  const ir::Graph g = ir::parse(R"(graph epilogue_reads_scalar {
+  %0 = input data "x" : f32[64]
+  %1 = input data "y" : f32[8]
+  %2 = reduce_max %1 {axes=[0]} : f32[]
+  %3 = reduce_sum %0 {axes=[0]} : f32[]
+  %4 = mul %3, %2 : f32[]
+  %5 = add %4, %2 : f32[]
+  %6 = broadcast %4 {dims=[], shape=[64]} : f32[64]
+  %7 = mul %0, %6 : f32[64]
+  out user %5 "s"
+  out user %7 "t"
+}
+)");
+  expect_same_everywhere(g, inputs_for(g));
+}
+
 }  // namespace
 }  // namespace ws
