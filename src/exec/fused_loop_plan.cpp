@@ -157,7 +157,9 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       bool later_read = false, after = false;
       for (const Step& st : epilogue_) {
         for (int32_t a : st.args)
-          if (after && a >= 0 && values_[size_t(a)].kind == Kind::red_input &&
+          if (after && a >= 0 &&
+              (values_[size_t(a)].kind == Kind::red_input ||
+               values_[size_t(a)].kind == Kind::scalar) &&
               in_slots[size_t(values_[size_t(a)].index)] == out_slots[j])
             later_read = true;
         after = after || st.out == v;

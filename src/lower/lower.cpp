@@ -295,6 +295,14 @@ class Lowering {
         else
           c.old_reader_pos.push_back(r);
       }
+      // A fusion reads the old value element by element only under
+      // alias.hpp's rule.
+      if (c.producer_reads_old && g_.node(kernels_[size_t(at)].node).op == Op::fusion) {
+        const Pending& pk = kernels_[size_t(at)];
+        for (size_t i = 0; i < pk.ins.size(); ++i)
+          if (pk.ins[i] == o.aliased_input && !fused_overwrites(pk, o.value, i))
+            c.producer_elementwise = false;
+      }
       if (opts_.in_place_updates && slot_[size_t(o.value)] < 0 && can_update_in_place(c)) {
         slot_[size_t(o.value)] = dest;
       } else {
@@ -320,16 +328,26 @@ class Lowering {
     }
   }
 
+  // Whether fusion kernel pk may write its result `out` over its operand i
+  // (alias.hpp).
+  bool fused_overwrites(const Pending& pk, ValueId out, size_t i) const {
+    const size_t j =
+        out == pk.out
+            ? 0
+            : size_t(std::find(pk.extra.begin(), pk.extra.end(), out) - pk.extra.begin()) + 1;
+    return fused_result_may_overwrite(*g_.node(pk.node).body, i, j);
+  }
+
   // Step 5.
   void plan_arena() {
     std::vector<int64_t> last(g_.nodes.size(), -1);
     for (size_t k = 0; k < kernels_.size(); ++k)
       for (ValueId a : kernels_[k].ins) last[size_t(a)] = int64_t(k);
     // In place: an elementwise kernel writes over a full-size operand of its
-    // size that dies there, and a product that accumulates into an operand
-    // (matmul_bias_add's residual, matmul_add's accumulator) over that one. owner[v] is the value
-    // whose planned block v uses (v itself unless it took an operand's); the block lives from its
-    // owner's definition to the last read of anything in it.
+    // size that dies there (a fusion under alias.hpp's rule), and a product that accumulates into
+    // an operand (matmul_bias_add's residual, matmul_add's accumulator) over that one. owner[v] is
+    // the value whose planned block v uses (v itself unless it took an operand's); the block lives
+    // from its owner's definition to the last read of anything in it.
     std::vector<ValueId> owner(g_.nodes.size(), ir::kNoValue);
     std::vector<int64_t> block_last(g_.nodes.size(), -1);
     for (size_t k = 0; k < kernels_.size(); ++k) {
@@ -347,7 +365,8 @@ class Lowering {
           if (acc >= 0 && int64_t(i) != acc) continue;
           const ValueId a = pk.ins[i];
           if (donated[i] || pk.scalar[i] || pk.through[i] || owner[size_t(a)] == ir::kNoValue ||
-              last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(out).bytes())
+              last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(out).bytes() ||
+              (n.op == Op::fusion && !fused_overwrites(pk, out, i)))
             continue;
           owner[size_t(out)] = owner[size_t(a)];
           donated[i] = true;

@@ -6,7 +6,6 @@
 
 #include <cmath>
 
-#include "tensor/tensor_impl.hpp"
 #include "exec/fused_loop.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
@@ -14,6 +13,7 @@
 #include "lower/lower.hpp"
 #include "lower/pipeline.hpp"
 #include "lowered_runs.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "test_util.hpp"
 
 namespace ws {
@@ -210,6 +210,130 @@ TEST(FuseResidualIntoProduct, AResidualIsTheProductsAccumulator) {
 
 TEST(FuseElementwise, AdamUpdateOfOneParameterIsOneKernelAndExact) {
   const ir::Graph g = ir::parse(testing::read_file(std::string(WS_TEST_DIR) + "/adam_step.ir"));
+  expect_same_everywhere(g, inputs_for(g));
+}
+
+// Lowered with fusion, no fused kernel writes a slot it reads (each graph
+// below reads its operand at other positions than those it writes), and
+// every way of running g gives the same bits.
+void expect_fused_results_apart(const ir::Graph& g) {
+  const exec::Program p = lower::lower(g);
+  for (const exec::Kernel& k : p.kernels)
+    if (k.loop)
+      for (int32_t s : k.outs())
+        EXPECT_EQ(std::count(k.in.begin(), k.in.end(), s), 0)
+            << "slot " << s << " is an operand and a result of " << k.name << "\n"
+            << p.str();
+  expect_same_everywhere(g, inputs_for(g));
+}
+
+// A fused result never takes the block of an operand the loop reads through
+// a broadcast at other elements than the result's own, even where the two
+// have the same size and the operand dies there: a gradient over [N, C]
+// broadcast over 1x1 feature maps (average pooling's backward) into a loop
+// over [N, C, 1, 1], as a reduction's loop and as a plain loop; and a
+// per-row result of a sum over rows that reads a per-column operand, which
+// an early row's result would overwrite.
+TEST(Lower, FusedResultNeverTakesTheBlockOfAnOperandReadThroughABroadcast) {
+  expect_fused_results_apart(ir::parse(R"(graph reduce_over_1x1 {
+  %0 = input data "x" : f32[4,8]
+  %1 = input data "m" : bool[4,8,1,1]
+  %2 = exp %0 : f32[4,8]
+  %3 = broadcast %2 {dims=[0,1], shape=[4,8,1,1]} : f32[4,8,1,1]
+  %4 = full {value=0.0} : f32[4,8,1,1]
+  %5 = select %1, %4, %3 : f32[4,8,1,1]
+  %6 = reduce_sum %5 {axes=[0,2,3]} : f32[8]
+  %7 = reduce_sum %5 {axes=[1,2,3]} : f32[4]
+  out user %6 "s"
+  out user %7 "t"
+}
+)"));
+  expect_fused_results_apart(ir::parse(R"(graph loop_over_1x1 {
+  %0 = input data "x" : f32[4,8]
+  %1 = input data "y" : f32[4,8,1,1]
+  %2 = exp %0 : f32[4,8]
+  %3 = broadcast %2 {dims=[0,1], shape=[4,8,1,1]} : f32[4,8,1,1]
+  %4 = input data "w" : f32[2,8,1,1]
+  %5 = mul %1, %3 : f32[4,8,1,1]
+  %6 = tanh %5 : f32[4,8,1,1]
+  %7 = conv2d %6, %4 {dilation=[1,1], groups=1, padding=[0,0], stride=[1,1]} : f32[4,2,1,1]
+  out user %7 "t"
+}
+)"));
+  expect_fused_results_apart(ir::parse(R"(graph rows_read_columns {
+  %0 = input data "x" : f32[512,512]
+  %1 = input data "y" : f32[512]
+  %2 = exp %1 : f32[512]
+  %3 = broadcast %2 {dims=[1], shape=[512,512]} : f32[512,512]
+  %4 = mul %0, %3 : f32[512,512]
+  %5 = reduce_sum %4 {axes=[1]} : f32[512]
+  %6 = reduce_sum %5 {axes=[0]} : f32[]
+  out user %6 "s"
+}
+)"));
+}
+
+// The same for an update: a parameter read through a broadcast by the loop
+// of the reduction that gives its update is updated by a copy.
+TEST(Lower, FusedUpdateOfAnOperandReadThroughABroadcastIsCopied) {
+  const ir::Graph g = ir::parse(R"(graph update_read_by_rows {
+  %0 = input data "x" : f32[512,512]
+  %1 = input param "w" : f32[512]
+  %2 = input hyper "lr" : f32[]
+  %3 = broadcast %1 {dims=[1], shape=[512,512]} : f32[512,512]
+  %4 = mul %0, %3 : f32[512,512]
+  %5 = reduce_sum %4 {axes=[1]} : f32[512]
+  %6 = broadcast %2 {dims=[], shape=[512]} : f32[512]
+  %7 = mul %5, %6 : f32[512]
+  %8 = sub %1, %7 : f32[512]
+  out update %8 -> %1 "w"
+}
+)");
+  EXPECT_EQ(lower::lower(g).copy_bytes, 512 * 4);
+  expect_fused_results_apart(g);
+}
+
+// A per-row statistic read through a broadcast over the reduced dim alone
+// (a LayerNorm's mean, by its variance's loop) is read by its own row's
+// loop only, which runs before that row's result is written: the result
+// takes its block where it dies.
+TEST(Lower, FusedPerRowResultTakesTheBlockOfItsRowsStatistic) {
+  const ir::Graph g = ir::parse(R"(graph variance_over_mean {
+  %0 = input data "x" : f32[64,128]
+  %1 = reduce_sum %0 {axes=[1]} : f32[64]
+  %2 = full {value=128.0} : f32[64]
+  %3 = div %1, %2 : f32[64]
+  %4 = broadcast %3 {dims=[0], shape=[64,128]} : f32[64,128]
+  %5 = sub %0, %4 : f32[64,128]
+  %6 = mul %5, %5 : f32[64,128]
+  %7 = reduce_sum %6 {axes=[1]} : f32[64]
+  %8 = reduce_sum %7 {axes=[0]} : f32[]
+  out user %8 "s"
+}
+)");
+  const exec::Program p = lower::lower(g);
+  ASSERT_EQ(p.kernels.size(), 3u) << p.str();
+  EXPECT_EQ(p.kernels[1].out, p.kernels[1].in[1]) << p.str();
+  expect_same_everywhere(g, inputs_for(g));
+}
+
+// A one-element result of a reduction may take the block of a one-element
+// operand that dies there; an epilogue step after the result's reads the
+// operand, so the result waits in a buffer until the epilogue is done.
+TEST(Lower, FusedEpilogueReadsAOneElementOperandBeforeItsResultOverwritesIt) {
+  const ir::Graph g = ir::parse(R"(graph epilogue_reads_scalar {
+  %0 = input data "x" : f32[64]
+  %1 = input data "y" : f32[8]
+  %2 = reduce_max %1 {axes=[0]} : f32[]
+  %3 = reduce_sum %0 {axes=[0]} : f32[]
+  %4 = mul %3, %2 : f32[]
+  %5 = add %4, %2 : f32[]
+  %6 = broadcast %4 {dims=[], shape=[64]} : f32[64]
+  %7 = mul %0, %6 : f32[64]
+  out user %5 "s"
+  out user %7 "t"
+}
+)");
   expect_same_everywhere(g, inputs_for(g));
 }
 
