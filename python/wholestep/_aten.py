@@ -301,9 +301,14 @@ def _identity(b, node, x, **kwargs):
 
 @aten("detach.default")
 def _detach(b, node, x):
-    # Only unused detaches (autograd's saved values) are dropped before
-    # translation: one whose result is used would need to stop the gradient.
-    raise Unsupported("a detach() whose result is used (the IR has no stop-gradient)")
+    # Unused detaches (autograd's saved values) are dropped before
+    # translation. One of a value no gradient flows through (a constant,
+    # an index) is the value; any other would need to stop the gradient.
+    source = node.args[0].meta.get("val")
+    if isinstance(source, torch.Tensor) and not source.requires_grad:
+        return x
+    raise Unsupported("a detach() of a value that depends on parameters (the IR has no "
+                      "stop-gradient)")
 
 
 @aten("dropout.default", "native_dropout.default")
@@ -343,6 +348,17 @@ def _full(b, node, *args, **kwargs):
     if value is None:
         value = args[1] if name == "full" else args[0]
     return b.full(value, out_dtype(node), out_shape(node))
+
+
+@aten("arange.default", "arange.start", "arange.start_step")
+def _arange(b, node, *args, **kwargs):
+    val = node.meta["val"]
+    n = val.numel()
+    if n > 1 << 16:
+        raise Unsupported(f"an arange of {n} elements")
+    start = args[0] if len(args) > 1 else 0
+    step = args[2] if len(args) > 2 else 1
+    return b.constant([start + i * step for i in range(n)], out_dtype(node), [n])
 
 
 # ---------------------------------------------------------------- shapes

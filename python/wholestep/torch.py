@@ -212,6 +212,19 @@ class TrainStep:
         self._last = entry[0]
         return torch.tensor(loss, dtype=torch.float32)
 
+    def profile(self, *args, steps=10):
+        """Times `steps` steps on this batch (they train: the parameters
+        change) kernel by kernel: {"step_ms": median, "kernels": [(name,
+        calls, ms, flops)], "programs": [(name, ms)], "chrome_trace": JSON}.
+        The step must have run on this signature first."""
+        self(*args)
+        step = self._step()
+        out = step.profile(_data_args(args, "profile"), self._opt.hypers(), steps)
+        if hasattr(self.optimizer, "_step_count"):
+            self.optimizer._step_count += steps
+        self._opt.stepped()
+        return out
+
     def _step(self):
         if self._last is None:
             raise Error("the step has not run yet: nothing was compiled")

@@ -247,3 +247,39 @@ def test_mse_loss_and_an_inplace_op_on_the_input_match_torch():
                 opt.step()
                 runs[-1].append(loss.item())
     assert runs[1] == pytest.approx(runs[0], rel=1e-5)
+
+
+class Positions(nn.Module):
+    """Token and position embeddings, the positions from torch.arange."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(20, 8)
+        self.positions = nn.Embedding(6, 8)
+        self.head = nn.Linear(8, 20)
+
+    def forward(self, t):
+        return self.head(self.tokens(t) + self.positions(torch.arange(t.shape[1])))
+
+
+def test_positions_from_arange_match_torch():
+    def loss_fn(out, y):
+        return F.cross_entropy(out.reshape(-1, 20), y.reshape(-1))
+    t = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = Positions()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        if compiled:
+            step = wst.compile_train_step(model, opt, loss_fn)
+            runs.append([float(step(t, t)) for _ in range(3)])
+        else:
+            runs.append([])
+            for _ in range(3):
+                opt.zero_grad()
+                loss = loss_fn(model(t), t)
+                loss.backward()
+                opt.step()
+                runs[-1].append(loss.item())
+    assert runs[1] == pytest.approx(runs[0], rel=1e-5)

@@ -249,6 +249,30 @@ void bind_steps(py::module_& m) {
             return py::make_tuple(s.last.loss, s.last.skipped, s.last.step);
           },
           py::arg("data"), py::arg("hypers"))
+      .def(
+          "profile",
+          [](PyTrainStep& s, const std::vector<DataArg>& data, const std::vector<double>& hypers,
+             int steps) {
+            s.source->set_hypers(hypers);
+            std::vector<Tensor> tensors = data_tensors(data);
+            StepProfile p;
+            {
+              py::gil_scoped_release nogil;
+              p = s.step.profile(tensors, steps);
+            }
+            py::list kernels;
+            for (const KernelTime& k : p.kernels)
+              kernels.append(py::make_tuple(k.name, k.calls, k.ms, k.flops));
+            py::dict d;
+            d["steps"] = p.steps;
+            d["step_ms"] = p.step_ms;
+            d["contraction_ms"] = p.contraction_ms;
+            d["kernels"] = kernels;
+            d["programs"] = p.program_ms;
+            d["chrome_trace"] = chrome_trace(p);
+            return d;
+          },
+          py::arg("data"), py::arg("hypers"), py::arg("steps"))
       .def("stats", [](const PyTrainStep& s) { return counters_dict(s.last.counters); })
       .def("traces", [](const PyTrainStep& s) { return s.step.traces(); })
       .def("cached", [](const PyTrainStep& s) { return s.step.cached(); })
