@@ -180,6 +180,11 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     for (ir::ValueId g : broadcasts_)
       WS_CHECK(in_slots[size_t(values_[size_t(g)].index)] != out_slots[j])
           << "fused loop: result " << j << " overwrites an operand read through a broadcast";
+    // Nor one the epilogue reads: the loop runs before it (alias.hpp's rule
+    // never gives a loop result the block of an operand of another shape).
+    for (const Value& a : values_)
+      WS_CHECK(a.kind != Kind::red_input || in_slots[size_t(a.index)] != out_slots[j])
+          << "fused loop: result " << j << " overwrites an operand its epilogue reads";
     for (size_t t = size_t(step_at[size_t(v)]) + 1; t < steps_.size(); ++t)
       for (int32_t a : steps_[t].args)
         if (a >= 0 &&
