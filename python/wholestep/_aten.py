@@ -45,8 +45,9 @@ class Value(int):
 
 
 class Transposed:
-    """A 2-d transpose not yet materialized: a matrix product reads its
-    source with a transpose flag instead."""
+    """A swap of the last two dims not yet materialized: a matrix product
+    reads its source with a transpose flag instead (a transposed view would
+    leave oneDNN only its reference kernel for batched products)."""
 
     def __init__(self, source):
         self.source = source
@@ -392,6 +393,8 @@ def _transpose(b, node, x, d0, d1):
     rank = len(b.shape(x))
     perm = list(range(rank))
     d0, d1 = d0 % rank, d1 % rank
+    if d0 != d1 and {d0, d1} == {rank - 2, rank - 1}:
+        return Transposed(x)  # a matrix product reads it with its transpose flag
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return b.transpose(x, perm)
 

@@ -96,9 +96,9 @@ class Importer:
         return x
 
     def materialize(self, v):
-        if isinstance(v, Transposed):
+        if isinstance(v, Transposed):  # the last two dims swapped
             rank = len(self.b.shape(v.source))
-            return self.b.transpose(v.source, [1, 0] if rank == 2 else list(range(rank)))
+            return self.b.transpose(v.source, list(range(rank - 2)) + [rank - 1, rank - 2])
         if isinstance(v, (list, tuple)):
             return type(v)(self.materialize(e) for e in v)
         return v
