@@ -18,6 +18,10 @@ std::shared_ptr<const BackendOp> make_conv(ir::Op op, const Conv2dGeom& g);
 // the same bits on any team.
 std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g);
 
+// conv2d_weight_grad as im2col and one matrix product split over fixed row
+// parts (groups of 1): faster on small maps, the same bits on any team.
+std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g);
+
 // Runs `whole` (made for the whole pool) or `solo` (made for one thread),
 // as team() asks.
 std::shared_ptr<const BackendOp> make_team_or_solo(std::shared_ptr<const BackendOp> whole,

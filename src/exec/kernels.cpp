@@ -192,6 +192,16 @@ void k_reduce(const Kernel& k, void* const* s) {
     reduce_sum(k.walk, k.strides, x, y);
 }
 
+// Max pooling and its gradient (nn_kernels.hpp), as the reference computes them.
+template <class T, bool grad>
+void k_max_pool(const Kernel& k, void* const* s) {
+  const ir::Pool2dGeom g = ir::pool2d_node_geom(k.op, k.attrs, k.in_types, k.out_type);
+  if constexpr (grad)
+    max_pool2d_grad(g, at<const T>(s, k.in[0]), at<const T>(s, k.in[1]), at<T>(s, k.out));
+  else
+    max_pool2d(g, at<const T>(s, k.in[0]), at<T>(s, k.out));
+}
+
 // The kernel's name for a reduction walk (reduce_walk_name).
 const char* reduce_name(const Kernel& k, bool is_max) {
   const std::string_view w = reduce_walk_name(k.walk, k.strides);
@@ -262,6 +272,15 @@ bool choose_typed(Kernel& k, const std::vector<bool>& scalar) {
       k.fn = k_reduce<T, true>;
       k.name = reduce_name(k, true);
       return true;
+    case Op::max_pool2d:
+    case Op::max_pool2d_grad: {
+      const Shape& x = k.in_types[0].shape;  // [n, c, h, w]
+      if (sizeof(T) == 4 && x[2] * x[3] >= (int64_t(1) << 31)) return false;
+      const bool grad = op == Op::max_pool2d_grad;
+      k.fn = grad ? k_max_pool<T, true> : k_max_pool<T, false>;
+      k.name = grad ? "max_pool2d_grad" : "max_pool2d";
+      return true;
+    }
     default: return false;
   }
 }

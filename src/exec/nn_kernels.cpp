@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -177,6 +178,110 @@ void max_pool2d_grad_ref(const Pool2dGeom& g, const T* x, const T* dy, T* dx) {
   }
 }
 
+// The fast max pooling: the reference's scan, reorganized. For each output
+// row, windows lying wholly inside the image columns advance together, one
+// tap (row, column) at a time in the reference's row-major order, so the
+// loop over them vectorizes; the few clipped at the left and right edges run
+// the reference's argmax. A window's fold starts from its first tap and then
+// visits every tap, the first again: that visit changes nothing (a value is
+// not greater than itself; a NaN retakes its own index). The geometry never
+// leaves a window without an image element (padding is at most half the
+// kernel), so every output has an index.
+
+namespace {
+
+// Plane offsets; f32 planes stay below 2^31 elements (checked by the caller),
+// so indices fit the lanes of the values.
+template <class T>
+using PoolIndex = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+
+// Outputs of one row handled at a time (stack buffers).
+constexpr int64_t kPoolChunk = 256;
+
+// Argmax offsets mi[j - a] for the windows of output row oy, columns [a, b);
+// [ia, ib) are the columns whose windows are inside the image. kSw: the
+// column stride when fixed at compile time (1, 2), else 0.
+template <class T, int kSw>
+void row_argmax(const Pool2dGeom& g, const T* plane, int64_t oy, int64_t a, int64_t b, int64_t ia,
+                int64_t ib, PoolIndex<T>* mi) {
+  using I = PoolIndex<T>;
+  const I sw = kSw ? I(kSw) : I(g.sw);
+  const int64_t lo = std::clamp(ia, a, b), hi = std::clamp(ib, lo, b);
+  for (int64_t ox = a; ox < lo; ++ox) mi[ox - a] = I(argmax(g, plane, window(g, oy, ox)));
+  for (int64_t ox = hi; ox < b; ++ox) mi[ox - a] = I(argmax(g, plane, window(g, oy, ox)));
+  if (lo == hi) return;
+  const Window win = window(g, oy, lo);
+  T m[kPoolChunk];
+  I* idx = mi + (lo - a);
+  const I n = I(hi - lo), first = I(win.y0 * g.w) + I(lo) * sw - I(g.pw);
+  for (I j = 0; j < n; ++j) {
+    idx[j] = first + j * sw;
+    m[j] = plane[idx[j]];
+  }
+  for (int64_t y = win.y0; y < win.y1; ++y)
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const I base = I(y * g.w) + I(lo) * sw - I(g.pw) + I(kx);
+      for (I j = 0; j < n; ++j) {
+        const I c = base + j * sw;
+        const T v = plane[c];
+        const bool take = (v > m[j]) | (v != v);
+        m[j] = take ? v : m[j];
+        idx[j] = take ? c : idx[j];
+      }
+    }
+}
+
+// Calls f(p, oy, a, b, mi) for every plane p, output row oy and chunk [a, b)
+// of its columns, in the reference's order within a plane, with mi holding
+// the argmax offsets of those windows. Planes run in parallel.
+template <class T, class F>
+void for_each_argmax(const Pool2dGeom& g, const T* x, F&& f) {
+  // Windows wholly inside the columns: ox * sw - pw >= 0, ox * sw - pw + kw <= w.
+  const int64_t ia = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);
+  const int64_t ib = g.w - g.kw + g.pw >= 0 ? std::min(g.ow, (g.w - g.kw + g.pw) / g.sw + 1) : 0;
+  auto planes = [&]<int kSw>(int64_t p0, int64_t p1) {
+    PoolIndex<T> mi[kPoolChunk];
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t a = 0; a < g.ow; a += kPoolChunk) {
+          const int64_t b = std::min(g.ow, a + kPoolChunk);
+          row_argmax<T, kSw>(g, x + p * g.h * g.w, oy, a, b, ia, ib, mi);
+          f(p, oy, a, b, mi);
+        }
+  };
+  parallel_for(
+      g.n * g.c, grain_for(g.oh * g.ow * g.kh * g.kw),
+      [&](int64_t p0, int64_t p1) {
+        if (g.sw == 1) return planes.template operator()<1>(p0, p1);
+        if (g.sw == 2) return planes.template operator()<2>(p0, p1);
+        planes.template operator()<0>(p0, p1);
+      },
+      1);
+}
+
+}  // namespace
+
+template <class T>
+void max_pool2d(const Pool2dGeom& g, const T* x, T* y) {
+  for_each_argmax(g, x, [&](int64_t p, int64_t oy, int64_t a, int64_t b, const PoolIndex<T>* mi) {
+    const T* plane = x + p * g.h * g.w;
+    T* row = y + (p * g.oh + oy) * g.ow;
+    for (int64_t ox = a; ox < b; ++ox) row[ox] = plane[mi[ox - a]];
+  });
+}
+
+// Each plane's gradients are added in the reference's order (output rows,
+// then columns), so overlapping windows sum to the same bits.
+template <class T>
+void max_pool2d_grad(const Pool2dGeom& g, const T* x, const T* dy, T* dx) {
+  for_each_argmax(g, x, [&](int64_t p, int64_t oy, int64_t a, int64_t b, const PoolIndex<T>* mi) {
+    T* plane = dx + p * g.h * g.w;
+    if (oy == 0 && a == 0) std::fill_n(plane, g.h * g.w, T(0));
+    const T* row = dy + (p * g.oh + oy) * g.ow;
+    for (int64_t ox = a; ox < b; ++ox) plane[mi[ox - a]] += row[ox];
+  });
+}
+
 // An average over a window with no image element is 0 (as in PyTorch).
 template <class T>
 void avg_pool2d_ref(const Pool2dGeom& g, const T* x, T* y) {
@@ -260,6 +365,8 @@ void scatter_add_rows(const T* src, int64_t width, const int64_t* idx, int64_t n
   template void conv2d_weight_grad_ref<T>(const Conv2dGeom&, const T*, const T*, T*);        \
   template void max_pool2d_ref<T>(const Pool2dGeom&, const T*, T*);                          \
   template void max_pool2d_grad_ref<T>(const Pool2dGeom&, const T*, const T*, T*);           \
+  template void max_pool2d<T>(const Pool2dGeom&, const T*, T*);                              \
+  template void max_pool2d_grad<T>(const Pool2dGeom&, const T*, const T*, T*);               \
   template void avg_pool2d_ref<T>(const Pool2dGeom&, const T*, T*);                          \
   template void avg_pool2d_grad_ref<T>(const Pool2dGeom&, const T*, T*);                     \
   template void gather_rows<T>(const T*, int64_t, int64_t, const int64_t*, int64_t, T*,      \

@@ -37,6 +37,12 @@ void max_pool2d_ref(const Pool2dGeom& g, const T* x, T* y);
 // choice); windows overlap, so contributions add.
 template <class T>
 void max_pool2d_grad_ref(const Pool2dGeom& g, const T* x, const T* dy, T* dx);
+// The same results, bit for bit, from vectorized loops over the planes in
+// parallel: what programs run. f32 planes must hold fewer than 2^31 elements.
+template <class T>
+void max_pool2d(const Pool2dGeom& g, const T* x, T* y);
+template <class T>
+void max_pool2d_grad(const Pool2dGeom& g, const T* x, const T* dy, T* dx);
 template <class T>
 void avg_pool2d_ref(const Pool2dGeom& g, const T* x, T* y);
 template <class T>

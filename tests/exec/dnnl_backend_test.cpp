@@ -83,6 +83,10 @@ std::vector<Conv2dGeom> backend_conv_cases() {
   c.push_back(conv_geom(8, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1));
   c.push_back(conv_geom(8, 64, 14, 14, 64, 3, 3, 2, 2, 1, 1));
   c.push_back(conv_geom(4, 48, 9, 9, 32, 3, 3, 1, 1, 1, 1, 1, 1, 2));  // blocked, grouped
+  // Small maps: the weight gradient as im2col and a product (resnet's layer4,
+  // uneven row parts, dilation and a clipped right edge).
+  c.push_back(conv_geom(8, 64, 2, 2, 48, 3, 3, 1, 1, 1, 1));
+  c.push_back(conv_geom(3, 16, 7, 5, 37, 3, 2, 2, 2, 1, 1, 2, 1));
   return c;
 }
 
@@ -210,7 +214,8 @@ TEST(DnnlBackend, EagerPathMatchesProgramKernelBitwise) {
 // Thread counts give the same bits. oneDNN splits products and
 // forward/input-gradient convolutions over output elements, so each
 // element's sum runs in the same order whatever the count; the weight
-// gradient sums fixed parts of the batch in a fixed order. The same holds
+// gradient sums fixed parts of the batch in a fixed order, or (small maps)
+// runs fixed row parts of one product, each on one thread. The same holds
 // for an op made for two threads run on one (its one-thread twin, which a
 // step runs under load) and for one made for one thread.
 TEST(DnnlBackend, OneAndTwoThreadsGiveTheSameBits) {
@@ -222,9 +227,10 @@ TEST(DnnlBackend, OneAndTwoThreadsGiveTheSameBits) {
     const ConvTypes t = conv_types(op, g);
     return run_guarded(op, conv_attrs(g), t.in, t.out, a, b, describe(g), team);
   };
-  for (const Conv2dGeom& g : {conv_geom(8, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1),
-                              conv_geom(64, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1),
-                              conv_geom(3, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1)}) {
+  for (const Conv2dGeom& g :
+       {conv_geom(8, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1),
+        conv_geom(64, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1), conv_geom(3, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1),
+        conv_geom(8, 24, 4, 4, 37, 3, 3, 2, 2, 1, 1)}) {
     SCOPED_TRACE(describe(g));
     const std::vector<float> x = to_f32(random_vec(x_size(g), rng)),
                              w = to_f32(random_vec(w_size(g), rng)),
