@@ -151,35 +151,29 @@ def test_an_lr_scheduler_and_param_groups_work_without_recompiling():
 
 
 def test_sgd_options_match_torch():
-    batches = [batch(i) for i in range(4)]
     for options in ({"momentum": 0.9, "dampening": 0.5}, {"momentum": 0.9, "maximize": True},
                     {}, {"momentum": 0.8, "nesterov": True, "weight_decay": 1e-3}):
-        runs = []
-        for compiled in (False, True):
-            model = small()
-            opt = torch.optim.SGD(model.parameters(), lr=0.05, **options)
-            if compiled:
-                step = wst.compile_train_step(model, opt, F.cross_entropy)
-                runs.append([float(step(x, y)) for x, y in batches])
-            else:
-                runs.append(eager(model, opt, batches))
-        assert runs[1] == pytest.approx(runs[0], rel=1e-5), options
+        assert_matches_eager(torch.optim.SGD, dict(options, lr=0.05))
+
+
+def assert_matches_eager(cls, options):
+    """Four steps of small() with cls(**options), compiled and eager."""
+    batches = [batch(i) for i in range(4)]
+    runs = []
+    for compiled in (False, True):
+        model = small()
+        opt = cls(model.parameters(), **options)
+        if compiled:
+            step = wst.compile_train_step(model, opt, F.cross_entropy)
+            runs.append([float(step(x, y)) for x, y in batches])
+        else:
+            runs.append(eager(model, opt, batches))
+    assert runs[1] == pytest.approx(runs[0], rel=1e-5), options
 
 
 def test_adam_amsgrad_and_maximize_match_torch():
-    batches = [batch(i) for i in range(4)]
-    for cls, options in ((torch.optim.Adam, {"amsgrad": True, "weight_decay": 1e-2}),
-                         (torch.optim.AdamW, {"maximize": True})):
-        runs = []
-        for compiled in (False, True):
-            model = small()
-            opt = cls(model.parameters(), lr=1e-2, **options)
-            if compiled:
-                step = wst.compile_train_step(model, opt, F.cross_entropy)
-                runs.append([float(step(x, y)) for x, y in batches])
-            else:
-                runs.append(eager(model, opt, batches))
-        assert runs[1] == pytest.approx(runs[0], rel=1e-5), options
+    assert_matches_eager(torch.optim.Adam, {"lr": 1e-2, "amsgrad": True, "weight_decay": 1e-2})
+    assert_matches_eager(torch.optim.AdamW, {"lr": 1e-2, "maximize": True})
 
 
 def test_compile_forward_is_eval_mode_over_the_same_storage():
