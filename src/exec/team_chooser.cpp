@@ -26,7 +26,8 @@ int TeamChooser::team_for_step(double now) {
   if (next_probe_ < 0) next_probe_ = now + interval_;
   const bool slower =
       baseline_ > 0 && recent_.n == kWindow && recent_.median() > kSlower * baseline_;
-  if (probing_ == 0 && recent_.n > 0 && (now >= next_probe_ || slower)) {
+  const bool due = now >= next_probe_ && since_probe_ >= kMinSteps;
+  if (probing_ == 0 && recent_.n > 0 && (due || slower)) {
     probing_ = kProbeSteps;
     probe_.clear();
   }
@@ -41,6 +42,7 @@ void TeamChooser::ran(int team, double seconds, double now) {
     return;
   }
   if (team != chosen_) return;
+  ++since_probe_;
   recent_.add(seconds);
   if (baseline_ == 0 && recent_.n == kWindow) baseline_ = recent_.median();
 }
@@ -56,6 +58,7 @@ void TeamChooser::decide(double now) {
   }
   baseline_ = recent_.n == kWindow ? recent_.median() : 0;
   next_probe_ = now + interval_;
+  since_probe_ = 0;
 }
 
 }  // namespace ws::exec

@@ -14,7 +14,10 @@
 // a few steps on the other (a probe): it switches when their median is
 // clearly faster than the median of its recent steps. Probes come one
 // second apart at first and back off to half a minute while the choice holds
-// (on a quiet machine a probe costs a few slow steps, 0.2% of the run);
+// (on a quiet machine a probe costs a few slow steps, 0.2% of the run), and
+// never fewer than kMinSteps steps of the chosen team apart (a step of a
+// large model can take longer than the interval: probing by the clock alone
+// would run most of its steps on the slower team);
 // when recent steps turn much slower than at the last decision (a neighbour
 // arrives), a probe comes at once. Both teams give the same bits, so the
 // choice changes only the time.
@@ -32,6 +35,7 @@ class TeamChooser {
   static constexpr double kGain = 0.85;   // the other team must take less than this
   static constexpr double kSlower = 1.5;  // recent steps this much slower: probe now
   static constexpr double kFirstInterval = 1, kMaxInterval = 30;  // seconds between probes
+  static constexpr int kMinSteps = 20;  // chosen-team steps between timed probes, at least
 
   // `pool`: the threads of the whole pool (1: nothing to choose).
   explicit TeamChooser(int pool);
@@ -58,9 +62,10 @@ class TeamChooser {
 
   int pool_, chosen_;
   Times recent_, probe_;
-  int probing_ = 0;         // steps left in the current probe
-  double baseline_ = 0;     // recent median at the last decision
-  double next_probe_ = -1;  // when the next probe starts (-1: one interval after the first step)
+  int probing_ = 0;          // steps left in the current probe
+  int64_t since_probe_ = 0;  // chosen-team steps since the last probe (or the start)
+  double baseline_ = 0;      // recent median at the last decision
+  double next_probe_ = -1;   // when the next probe starts (-1: one interval after the first step)
   double interval_ = kFirstInterval;
   int64_t switches_ = 0;
 };
