@@ -12,7 +12,8 @@ import operator
 import torch
 
 from . import _C
-from ._aten import TABLE, Builder, Transposed, Unsupported, Value, ir_dtype
+from . import _aten, _aten_nn  # noqa: F401  (they fill the table)
+from ._ir import TABLE, Builder, Transposed, Unsupported, Value, ir_dtype
 
 # Ops whose translation reads a Transposed operand as a transpose flag.
 _READS_TRANSPOSED = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}

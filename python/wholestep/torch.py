@@ -13,12 +13,11 @@ keeps them: the step updates them in place, no copies. docs/pytorch.md
 says what is supported and what differs from eager torch.
 """
 
-import math
 
 import torch
 
 from . import _C, _capture
-from ._aten import Value, ir_dtype
+from ._ir import Value, ir_dtype
 from ._import import Importer
 from ._optim import Optimizer, OptimizerError
 
@@ -170,8 +169,8 @@ class TrainStep:
             loss = Importer(gm, g, inputs).run()
             if not isinstance(loss, Value) or g.type(loss)[1] != () \
                     or g.type(loss)[0] not in ("f32", "f64"):
-                raise Error(f"compile_train_step: the loss function must return a 0-d "
-                            f"floating-point tensor")
+                raise Error("compile_train_step: the loss function must return a 0-d "
+                            "floating-point tensor")
             g.output("loss", loss, "loss")
             return g.finish()
 
