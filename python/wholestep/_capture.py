@@ -46,23 +46,35 @@ class _Where:
         return self.stack[-1] if self.stack else None
 
 
-def _failure_site(where, error):
-    """'; in module m (Class), at file:line' for an exception raised while
-    tracing: the module running then, and the innermost user frame."""
+def _is_user_file(filename):
+    """Code of the model or the loss function: not torch's, not this
+    package's, not generated ("<string>": make_fx's wrappers)."""
+    return not filename.startswith((_TORCH_DIR, _OWN_DIR, "<"))
+
+
+def describe(module, line):
+    """'in module m (pkg.Class), at file:line' for a node's (or a failure's)
+    module entry and user line; either may be None."""
     parts = []
-    module = where.module()
     if module is not None:
         path, cls = module
         parts.append(f"in module {path or '(the model)'} ({cls.__module__}.{cls.__qualname__})")
-    tb, line = error.__traceback__, None
-    while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if not fn.startswith((_TORCH_DIR, _OWN_DIR, "<")):
-            line = (fn, tb.tb_lineno)
-        tb = tb.tb_next
+    else:
+        parts.append("outside the model's modules (the loss function)")
     if line is not None:
         parts.append(f"at {line[0]}:{line[1]}")
-    return "; " + ", ".join(parts) if parts else ""
+    return ", ".join(parts)
+
+
+def _failure_site(where, error):
+    """'; in module m (Class), at file:line' for an exception raised while
+    tracing: the module running then, and the innermost user frame."""
+    tb, line = error.__traceback__, None
+    while tb is not None:
+        if _is_user_file(tb.tb_frame.f_code.co_filename):
+            line = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return "; " + describe(where.module(), line)
 
 
 def _user_frame():
@@ -70,10 +82,8 @@ def _user_frame():
     model's (or the loss function's) code that called the op."""
     f = sys._getframe(2)
     while f is not None:
-        fn = f.f_code.co_filename
-        # "<string>": code torch generates (make_fx's wrappers)
-        if not fn.startswith((_TORCH_DIR, _OWN_DIR, "<")):
-            return fn, f.f_lineno
+        if _is_user_file(f.f_code.co_filename):
+            return f.f_code.co_filename, f.f_lineno
         f = f.f_back
     return None
 

@@ -13,29 +13,15 @@ import torch
 
 from . import _C
 from . import _aten, _aten_nn  # noqa: F401  (they fill the table)
+from ._capture import describe
 from ._ir import TABLE, Builder, Transposed, Unsupported, Value, ir_dtype
 
 # Ops whose translation reads a Transposed operand as a transpose flag.
 _READS_TRANSPOSED = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
 
 
-def where(node):
-    """' in module layer3.1.conv2 (Conv2d), at file.py:12' for `node`."""
-    parts = []
-    module = node.meta.get("ws_module")
-    if module is not None:
-        path, cls = module
-        parts.append(f"in module {path or '(the model)'} ({cls.__module__}.{cls.__qualname__})")
-    else:
-        parts.append("outside the model's modules (the loss function)")
-    line = node.meta.get("ws_line")
-    if line is not None:
-        parts.append(f"at {line[0]}:{line[1]}")
-    return ", ".join(parts)
-
-
 def error(node, message):
-    return _C.Error(f"{message}; {where(node)}")
+    return _C.Error(f"{message}; {describe(node.meta.get('ws_module'), node.meta.get('ws_line'))}")
 
 
 def _is_inplace(node):

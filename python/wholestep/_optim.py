@@ -135,6 +135,17 @@ class Optimizer:
                     del self.opt.state[p]
         return out, undo
 
+    def state_tensors(self):
+        """The state tensors the step binds, in state()'s order, as they are
+        now: None where one is missing."""
+        out = []
+        for g in self.opt.param_groups:
+            slots = self._slots(g)
+            for p in g["params"]:
+                st = self.opt.state.get(p, {})
+                out += [st.get(slot) for slot in slots]
+        return out
+
     def hypers(self):
         """This step's hyperparameters, group after group."""
         out = []

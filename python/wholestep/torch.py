@@ -60,6 +60,28 @@ def _data_args(args, who):
     return out
 
 
+def _model_inputs(params, buffers, trained, types, binding):
+    """What the placeholders of a traced model are, in their order (the
+    importer's `inputs`): the parameters (role param if their name is in
+    `trained`, else buffer), the buffers, then data arguments of `types`;
+    and example tensors of those types to trace with. Records the bound
+    tensors in `binding`."""
+    binding.tensors.clear()
+    inputs = []
+    for name, t in params.items():
+        role = "param" if name in trained else "buffer"
+        inputs.append(("persistent", role, name, _bound(name, t.detach(), "parameter")))
+        binding.add(t)
+    for name, t in buffers.items():
+        inputs.append(("persistent", "buffer", name, _bound(name, t, "buffer")))
+        binding.add(t)
+    examples = []
+    for dtype, shape in types:
+        inputs.append(("data", dtype, list(shape)))
+        examples.append(torch.empty(shape, dtype=_TORCH_DTYPES[dtype]))
+    return inputs, examples
+
+
 def _modes(model):
     return tuple(m.training for m in model.modules())
 
@@ -142,16 +164,7 @@ class TrainStep:
 
         def trace(types):
             g = _C.Graph()
-            inputs = []
-            binding.tensors.clear()
-            opt_set = set(order)
-            for name, p in params.items():
-                role = "param" if name in opt_set else "buffer"
-                inputs.append(("persistent", role, name, _bound(name, p.detach(), "parameter")))
-                binding.add(p)
-            for name, t in buffers.items():
-                inputs.append(("persistent", "buffer", name, _bound(name, t, "buffer")))
-                binding.add(t)
+            inputs, examples = _model_inputs(params, buffers, set(order), types, binding)
             # The optimizer's state, group after group, param-major; then
             # its hyperparameters: the order append_step reads them in.
             for name, t in state:
@@ -161,10 +174,6 @@ class TrainStep:
             for gi, group in enumerate(groups):
                 for h in group["hyper_names"]:
                     g.hyper(h if gi == 0 else f"group{gi}.{h}")
-            examples = []
-            for dtype, shape in types:
-                inputs.append(("data", dtype, list(shape)))
-                examples.append(torch.empty(shape, dtype=_TORCH_DTYPES[dtype]))
             gm = _capture.trace(self.model, dict(params), dict(buffers), program, examples)
             loss = Importer(gm, g, inputs).run()
             if not isinstance(loss, Value) or g.type(loss)[1] != () \
@@ -177,9 +186,10 @@ class TrainStep:
         return trace
 
     def _current(self):
-        params, buffers, _ = self._persistent()
-        state, _ = self._opt.state(lambda p: self._names[id(p)])
-        return list(params.values()) + list(buffers.values()) + [t for _, t in state]
+        """The tensors a compiled step would bind now, in its binding's order
+        (without creating missing optimizer state: its absence is a change)."""
+        model = self.model
+        return list(model.parameters()) + list(model.buffers()) + self._opt.state_tensors()
 
     def __call__(self, *args):
         if len(args) < self.num_inputs:
@@ -212,10 +222,10 @@ class TrainStep:
         return torch.tensor(loss, dtype=torch.float32)
 
     def profile(self, *args, steps=10):
-        """Times `steps` steps on this batch (they train: the parameters
-        change) kernel by kernel: {"step_ms": median, "kernels": [(name,
-        calls, ms, flops)], "programs": [(name, ms)], "chrome_trace": JSON}.
-        The step must have run on this signature first."""
+        """One step on this batch (compiling it if it is new), then `steps`
+        more timed kernel by kernel; all of them train. Returns {"step_ms":
+        median, "kernels": [(name, calls, ms, flops)], "programs": [(name,
+        ms)], "chrome_trace": JSON}."""
         self(*args)
         step = self._step()
         out = step.profile(_data_args(args, "profile"), self._opt.hypers(), steps)
@@ -295,17 +305,7 @@ class Forward:
             params = dict(model.named_parameters())
             buffers = dict(model.named_buffers())
             g = _C.Graph()
-            inputs = []
-            binding.tensors.clear()
-            for name, t in list(params.items()) + list(buffers.items()):
-                inputs.append(("persistent", "buffer", name,
-                               _bound(name, t.detach(), "parameter" if name in params
-                                      else "buffer")))
-                binding.add(t)
-            examples = []
-            for dtype, shape in types:
-                inputs.append(("data", dtype, list(shape)))
-                examples.append(torch.empty(shape, dtype=_TORCH_DTYPES[dtype]))
+            inputs, examples = _model_inputs(params, buffers, (), types, binding)
             modes = [(m, m.training) for m in model.modules()]
             model.eval()
             try:

@@ -2,7 +2,6 @@
 and a 10-step comparison against torch eager."""
 
 import copy
-import math
 
 import torch
 import torchvision
@@ -137,4 +136,4 @@ def as_float64(batches):
 
 __all__ = ["MODELS", "OPTIMIZERS", "LR_SCALE", "make", "eager_steps", "gradients", "gradient_error",
            "distance",
-           "permuted", "float64_copy", "as_float64", "math"]
+           "permuted", "float64_copy", "as_float64"]
