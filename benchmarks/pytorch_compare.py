@@ -34,7 +34,6 @@ idle threads have stopped spinning.
 """
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import os
@@ -44,9 +43,11 @@ import sys
 import tempfile
 import time
 
-CLEAN_PREFIXES = ("OPENBLAS_", "OMP_", "GOMP_", "DNNL_", "ONEDNN_", "MKL_")
-AVX512_CORES = {"skylakex", "cooperlake", "sapphirerapids"}
-AVX2_CORES = AVX512_CORES | {"haswell", "zen"}
+from torch_env import (best_openblas_core, clean_env, cpu_flags, cpu_model, is_fallback_core,
+                       loaded_openblas, mapped_libraries, set_torch_threads)
+from torch_reference_models import (loss_of, make_cnn, make_model, make_optimizer, parse_type,
+                                    random_batch)
+
 MODES = ("three_graph", "single_graph")
 PAUSE_S = 0.25  # between the sides: lets the other side's spinning threads go to sleep
 ROUND_S = 1.0  # the slowest side's time per round when the steps per round are automatic
@@ -54,67 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------------------
-# Environment: what a user gets, and PyTorch's best OpenBLAS core
-
-
-def clean_env(env):
-    """`env` without the threading and kernel-selection variables."""
-    return {k: v for k, v in env.items() if not k.startswith(CLEAN_PREFIXES)}
-
-
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def cpu_model():
-    fields = {}
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    return "{} (family {} model {})".format(
-        fields.get("model name", "unknown CPU"), fields.get("cpu family", "?"),
-        fields.get("model", "?"))
-
-
-def best_openblas_core(flags):
-    """The OpenBLAS core matching the CPU's widest vector instructions."""
-    if "avx512f" in flags:
-        return "SkylakeX"
-    if "avx2" in flags:
-        return "Haswell"
-    return None
-
-
-def is_fallback_core(core, flags):
-    """True when OpenBLAS picked a core below the CPU's instruction set."""
-    name = core.lower()
-    if "avx512f" in flags:
-        return name not in AVX512_CORES
-    if "avx2" in flags:
-        return name not in AVX2_CORES
-    return False
-
-
-def mapped_libraries(substrings):
-    """Real paths of the shared libraries mapped here whose path has one of `substrings`."""
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "/" in line}
-    return sorted({os.path.realpath(p) for p in paths if any(s in p for s in substrings)})
-
-
-def loaded_openblas():
-    """The OpenBLAS mapped into this process (after importing torch), or None."""
-    for path in mapped_libraries(("libopenblas",)):
-        lib = ctypes.CDLL(path)
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        lib.openblas_get_config.restype = ctypes.c_char_p
-        return lib
-    return None
+# Environment: what a user gets, and PyTorch's best OpenBLAS core (torch_env.py)
 
 
 def run_probe(kind, env):
@@ -213,163 +154,7 @@ class Peer:
 
 
 # ---------------------------------------------------------------------------
-# The PyTorch side: the reference models as wholestep defines them
-
-
-def parse_type(text):
-    """"f32[128,784]" -> ("f32", [128, 784])."""
-    dtype, _, dims = text.partition("[")
-    return dtype, [int(d) for d in dims.rstrip("]").split(",") if d]
-
-
-def make_mlp(sizes):
-    """Linear layers fc1, fc2, ... with ReLU between; the input is flattened."""
-    import torch.nn as nn
-
-    class Mlp(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.n = len(sizes) - 1
-            for i in range(self.n):
-                self.add_module(f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
-
-        def forward(self, x):
-            h = x.flatten(1)
-            for i in range(self.n):
-                h = getattr(self, f"fc{i + 1}")(h)
-                if i + 1 < self.n:
-                    h = h.relu()
-            return h
-
-    return Mlp()
-
-
-def make_cnn():
-    """Three Conv(3x3, pad 1, no bias)+BatchNorm2d+ReLU blocks, mean pool, Linear."""
-    import torch.nn as nn
-
-    class GlobalAvgPool2d(nn.Module):
-        def forward(self, x):
-            return x.mean((2, 3))
-
-    class Cnn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            layers = []
-            for cin, cout, stride in ((1, 32, 1), (32, 64, 2), (64, 64, 2)):
-                layers += [nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
-                           nn.BatchNorm2d(cout), nn.ReLU()]
-            self.net = nn.Sequential(*layers, GlobalAvgPool2d(), nn.Linear(64, 10))
-
-        def forward(self, x):
-            return self.net(x.view(x.shape[0], 1, 28, 28) if x.dim() == 2 else x)
-
-    return Cnn()
-
-
-def make_gpt(vocab, context, d_model, heads, layers, mlp_ratio, dropout):
-    """Byte-level GPT: pre-LayerNorm blocks, causal attention, exact (erf) GELU."""
-    import math
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    class CausalSelfAttention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(d_model, 3 * d_model)
-            self.proj = nn.Linear(d_model, d_model)
-            self.attn_dropout = nn.Dropout(dropout)
-            self.allowed = torch.ones(context, context, dtype=torch.bool).tril()  # not a buffer
-
-        def forward(self, x):
-            B, T, D = x.shape
-            q, k, v = (t.view(B, T, heads, D // heads).transpose(1, 2)
-                       for t in self.qkv(x).split(D, dim=2))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D // heads))
-            att = att.masked_fill(~self.allowed[:T, :T], float("-inf"))
-            att = self.attn_dropout(F.softmax(att, dim=-1))
-            return self.proj((att @ v).transpose(1, 2).reshape(B, T, D))
-
-    class GptBlock(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(d_model)
-            self.attn = CausalSelfAttention()
-            self.ln2 = nn.LayerNorm(d_model)
-            self.fc1 = nn.Linear(d_model, mlp_ratio * d_model)
-            self.fc2 = nn.Linear(mlp_ratio * d_model, d_model)
-            self.act = nn.GELU()  # exact, as ws::nn::GELU's default
-            self.drop = nn.Dropout(dropout)
-
-        def forward(self, x):
-            h = x + self.drop(self.attn(self.ln1(x)))
-            return h + self.drop(self.fc2(self.act(self.fc1(self.ln2(h)))))
-
-    class Gpt(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d_model)
-            self.pos = nn.Embedding(context, d_model)
-            for i in range(layers):
-                self.add_module(f"block{i}", GptBlock())
-            self.ln_f = nn.LayerNorm(d_model)
-            self.head = nn.Linear(d_model, vocab)
-
-        def forward(self, tokens):
-            h = self.tok(tokens) + self.pos.weight[: tokens.shape[1]]
-            for i in range(layers):
-                h = getattr(self, f"block{i}")(h)
-            return self.head(self.ln_f(h))
-
-    return Gpt()
-
-
-def make_model(spec, dropout=None):
-    name = spec["name"].split(":")[0]  # "mlp:adam": the mlp, with Adam
-    if name == "cnn":
-        return make_cnn()
-    if name == "gpt":
-        keys = ("vocab", "context", "d_model", "heads", "layers", "mlp_ratio")
-        p = float(spec["dropout"]) if dropout is None else dropout
-        return make_gpt(*(int(spec[k]) for k in keys), dropout=p)
-    return make_mlp([int(s) for s in spec["sizes"].split(",")])
-
-
-def loss_of(spec, model, x, y):
-    """Mean cross-entropy; gpt predicts every position's next byte."""
-    import torch.nn.functional as F
-    logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-def make_optimizer(spec, model, foreach):
-    """The optimizer and hyperparameters the wholestep side reports."""
-    import torch
-    kind, lr, wd = spec["optimizer"], float(spec["lr"]), float(spec["weight_decay"])
-    if kind == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=float(spec["momentum"]),
-                               dampening=float(spec["dampening"]), weight_decay=wd,
-                               nesterov=spec["nesterov"] == "1", foreach=foreach)
-    cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
-    return cls(model.parameters(), lr=lr, betas=(float(spec["beta1"]), float(spec["beta2"])),
-               eps=float(spec["eps"]), weight_decay=wd, foreach=foreach)
-
-
-def random_batch(spec, seed=0):
-    """Random data of the wholestep batch's shapes and dtypes: floats in [-1, 1),
-    labels in [0, classes), tokens in [0, vocab)."""
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    high = int(spec.get("vocab", 10))
-
-    def make(text):
-        dtype, shape = parse_type(text)
-        if dtype == "i64":
-            return torch.randint(0, high, shape, generator=g, dtype=torch.int64)
-        return torch.rand(shape, generator=g) * 2 - 1
-
-    return make(spec["x"]), make(spec["y"])
+# The PyTorch side: the reference models (torch_reference_models.py), trained eagerly
 
 
 class TorchSide:
@@ -537,16 +322,6 @@ def onednn_report(threads):
         elif len(parts) > 4 and parts[1] == "exec" and parts[3] == "convolution":
             convs.add(parts[4])
     return version, isa, sorted(convs)
-
-
-def set_torch_threads(threads):
-    """N threads for ATen's OpenMP pool and for OpenBLAS's own pool (PyTorch
-    does not set the latter; wholestep does)."""
-    import torch
-    torch.set_num_threads(threads)
-    lib = loaded_openblas()
-    if lib is not None:
-        lib.openblas_set_num_threads(threads)
 
 
 def torch_report(args, threads):
