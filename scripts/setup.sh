@@ -9,7 +9,7 @@ packages=(g++ cmake ninja-build libfmt-dev zlib1g-dev libgtest-dev libbenchmark-
           libcli11-dev libdnnl-dev libeigen3-dev nlohmann-json3-dev libboost-graph-dev
           dataset-fashion-mnist graphviz python3-matplotlib
           pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
-          python3-torchvision)
+          python3-torchvision openmpi-bin libopenmpi-dev)
 ./scripts/install_packages.sh "${packages[@]}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

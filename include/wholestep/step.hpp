@@ -74,6 +74,19 @@ struct StepOptions {
   // A warning is printed when one step has been traced more often than this
   // (each new input signature traces again).
   int recompile_warning = 8;
+  // Data parallelism over the process group (wholestep/dist.hpp: the
+  // processes `mpirun` started): each rank runs the step on its own part of
+  // the global batch, and the step graph averages the gradients (and the
+  // loss) over the ranks before any update reads them, so every rank makes
+  // the same update. The reductions are collectives in the graph, in
+  // buckets of at most `bucket_bytes` of gradients: each starts as soon as
+  // its last gradient exists and is waited for by the first update that
+  // reads it (docs/distributed.md). Compiling broadcasts parameters,
+  // buffers and optimizer state from rank 0 and checks that every rank
+  // compiled the same step graph. A rank that fails in a step ends the job
+  // (dist::abort_job): the others would wait for it forever.
+  bool data_parallel = false;
+  int64_t bucket_bytes = int64_t(1) << 20;
   // Run a step on one thread while that measures clearly faster than the
   // whole pool (other processes hold the cores), probing the other team
   // now and then; every result is the same bits on either. Off: always the

@@ -280,8 +280,12 @@ VjpRule builtin_rule(Op op) {
     case Op::sub: return vjp_sub;
     case Op::transpose: return vjp_transpose;
     // Not differentiable: sources, comparisons, indexing by integers,
-    // random numbers, the gradient ops themselves (first order only), and
-    // fusions, which lowering makes after differentiation.
+    // random numbers, the gradient ops themselves (first order only),
+    // fusions, which lowering makes after differentiation, and collectives,
+    // which the step appends after it (a synchronized forward statistic
+    // would need one).
+    case Op::all_reduce_start:
+    case Op::wait:
     case Op::fusion:
     case Op::fusion_result:
     case Op::matmul_add:

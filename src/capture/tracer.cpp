@@ -44,8 +44,8 @@ void Tracer::assign(const Tensor& dst, const Tensor& src, const SourceLoc& loc) 
 Tracer::RandomDraw Tracer::take_random(int64_t count) {
   detail::RngState& st = detail::rng_state();
   if (rng_seed_ == ir::kNoValue) {
-    rng_seed_ = lift(st.seed, ir::InputRole::rng, "rng.seed");
-    rng_offset_ = lift(st.offset, ir::InputRole::rng, "rng.offset");
+    rng_seed_ = lift(st.seed, ir::InputRole::rng, kSeedInput);
+    rng_offset_ = lift(st.offset, ir::InputRole::rng, kOffsetInput);
   }
   const RandomDraw d{rng_seed_, rng_offset_, rng_taken_};
   rng_taken_ += count;

@@ -40,6 +40,9 @@ class Tracer {
   // The next `count` numbers of the random stream: the stream's seed and
   // offset as graph values (the first use lifts them as `rng` inputs), and
   // how many numbers past the offset they start (random_uniform's `skip`).
+  // The names of the stream's inputs.
+  static constexpr const char* kSeedInput = "rng.seed";
+  static constexpr const char* kOffsetInput = "rng.offset";
   struct RandomDraw {
     ir::ValueId seed, offset;
     int64_t skip;

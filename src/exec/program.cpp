@@ -1,5 +1,6 @@
 #include "exec/program.hpp"
 
+#include "dist/collectives.hpp"
 #include "exec/dnnl_backend.hpp"
 
 #include <chrono>
@@ -22,13 +23,14 @@ std::vector<int32_t> Kernel::outs() const {
 }
 
 std::string Program::str() const {
+  auto plus = [](int64_t offset) { return offset ? fmt::format("+{}", offset) : std::string(); };
   auto slot = [&](int32_t s) {
     const Slot& sl = slots[size_t(s)];
     switch (sl.kind) {
-      case SlotKind::input: return fmt::format("in{}", sl.index);
-      case SlotKind::output: return fmt::format("out{}", sl.index);
-      case SlotKind::constant: return fmt::format("const+{}", sl.index);
-      case SlotKind::arena: return fmt::format("arena+{}", sl.index);
+      case SlotKind::input: return fmt::format("in{}{}", sl.index, plus(sl.offset));
+      case SlotKind::output: return fmt::format("out{}{}", sl.index, plus(sl.offset));
+      case SlotKind::constant: return fmt::format("const+{}", sl.index + sl.offset);
+      case SlotKind::arena: return fmt::format("arena+{}", sl.index + sl.offset);
     }
     return std::string("?");
   };
@@ -88,6 +90,7 @@ void Executable::resolve() {
       case SlotKind::constant: slot_ptrs_[s] = prog_.constants.data() + sl.index; break;
       case SlotKind::arena: slot_ptrs_[s] = arena_.get() + sl.index; break;
     }
+    slot_ptrs_[s] = static_cast<std::byte*>(slot_ptrs_[s]) + sl.offset;
   }
   resolved_ = true;
 }
@@ -95,7 +98,14 @@ void Executable::resolve() {
 void Executable::run() {
   if (!resolved_) resolve();
   void* const* slots = slot_ptrs_.data();
-  for (const Kernel& k : prog_.kernels) k.fn(k, slots);
+  if (!prog_.has_collectives) {
+    for (const Kernel& k : prog_.kernels) k.fn(k, slots);
+    return;
+  }
+  for (const Kernel& k : prog_.kernels) {
+    k.fn(k, slots);
+    dist::progress();
+  }
 }
 
 void Executable::run_timed(std::chrono::steady_clock::time_point origin,
@@ -108,6 +118,7 @@ void Executable::run_timed(std::chrono::steady_clock::time_point origin,
   for (size_t i = 0; i < prog_.kernels.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     prog_.kernels[i].fn(prog_.kernels[i], slots);
+    if (prog_.has_collectives) dist::progress();
     const auto t1 = std::chrono::steady_clock::now();
     start_ns[i] = nanos(t0 - origin).count();
     ns[i] = nanos(t1 - t0).count();
@@ -119,7 +130,10 @@ void Executable::run_only(const std::vector<bool>& only) {
   WS_CHECK(only.size() == prog_.kernels.size()) << "one flag per kernel";
   void* const* slots = slot_ptrs_.data();
   for (size_t i = 0; i < prog_.kernels.size(); ++i)
-    if (only[i]) prog_.kernels[i].fn(prog_.kernels[i], slots);
+    if (only[i]) {
+      prog_.kernels[i].fn(prog_.kernels[i], slots);
+      if (prog_.has_collectives) dist::progress();
+    }
 }
 
 }  // namespace ws::exec

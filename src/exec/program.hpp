@@ -14,6 +14,10 @@
 
 #include "ir/graph.hpp"
 
+namespace ws::dist {
+class InFlight;
+}
+
 namespace ws::exec {
 
 enum class SlotKind : uint8_t { input, output, constant, arena };
@@ -22,6 +26,7 @@ struct Slot {
   SlotKind kind;
   int64_t index = 0;  // input or output number; byte offset for constant and arena
   int64_t bytes = 0;
+  int64_t offset = 0;  // bytes into that storage: a view of part of a value
 };
 
 // Operands a kernel may read (concat is the only variadic op).
@@ -47,8 +52,10 @@ struct Kernel {
   Shape walk;                    // the shape they walk, with dims merged
   SourceLoc loc;
   std::shared_ptr<const BackendOp> backend;  // oneDNN primitives of a product or convolution
-  std::shared_ptr<const FusedLoop> loop;     // a loop fusion's body, compiled
-  std::vector<int32_t> extra_out;            // a fusion's results 1.. (-1: nobody reads it)
+  // A collective's state while it runs, shared by its start and its wait.
+  std::shared_ptr<dist::InFlight> collective;
+  std::shared_ptr<const FusedLoop> loop;  // a loop fusion's body, compiled
+  std::vector<int32_t> extra_out;         // a fusion's results 1.. (-1: nobody reads it)
 
   // Every slot the kernel writes: out, then a fusion's other results.
   std::vector<int32_t> outs() const;
@@ -82,6 +89,9 @@ struct Program {
   int64_t max_live_bytes = 0;  // lower bound on arena_bytes for this schedule
   int64_t copy_bytes = 0;      // bytes copied per run because an update could not be in place
   int64_t flops = 0;           // floating-point operations of the backend kernels per run
+  // Runs collectives: their progress is driven between kernels
+  // (dist/collectives.hpp).
+  bool has_collectives = false;
 
   // A readable listing: one kernel per line with its slots.
   std::string str() const;

@@ -1,5 +1,6 @@
 #include "exec/reference.hpp"
 
+#include "exec/collective_kernels.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
 #include "exec/reduce.hpp"
@@ -179,6 +180,10 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
   const int64_t n = out_type.numel();
   switch (op) {
     case Op::input: WS_CHECK(false) << "inputs have no kernel"; return;
+    case Op::all_reduce_start:  // as the compiled kernel, the collective blocking
+      pack_bucket(in_types, in, reduce_scale(attrs), out);
+      return dist::all_reduce_sum(out, n, out_type.dtype);
+    case Op::wait: std::memcpy(out, in[0], out_type.bytes()); return;
     case Op::fusion:
     case Op::fusion_result:
       WS_CHECK(false) << "a fusion runs its body (interpret, or a fused loop kernel)";

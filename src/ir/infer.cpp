@@ -86,6 +86,23 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       WS_CHECK(false) << op_name(op) << " takes its type from its body; it is not inferred";
       break;
 
+    case Op::all_reduce_start: {
+      if (args.empty()) fail_op(op, "takes at least one operand", loc);
+      const std::string& reduce = attr<Op::all_reduce_start, "reduce">(attrs);
+      if (reduce != "sum" && reduce != "mean")
+        fail_op(op, "reduce must be sum or mean, got '" + reduce + "'", loc);
+      if (attr<Op::all_reduce_start, "seq">(attrs) < 0) fail_op(op, "seq must be >= 0", loc);
+      int64_t total = 0;
+      for (const Type& t : args) {
+        check_floating(op, t, loc);
+        if (t.dtype != args[0].dtype)
+          fail_op(op, "operands must share one dtype: " + types_str(args), loc);
+        total += t.numel();
+      }
+      return Type{args[0].dtype, {total}};
+    }
+    case Op::wait: return args[0];
+
     case Op::add:
     case Op::sub:
     case Op::mul:

@@ -19,6 +19,7 @@ std::string_view category_name(OpCategory c) {
     case OpCategory::indexing: return "indexing";
     case OpCategory::random: return "random";
     case OpCategory::fusion: return "fusion";
+    case OpCategory::collective: return "collective";
     case OpCategory::opaque: return "opaque";
   }
   return "?";

@@ -24,6 +24,10 @@ enum class OpCategory : uint8_t {
   indexing,  // one_hot, gather
   random,
   fusion,  // a group of ops run as one kernel (its body), and its extra results
+  // Over the process group, with an effect and an order: every rank starts
+  // the same collectives in the same order (their seq), and a start's
+  // buffer is read only by its wait.
+  collective,
   opaque,
 };
 

@@ -275,6 +275,45 @@ void check_outputs(const Graph& g) {
   }
 }
 
+// Collectives have an effect and an order: every rank starts them in the
+// same order, so their seq grows in node order, and nothing but its wait
+// reads a start's buffer while the collective may still write it. A
+// fusion's body holds none.
+void check_collectives(const Graph& g, bool in_body) {
+  int64_t last_seq = -1;
+  std::vector<int> waits(g.nodes.size(), 0);
+  for (ValueId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (op_info(n.op).category == OpCategory::collective && in_body)
+      fail_node(g, id, "a fusion's body holds no collective");
+    if (n.op == Op::all_reduce_start) {
+      const int64_t seq = attr<Op::all_reduce_start, "seq">(n);
+      if (seq <= last_seq)
+        fail_node(g, id,
+                  fmt::format("collective seq {} follows seq {}: collectives must keep the order "
+                              "every rank starts them in",
+                              seq, last_seq));
+      last_seq = seq;
+    }
+    for (ValueId a : n.args) {
+      if (g.node(a).op != Op::all_reduce_start) continue;
+      if (n.op != Op::wait)
+        fail_node(g, id, fmt::format("reads the buffer of collective %{} before a wait for it", a));
+      if (waits[size_t(a)]++)
+        fail_node(g, id, fmt::format("collective %{} is waited for twice", a));
+    }
+    if (n.op == Op::wait && g.node(n.args[0]).op != Op::all_reduce_start)
+      fail_node(g, id, fmt::format("waits for %{}, which is not a collective's start", n.args[0]));
+  }
+  for (ValueId id = 0; id < g.size(); ++id)
+    if (g.node(id).op == Op::all_reduce_start && waits[size_t(id)] == 0)
+      fail_node(g, id, "this collective is started but never waited for");
+  for (const Output& o : g.outputs)
+    if (in_range(g, o.value) && g.node(o.value).op == Op::all_reduce_start)
+      fail(g, fmt::format("output \"{}\" is the buffer of collective %{}, not its wait", o.name,
+                          o.value));
+}
+
 bool initially_enabled() {
   const char* env = std::getenv("WS_VERIFY");
   if (env && std::string_view(env) == "1") return true;
@@ -296,6 +335,9 @@ void verify(const Graph& g) {
   for (ValueId id = 0; id < g.size(); ++id) check_node(g, id);
   check_inputs(g);
   check_outputs(g);
+  check_collectives(g, false);
+  for (const Node& n : g.nodes)
+    if (n.body) check_collectives(*n.body, true);
 }
 
 bool verify_enabled() { return enabled_flag().load(std::memory_order_relaxed); }

@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "exec/broadcast_kernels.hpp"
+#include "exec/collective_kernels.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/fused_loop.hpp"
 #include "exec/fused_loop_rules.hpp"
@@ -55,7 +56,9 @@ struct Pending {
   int64_t scratch_bytes = 0;                       // temporaries while it runs
   int32_t scratch = -1;                            // their slot
   std::shared_ptr<const exec::BackendOp> backend;  // products and convolutions
-  std::vector<ValueId> extra;  // a fusion's results 1.. (kNoValue: nobody reads it)
+  std::vector<ValueId> extra;                  // a fusion's results 1.. (kNoValue: nobody reads it)
+  std::vector<int64_t> in_offsets;             // bytes into each operand's storage (a view)
+  std::shared_ptr<dist::InFlight> collective;  // a collective's start and its wait share it
 
   // Every value the kernel writes.
   template <class F>
@@ -82,16 +85,43 @@ std::vector<ValueId> scalar_sources(const ir::Graph& g) {
 }
 
 // A reshape is a view: row-major data keeps its bytes, so the reshaped value
-// is read from its operand's storage, with no kernel and no copy. root[v] is
-// the value whose storage v reads (v itself for anything but a view).
-// Reshapes that are graph outputs stay copies: the caller owns that storage.
-std::vector<ValueId> view_roots(const ir::Graph& g) {
+// is read from its operand's storage, with no kernel and no copy. So is a
+// slice of contiguous rows (every dim before its axis of size 1: a
+// collective's bucket cut back into gradients), read `offset` bytes into
+// its operand's storage. root[v] is the value whose storage v reads (v
+// itself for anything but a view). Views that are graph outputs stay
+// copies: the caller owns that storage.
+struct View {
+  ValueId root;
+  int64_t offset = 0;  // bytes into the root's storage
+};
+
+bool contiguous_slice(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != Op::slice) return false;
+  const Shape& x = g.type(n.args[0]).shape;
+  int64_t axis = ir::attr<Op::slice, "axis">(n);
+  if (axis < 0) axis += int64_t(x.size());
+  return std::all_of(x.begin(), x.begin() + axis, [](int64_t d) { return d == 1; });
+}
+
+std::vector<View> view_roots(const ir::Graph& g) {
   std::vector<bool> is_output(g.nodes.size(), false);
   for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
-  std::vector<ValueId> root(g.nodes.size());
+  std::vector<View> root(g.nodes.size());
   for (ValueId v = 0; v < g.size(); ++v) {
     const ir::Node& n = g.node(v);
-    root[size_t(v)] = n.op == Op::reshape && !is_output[size_t(v)] ? root[size_t(n.args[0])] : v;
+    root[size_t(v)] = {v, 0};
+    if (is_output[size_t(v)]) continue;
+    if (n.op == Op::reshape) root[size_t(v)] = root[size_t(n.args[0])];
+    if (contiguous_slice(g, n)) {
+      const Shape& x = g.type(n.args[0]).shape;
+      int64_t axis = ir::attr<Op::slice, "axis">(n);
+      if (axis < 0) axis += int64_t(x.size());
+      const int64_t row =
+          int64_t(dtype_size(n.type.dtype)) * exec::dims_product(x.begin() + axis + 1, x.end());
+      const View& a = root[size_t(n.args[0])];
+      root[size_t(v)] = {a.root, a.offset + ir::attr<Op::slice, "start">(n) * row};
+    }
   }
   return root;
 }
@@ -126,17 +156,29 @@ class Lowering {
     return int32_t(p_.slots.size() - 1);
   }
 
+  // A slot `offset` bytes into slot s (a view of part of its value).
+  int32_t offset_slot(int32_t s, int64_t offset, size_t bytes) {
+    WS_CHECK(s >= 0) << "a view of a value without storage";
+    Slot sl = p_.slots[size_t(s)];
+    sl.offset += offset;
+    sl.bytes = int64_t(bytes);
+    p_.slots.push_back(sl);
+    return int32_t(p_.slots.size() - 1);
+  }
+
   // Steps 2 and 3: walk back from the outputs marking what must exist.
   void collect_kernels() {
-    const std::vector<ValueId> src = scalar_sources(g_), root = view_roots(g_);
+    const std::vector<ValueId> src = scalar_sources(g_);
+    view_ = view_roots(g_);
+    auto root = [&](ValueId v) { return view_[size_t(v)].root; };
     std::vector<bool> needed(g_.nodes.size(), false);
     for (const ir::Output& o : g_.outputs) needed[size_t(o.value)] = true;
     std::vector<std::vector<bool>> scalar(g_.nodes.size()), through(g_.nodes.size());
     for (ValueId v = g_.size() - 1; v >= 0; --v) {
       const ir::Node& n = g_.node(v);
       if (!needed[size_t(v)] || n.op == Op::input) continue;
-      if (root[size_t(v)] != v) {  // a view: its root must exist
-        needed[size_t(root[size_t(v)])] = true;
+      if (root(v) != v) {  // a view: its root must exist
+        needed[size_t(root(v))] = true;
         continue;
       }
       const DType dt = n.args.empty() ? n.type.dtype : g_.type(n.args.back()).dtype;
@@ -153,7 +195,7 @@ class Lowering {
                                 (product && i < 2 && aop == Op::transpose));
         scalar[size_t(v)].push_back(sc);
         through[size_t(v)].push_back(th);
-        ValueId read = root[size_t(sc ? src[size_t(a)] : th ? g_.node(a).args[0] : a)];
+        ValueId read = root(sc ? src[size_t(a)] : th ? g_.node(a).args[0] : a);
         if (sc && g_.node(read).op == Op::full) {
           if (const_slot_[size_t(read)] < 0) const_slot_[size_t(read)] = new_constant(read);
         } else {
@@ -170,7 +212,7 @@ class Lowering {
     std::vector<bool> folded(g_.nodes.size(), false);
     for (ValueId t = 0; t < g_.size(); ++t) {
       const ir::Node& n = g_.node(t);
-      if (n.op != Op::transpose || !needed[size_t(t)] || root[size_t(t)] != t) continue;
+      if (n.op != Op::transpose || !needed[size_t(t)] || root(t) != t) continue;
       const ValueId m = n.args[0];
       if (g_.node(m).op == Op::matmul && exec::is_backend_op(Op::matmul, g_.type(m).dtype) &&
           uses[size_t(m)] == 1 && !is_output[size_t(m)]) {
@@ -180,7 +222,7 @@ class Lowering {
     }
     pos_.assign(g_.nodes.size(), -1);
     for (ValueId v = 0; v < g_.size(); ++v) {
-      if (!needed[size_t(v)] || g_.node(v).op == Op::input || root[size_t(v)] != v) continue;
+      if (!needed[size_t(v)] || g_.node(v).op == Op::input || root(v) != v) continue;
       if (folded[size_t(v)]) continue;           // its product writes it
       if (g_.node(v).op == Op::fusion_result) {  // its fusion's kernel writes it
         const ValueId f = g_.node(v).args[0];
@@ -200,9 +242,11 @@ class Lowering {
       std::vector<ir::Type> in_types;
       for (size_t i = 0; i < n.args.size(); ++i) {
         const ValueId a = n.args[i];
-        k.ins.push_back(root[size_t(k.scalar[i]    ? src[size_t(a)]
-                                    : k.through[i] ? g_.node(a).args[0]
-                                                   : a)]);
+        const View& view = view_[size_t(k.scalar[i]    ? src[size_t(a)]
+                                        : k.through[i] ? g_.node(a).args[0]
+                                                       : a)];
+        k.ins.push_back(view.root);
+        k.in_offsets.push_back(view.offset);
         in_types.push_back(g_.type(n.args[i]));
       }
       if (exec::is_backend_op(n.op, n.type.dtype)) {
@@ -225,6 +269,8 @@ class Lowering {
         p_.flops += k.backend->flops();
       }
       if (n.op == Op::fusion) k.scratch_bytes = exec::fused_scratch_bytes(*n.body);
+      if (n.op == Op::all_reduce_start) k.collective = std::make_shared<dist::InFlight>();
+      if (n.op == Op::wait) k.collective = kernels_[size_t(pos_[size_t(n.args[0])])].collective;
       pos_[size_t(k.out)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
     }
@@ -322,6 +368,7 @@ class Lowering {
     for (auto& [v, dest] : copies) {
       Pending copy;
       copy.ins = {v};
+      copy.in_offsets = {0};
       copy.scalar = copy.through = {false};
       copy.copy_to = dest;
       kernels_.push_back(std::move(copy));
@@ -358,14 +405,20 @@ class Lowering {
         owner[size_t(out)] = out;
         const ir::Node& n = g_.node(pk.node);
         const DType dt = g_.type(n.args.empty() ? out : n.args.back()).dtype;
+        // A wait's value is its collective's buffer, where the collective wrote it.
+        if (n.op == Op::wait && owner[size_t(pk.ins[0])] != ir::kNoValue) {
+          owner[size_t(out)] = owner[size_t(pk.ins[0])];
+          return;
+        }
         const int64_t acc = n.op == Op::matmul_bias_add ? 3 : n.op == Op::matmul_add ? 2 : -1;
         if (acc < 0 && (pk.backend || (n.op != Op::fusion && !exec::computes_in_place(n.op, dt))))
           return;
         for (size_t i = 0; i < pk.ins.size(); ++i) {
           if (acc >= 0 && int64_t(i) != acc) continue;
           const ValueId a = pk.ins[i];
-          if (donated[i] || pk.scalar[i] || pk.through[i] || owner[size_t(a)] == ir::kNoValue ||
-              last[size_t(a)] != int64_t(k) || g_.type(a).bytes() != g_.type(out).bytes() ||
+          if (donated[i] || pk.scalar[i] || pk.through[i] || pk.in_offsets[i] != 0 ||
+              owner[size_t(a)] == ir::kNoValue || last[size_t(a)] != int64_t(k) ||
+              g_.type(a).bytes() != g_.type(out).bytes() ||
               (n.op == Op::fusion && !fused_overwrites(pk, out, i)))
             continue;
           owner[size_t(out)] = owner[size_t(a)];
@@ -453,11 +506,17 @@ class Lowering {
       for (size_t i = 0; i < pk.ins.size(); ++i) {
         ValueId a = pk.ins[i];
         k.in.push_back(pk.scalar[i] && const_slot_[size_t(a)] >= 0 ? const_slot_[size_t(a)]
-                                                                   : slot_[size_t(a)]);
+                       : pk.in_offsets[i] != 0 ? offset_slot(slot_[size_t(a)], pk.in_offsets[i],
+                                                             g_.type(n.args[i]).bytes())
+                                               : slot_[size_t(a)]);
         k.in_types.push_back(g_.type(n.args[i]));
         WS_CHECK(k.in.back() >= 0) << "operand %" << a << " of %" << pk.out << " has no storage";
       }
-      if (n.op == Op::fusion) {
+      if (ir::op_info(n.op).category == ir::OpCategory::collective) {
+        k.collective = pk.collective;
+        exec::choose_collective_kernel(k);
+        p_.has_collectives = true;
+      } else if (n.op == Op::fusion) {
         for (ValueId e : pk.extra) k.extra_out.push_back(e == ir::kNoValue ? -1 : slot_[size_t(e)]);
         k.extra_out.resize(n.body->outputs.size() - 1, -1);
         exec::choose_fused_kernel(k, *n.body);
@@ -474,6 +533,7 @@ class Lowering {
   const LowerOptions& opts_;
   exec::Program p_;
   std::vector<int32_t> slot_, const_slot_;
+  std::vector<View> view_;
   std::vector<int64_t> pos_;
   std::vector<Pending> kernels_;
 };

@@ -10,6 +10,7 @@
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/merge_padded_sums.hpp"
 #include "lower/move_reshapes.hpp"
+#include "lower/schedule_collectives.hpp"
 #include "lower/simplify.hpp"
 
 namespace ws::lower {
@@ -27,6 +28,8 @@ const std::vector<Pass>& all_passes() {
       // Last, where lowering folded constants before it was a pass: only
       // what no fused loop computes.
       {"fold_constants", fold_constants},
+      // Last: the kernels run in node order.
+      {"schedule_collectives", schedule_collectives},
   };
   return passes;
 }
@@ -47,7 +50,9 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
   std::vector<Pass> passes;
   for (const Pass& p : all_passes()) {
     const std::string_view name = p.name;
-    if (opts.fuse || name == "simplify" || name == "fold_constants") passes.push_back(p);
+    if (opts.fuse || name == "simplify" || name == "fold_constants" ||
+        name == "schedule_collectives")
+      passes.push_back(p);
   }
   return passes;
 }

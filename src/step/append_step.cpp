@@ -4,18 +4,26 @@
 #include "autograd/reverse.hpp"
 #include "optim/update.hpp"
 #include "step/capture_step.hpp"
+#include "step/reduce_gradients.hpp"
 
 namespace ws::step {
 
 void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
-                 bool guard_nonfinite) {
+                 const JointOptions& opts) {
   ir::Graph& g = out.joint.graph;
-  const ir::ValueId loss_id = g.outputs[0].value;
+  ir::ValueId loss_id = g.outputs[0].value;
   const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
   const std::vector<ir::ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
   const std::vector<ir::ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
 
   std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
+  if (opts.data_parallel) {
+    // Part of the backward: what every update and the guard read is the
+    // mean over the ranks, the same on every rank.
+    ReducedGradients r = reduce_gradients(g, loss_id, grads, opts.bucket_bytes);
+    loss_id = g.outputs[0].value = r.loss;
+    grads = std::move(r.grads);
+  }
   out.joint.backward_end = g.size();
 
   // Each group's parameters, in the optimizer's order, with their state
@@ -64,7 +72,7 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
                                    "grad." + g.input_name(param_ids[j])});
   for (auto [value, input] : updates)
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
-  if (guard_nonfinite) {
+  if (opts.guard_nonfinite) {
     // x * 0 is 0 for every finite x and NaN for inf and NaN, so the sum of
     // loss * 0 and every gradient times 0 is 0 exactly when all are finite
     // (a sum of squares could overflow for large finite gradients).

@@ -212,7 +212,7 @@ CapturedStep capture_step(nn::Module& model, optim::Optimizer& opt, const LossFn
                           const std::vector<ir::Type>& data_types, const SourceLoc& loc,
                           bool guard_nonfinite) {
   CapturedStep out = trace_forward(model, &opt, loss_fn, data_types, loc);
-  append_step(out, {update_group(model, opt)}, guard_nonfinite);
+  append_step(out, {update_group(model, opt)}, {.guard_nonfinite = guard_nonfinite});
   return out;
 }
 

@@ -70,10 +70,17 @@ inline constexpr const char* kFiniteOutput = "finite";
 // spec describes, over the param inputs it names. The opt_state inputs are
 // group after group, each param-major (a parameter's slots together) then
 // the group's global slots; the hyper inputs group after group.
-// `guard_nonfinite` as for capture_step. Knows nothing of Modules: every
+// `opts.guard_nonfinite` as for capture_step. Knows nothing of Modules: every
 // frontend goes through it (step_source.hpp).
+struct JointOptions {
+  bool guard_nonfinite = false;
+  // Gradients and loss averaged over the process group in the graph
+  // (reduce_gradients.hpp), in buckets of at most bucket_bytes.
+  bool data_parallel = false;
+  int64_t bucket_bytes = 0;
+};
 void append_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,
-                 bool guard_nonfinite);
+                 const JointOptions& opts);
 
 // `opt` as one update group: its spec, and for each of its parameters its
 // index among `model`'s (the param inputs trace_forward makes).

@@ -4,6 +4,7 @@
 #include "exec/dnnl_backend.hpp"
 #include "ir/attr.hpp"
 #include "lower/lower.hpp"
+#include "step/data_parallel.hpp"
 #include "step/train_step_impl.hpp"
 
 namespace ws {
@@ -49,7 +50,11 @@ void count_programs(const step::Compiled& c, StepCounters& k) {
 std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& types,
                                                          const SourceLoc& loc) {
   step::CapturedStep cap = source->trace(types, loc);
-  step::append_step(cap, source->update_groups(), opts.on_nonfinite == NonFinite::skip);
+  step::append_step(cap, source->update_groups(),
+                    {.guard_nonfinite = opts.on_nonfinite == NonFinite::skip,
+                     .data_parallel = opts.data_parallel,
+                     .bucket_bytes = opts.bucket_bytes});
+  if (opts.data_parallel) step::synchronize_ranks(cap);
   auto c = std::make_unique<step::Compiled>();
   c->index_checks = cap.index_checks;
   for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());

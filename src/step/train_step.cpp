@@ -8,6 +8,7 @@
 
 #include "exec/interpreter.hpp"
 #include "exec/threads.hpp"
+#include "step/data_parallel.hpp"
 #include "step/train_step_impl.hpp"
 
 namespace ws {
@@ -39,6 +40,8 @@ const StepOptions& checked(const StepOptions& o) {
   if (o.max_cached < 0)
     throw Error(
         fmt::format("TrainStep: max_cached must be >= 0 (0: no limit); got {}", o.max_cached));
+  if (o.bucket_bytes <= 0)
+    throw Error(fmt::format("TrainStep: bucket_bytes must be > 0; got {}", o.bucket_bytes));
   if (!(o.memory_budget >= 0) || !std::isfinite(o.memory_budget))
     throw Error(fmt::format(
         "TrainStep: memory_budget must be 0 (none), a fraction in (0, 1] or bytes above 1; got {}",
@@ -50,6 +53,7 @@ const StepOptions& checked(const StepOptions& o) {
 
 TrainStep::Impl::Impl(std::unique_ptr<step::StepSource> src, StepOptions s)
     : source(std::move(src)), opts(s), cache("train step", {s.max_cached, s.recompile_warning}) {
+  if (opts.data_parallel) dist::init();
   // Sized once: compiled programs keep pointers into it.
   size_t n = 0;
   for (const optim::UpdateGroup& group : source->update_groups())
@@ -132,7 +136,23 @@ void interpret_step(step::Compiled& c, const std::vector<Tensor>& data,
 
 StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   exec::require_outside_parallel("a training step");
-  Impl& m = *impl_;
+  if (!impl_->opts.data_parallel || dist::world_size() == 1) return impl_->run(data, sloc);
+  // One rank that cannot go on would leave the others waiting in a
+  // collective forever: it ends the job, unless every rank fails alike.
+  try {
+    return impl_->run(data, sloc);
+  } catch (const step::GroupError&) {
+    throw;
+  } catch (const std::exception& e) {
+    dist::abort_job(fmt::format("error: {} (this rank ends the job: the other ranks would wait "
+                                "for it)",
+                                e.what()),
+                    1);
+  }
+}
+
+StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
+  Impl& m = *this;
   const int64_t traces = m.cache.traces();
   step::Compiled& c = m.lookup(data, sloc);
   m.prepare(c, data);

@@ -109,6 +109,9 @@ struct TrainStep::Impl {
 
   Impl(std::unique_ptr<step::StepSource> src, StepOptions s);
 
+  // One step (TrainStep::run, which ends the job when one rank of a
+  // data-parallel step fails).
+  StepResult run(const std::vector<Tensor>& data, Loc sloc);
   step::Compiled& lookup(const std::vector<Tensor>& data, Loc sloc);
   // Checks the batch's indices and writes the hyperparameters for one step.
   void prepare(step::Compiled& c, const std::vector<Tensor>& data);

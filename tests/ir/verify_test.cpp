@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ir/attr.hpp"
 #include "ir/attr_schema.hpp"
 #include "ir/builder.hpp"
 #include "ir/text.hpp"
@@ -57,6 +58,53 @@ TEST(IrVerify, AcceptsBuilderGraphs) {
   g.outputs.push_back({OutputRole::update, u, 0, "w"});
   EXPECT_NO_THROW(verify(g));
   EXPECT_NO_THROW(verify(Graph{}));
+}
+
+// w and x, each reduced by its own collective (seq 0 and 1) and waited for.
+Graph TwoCollectives() {
+  Graph g = SmallGraph();
+  Builder b(g);
+  auto start = [&](ValueId v, int64_t seq) {
+    return b.add(Op::all_reduce_start, {v},
+                 make_attrs<Op::all_reduce_start>({{"reduce", std::string("sum")}, {"seq", seq}}));
+  };
+  ValueId s0 = start(0, 0), s1 = start(1, 1);  // %4, %5
+  ValueId w0 = b.add(Op::wait, {s0}), w1 = b.add(Op::wait, {s1});
+  g.outputs.push_back({OutputRole::user, w0, kNoValue, "w_sum"});
+  g.outputs.push_back({OutputRole::user, w1, kNoValue, "x_sum"});
+  return g;
+}
+
+TEST(IrVerify, CollectivesKeepTheirOrderAndOnlyTheirWaitReadsTheirBuffer) {
+  EXPECT_NO_THROW(verify(TwoCollectives()));
+  {
+    Graph g = TwoCollectives();
+    set_attr<Op::all_reduce_start, "seq">(g.nodes[5].attrs, 0);
+    EXPECT_TRUE(Contains(VerifyError(g), "collective seq 0 follows seq 0"));
+  }
+  {
+    Graph g = TwoCollectives();
+    Builder(g).unary(Op::neg, 4);
+    EXPECT_TRUE(Contains(VerifyError(g), "reads the buffer of collective %4 before a wait for it"));
+  }
+  {
+    Graph g = TwoCollectives();
+    Builder(g).add(Op::wait, {4});
+    EXPECT_TRUE(Contains(VerifyError(g), "collective %4 is waited for twice"));
+  }
+  {
+    Graph g = TwoCollectives();
+    g.nodes[7].args = {6};  // the second wait waits for the first wait
+    EXPECT_TRUE(Contains(VerifyError(g), "which is not a collective's start"));
+  }
+  {
+    Graph g = TwoCollectives();
+    g.outputs[1].value = 5;
+    g.nodes.pop_back();
+    g.nodes.pop_back();
+    g.outputs.erase(g.outputs.begin() + 2);
+    EXPECT_TRUE(Contains(VerifyError(g), "this collective is started but never waited for"));
+  }
 }
 
 TEST(IrVerify, RejectsForwardReference) {

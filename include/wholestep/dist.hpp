@@ -1,0 +1,41 @@
+// The process group of data-parallel training: this process's rank among the
+// processes an MPI launcher (`mpirun -np 2 ...`) started. A data-parallel
+// step (StepOptions::data_parallel) reduces its gradients over it, inside
+// the step graph. Without MPI (a build without Open MPI, or a process not
+// started by a launcher) the group is this process alone.
+#pragma once
+
+#include <string>
+
+namespace ws::dist {
+
+// Whether this build of wholestep has MPI (Open MPI's libopenmpi-dev when it
+// was configured).
+bool built_with_mpi();
+
+// How many processes the launcher started this one among, from the
+// launcher's environment (Open MPI's OMPI_COMM_WORLD_SIZE, PMI_SIZE); 1 when
+// it was not started by a launcher. Known before init().
+int launched_world_size();
+
+// Joins the process group (initializes MPI, once per process; later calls
+// do nothing). Throws ws::Error when this build has no MPI and the launcher
+// started more than one process. A process started alone, or a build
+// without MPI, is a group of one.
+void init();
+bool initialized();
+
+int rank();        // 0 before init()
+int world_size();  // 1 before init()
+
+// "rank R of W" for messages; "" in a group of one.
+std::string rank_label();
+
+// Ends every process of the job: prints `message` on stderr, prefixed with
+// this rank, then aborts the job (MPI_Abort: the launcher stops every rank
+// within seconds) with exit status `code`. In a group of one, prints and
+// exits. Used where one rank fails while the others would wait forever in
+// a collective.
+[[noreturn]] void abort_job(const std::string& message, int code);
+
+}  // namespace ws::dist

@@ -1,0 +1,74 @@
+// Collectives over the process group (wholestep/dist.hpp): the blocking ones
+// a step uses when it compiles (parameters broadcast from rank 0, graph
+// hashes compared) and the interpreter runs, and the non-blocking all-reduce
+// the compiled step's kernels start and wait for. In a group of one each is
+// what it would be over one process (a copy or nothing), so callers need no
+// special case.
+//
+// Progress. MPI moves a non-blocking collective's data only while some MPI
+// call runs on this process (Open MPI over TCP or shared memory has no
+// progress thread of its own), so a step calls progress() between its
+// kernels while a collective is in flight: each call tests the collectives
+// in flight once, which advances all of them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wholestep/dist.hpp"
+#include "wholestep/dtype.hpp"
+
+namespace ws::dist {
+
+// Blocking, on every rank of the group, in the same order everywhere.
+void broadcast(void* data, size_t bytes, int root);
+// Sums `count` elements of f32 or f64 `data` over the ranks, in place.
+void all_reduce_sum(void* data, int64_t count, DType dtype);
+// Every rank's value, by rank.
+std::vector<uint64_t> all_gather(uint64_t value);
+// Every rank's text, by rank (for messages: what differs between ranks).
+std::vector<std::string> all_gather_text(const std::string& text);
+
+// One non-blocking collective, started by one kernel of a step and
+// completed by another. Not copyable: MPI holds its address while it runs.
+class InFlight {
+ public:
+  InFlight() = default;
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight();
+
+  // Starts summing `count` elements of `data` over the ranks, in place.
+  // `data` must not be touched until wait() returns.
+  void start_all_reduce_sum(void* data, int64_t count, DType dtype);
+  // Blocks until the collective is complete.
+  void wait();
+  bool in_flight() const { return slot_ >= 0; }
+
+ private:
+  friend void progress();
+  friend struct Registry;
+  void completed(std::chrono::steady_clock::time_point at);
+  int slot_ = -1;  // its request in the process's table of collectives in flight
+  int64_t bytes_ = 0;
+  std::chrono::steady_clock::time_point started_, done_;
+  bool done_seen_ = false;
+};
+
+// Tests every collective in flight once (cheap when none is).
+void progress();
+// Whether any collective is in flight on this process.
+bool any_in_flight();
+
+// What this process's collectives cost, summed since the last reset.
+struct CommCounters {
+  int64_t collectives = 0;  // completed non-blocking collectives
+  int64_t bytes = 0;        // bytes each reduced (its buffer, once)
+  double busy_ms = 0;       // from each start until its completion was seen
+  double wait_ms = 0;       // blocked in wait(): the part not hidden behind compute
+};
+CommCounters& counters();
+
+}  // namespace ws::dist

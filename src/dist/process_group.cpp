@@ -1,0 +1,287 @@
+// The process group on MPI (WS_HAVE_MPI), or a group of one without it.
+// Every MPI call of wholestep is in this file: the rest of the library sees
+// only wholestep/dist.hpp and dist/collectives.hpp.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dist/collectives.hpp"
+#include "wholestep/error.hpp"
+
+#ifdef WS_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace ws::dist {
+
+namespace {
+
+struct Group {
+  bool initialized = false;
+  int rank = 0, size = 1;
+};
+Group& group() {
+  static Group g;
+  return g;
+}
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n > 0 && n < (1 << 20) ? int(n) : 0;
+}
+
+#ifdef WS_HAVE_MPI
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(fmt::format("{}: {} failed: {}", rank_label(), what, std::string(msg, size_t(len))));
+}
+
+MPI_Datatype mpi_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i64: return MPI_INT64_T;
+    case DType::b8: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+// MPI counts are ints: larger buffers go in pieces.
+constexpr int64_t kMaxCount = int64_t(1) << 30;
+#endif
+
+}  // namespace
+
+bool built_with_mpi() {
+#ifdef WS_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+int launched_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"})
+    if (int n = env_int(name)) return n;
+  return 1;
+}
+
+void init() {
+  Group& g = group();
+  if (g.initialized) return;
+#ifdef WS_HAVE_MPI
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    // Only the thread that runs the step calls MPI.
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Errors come back as codes and become ws::Errors (abort_job ends the
+    // job where one rank cannot go on).
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+#else
+  if (launched_world_size() > 1)
+    throw Error(fmt::format(
+        "data parallelism: this process is one of {} started by an MPI launcher, but this build of "
+        "wholestep has no MPI: install Open MPI (apt-get install libopenmpi-dev openmpi-bin) and "
+        "build again",
+        launched_world_size()));
+#endif
+  g.initialized = true;
+}
+
+bool initialized() { return group().initialized; }
+int rank() { return group().rank; }
+int world_size() { return group().size; }
+
+std::string rank_label() {
+  const Group& g = group();
+  return g.size > 1 ? fmt::format("rank {} of {}", g.rank, g.size) : std::string();
+}
+
+void abort_job(const std::string& message, int code) {
+  const std::string who = rank_label();
+  std::fprintf(stderr, "%s%s%s\n", who.c_str(), who.empty() ? "" : ": ", message.c_str());
+  std::fflush(stderr);
+#ifdef WS_HAVE_MPI
+  if (group().initialized && group().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
+
+void broadcast(void* data, size_t bytes, int root) {
+  if (world_size() == 1) return;
+#ifdef WS_HAVE_MPI
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, size_t(kMaxCount));
+    check_mpi(MPI_Bcast(static_cast<char*>(data) + done, int(n), MPI_BYTE, root, MPI_COMM_WORLD),
+              "MPI_Bcast");
+    done += n;
+  }
+#endif
+}
+
+void all_reduce_sum(void* data, int64_t count, DType dtype) {
+  if (world_size() == 1) return;
+#ifdef WS_HAVE_MPI
+  const size_t es = dtype_size(dtype);
+  for (int64_t done = 0; done < count;) {
+    const int64_t n = std::min(count - done, kMaxCount);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + size_t(done) * es, int(n),
+                            mpi_type(dtype), MPI_SUM, MPI_COMM_WORLD),
+              "MPI_Allreduce");
+    done += n;
+  }
+#endif
+}
+
+std::vector<uint64_t> all_gather(uint64_t value) {
+  std::vector<uint64_t> all(size_t(world_size()), value);
+#ifdef WS_HAVE_MPI
+  if (world_size() > 1)
+    check_mpi(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
+              "MPI_Allgather");
+#endif
+  return all;
+}
+
+std::vector<std::string> all_gather_text(const std::string& text) {
+  const std::vector<uint64_t> sizes = all_gather(text.size());
+  std::vector<std::string> all(sizes.size());
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    all[r] = int(r) == rank() ? text : std::string(sizes[r], '\0');
+    broadcast(all[r].data(), all[r].size(), int(r));
+  }
+  return all;
+}
+
+// ---------------------------------------------------------------------------
+// Collectives in flight
+
+struct Registry {
+#ifdef WS_HAVE_MPI
+  std::vector<MPI_Request> requests;
+#endif
+  std::vector<InFlight*> owners;
+  int active = 0;
+
+  int add(InFlight* f) {
+    for (size_t i = 0; i < owners.size(); ++i)
+      if (!owners[i]) return owners[i] = f, int(i);
+    owners.push_back(f);
+#ifdef WS_HAVE_MPI
+    requests.push_back(MPI_REQUEST_NULL);
+#endif
+    return int(owners.size() - 1);
+  }
+  void remove(int slot) {
+    owners[size_t(slot)] = nullptr;
+    --active;
+  }
+};
+
+namespace {
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+CommCounters& counters() {
+  static CommCounters c;
+  return c;
+}
+
+InFlight::~InFlight() {
+  // A step that threw between a start and its wait: complete the collective,
+  // so MPI does not write into freed memory. (The other ranks take part in
+  // it: they ran the same kernels.)
+  if (slot_ >= 0) {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+}
+
+void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
+  WS_CHECK(slot_ < 0) << "a collective started twice";
+  bytes_ = count * int64_t(dtype_size(dtype));
+  started_ = std::chrono::steady_clock::now();
+  done_seen_ = false;
+  Registry& r = registry();
+  slot_ = r.add(this);
+  ++r.active;
+  if (world_size() == 1) return completed(started_);
+#ifdef WS_HAVE_MPI
+  WS_CHECK(count <= kMaxCount) << "a bucket of " << count << " elements";
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM, MPI_COMM_WORLD,
+                           &r.requests[size_t(slot_)]),
+            "MPI_Iallreduce");
+#else
+  (void)data;
+#endif
+}
+
+void InFlight::completed(std::chrono::steady_clock::time_point at) {
+  done_ = at;
+  done_seen_ = true;
+}
+
+void InFlight::wait() {
+  if (slot_ < 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  Registry& r = registry();
+#ifdef WS_HAVE_MPI
+  if (!done_seen_) {
+    check_mpi(MPI_Wait(&r.requests[size_t(slot_)], MPI_STATUS_IGNORE), "MPI_Wait");
+    completed(std::chrono::steady_clock::now());
+  }
+#endif
+  const auto t1 = std::chrono::steady_clock::now();
+  r.remove(slot_);
+  slot_ = -1;
+  using ms = std::chrono::duration<double, std::milli>;
+  CommCounters& c = counters();
+  ++c.collectives;
+  c.bytes += bytes_;
+  c.busy_ms += ms(done_ - started_).count();
+  c.wait_ms += ms(t1 - t0).count();
+}
+
+void progress() {
+  Registry& r = registry();
+  if (r.active == 0) return;
+#ifdef WS_HAVE_MPI
+  for (size_t i = 0; i < r.owners.size(); ++i) {
+    InFlight* f = r.owners[i];
+    if (!f || f->done_seen_) continue;
+    int flag = 0;
+    check_mpi(MPI_Test(&r.requests[i], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (flag) f->completed(std::chrono::steady_clock::now());
+  }
+#endif
+}
+
+bool any_in_flight() { return registry().active > 0; }
+
+}  // namespace ws::dist
