@@ -24,13 +24,18 @@ struct CompareConfig {
   bool aliasing = true;
   bool fuse = true;
   bool recompute = true;
-  double memory_budget = 0;  // StepOptions::memory_budget
+  double memory_budget = 0;    // StepOptions::memory_budget
+  bool data_parallel = false;  // StepOptions::data_parallel
+  int64_t bucket_bytes = int64_t(1) << 20;
 };
 
 struct CompareRow {
   CompareConfig config;
   double ms_per_step = 0;  // median over the timed steps
   StepCounters counters;
+  // Data parallel, medians over the timed steps: collectives in flight, and
+  // blocked waiting for them (StepResult).
+  double comm_ms = 0, comm_wait_ms = 0;
   double final_loss = 0;
   // Largest over parameters of max|p - p_ref| / max|p_ref|, against the first
   // configuration after the last step.

@@ -112,6 +112,8 @@ struct StepCounters {
   int64_t persistent_bytes = 0;  // parameters, buffers, optimizer state
   int64_t peak_bytes = 0;        // persistent + interface + temporaries (+ copies)
   int64_t flops = 0;             // floating-point operations of matrix products and convolutions
+  int64_t collectives = 0;       // data parallel: collectives started per step
+  int64_t comm_bytes = 0;        // data parallel: bytes each rank reduces per step (its buckets)
 };
 
 struct StepResult {
@@ -120,6 +122,13 @@ struct StepResult {
   bool skipped = false;  // NonFinite::skip: the loss or a gradient was not finite
   int threads = 0;       // threads the step's parallel regions ran on
   StepCounters counters;
+  // Data parallel: the time this step's collectives were in flight (from
+  // each start until its completion was seen, summed), and the part of it
+  // the step spent blocked waiting for them; the rest was hidden behind
+  // compute. Completion is seen between kernels, so in-flight time is
+  // rounded up to a kernel.
+  double comm_ms = 0;
+  double comm_wait_ms = 0;
 };
 
 // Threads for everything a step runs: our loops and the oneDNN primitives

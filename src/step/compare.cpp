@@ -19,6 +19,16 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
   return scale > 0 ? diff / scale : diff;
 }
 
+namespace {
+
+double median(std::vector<double> t) {
+  if (t.empty()) return 0;
+  std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
 std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_setup,
                                       const std::vector<CompareConfig>& configs,
                                       const std::vector<std::vector<Tensor>>& batches,
@@ -46,10 +56,13 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                          .aliasing = c.aliasing,
                                          .fuse = c.fuse,
                                          .recompute = c.recompute,
-                                         .memory_budget = c.memory_budget});
+                                         .memory_budget = c.memory_budget,
+                                         .data_parallel = c.data_parallel,
+                                         .bucket_bytes = c.bucket_bytes});
   }
   std::vector<CompareRow> rows(configs.size());
-  std::vector<std::vector<double>> times(configs.size());
+  std::vector<std::vector<double>> times(configs.size()), comm(configs.size()),
+      wait(configs.size());
   for (int64_t b = 0; b < steps; ++b) {
     const std::vector<Tensor> batch = batch_at(b);
     for (size_t i = 0; i < configs.size(); ++i) {  // round robin
@@ -59,7 +72,11 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
       double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       streams[i] = random_stream();
-      if (b >= warmup_steps) times[i].push_back(ms);
+      if (b >= warmup_steps) {
+        times[i].push_back(ms);
+        comm[i].push_back(r.comm_ms);
+        wait[i].push_back(r.comm_wait_ms);
+      }
       rows[i].counters = r.counters;
       rows[i].final_loss = r.loss;
     }
@@ -73,11 +90,9 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
   const nn::NamedTensors ref = state(*setups[0].model);
   for (size_t i = 0; i < configs.size(); ++i) {
     rows[i].config = configs[i];
-    std::vector<double>& t = times[i];
-    if (!t.empty()) {
-      std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
-      rows[i].ms_per_step = t[t.size() / 2];
-    }
+    rows[i].ms_per_step = median(times[i]);
+    rows[i].comm_ms = median(comm[i]);
+    rows[i].comm_wait_ms = median(wait[i]);
     const nn::NamedTensors ps = state(*setups[i].model);
     for (size_t p = 0; p < ps.size(); ++p)
       if (const double d = max_rel_diff(ps[p].second, ref[p].second); d > rows[i].max_rel_diff) {

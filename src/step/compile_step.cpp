@@ -11,6 +11,14 @@ namespace ws {
 
 namespace {
 
+void count_collectives(const ir::Graph& g, StepCounters& k) {
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::all_reduce_start) {
+      ++k.collectives;
+      k.comm_bytes += int64_t(n.type.bytes());
+    }
+}
+
 // The counters of an interpreted step graph: its nodes, their flops, and
 // the updates copied back.
 void count_interpreted(const ir::Graph& g, StepCounters& k) {
@@ -27,6 +35,7 @@ void count_interpreted(const ir::Graph& g, StepCounters& k) {
   }
   for (const ir::Output& o : g.outputs)
     if (o.role == ir::OutputRole::update) k.bytes_copied += int64_t(g.type(o.value).bytes());
+  count_collectives(g, k);
 }
 
 void count_programs(const step::Compiled& c, StepCounters& k) {
@@ -43,6 +52,7 @@ void count_programs(const step::Compiled& c, StepCounters& k) {
   for (auto& [name, b] : c.owned.by_name)
     if (b.interface) k.interface_bytes += int64_t(b.storage->bytes);
   k.peak_bytes = k.persistent_bytes + k.interface_bytes + k.arena_bytes + shadow_bytes;
+  for (const ir::Graph& g : c.graphs) count_collectives(g, k);
 }
 
 }  // namespace

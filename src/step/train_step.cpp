@@ -162,6 +162,7 @@ StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
   auto seconds = [](clock::time_point t) {
     return std::chrono::duration<double>(t.time_since_epoch()).count();
   };
+  const dist::CommCounters comm = dist::counters();
   const clock::time_point start = clock::now();
   r.threads = m.opts.adapt_threads ? c.team.team_for_step(seconds(start)) : exec::num_threads();
   exec::set_team(r.threads);
@@ -175,6 +176,8 @@ StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
   const clock::time_point end = clock::now();
   if (m.opts.adapt_threads && m.cache.traces() == traces)  // a step that compiled says nothing
     c.team.ran(r.threads, std::chrono::duration<double>(end - start).count(), seconds(end));
+  r.comm_ms = dist::counters().busy_ms - comm.busy_ms;
+  r.comm_wait_ms = dist::counters().wait_ms - comm.wait_ms;
   if (!r.skipped) m.source->advance();
   r.step = m.source->step_count();
   r.counters = c.counters;
