@@ -111,16 +111,35 @@ def _tagging(where):
         post.remove()
 
 
+def _tied_names(model, names):
+    """{other name: name in `names`} for every Parameter that named_parameters()
+    lists once under its first name but the model holds under more."""
+    first = {id(p): n for n, p in model.named_parameters() if n in names}
+    aliases = {}
+    for path, m in model.named_modules(remove_duplicate=False):
+        for key, p in m._parameters.items():
+            name = f"{path}.{key}" if path else key
+            if p is not None and id(p) in first and first[id(p)] != name:
+                aliases[name] = first[id(p)]
+    return aliases
+
+
 def trace(model, params, buffers, fn, examples):
     """``fn(model_call, *examples)`` as a GraphModule over (params, buffers,
     *examples), where ``model_call(*inputs)`` runs the model with the given
     tensors as its parameters and buffers. The placeholders are the params,
     then the buffers (in the dicts' order), then the examples."""
     names = list(params) + list(buffers)
+    aliases = _tied_names(model, list(params))
 
     def program(p, b, *args):
         def model_call(*inputs):
-            return stateless.functional_call(model, {**p, **b}, inputs)
+            # A tied tensor (one Parameter under two names, as an LM head
+            # sharing its embedding's weight) is one input, given under
+            # every name it has.
+            tensors = {**p, **b}
+            tensors.update({alias: tensors[name] for alias, name in aliases.items()})
+            return stateless.functional_call(model, tensors, inputs)
 
         return fn(model_call, *args)
 

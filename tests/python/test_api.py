@@ -222,25 +222,34 @@ def test_tracing_failures_name_the_module_and_momentum_none_is_refused():
         step(*batch())
 
 
+def losses_of_three_steps(make_model, loss_fn, inputs, target, compiled):
+    """The losses of three SGD steps, compiled or eager, from seed 0."""
+    torch.manual_seed(0)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if compiled:
+        step = wst.compile_train_step(model, opt, loss_fn)
+        return [float(step(inputs.clone(), target)) for _ in range(3)], model
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = loss_fn(model(inputs.clone()), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model
+
+
+def assert_three_steps_match_torch(make_model, loss_fn, inputs, target):
+    eager, _ = losses_of_three_steps(make_model, loss_fn, inputs, target, False)
+    compiled, model = losses_of_three_steps(make_model, loss_fn, inputs, target, True)
+    assert compiled == pytest.approx(eager, rel=1e-5)
+    return model
+
+
 def test_mse_loss_and_an_inplace_op_on_the_input_match_torch():
-    runs = []
-    for compiled in (False, True):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 3))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        x, y = torch.randn(8, 8), torch.randn(8, 3)
-        if compiled:
-            step = wst.compile_train_step(model, opt, F.mse_loss)
-            runs.append([float(step(x.clone(), y)) for _ in range(3)])
-        else:
-            runs.append([])
-            for _ in range(3):
-                opt.zero_grad()
-                loss = F.mse_loss(model(x.clone()), y)
-                loss.backward()
-                opt.step()
-                runs[-1].append(loss.item())
-    assert runs[1] == pytest.approx(runs[0], rel=1e-5)
+    assert_three_steps_match_torch(lambda: nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 3)),
+                                   F.mse_loss, torch.randn(8, 8), torch.randn(8, 3))
 
 
 class Positions(nn.Module):
@@ -256,24 +265,26 @@ class Positions(nn.Module):
         return self.head(self.tokens(t) + self.positions(torch.arange(t.shape[1])))
 
 
+def token_loss(out, y):
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
 def test_positions_from_arange_match_torch():
-    def loss_fn(out, y):
-        return F.cross_entropy(out.reshape(-1, 20), y.reshape(-1))
     t = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(0))
-    runs = []
-    for compiled in (False, True):
-        torch.manual_seed(0)
-        model = Positions()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        if compiled:
-            step = wst.compile_train_step(model, opt, loss_fn)
-            runs.append([float(step(t, t)) for _ in range(3)])
-        else:
-            runs.append([])
-            for _ in range(3):
-                opt.zero_grad()
-                loss = loss_fn(model(t), t)
-                loss.backward()
-                opt.step()
-                runs[-1].append(loss.item())
-    assert runs[1] == pytest.approx(runs[0], rel=1e-5)
+    assert_three_steps_match_torch(Positions, token_loss, t, t)
+
+
+class TiedHead(Positions):
+    """The output layer shares the token embedding's weight (one Parameter
+    under two names)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(8, 20, bias=False)
+        self.head.weight = self.tokens.weight
+
+
+def test_a_tied_weight_is_one_parameter_updated_once_as_in_torch():
+    t = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(1))
+    model = assert_three_steps_match_torch(TiedHead, token_loss, t, t)
+    assert model.head.weight is model.tokens.weight
