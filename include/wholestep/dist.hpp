@@ -18,6 +18,27 @@ bool built_with_mpi();
 // it was not started by a launcher. Known before init().
 int launched_world_size();
 
+// How a collective in flight moves while the step computes. MPI moves a
+// non-blocking collective's data only inside MPI calls on this process
+// (Open MPI over TCP or shared memory has no progress thread of its own):
+enum class Progress {
+  // The step tests the collectives in flight between its kernels (the
+  // default): a test costs well under a microsecond, and a reduction
+  // advances at least once per kernel.
+  kernels,
+  // Only waiting moves them: a reduction hardly advances before the step
+  // waits for it (for comparison).
+  wait,
+  // A thread of its own tests them every 50 microseconds while any is in
+  // flight, sleeping between tests (MPI initialized for several threads).
+  thread,
+};
+// Chooses how, for every step of the process; `thread` before init() (or
+// after an init() that chose it).
+void set_progress(Progress p);
+Progress progress_mode();
+const char* progress_name(Progress p);
+
 // Joins the process group (initializes MPI, once per process; later calls
 // do nothing). Throws ws::Error when this build has no MPI and the launcher
 // started more than one process. A process started alone, or a build

@@ -48,7 +48,6 @@ class InFlight {
   bool in_flight() const { return slot_ >= 0; }
 
  private:
-  friend void progress();
   friend struct Registry;
   void completed(std::chrono::steady_clock::time_point at);
   int slot_ = -1;  // its request in the process's table of collectives in flight

@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -24,6 +27,8 @@ namespace {
 struct Group {
   bool initialized = false;
   int rank = 0, size = 1;
+  Progress progress = Progress::kernels;
+  bool threads = false;  // MPI takes calls from several threads
 };
 Group& group() {
   static Group g;
@@ -85,8 +90,15 @@ void init() {
   MPI_Initialized(&already);
   if (!already) {
     int provided = 0;
-    // Only the thread that runs the step calls MPI.
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Only the thread that runs the step calls MPI, unless a thread of its
+    // own moves the collectives.
+    const int wanted = g.progress == Progress::thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, wanted, &provided), "MPI_Init_thread");
+    if (provided < wanted)
+      throw Error(
+          fmt::format("data parallelism: this MPI does not support calls from several "
+                      "threads (MPI_THREAD_MULTIPLE), which progress by a thread needs"));
+    g.threads = provided >= MPI_THREAD_MULTIPLE;
     // Errors come back as codes and become ws::Errors (abort_job ends the
     // job where one rank cannot go on).
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -107,6 +119,26 @@ void init() {
         launched_world_size()));
 #endif
   g.initialized = true;
+}
+
+void set_progress(Progress p) {
+  Group& g = group();
+  if (p == Progress::thread && g.initialized && !g.threads && g.size > 1)
+    throw Error(
+        "data parallelism: progress by a thread must be chosen before the process group "
+        "starts (dist::init)");
+  g.progress = p;
+}
+
+Progress progress_mode() { return group().progress; }
+
+const char* progress_name(Progress p) {
+  switch (p) {
+    case Progress::kernels: return "kernels";
+    case Progress::wait: return "wait";
+    case Progress::thread: return "thread";
+  }
+  return "?";
 }
 
 bool initialized() { return group().initialized; }
@@ -178,6 +210,9 @@ std::vector<std::string> all_gather_text(const std::string& text) {
 // Collectives in flight
 
 struct Registry {
+  // Held around the table and MPI's calls on it when a progress thread
+  // runs (Progress::thread); uncontended otherwise.
+  std::mutex mutex;
 #ifdef WS_HAVE_MPI
   std::vector<MPI_Request> requests;
 #endif
@@ -197,13 +232,77 @@ struct Registry {
     owners[size_t(slot)] = nullptr;
     --active;
   }
+  // Tests every collective in flight once (the mutex held when a progress
+  // thread runs).
+  void test_all() {
+#ifdef WS_HAVE_MPI
+    for (size_t i = 0; i < owners.size(); ++i) {
+      InFlight* f = owners[i];
+      if (!f || f->done_seen_) continue;
+      int flag = 0;
+      check_mpi(MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (flag) f->completed(std::chrono::steady_clock::now());
+    }
+#endif
+  }
 };
 
 namespace {
+
 Registry& registry() {
   static Registry r;
   return r;
 }
+
+// Progress::thread: tests the collectives in flight every 50 us while any
+// is, and sleeps on a condition otherwise. Made after MPI_Init, so it is
+// stopped (destroyed) before the MPI_Finalize registered there runs.
+class ProgressThread {
+ public:
+  ProgressThread() : thread_([this] { loop(); }) {}
+  ~ProgressThread() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void wake() {
+    { std::lock_guard lock(m_); }
+    cv_.notify_one();
+  }
+
+ private:
+  void loop() {
+    Registry& r = registry();
+    for (;;) {
+      {
+        std::unique_lock lock(m_);
+        cv_.wait(lock, [&] { return stop_ || r.active > 0; });
+        if (stop_) return;
+      }
+      {
+        std::lock_guard lock(r.mutex);
+        try {
+          r.test_all();
+        } catch (...) {  // the wait on the step's thread reports MPI's error
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+void wake_progress_thread() {
+  static ProgressThread t;
+  t.wake();
+}
+
 }  // namespace
 
 CommCounters& counters() {
@@ -229,6 +328,7 @@ void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
   started_ = std::chrono::steady_clock::now();
   done_seen_ = false;
   Registry& r = registry();
+  std::unique_lock lock(r.mutex);
   slot_ = r.add(this);
   ++r.active;
   if (world_size() == 1) return completed(started_);
@@ -237,6 +337,8 @@ void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM, MPI_COMM_WORLD,
                            &r.requests[size_t(slot_)]),
             "MPI_Iallreduce");
+  lock.unlock();
+  if (group().progress == Progress::thread) wake_progress_thread();
 #else
   (void)data;
 #endif
@@ -251,6 +353,7 @@ void InFlight::wait() {
   if (slot_ < 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   Registry& r = registry();
+  std::lock_guard lock(r.mutex);
 #ifdef WS_HAVE_MPI
   if (!done_seen_) {
     check_mpi(MPI_Wait(&r.requests[size_t(slot_)], MPI_STATUS_IGNORE), "MPI_Wait");
@@ -270,16 +373,8 @@ void InFlight::wait() {
 
 void progress() {
   Registry& r = registry();
-  if (r.active == 0) return;
-#ifdef WS_HAVE_MPI
-  for (size_t i = 0; i < r.owners.size(); ++i) {
-    InFlight* f = r.owners[i];
-    if (!f || f->done_seen_) continue;
-    int flag = 0;
-    check_mpi(MPI_Test(&r.requests[i], &flag, MPI_STATUS_IGNORE), "MPI_Test");
-    if (flag) f->completed(std::chrono::steady_clock::now());
-  }
-#endif
+  if (r.active == 0 || group().progress != Progress::kernels) return;
+  r.test_all();
 }
 
 bool any_in_flight() { return registry().active > 0; }

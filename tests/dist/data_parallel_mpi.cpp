@@ -233,12 +233,30 @@ TEST(DataParallelGraph, RanksThatTraceAnotherGraphAreToldWhereItDiffers) {
   }
 }
 
+TEST(DataParallelProgress, EveryWayOfMovingTheCollectivesGivesTheSameBits) {
+  models::Spec spec = models::spec("mlp");
+  spec.batch = 16;
+  StepOptions opts{.data_parallel = true, .bucket_bytes = 256 << 10};
+  std::vector<State> states;
+  for (dist::Progress p : {dist::Progress::kernels, dist::Progress::wait, dist::Progress::thread}) {
+    dist::set_progress(p);
+    states.push_back(train(spec, {}, opts).state);
+  }
+  dist::set_progress(dist::Progress::kernels);
+  for (size_t i = 1; i < states.size(); ++i) {
+    const Difference d = relative_difference(states[i], states[0]);
+    EXPECT_EQ(d.max, 0) << dist::progress_name(dist::Progress(i));
+  }
+}
+
 }  // namespace
 }  // namespace ws
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ws::ir::set_verify_enabled(true);
+  ws::dist::set_progress(ws::dist::Progress::thread);  // MPI made ready for it
   ws::dist::init();
+  ws::dist::set_progress(ws::dist::Progress::kernels);
   return RUN_ALL_TESTS();
 }
