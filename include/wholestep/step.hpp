@@ -87,6 +87,12 @@ struct StepOptions {
   // (dist::abort_job): the others would wait for it forever.
   bool data_parallel = false;
   int64_t bucket_bytes = int64_t(1) << 20;
+  // Data parallel: BatchNorm normalizes with the statistics of the global
+  // batch, averaged over the ranks inside the step graph (two small
+  // collectives per layer in the forward, two in the backward), and every
+  // rank's running statistics are the same. Off (as PyTorch's DDP without
+  // SyncBatchNorm): each rank's own batch.
+  bool sync_batch_norm = false;
   // Run a step on one thread while that measures clearly faster than the
   // whole pool (other processes hold the cores), probing the other team
   // now and then; every result is the same bits on either. Off: always the

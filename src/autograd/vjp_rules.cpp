@@ -234,6 +234,22 @@ void vjp_broadcast(const VjpContext& c, Dargs& d) {
   d[0] = c.b.reshape(r, x.shape);
 }
 
+// A collective's result is the same on every rank, and each rank's
+// gradient is its share times the world size (the step averages the
+// ranks' gradients): the adjoint of reducing the operands (sum or mean) is
+// reducing the gradient the same way, then unpacking it.
+void vjp_all_reduce_start(const VjpContext& c, Dargs& d) {
+  const std::string& reduce = ir::attr<Op::all_reduce_start, "reduce">(c.node);
+  std::vector<ir::Type> types;
+  for (size_t i = 0; i < c.node.args.size(); ++i) types.push_back(c.b.type(arg(c, i)));
+  const std::vector<ValueId> parts = c.b.unpack(c.b.all_reduce(c.dy, reduce), types);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (c.want[i]) d[i] = parts[i];
+}
+
+// A wait passes its collective's result on unchanged.
+void vjp_wait(const VjpContext& c, Dargs& d) { d[0] = c.dy; }
+
 void vjp_reshape(const VjpContext& c, Dargs& d) {
   d[0] = c.b.reshape(c.dy, c.b.type(arg(c, 0)).shape);
 }
@@ -251,6 +267,8 @@ void vjp_transpose(const VjpContext& c, Dargs& d) {
 VjpRule builtin_rule(Op op) {
   switch (op) {
     case Op::add: return vjp_add;
+    case Op::all_reduce_start: return vjp_all_reduce_start;
+    case Op::wait: return vjp_wait;
     case Op::avg_pool2d: return vjp_avg_pool2d;
     case Op::concat: return vjp_concat;
     case Op::conv2d: return vjp_conv2d;
@@ -281,11 +299,7 @@ VjpRule builtin_rule(Op op) {
     case Op::transpose: return vjp_transpose;
     // Not differentiable: sources, comparisons, indexing by integers,
     // random numbers, the gradient ops themselves (first order only),
-    // fusions, which lowering makes after differentiation, and collectives,
-    // which the step appends after it (a synchronized forward statistic
-    // would need one).
-    case Op::all_reduce_start:
-    case Op::wait:
+    // and fusions, which lowering makes after differentiation.
     case Op::fusion:
     case Op::fusion_result:
     case Op::matmul_add:

@@ -85,6 +85,38 @@ ValueId Builder::reshape(ValueId x, const Shape& shape) {
   return add(Op::reshape, {x}, make_attrs<Op::reshape>({{"shape", shape}}));
 }
 
+int64_t next_collective_seq(const Graph& g) {
+  int64_t next = 0;
+  for (const Node& n : g.nodes)
+    if (n.op == Op::all_reduce_start)
+      next = std::max(next, attr<Op::all_reduce_start, "seq">(n) + 1);
+  return next;
+}
+
+std::vector<ValueId> Builder::unpack(ValueId packed, const std::vector<Type>& types) {
+  std::vector<ValueId> out;
+  int64_t at = 0;
+  const int64_t total = type(packed).numel();
+  for (const Type& t : types) {
+    const int64_t n = t.numel();
+    ValueId part = packed;
+    if (n != total)
+      part = add(Op::slice, {packed},
+                 make_attrs<Op::slice>({{"axis", int64_t(0)}, {"start", at}, {"end", at + n}}));
+    out.push_back(reshape(part, t.shape));
+    at += n;
+  }
+  return out;
+}
+
+ValueId Builder::all_reduce(ValueId x, const std::string& reduce) {
+  const Type t = type(x);  // a copy: appending moves the nodes
+  const ValueId start =
+      add(Op::all_reduce_start, {x},
+          make_attrs<Op::all_reduce_start>({{"reduce", reduce}, {"seq", next_collective_seq(g_)}}));
+  return unpack(add(Op::wait, {start}), {t})[0];
+}
+
 ValueId Builder::reduce(Op op, ValueId x, std::vector<int64_t> axes) {
   std::sort(axes.begin(), axes.end());
   return add(op, {x}, make_attrs<kReduceOps>({{"axes", axes}}));

@@ -49,6 +49,14 @@ class Builder {
   ValueId matmul(ValueId a, ValueId b, bool ta, bool tb);
   ValueId convert(ValueId x, DType dt);
 
+  // Values packed one after another, flattened, into the 1-d `packed` (a
+  // collective's bucket), back in their types: a contiguous slice of it
+  // each, reshaped (views when lowered).
+  std::vector<ValueId> unpack(ValueId packed, const std::vector<Type>& types);
+  // x reduced over the process group (reduce "sum" or "mean") by one
+  // collective, started and waited for at once: in x's type.
+  ValueId all_reduce(ValueId x, const std::string& reduce);
+
   ValueId binary(Op op, ValueId a, ValueId b) { return add(op, {a, b}); }
   ValueId unary(Op op, ValueId a) { return add(op, {a}); }
 
@@ -56,6 +64,10 @@ class Builder {
   ValueId append(Node n);
   Graph& g_;
 };
+
+// One past the largest seq of a collective in `g` (0 when it has none): the
+// seq of a collective appended to it.
+int64_t next_collective_seq(const Graph& g);
 
 // Numpy broadcasting of two shapes, or nullopt-like failure: returns false.
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);

@@ -8,6 +8,9 @@
 
 #include "wholestep/nn.hpp"
 
+#include "capture/collective.hpp"
+#include "wholestep/dist.hpp"
+
 namespace ws::nn {
 namespace {
 
@@ -76,11 +79,18 @@ Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, co
           fmt::format("batch_norm: training needs more than one value per channel, got "
                       "input {}{}",
                       x.str(), at(sl(loc))));
+    // Synchronized (a data-parallel step with synchronized batch norm):
+    // the statistics of the global batch, each mean averaged over the
+    // ranks' equal parts.
+    const bool sync = capture::sync_batch_statistics();
     mu = mean(x, {0, 2, 3}, loc);
+    if (sync) mu = capture::all_reduce_mean(mu, loc);
     Tensor xc = sub(x, per_channel(mu, loc), loc);
     var = mean(mul(xc, xc, loc), {0, 2, 3}, loc);
+    if (sync) var = capture::all_reduce_mean(var, loc);
     running_mean.copy_(add(mul(running_mean, 1 - momentum, loc), mul(mu, momentum, loc), loc), loc);
-    Tensor unbiased = mul(var, double(count) / double(count - 1), loc);
+    const int64_t n = sync ? count * dist::world_size() : count;  // values per channel
+    Tensor unbiased = mul(var, double(n) / double(n - 1), loc);
     running_var.copy_(add(mul(running_var, 1 - momentum, loc), mul(unbiased, momentum, loc), loc),
                       loc);
     Tensor y = mul(xc, per_channel(rsqrt(add(var, eps, loc), loc), loc), loc);

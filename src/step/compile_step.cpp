@@ -1,6 +1,7 @@
 // Compiling a training step for one input signature: capture, partition by
 // mode and memory budget, lower each graph to a Program and bind it; and
 // what the result costs (StepCounters).
+#include "capture/collective.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "ir/attr.hpp"
 #include "lower/lower.hpp"
@@ -59,7 +60,10 @@ void count_programs(const step::Compiled& c, StepCounters& k) {
 
 std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::Type>& types,
                                                          const SourceLoc& loc) {
-  step::CapturedStep cap = source->trace(types, loc);
+  step::CapturedStep cap = [&] {
+    capture::SyncBatchStatistics sync(opts.data_parallel && opts.sync_batch_norm);
+    return source->trace(types, loc);
+  }();
   step::append_step(cap, source->update_groups(),
                     {.guard_nonfinite = opts.on_nonfinite == NonFinite::skip,
                      .data_parallel = opts.data_parallel,

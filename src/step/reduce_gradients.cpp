@@ -30,30 +30,22 @@ ReducedGradients reduce_gradients(ir::Graph& g, ir::ValueId loss,
 
   ir::Builder b(g);
   b.internal = "the gradient reduction";
+  const int64_t first_seq = ir::next_collective_seq(g);
   std::vector<ir::ValueId> starts;
   for (size_t k = 0; k < buckets.size(); ++k) {
     b.loc = g.node(buckets[k].back()).loc;
-    starts.push_back(b.add(ir::Op::all_reduce_start, buckets[k],
-                           ir::make_attrs<ir::Op::all_reduce_start>(
-                               {{"reduce", std::string("mean")}, {"seq", int64_t(k)}})));
+    starts.push_back(
+        b.add(ir::Op::all_reduce_start, buckets[k],
+              ir::make_attrs<ir::Op::all_reduce_start>(
+                  {{"reduce", std::string("mean")}, {"seq", first_seq + int64_t(k)}})));
   }
   // Each value's mean: its part of its bucket, in its shape.
   std::vector<ir::ValueId> reduced(g.nodes.size(), ir::kNoValue);
   for (size_t k = 0; k < buckets.size(); ++k) {
-    const ir::ValueId done = b.add(ir::Op::wait, {starts[k]});
-    int64_t at = 0;
-    for (ir::ValueId v : buckets[k]) {
-      const ir::Type t = g.type(v);  // a copy: appending moves the nodes
-      const int64_t n = t.numel();
-      ir::ValueId part = done;
-      if (n != g.type(done).numel())
-        part = b.add(
-            ir::Op::slice, {done},
-            ir::make_attrs<ir::Op::slice>({{"axis", int64_t(0)}, {"start", at}, {"end", at + n}}));
-      if (t.shape != g.type(part).shape) part = b.reshape(part, t.shape);
-      reduced[size_t(v)] = part;
-      at += n;
-    }
+    std::vector<ir::Type> types;
+    for (ir::ValueId v : buckets[k]) types.push_back(g.type(v));
+    const std::vector<ir::ValueId> parts = b.unpack(b.add(ir::Op::wait, {starts[k]}), types);
+    for (size_t i = 0; i < parts.size(); ++i) reduced[size_t(buckets[k][i])] = parts[i];
   }
   ReducedGradients r;
   r.loss = reduced[size_t(loss)];

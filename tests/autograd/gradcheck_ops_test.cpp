@@ -9,6 +9,7 @@
 
 #include "autograd/gradcheck.hpp"
 #include "autograd/vjp.hpp"
+#include "ir/attr.hpp"
 #include "ir/builder.hpp"
 #include "ir/verify.hpp"
 #include "test_util.hpp"
@@ -183,6 +184,20 @@ std::map<Op, std::vector<CaseFn>> cases() {
     ValueId src = c.input({2, 3, 4});
     return c.check(c.b().add(Op::scatter_add, {indices(c), src}, ir::Attrs{{"rows", int64_t(6)}}));
   });
+  // In one process a collective's reduction is over that process alone:
+  // the checks see the packing, the unpacking and the rule's own collective.
+  for (const char* reduce : {"sum", "mean"}) {
+    auto collective = [reduce] {
+      OpCase c;
+      ValueId a = c.input({2, 3}), b = c.input({4});
+      ValueId start = c.b().add(
+          Op::all_reduce_start, {a, b},
+          ir::make_attrs<Op::all_reduce_start>({{"reduce", std::string(reduce)}, {"seq", 0}}));
+      return c.check(c.b().add(Op::wait, {start}));
+    };
+    m[Op::all_reduce_start].push_back(collective);
+    m[Op::wait].push_back(collective);
+  }
   struct ConvCase {
     Shape x, w;
     std::vector<int64_t> stride, padding, dilation;
