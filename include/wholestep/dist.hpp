@@ -7,7 +7,17 @@
 
 #include <string>
 
+#include "wholestep/error.hpp"
+
 namespace ws::dist {
+
+// An error every rank of the group raises alike, found by a collective (a
+// data-parallel step whose ranks traced different graphs): it is thrown on
+// every rank, not turned into an abort, since no rank waits for another.
+class GroupError : public Error {
+ public:
+  using Error::Error;
+};
 
 // Whether this build of wholestep has MPI (Open MPI's libopenmpi-dev when it
 // was configured).

@@ -49,7 +49,7 @@ void synchronize_ranks(const CapturedStep& cap) {
   for (size_t r = 1; r < hashes.size(); ++r) {
     if (hashes[r] == hashes[0]) continue;
     const std::vector<std::string> texts = dist::all_gather_text(text);
-    throw GroupError(fmt::format(
+    throw dist::GroupError(fmt::format(
         "data parallelism: rank {} traced another step graph than rank 0 (another model, batch "
         "shape, optimizer or option), {}; every rank must compile the same step",
         r, first_difference(texts[0], texts[r], int(r))));

@@ -9,14 +9,7 @@
 
 namespace ws::step {
 
-// An error every rank of the group raises alike (found by a collective), so
-// no rank waits for another: it is thrown, not turned into an abort.
-class GroupError : public Error {
- public:
-  using Error::Error;
-};
-
-// Compares a hash of the joint graph over the ranks (throws GroupError
+// Compares a hash of the joint graph over the ranks (throws dist::GroupError
 // naming the first line where a rank's graph differs from rank 0's), then
 // broadcasts every persistent tensor (parameters, buffers, optimizer state,
 // the random stream) from rank 0, and gives each rank its own dropout

@@ -141,7 +141,7 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
   // collective forever: it ends the job, unless every rank fails alike.
   try {
     return impl_->run(data, sloc);
-  } catch (const step::GroupError&) {
+  } catch (const dist::GroupError&) {
     throw;
   } catch (const std::exception& e) {
     dist::abort_job(fmt::format("error: {} (this rank ends the job: the other ranks would wait "
