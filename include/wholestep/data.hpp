@@ -91,6 +91,21 @@ inline FashionMnist::Batches FashionMnist::batches(int64_t batch_size, uint64_t 
 }
 
 // ---------------------------------------------------------------------------
+// Data parallelism: every rank draws the same global batch (the same order,
+// the same windows) and reads its own part of it.
+
+// The examples [begin, end) of a global batch of `n` that rank `rank` of
+// `world` reads: contiguous parts in rank order, [rank * n / world,
+// (rank + 1) * n / world), all of one size when `world` divides `n`, so the
+// parts put back in rank order are the global batch. Throws ws::Error unless
+// n >= 0 and 0 <= rank < world.
+struct Shard {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+Shard shard(int64_t n, int rank, int world);
+
+// ---------------------------------------------------------------------------
 // Byte-level text: a file read as raw bytes (vocabulary 256) for training a
 // character/byte language model.
 
