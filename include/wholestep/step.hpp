@@ -157,7 +157,7 @@ struct KernelTime {
 struct KernelEvent {
   std::string name;     // implementation, as in KernelTime
   std::string op;       // the IR op it computes
-  std::string program;  // the graph it belongs to: "step", "forward", "backward", "optimizer"
+  std::string program;  // its graph: "step", "forward", "backward", "optimizer"; or "communication"
   std::string where;    // the source line that made the node ("file.cpp:12"), when known
   double start_ms = 0;  // from the start of the step
   double ms = 0;
@@ -170,7 +170,10 @@ struct StepProfile {
   // Median time of one pass over the step's matrix products and convolutions
   // alone (the same kernels on the same buffers, nothing else run between).
   double contraction_ms = 0;
-  std::vector<KernelEvent> last_step;  // every kernel of the last profiled step, in order
+  // Every kernel of the last profiled step, in order, then (data parallel)
+  // each collective from its start to its observed completion, program
+  // "communication" ("communication 2", ... for one that overlaps another).
+  std::vector<KernelEvent> last_step;
   // Kernel time per program ("step", or "forward", "backward", "optimizer"),
   // in program order: mean ms per step.
   std::vector<std::pair<std::string, double>> program_ms;

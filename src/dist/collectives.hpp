@@ -61,6 +61,15 @@ void progress();
 // Whether any collective is in flight on this process.
 bool any_in_flight();
 
+// A completed non-blocking collective, for a timeline (TrainStep::profile).
+struct CommEvent {
+  std::chrono::steady_clock::time_point start, done;  // done: when its completion was seen
+  int64_t bytes = 0;
+};
+// While `log` is set, each collective appends itself to it as it is waited
+// for (nullptr: none is recorded).
+void record_comm_events(std::vector<CommEvent>* log);
+
 // What this process's collectives cost, summed since the last reset.
 struct CommCounters {
   int64_t collectives = 0;  // completed non-blocking collectives

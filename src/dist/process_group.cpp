@@ -310,6 +310,12 @@ CommCounters& counters() {
   return c;
 }
 
+namespace {
+std::vector<CommEvent>* g_events = nullptr;
+}  // namespace
+
+void record_comm_events(std::vector<CommEvent>* log) { g_events = log; }
+
 InFlight::~InFlight() {
   // A step that threw between a start and its wait: complete the collective,
   // so MPI does not write into freed memory. (The other ranks take part in
@@ -369,6 +375,7 @@ void InFlight::wait() {
   c.bytes += bytes_;
   c.busy_ms += ms(done_ - started_).count();
   c.wait_ms += ms(t1 - t0).count();
+  if (g_events) g_events->push_back({started_, done_, bytes_});
 }
 
 void progress() {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "dist/collectives.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/threads.hpp"
 #include "step/train_step_impl.hpp"
@@ -43,8 +44,14 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
     return v[v.size() / 2];
   };
   std::vector<double> step_ms, contraction_ms;
+  // The last step's collectives (data parallel), for its timeline.
+  std::vector<dist::CommEvent> comm;
+  struct Recording {
+    ~Recording() { dist::record_comm_events(nullptr); }
+  } recording;
   for (int s = 0; s < steps; ++s) {
     m.prepare(c, data);
+    if (s == steps - 1) dist::record_comm_events(&comm);
     timing.origin = clock::now();
     step::run_programs(c, data, &timing);
     step_ms.push_back(ms_since(timing.origin));
@@ -79,6 +86,22 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
                                 prog.name, kern.loc.str(), timing.start_ns[p][k] * 1e-6,
                                 timing.ns[p][k] * 1e-6});
     }
+  }
+  // Each collective from its start to its observed completion, on tracks
+  // of their own ("communication", "communication 2" for one that overlaps
+  // it, ...): slices of one track must not overlap.
+  std::vector<double> lane_end;
+  for (const dist::CommEvent& e : comm) {
+    const double start = std::chrono::duration<double, std::milli>(e.start - timing.origin).count(),
+                 ms = std::chrono::duration<double, std::milli>(e.done - e.start).count();
+    size_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > start) ++lane;
+    if (lane == lane_end.size()) lane_end.push_back(0);
+    lane_end[lane] = start + ms;
+    prof.last_step.push_back(
+        {fmt::format("all_reduce {:.3f} MB", double(e.bytes) * 1e-6), "all_reduce",
+         lane ? fmt::format("communication {}", lane + 1) : std::string("communication"), "", start,
+         ms});
   }
   for (auto& [name, t] : by_name) prof.kernels.push_back(t);
   std::sort(prof.kernels.begin(), prof.kernels.end(),
