@@ -56,6 +56,10 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                       const std::vector<std::vector<Tensor>>& batches,
                                       int64_t warmup_steps);
 
+// A configuration's name in the table: the mode, then "(no alias)",
+// "(unfused)", "(save all)" for what it turns off.
+std::string config_name(const CompareConfig& c);
+
 // A table: mode, ms/step, speedup over the first row, graphs/step,
 // kernels/step, bytes copied/step, materialized between graphs, peak memory,
 // max relative difference.

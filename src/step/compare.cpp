@@ -103,19 +103,21 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
   return rows;
 }
 
+std::string config_name(const CompareConfig& c) {
+  return std::string(mode_name(c.mode)) + (c.aliasing ? "" : " (no alias)") +
+         (c.fuse || c.mode == StepMode::interpret ? "" : " (unfused)") +
+         (c.recompute || c.mode == StepMode::interpret ? "" : " (save all)");
+}
+
 std::string format_comparison(const std::vector<CompareRow>& rows) {
   auto mib = [](int64_t b) { return fmt::format("{:.1f} MiB", double(b) / (1 << 20)); };
   std::string s =
       fmt::format("{:<22} {:>9} {:>8} {:>7} {:>8} {:>12} {:>12} {:>10} {:>10}\n", "mode", "ms/step",
                   "speedup", "graphs", "kernels", "copied/step", "between", "peak", "max diff");
   for (const CompareRow& r : rows) {
-    std::string name =
-        std::string(mode_name(r.config.mode)) + (r.config.aliasing ? "" : " (no alias)") +
-        (r.config.fuse || r.config.mode == StepMode::interpret ? "" : " (unfused)") +
-        (r.config.recompute || r.config.mode == StepMode::interpret ? "" : " (save all)");
-    s += fmt::format("{:<22} {:>9.2f} {:>7.2f}x {:>7} {:>8} {:>12} {:>12} {:>10} {:>10.2e}\n", name,
-                     r.ms_per_step, rows[0].ms_per_step / r.ms_per_step, r.counters.graphs,
-                     r.counters.kernels, mib(r.counters.bytes_copied),
+    s += fmt::format("{:<22} {:>9.2f} {:>7.2f}x {:>7} {:>8} {:>12} {:>12} {:>10} {:>10.2e}\n",
+                     config_name(r.config), r.ms_per_step, rows[0].ms_per_step / r.ms_per_step,
+                     r.counters.graphs, r.counters.kernels, mib(r.counters.bytes_copied),
                      mib(r.counters.interface_bytes), mib(r.counters.peak_bytes), r.max_rel_diff);
   }
   return s;
