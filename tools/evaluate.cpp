@@ -27,7 +27,7 @@ HeldOut::HeldOut(const Common& c, const ws::models::Spec& spec, ws::models::Mode
 }
 
 ws::models::EvalResult HeldOut::run() {
-  const std::optional<ws::models::EvalResult> r = eval_->run([] { return stop_requested() != 0; });
+  const std::optional<ws::models::EvalResult> r = eval_->run(stop_here);
   if (!r) throw Interrupted{};
   return *r;
 }
@@ -80,9 +80,8 @@ void print_sample(ws::models::Model& model, const SampleRequest& f, const ws::da
              printable(prompt));
   std::fflush(stdout);
   const std::vector<int64_t> out = ws::models::generate(
-      gpt, tokens, {.length = f.bytes, .temperature = f.temperature, .seed = f.seed, .stop = [] {
-                      return stop_requested() != 0;
-                    }});
+      gpt, tokens,
+      {.length = f.bytes, .temperature = f.temperature, .seed = f.seed, .stop = stop_here});
   if (int64_t(out.size()) < f.bytes) {
     phase = fmt::format("sampling, after {} of {} bytes", out.size(), f.bytes);
     throw Interrupted{};

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -36,6 +37,20 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--schedule", c.schedule,
                   "learning rate schedule: cosine (decay to 0 over the run) or constant")
       ->capture_default_str();
+}
+
+void add_data_parallel(CLI::App* app, Common& c) {
+  app->add_flag("--data-parallel", c.data_parallel,
+                "train as one of the processes mpirun started, each on its part of every "
+                "global batch (the model's batch times the processes), gradients averaged "
+                "inside the step; without mpirun, a group of one");
+  app->add_option("--bucket-mb", c.bucket_mb,
+                  "--data-parallel: MiB of gradients each collective reduces, at most")
+      ->capture_default_str();
+}
+
+int64_t bucket_bytes(const Common& c) {
+  return std::max<int64_t>(1, std::llround(c.bucket_mb * double(1 << 20)));
 }
 
 void canonical_integer(const std::string& flag, std::string& text, bool is_signed, int64_t lo,
@@ -166,6 +181,12 @@ void check_common(CLI::App* app, const Common& c) {
   require(c.threads <= 1024, "--threads", std::to_string(c.threads), "must be at most 1024");
   require(c.schedule == "cosine" || c.schedule == "constant", "--schedule", c.schedule,
           "expected cosine or constant");
+  if (const CLI::Option* bucket = app->get_option_no_throw("--bucket-mb")) {
+    if (bucket->count() > 0 && !c.data_parallel)
+      throw UsageError("--bucket-mb needs --data-parallel");
+    require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= 1 << 20, "--bucket-mb",
+            fmt::format("{}", c.bucket_mb), "must be a number of MiB above 0, at most 1048576");
+  }
 }
 
 // The data a training run reads: a directory the user named must exist,

@@ -35,10 +35,18 @@ struct Common {
   std::string schedule = "cosine";
   int threads = 0;
   double memory_budget = 0;
+  // train, compare and profile (add_data_parallel).
+  bool data_parallel = false;
+  double bucket_mb = 1;
 };
 
 // The options every subcommand takes.
 void add_common(CLI::App* app, Common& c);
+// --data-parallel and --bucket-mb (train, compare, profile; group.hpp joins
+// the process group).
+void add_data_parallel(CLI::App* app, Common& c);
+// StepOptions::bucket_bytes from --bucket-mb.
+int64_t bucket_bytes(const Common& c);
 
 // `text` with an integer flag's value made canonical: a decimal integer
 // (an optional sign, then digits) in [lo, hi] is rewritten without leading

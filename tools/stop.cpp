@@ -25,6 +25,11 @@ std::string g_phase = "starting", g_left = "nothing saved";
 bool g_cooperative = false, g_claimed = false;
 int g_saving = 0;
 
+// Set in a data-parallel job of several ranks (stop_by_agreement), and the
+// signal the ranks agreed on; used by the command's thread only.
+int (*g_agree)(int) = nullptr;
+int g_agreed = 0;
+
 // The second signal's line, made before any signal can come (the handler
 // writes it with write(2), which is async-signal-safe; formatting is not).
 char g_again[2][96];
@@ -138,11 +143,21 @@ SavingScope::~SavingScope() {
 int claim_stop() {
   std::lock_guard<std::mutex> guard(g_mutex);
   g_claimed = true;
-  return g_signal.load();
+  return g_signal.load() ? g_signal.load() : g_agreed;
 }
 
+bool stop_here() { return !g_agree && stop_requested(); }
+
 void stop_point() {
-  if (stop_requested()) throw Interrupted{};
+  if (stop_here()) throw Interrupted{};
+}
+
+void stop_by_agreement(int (*agree)(int own)) { g_agree = agree; }
+
+void agreed_stop_point() {
+  if (!g_agree) return stop_point();
+  g_agreed = g_agree(stop_requested());
+  if (g_agreed) throw Interrupted{};
 }
 
 }  // namespace cli

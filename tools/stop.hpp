@@ -28,6 +28,10 @@ void stop_cooperatively();
 
 // The signal that asked to stop (SIGINT, SIGTERM), or 0.
 int stop_requested();
+// Whether the work in progress (an evaluation, a sample) ends here: a stop
+// was asked, and this is not a data-parallel job of several ranks, whose
+// ranks stop together between steps (stop_by_agreement).
+bool stop_here();
 
 // "SIGINT", "SIGTERM".
 const char* signal_name(int sig);
@@ -53,8 +57,19 @@ struct Interrupted {};
 // Throws Interrupted when a stop was asked.
 void stop_point();
 
-// Called at a safe point once stop_requested(): the command stops itself
-// from here (the watchdog stands down). Returns the signal.
+// In a data-parallel job of several ranks: a stop is decided by all ranks
+// together, between steps (agreed_stop_point), since one rank stopping alone
+// would leave the others waiting in a collective. `agree` takes this rank's
+// signal (or 0) and returns one that some rank received (or 0); every rank
+// calls it at the same points. stop_point() then never throws.
+void stop_by_agreement(int (*agree)(int own));
+// A point every rank reaches alike (between steps): throws Interrupted when
+// a stop was asked, of any rank. In a process alone, stop_point().
+void agreed_stop_point();
+
+// Called at a safe point once stop_requested() (or a stop was agreed): the
+// command stops itself from here (the watchdog stands down). Returns the
+// signal (the agreed one on a rank that received none).
 int claim_stop();
 
 }  // namespace cli

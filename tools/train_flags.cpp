@@ -308,7 +308,13 @@ SavedRun read_saved_run(const ws::CheckpointState& st) {
     fail("data.step", step,
          fmt::format("an integer from {} (the optimizer's step) to {} (config.steps)", st.step,
                      steps));
-  return {.config = *config, .data_step = step->get<int64_t>()};
+  // Saved since data-parallel runs were possible; before, one process.
+  const json* world = member(*data, "world_size");
+  if (world && !integer_in(world, 1, 1 << 20))
+    fail("data.world_size", world, "an integer from 1 to 1048576 (the processes that trained it)");
+  return {.config = *config,
+          .data_step = step->get<int64_t>(),
+          .world_size = world ? world->get<int>() : 1};
 }
 
 // A resumed run goes on from the checkpoint's step `start`: an end (`steps`,

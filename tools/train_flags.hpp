@@ -45,6 +45,7 @@ struct TrainFlags {
 struct SavedRun {
   nlohmann::json config;
   int64_t data_step = 0;  // the data position: at or after the optimizer's step
+  int world_size = 1;     // the processes that trained it (1 when not saved)
 };
 
 // The configuration a checkpoint keeps, so a resumed run continues exactly
