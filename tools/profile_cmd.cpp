@@ -1,7 +1,7 @@
 // `wholestep profile`: where a compiled step's time goes. Each kernel
 // implementation's share of the step (TrainStep::profile), the time by
-// program, then the contractions alone; --trace writes the last step as a
-// Chrome trace.
+// program, then the contractions alone; with --data-parallel, what the
+// collectives cost; --trace writes the last step as a Chrome trace.
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "dist/collectives.hpp"
+#include "group.hpp"
+#include "run.hpp"
 
 namespace cli {
 namespace {
@@ -22,6 +25,7 @@ class ProfileCommand : public Command {
     add_integer(app_, "--top", top_, "kernels listed", 1)->capture_default_str();
     app_->add_option("--trace", trace_, "write the last step as Chrome trace JSON to this file");
     app_->add_flag("--no-fuse", no_fuse_, "one kernel per op (for comparison)");
+    add_data_parallel(app_, c);
   }
 
   void check(const Common&) override {
@@ -35,15 +39,21 @@ class ProfileCommand : public Command {
 
   int run(const Common& c) override {
     ws::TrainSetup s = make_setup(c);
-    ws::TrainStep step(
-        *s.model, *s.opt, s.loss_fn,
-        {.mode = ws::parse_mode(mode_), .fuse = !no_fuse_, .memory_budget = c.memory_budget});
-    const std::vector<ws::Tensor> batch = ws::models::random_batch(ws::models::spec(c.model), 0);
+    ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
+                       {.mode = ws::parse_mode(mode_),
+                        .fuse = !no_fuse_,
+                        .memory_budget = c.memory_budget,
+                        .data_parallel = c.data_parallel,
+                        .bucket_bytes = bucket_bytes(c)});
+    // This rank's part of a global batch (all of it in one process).
+    const std::vector<ws::Tensor> batch =
+        rank_rows(ws::models::random_batch(global_spec(ws::models::spec(c.model)), 0));
     auto t0 = std::chrono::steady_clock::now();
     const ws::StepResult r = step.run(batch);  // traces, compiles and runs one step
     const double first_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     step.run(batch);
+    const ws::dist::CommCounters comm = ws::dist::counters();
     const ws::StepProfile p = step.profile(batch, int(steps_));
     double total = 0;
     for (const ws::KernelTime& k : p.kernels) total += k.ms;
@@ -73,10 +83,29 @@ class ProfileCommand : public Command {
     fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
                p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
                p.step_ms / p.contraction_ms);
-    if (!trace_.empty()) {
+    if (c.data_parallel) {
+      // The profiled steps' collectives, per step (the contractions alone
+      // run none).
+      const ws::dist::CommCounters& now = ws::dist::counters();
+      const double busy = (now.busy_ms - comm.busy_ms) / double(p.steps),
+                   wait = (now.wait_ms - comm.wait_ms) / double(p.steps);
+      fmt::print(
+          "communication, global batch {}: {} collectives/step, {:.3f} MB/step, {:.3f} ms in "
+          "flight, {:.3f} ms waited{}\n",
+          batch_text(ws::models::spec(c.model).batch), r.counters.collectives,
+          double(r.counters.comm_bytes) * 1e-6, busy, wait,
+          busy > 0 ? fmt::format(", {:.1f}% hidden behind compute", 100 * (1 - wait / busy))
+                   : std::string());
+    }
+    if (!trace_.empty() && leads()) {
       write_text_file(trace_, ws::chrome_trace(p), "profile");
-      fmt::print("trace of the last step ({} kernels): {} (chrome://tracing or Perfetto)\n",
-                 p.last_step.size(), trace_);
+      const int64_t collectives =
+          std::count_if(p.last_step.begin(), p.last_step.end(),
+                        [](const ws::KernelEvent& e) { return e.program.starts_with("comm"); });
+      fmt::print("trace of the last step ({} kernels{}): {} (chrome://tracing or Perfetto)\n",
+                 int64_t(p.last_step.size()) - collectives,
+                 collectives ? fmt::format(", {} collectives", collectives) : std::string(),
+                 trace_);
     }
     return 0;
   }
