@@ -134,6 +134,7 @@ class CompareCommand : public Command {
       config.memory_budget = c.memory_budget;
       config.data_parallel = c.data_parallel;
       config.bucket_bytes = bucket_bytes(c);
+      config.sync_batch_norm = c.sync_batch_norm;
     }
     fmt::print(
         "comparing modes on {} (batch {}, {}{}): {} timed steps after {} warm-up, round robin, "

@@ -49,6 +49,9 @@ void join_process_group(const CLI::App* command, const Common& c) {
         "wholestep has no MPI: install Open MPI (libopenmpi-dev, openmpi-bin) and build again, "
         "or run one process",
         launched));
+  for (ws::dist::Progress p :
+       {ws::dist::Progress::kernels, ws::dist::Progress::thread, ws::dist::Progress::wait})
+    if (c.comm_progress == ws::dist::progress_name(p)) ws::dist::set_progress(p);
   ws::dist::init();
   if (ws::dist::world_size() > 1) stop_by_agreement(agreed_signal);
 }

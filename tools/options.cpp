@@ -47,6 +47,13 @@ void add_data_parallel(CLI::App* app, Common& c) {
   app->add_option("--bucket-mb", c.bucket_mb,
                   "--data-parallel: MiB of gradients each collective reduces, at most")
       ->capture_default_str();
+  app->add_flag("--sync-batch-norm", c.sync_batch_norm,
+                "--data-parallel: BatchNorm normalizes by the global batch's statistics, "
+                "averaged over the processes in the step");
+  app->add_option("--comm-progress", c.comm_progress,
+                  "--data-parallel: what moves a reduction while the step computes: kernels "
+                  "(tests between kernels), thread (a thread of its own) or wait (only waiting)")
+      ->capture_default_str();
 }
 
 int64_t bucket_bytes(const Common& c) {
@@ -184,6 +191,12 @@ void check_common(CLI::App* app, const Common& c) {
   if (const CLI::Option* bucket = app->get_option_no_throw("--bucket-mb")) {
     if (bucket->count() > 0 && !c.data_parallel)
       throw UsageError("--bucket-mb needs --data-parallel");
+    for (const char* flag : {"--sync-batch-norm", "--comm-progress"})
+      if (app->get_option(flag)->count() > 0 && !c.data_parallel)
+        throw UsageError(fmt::format("{} needs --data-parallel", flag));
+    require(
+        c.comm_progress == "kernels" || c.comm_progress == "thread" || c.comm_progress == "wait",
+        "--comm-progress", c.comm_progress, "expected kernels, thread or wait");
     require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= 1 << 20, "--bucket-mb",
             fmt::format("{}", c.bucket_mb), "must be a number of MiB above 0, at most 1048576");
   }

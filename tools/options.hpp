@@ -37,7 +37,9 @@ struct Common {
   double memory_budget = 0;
   // train, compare and profile (add_data_parallel).
   bool data_parallel = false;
-  double bucket_mb = 1;
+  double bucket_mb = 0.0625;
+  bool sync_batch_norm = false;
+  std::string comm_progress = "kernels";  // ws::dist::Progress by name
 };
 
 // The options every subcommand takes.

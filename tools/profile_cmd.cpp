@@ -44,7 +44,8 @@ class ProfileCommand : public Command {
                         .fuse = !no_fuse_,
                         .memory_budget = c.memory_budget,
                         .data_parallel = c.data_parallel,
-                        .bucket_bytes = bucket_bytes(c)});
+                        .bucket_bytes = bucket_bytes(c),
+                        .sync_batch_norm = c.sync_batch_norm});
     // This rank's part of a global batch (all of it in one process).
     const std::vector<ws::Tensor> batch =
         rank_rows(ws::models::random_batch(global_spec(ws::models::spec(c.model)), 0));

@@ -81,7 +81,8 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
        .memory_budget = c.memory_budget,
        .on_nonfinite = f.skip_nonfinite ? ws::NonFinite::skip : ws::NonFinite::ignore,
        .data_parallel = c.data_parallel,
-       .bucket_bytes = bucket_bytes(c)});
+       .bucket_bytes = bucket_bytes(c),
+       .sync_batch_norm = c.sync_batch_norm});
   int64_t skipped = 0;
   int64_t one_thread = 0;  // steps run on one thread (StepOptions::adapt_threads)
   HeldOut evaluator(c, spec, model);

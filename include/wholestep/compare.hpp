@@ -26,7 +26,8 @@ struct CompareConfig {
   bool recompute = true;
   double memory_budget = 0;    // StepOptions::memory_budget
   bool data_parallel = false;  // StepOptions::data_parallel
-  int64_t bucket_bytes = int64_t(1) << 20;
+  int64_t bucket_bytes = int64_t(64) << 10;
+  bool sync_batch_norm = false;
 };
 
 struct CompareRow {

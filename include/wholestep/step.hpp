@@ -86,7 +86,10 @@ struct StepOptions {
   // compiled the same step graph. A rank that fails in a step ends the job
   // (dist::abort_job): the others would wait for it forever.
   bool data_parallel = false;
-  int64_t bucket_bytes = int64_t(1) << 20;
+  // 64 KiB: the last bucket starts only when the backward ends, so small
+  // buckets hide more; on one machine more collectives cost nothing
+  // measurable (docs/distributed.md).
+  int64_t bucket_bytes = int64_t(64) << 10;
   // Data parallel: BatchNorm normalizes with the statistics of the global
   // batch, averaged over the ranks inside the step graph (two small
   // collectives per layer in the forward, two in the backward), and every
@@ -128,8 +131,8 @@ struct StepResult {
   bool skipped = false;  // NonFinite::skip: the loss or a gradient was not finite
   int threads = 0;       // threads the step's parallel regions ran on
   StepCounters counters;
-  // Data parallel: the time this step's collectives were in flight (from
-  // each start until its completion was seen, summed), and the part of it
+  // Data parallel: the time some collective of this step was in flight
+  // (from a start until its completion was seen), and the part of it
   // the step spent blocked waiting for them; the rest was hidden behind
   // compute. Completion is seen between kernels, so in-flight time is
   // rounded up to a kernel.

@@ -74,7 +74,8 @@ void record_comm_events(std::vector<CommEvent>* log);
 struct CommCounters {
   int64_t collectives = 0;  // completed non-blocking collectives
   int64_t bytes = 0;        // bytes each reduced (its buffer, once)
-  double busy_ms = 0;       // from each start until its completion was seen
+  double busy_ms = 0;       // while some collective was in flight (from its start until
+                            // its completion was seen)
   double wait_ms = 0;       // blocked in wait(): the part not hidden behind compute
 };
 CommCounters& counters();

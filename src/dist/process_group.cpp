@@ -373,7 +373,12 @@ void InFlight::wait() {
   CommCounters& c = counters();
   ++c.collectives;
   c.bytes += bytes_;
-  c.busy_ms += ms(done_ - started_).count();
+  // The time some collective was in flight: collectives are waited for in
+  // the order they started, so the union of their spans grows at the end.
+  static std::chrono::steady_clock::time_point covered{};
+  const auto from = std::max(started_, covered);
+  if (done_ > from) c.busy_ms += ms(done_ - from).count();
+  covered = std::max(covered, done_);
   c.wait_ms += ms(t1 - t0).count();
   if (g_events) g_events->push_back({started_, done_, bytes_});
 }

@@ -58,7 +58,8 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                          .recompute = c.recompute,
                                          .memory_budget = c.memory_budget,
                                          .data_parallel = c.data_parallel,
-                                         .bucket_bytes = c.bucket_bytes});
+                                         .bucket_bytes = c.bucket_bytes,
+                                         .sync_batch_norm = c.sync_batch_norm});
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size()), comm(configs.size()),
