@@ -285,7 +285,11 @@ def compile_train_step(model, optimizer, loss_fn, mode="single_graph", num_input
     loss_fn(model(*inputs), *targets), its gradients and the update, and
     returns the loss. `num_inputs`: how many leading arguments the model
     takes. `options`: wholestep's StepOptions (fuse, recompute,
-    memory_budget, on_nonfinite, max_cached, adapt_threads, aliasing)."""
+    memory_budget, on_nonfinite, max_cached, adapt_threads, aliasing,
+    data_parallel, bucket_bytes). With data_parallel=True, under `mpirun`,
+    each process passes its own part of the global batch and the step
+    averages the gradients (and the loss it returns) over the processes
+    inside the compiled step (docs/distributed.md)."""
     return TrainStep(model, optimizer, loss_fn, mode, num_inputs, options)
 
 
@@ -336,6 +340,12 @@ def compile_forward(model):
     return Forward(model)
 
 
+def process_group():
+    """(rank, world size) of this process among those `mpirun` started
+    ((0, 1) when it started alone), joining the group (MPI) if need be."""
+    return _C.process_group()
+
+
 def set_num_threads(n):
     """Threads of the pool wholestep and oneDNN share (torch's too, when it
     uses the same OpenMP runtime, as Debian's does)."""
@@ -343,4 +353,4 @@ def set_num_threads(n):
 
 
 __all__ = ["compile_train_step", "compile_forward", "TrainStep", "Forward", "Error",
-           "set_num_threads"]
+           "set_num_threads", "process_group"]

@@ -10,6 +10,7 @@
 #include "frontend/torch/frontend.hpp"
 #include "step/step_source.hpp"
 #include "tensor/tensor_impl.hpp"
+#include "wholestep/dist.hpp"
 
 namespace ws::frontend::torch {
 
@@ -162,6 +163,10 @@ StepOptions step_options(const py::dict& d) {
       o.recompile_warning = v.cast<int>();
     else if (key == "adapt_threads")
       o.adapt_threads = v.cast<bool>();
+    else if (key == "data_parallel")
+      o.data_parallel = v.cast<bool>();
+    else if (key == "bucket_bytes")
+      o.bucket_bytes = v.cast<int64_t>();
     else if (key == "on_nonfinite") {
       const std::string s = v.cast<std::string>();
       if (s == "error")
@@ -189,6 +194,8 @@ py::dict counters_dict(const StepCounters& c) {
   d["persistent_bytes"] = c.persistent_bytes;
   d["peak_bytes"] = c.peak_bytes;
   d["flops"] = c.flops;
+  d["collectives"] = c.collectives;
+  d["comm_bytes"] = c.comm_bytes;
   return d;
 }
 
@@ -316,6 +323,12 @@ void bind_steps(py::module_& m) {
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("num_threads", &num_threads);
   m.def("backend_info", &backend_info);
+  // The process group: joined (MPI initialized) when an MPI launcher
+  // started more than one process, or when a data-parallel step compiles.
+  m.def("process_group", [] {
+    if (dist::launched_world_size() > 1) dist::init();
+    return py::make_tuple(dist::rank(), dist::world_size());
+  });
 }
 
 }  // namespace ws::frontend::torch
