@@ -129,9 +129,17 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
         if count < 2:
             raise Unsupported(f"batch_norm training on input {shape}: more than one value per "
                               f"channel is needed")
+        # Synchronized: the global batch's statistics, each mean averaged
+        # over the ranks' equal parts.
+        sync = b.world_size > 1
         mu = b.mean(x, axes)
+        if sync:
+            mu = b.all_reduce_mean(mu)
         xc = b.op("sub", [x, along(b, mu, shape, 1)])
         var = b.mean(b.op("mul", [xc, xc]), axes)
+        if sync:
+            var = b.all_reduce_mean(var)
+            count *= b.world_size
         if running_mean is not None:
             if momentum is None:
                 raise Unsupported("BatchNorm with momentum=None (a cumulative average)")

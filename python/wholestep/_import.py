@@ -48,13 +48,13 @@ class Importer:
     placeholder is: ("persistent", role, name, tensor) for a bound torch
     tensor (the _C.Tensor over its storage) or ("data", dtype, shape)."""
 
-    def __init__(self, gm, graph, inputs):
+    def __init__(self, gm, graph, inputs, sync_world_size=1):
         self.gm = gm
         self.g = graph
         self.env = {}
         self.buffers = {}  # IR input value -> the persistent _C.Tensor of a buffer
         self.roles = {}    # placeholder node -> its role
-        self.b = Builder(graph, self._assign)
+        self.b = Builder(graph, self._assign, sync_world_size)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for node, spec in zip(placeholders, inputs):
             if spec[0] == "persistent":

@@ -57,11 +57,17 @@ class Transposed:
 class Builder:
     """The IR graph being built, with numpy-style helpers."""
 
-    def __init__(self, graph, assign):
+    def __init__(self, graph, assign, world_size=1):
         self.g = graph
         # assign(input value, new value): a buffer input holds the new value
         # after the step.
         self.assign = assign
+        # Above 1: batch statistics are averaged over this many ranks
+        # (synchronized BatchNorm).
+        self.world_size = world_size
+
+    def all_reduce_mean(self, v):
+        return Value(self.g.all_reduce(int(v), "mean"))
 
     def op(self, name, args, **attrs):
         return Value(self.g.op(name, list(args), attrs))

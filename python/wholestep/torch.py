@@ -175,7 +175,8 @@ class TrainStep:
                 for h in group["hyper_names"]:
                     g.hyper(h if gi == 0 else f"group{gi}.{h}")
             gm = _capture.trace(self.model, dict(params), dict(buffers), program, examples)
-            loss = Importer(gm, g, inputs).run()
+            sync = self._options.get("sync_batch_norm") and self._options.get("data_parallel")
+            loss = Importer(gm, g, inputs, _C.process_group()[1] if sync else 1).run()
             if not isinstance(loss, Value) or g.type(loss)[1] != () \
                     or g.type(loss)[0] not in ("f32", "f64"):
                 raise Error("compile_train_step: the loss function must return a 0-d "
@@ -286,7 +287,7 @@ def compile_train_step(model, optimizer, loss_fn, mode="single_graph", num_input
     returns the loss. `num_inputs`: how many leading arguments the model
     takes. `options`: wholestep's StepOptions (fuse, recompute,
     memory_budget, on_nonfinite, max_cached, adapt_threads, aliasing,
-    data_parallel, bucket_bytes). With data_parallel=True, under `mpirun`,
+    data_parallel, bucket_bytes, sync_batch_norm). With data_parallel=True, under `mpirun`,
     each process passes its own part of the global batch and the step
     averages the gradients (and the loss it returns) over the processes
     inside the compiled step (docs/distributed.md)."""

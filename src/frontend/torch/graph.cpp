@@ -74,6 +74,11 @@ class Graph {
     return int64_t(b().add(ir::Op::random_uniform, {d.seed, d.offset},
                            ir::Attrs{{"dtype", dtype}, {"shape", shape}, {"skip", d.skip}}));
   }
+  // v reduced ("sum" or "mean") over the process group by a collective
+  // started and waited for at once.
+  int64_t all_reduce(int64_t v, const std::string& reduce) {
+    return int64_t(b().all_reduce(value(v), reduce));
+  }
   // `buffer` (a persistent tensor) holds `v` after the step.
   void assign(const Tensor& buffer, int64_t v) {
     capture::Tracer& t = trace().tracer();
@@ -124,6 +129,7 @@ void bind_graph(py::module_& m) {
       .def("full", &Graph::full, py::arg("value"), py::arg("dtype"), py::arg("shape"))
       .def("constant", &Graph::constant, py::arg("values"), py::arg("dtype"), py::arg("shape"))
       .def("random_uniform", &Graph::random_uniform, py::arg("dtype"), py::arg("shape"))
+      .def("all_reduce", &Graph::all_reduce, py::arg("value"), py::arg("reduce"))
       .def("assign", &Graph::assign, py::arg("buffer"), py::arg("value"))
       .def("output", &Graph::output, py::arg("role"), py::arg("value"), py::arg("name"))
       .def("type", &Graph::type, py::arg("value"))

@@ -167,6 +167,8 @@ StepOptions step_options(const py::dict& d) {
       o.data_parallel = v.cast<bool>();
     else if (key == "bucket_bytes")
       o.bucket_bytes = v.cast<int64_t>();
+    else if (key == "sync_batch_norm")  // the importer's (_aten_nn.py)
+      o.sync_batch_norm = v.cast<bool>();
     else if (key == "on_nonfinite") {
       const std::string s = v.cast<std::string>();
       if (s == "error")
