@@ -58,8 +58,6 @@ class InFlight {
 
 // Tests every collective in flight once (cheap when none is).
 void progress();
-// Whether any collective is in flight on this process.
-bool any_in_flight();
 
 // A completed non-blocking collective, for a timeline (TrainStep::profile).
 struct CommEvent {

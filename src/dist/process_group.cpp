@@ -389,6 +389,4 @@ void progress() {
   r.test_all();
 }
 
-bool any_in_flight() { return registry().active > 0; }
-
 }  // namespace ws::dist

@@ -2,8 +2,6 @@
 
 #include <bit>
 #include <cstring>
-#include <iterator>
-#include <vector>
 
 #include "ir/attr.hpp"
 
@@ -23,14 +21,17 @@ void pack_into(const T* x, int64_t n, double scale, T* y) {
 
 }  // namespace
 
+void pack_operand(const ir::Type& type, const void* in, double scale, void* out) {
+  if (type.dtype == DType::f32)
+    pack_into(static_cast<const float*>(in), type.numel(), scale, static_cast<float*>(out));
+  else
+    pack_into(static_cast<const double*>(in), type.numel(), scale, static_cast<double*>(out));
+}
+
 void pack_bucket(std::span<const ir::Type> types, const void* const* in, double scale, void* out) {
   char* dst = static_cast<char*>(out);
   for (size_t i = 0; i < types.size(); ++i) {
-    const int64_t n = types[i].numel();
-    if (types[i].dtype == DType::f32)
-      pack_into(static_cast<const float*>(in[i]), n, scale, reinterpret_cast<float*>(dst));
-    else
-      pack_into(static_cast<const double*>(in[i]), n, scale, reinterpret_cast<double*>(dst));
+    pack_operand(types[i], in[i], scale, dst);
     dst += types[i].bytes();
   }
 }
@@ -43,16 +44,15 @@ double reduce_scale(const ir::Attrs& start_attrs) {
 
 namespace {
 
+// Packs as pack_bucket does, each operand read from its slot: no list of
+// pointers to build per step.
 void k_all_reduce_start(const Kernel& k, void* const* s) {
-  const void* in[256];
-  std::vector<const void*> many;
-  const void** ins = in;
-  if (k.in.size() > std::size(in)) {
-    many.resize(k.in.size());
-    ins = many.data();
+  const double scale = std::bit_cast<double>(k.p[0]);
+  char* dst = static_cast<char*>(s[k.out]);
+  for (size_t i = 0; i < k.in.size(); ++i) {
+    pack_operand(k.in_types[i], s[k.in[i]], scale, dst);
+    dst += k.in_types[i].bytes();
   }
-  for (size_t i = 0; i < k.in.size(); ++i) ins[i] = s[k.in[i]];
-  pack_bucket(k.in_types, ins, std::bit_cast<double>(k.p[0]), s[k.out]);
   k.collective->start_all_reduce_sum(s[k.out], k.out_type.numel(), k.out_type.dtype);
 }
 

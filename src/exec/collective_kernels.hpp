@@ -16,6 +16,8 @@ namespace ws::exec {
 // element times `scale` (1 / world size for a mean, else 1). One definition
 // for the reference and the compiled kernel, so both give the same bits.
 void pack_bucket(std::span<const ir::Type> types, const void* const* in, double scale, void* out);
+// One operand of a bucket, at `out`.
+void pack_operand(const ir::Type& type, const void* in, double scale, void* out);
 
 // What a start's elements are multiplied by before they are summed over
 // the ranks.

@@ -10,8 +10,9 @@
 //                   those are never materialized.
 //  3. kernels       one kernel per value that is still needed, in graph order
 //                   (forward, backward, then updates: every read of an old
-//                   parameter precedes its update); a reshape is a view of
-//                   its operand, with no kernel; a product read only by a
+//                   parameter precedes its update); a reshape, or a slice
+//                   of contiguous rows, is a view of its operand, with no
+//                   kernel (views.hpp); a product read only by a
 //                   transpose writes the transposed layout itself; a small
 //                   source (`full`, `iota`, `constant`: fold_constants.cpp
 //                   made values of constants alone constants) is computed
@@ -35,6 +36,7 @@
 #include "lower/alias.hpp"
 #include "lower/pipeline.hpp"
 #include "lower/plan_memory.hpp"
+#include "lower/views.hpp"
 
 namespace ws::lower {
 namespace {
@@ -68,63 +70,6 @@ struct Pending {
       if (e != ir::kNoValue) f(e);
   }
 };
-
-// The value supplying v's single value when v is a `full` or a broadcast of a
-// one-element value, else kNoValue.
-std::vector<ValueId> scalar_sources(const ir::Graph& g) {
-  std::vector<ValueId> src(g.nodes.size(), ir::kNoValue);
-  for (ValueId v = 0; v < g.size(); ++v) {
-    const ir::Node& n = g.node(v);
-    if (n.op == Op::full) src[size_t(v)] = v;
-    if (n.op == Op::broadcast && g.type(n.args[0]).numel() == 1) {
-      ValueId a = n.args[0];
-      src[size_t(v)] = src[size_t(a)] != ir::kNoValue ? src[size_t(a)] : a;
-    }
-  }
-  return src;
-}
-
-// A reshape is a view: row-major data keeps its bytes, so the reshaped value
-// is read from its operand's storage, with no kernel and no copy. So is a
-// slice of contiguous rows (every dim before its axis of size 1: a
-// collective's bucket cut back into gradients), read `offset` bytes into
-// its operand's storage. root[v] is the value whose storage v reads (v
-// itself for anything but a view). Views that are graph outputs stay
-// copies: the caller owns that storage.
-struct View {
-  ValueId root;
-  int64_t offset = 0;  // bytes into the root's storage
-};
-
-bool contiguous_slice(const ir::Graph& g, const ir::Node& n) {
-  if (n.op != Op::slice) return false;
-  const Shape& x = g.type(n.args[0]).shape;
-  int64_t axis = ir::attr<Op::slice, "axis">(n);
-  if (axis < 0) axis += int64_t(x.size());
-  return std::all_of(x.begin(), x.begin() + axis, [](int64_t d) { return d == 1; });
-}
-
-std::vector<View> view_roots(const ir::Graph& g) {
-  std::vector<bool> is_output(g.nodes.size(), false);
-  for (const ir::Output& o : g.outputs) is_output[size_t(o.value)] = true;
-  std::vector<View> root(g.nodes.size());
-  for (ValueId v = 0; v < g.size(); ++v) {
-    const ir::Node& n = g.node(v);
-    root[size_t(v)] = {v, 0};
-    if (is_output[size_t(v)]) continue;
-    if (n.op == Op::reshape) root[size_t(v)] = root[size_t(n.args[0])];
-    if (contiguous_slice(g, n)) {
-      const Shape& x = g.type(n.args[0]).shape;
-      int64_t axis = ir::attr<Op::slice, "axis">(n);
-      if (axis < 0) axis += int64_t(x.size());
-      const int64_t row =
-          int64_t(dtype_size(n.type.dtype)) * exec::dims_product(x.begin() + axis + 1, x.end());
-      const View& a = root[size_t(n.args[0])];
-      root[size_t(v)] = {a.root, a.offset + ir::attr<Op::slice, "start">(n) * row};
-    }
-  }
-  return root;
-}
 
 class Lowering {
  public:
