@@ -96,6 +96,14 @@ struct StepOptions {
   // rank's running statistics are the same. Off (as PyTorch's DDP without
   // SyncBatchNorm): each rank's own batch.
   bool sync_batch_norm = false;
+  // Data parallel: ZeRO stage 1. Each rank keeps and updates only its
+  // 1/world part of the optimizer state: the gradients are reduce-scattered
+  // instead of all-reduced, each rank updates its part of the parameters,
+  // and the updated parts are all-gathered, all in the step graph
+  // (docs/distributed.md). The optimizer's own state tensors are released
+  // (empty) while the step keeps their parts; gather_optimizer_state()
+  // makes them whole again (a checkpoint needs them).
+  bool zero = false;
   // Run a step on one thread while that measures clearly faster than the
   // whole pool (other processes hold the cores), probing the other team
   // now and then; every result is the same bits on either. Off: always the
@@ -119,6 +127,7 @@ struct StepCounters {
   int64_t interface_bytes = 0;   // values materialized between graphs (saved + grads)
   int64_t arena_bytes = 0;       // temporaries
   int64_t persistent_bytes = 0;  // parameters, buffers, optimizer state
+  int64_t state_bytes = 0;       // of which optimizer state (ZeRO: this rank's part)
   int64_t peak_bytes = 0;        // persistent + interface + temporaries (+ copies)
   int64_t flops = 0;             // floating-point operations of matrix products and convolutions
   int64_t collectives = 0;       // data parallel: collectives started per step
@@ -248,6 +257,11 @@ class TrainStep {
   // Runs `steps` real steps on this batch (parameters are updated) with every
   // kernel timed, then times the contractions alone. Compiled modes only.
   StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());
+  // StepOptions::zero: makes the optimizer's state tensors whole again
+  // from every rank's part (before a checkpoint is saved); the next step
+  // takes them over again, from what they hold then (a checkpoint loaded
+  // into them). Collective: every rank calls it. Nothing to do otherwise.
+  void gather_optimizer_state();
 
  private:
   friend struct step::StepFactory;

@@ -247,6 +247,28 @@ void vjp_all_reduce_start(const VjpContext& c, Dargs& d) {
     if (c.want[i]) d[i] = parts[i];
 }
 
+// With every rank's loss in the sum (as for all_reduce_start): rank r's
+// part of the reduction is read by r alone, so each operand's adjoint is
+// every rank's part of the gradient, gathered (over the world for a mean),
+// and unpacked; the padding has none.
+void vjp_reduce_scatter_start(const VjpContext& c, Dargs& d) {
+  const std::string& reduce = ir::attr<Op::reduce_scatter_start, "reduce">(c.node);
+  const int64_t world = ir::attr<Op::reduce_scatter_start, "world">(c.node);
+  std::vector<ir::Type> types;
+  for (size_t i = 0; i < c.node.args.size(); ++i) types.push_back(c.b.type(arg(c, i)));
+  ValueId all = c.b.all_gather(c.dy, world);
+  if (reduce == "mean") all = c.b.scale(all, c.b.scalar(1.0 / double(world), c.b.type(all).dtype));
+  const std::vector<ValueId> parts = c.b.unpack(all, types);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (c.want[i]) d[i] = parts[i];
+}
+
+// Rank r's operand is part r of every rank's result: its adjoint is the
+// sum over the ranks of their gradients' part r.
+void vjp_all_gather_start(const VjpContext& c, Dargs& d) {
+  d[0] = c.b.reduce_scatter({c.dy}, "sum", ir::attr<Op::all_gather_start, "world">(c.node));
+}
+
 // A wait passes its collective's result on unchanged.
 void vjp_wait(const VjpContext& c, Dargs& d) { d[0] = c.dy; }
 
@@ -269,6 +291,9 @@ VjpRule builtin_rule(Op op) {
     case Op::add: return vjp_add;
     case Op::all_reduce_start: return vjp_all_reduce_start;
     case Op::wait: return vjp_wait;
+    case Op::reduce_scatter_start: return vjp_reduce_scatter_start;
+    case Op::all_gather_start: return vjp_all_gather_start;
+    case Op::local_shard: return nullptr;  // the optimizer's; never differentiated
     case Op::avg_pool2d: return vjp_avg_pool2d;
     case Op::concat: return vjp_concat;
     case Op::conv2d: return vjp_conv2d;

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ namespace ws::dist {
 void broadcast(void* data, size_t bytes, int root);
 // Sums `count` elements of f32 or f64 `data` over the ranks, in place.
 void all_reduce_sum(void* data, int64_t count, DType dtype);
+// Rank r's part of the sum over the ranks of `data` (world_size() parts of
+// `count` elements each, f32 or f64), into its first `count` elements.
+void reduce_scatter_sum(void* data, int64_t count, DType dtype);
+// Every rank's part r of `data` (world_size() parts of `count` elements)
+// from rank r, in place.
+void all_gather_in_place(void* data, int64_t count, DType dtype);
 // Every rank's value, by rank.
 std::vector<uint64_t> all_gather(uint64_t value);
 // Every rank's text, by rank (for messages: what differs between ranks).
@@ -43,12 +50,20 @@ class InFlight {
   // Starts summing `count` elements of `data` over the ranks, in place.
   // `data` must not be touched until wait() returns.
   void start_all_reduce_sum(void* data, int64_t count, DType dtype);
+  // Starts reduce_scatter_sum (`count`: one rank's part).
+  void start_reduce_scatter_sum(void* data, int64_t count, DType dtype);
+  // Starts all_gather_in_place (`count`: one rank's part).
+  void start_all_gather(void* data, int64_t count, DType dtype);
   // Blocks until the collective is complete.
   void wait();
   bool in_flight() const { return slot_ >= 0; }
 
  private:
   friend struct Registry;
+  // Registers the collective (its bytes: the whole buffer) and, in a group
+  // of more than one, calls `call` with where MPI keeps its request (an
+  // MPI_Request*) to start it; in a group of one it is complete at once.
+  void start(int64_t bytes, int64_t count, const std::function<void(void*)>& call);
   void completed(std::chrono::steady_clock::time_point at);
   int slot_ = -1;  // its request in the process's table of collectives in flight
   int64_t bytes_ = 0;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -186,6 +187,26 @@ void all_reduce_sum(void* data, int64_t count, DType dtype) {
 #endif
 }
 
+void reduce_scatter_sum(void* data, int64_t count, DType dtype) {
+  if (world_size() == 1) return;
+#ifdef WS_HAVE_MPI
+  WS_CHECK(count <= kMaxCount) << "a shard of " << count << " elements";
+  check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM,
+                                     MPI_COMM_WORLD),
+            "MPI_Reduce_scatter_block");
+#endif
+}
+
+void all_gather_in_place(void* data, int64_t count, DType dtype) {
+  if (world_size() == 1) return;
+#ifdef WS_HAVE_MPI
+  WS_CHECK(count <= kMaxCount) << "a shard of " << count << " elements";
+  check_mpi(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, int(count), mpi_type(dtype),
+                          MPI_COMM_WORLD),
+            "MPI_Allgather");
+#endif
+}
+
 std::vector<uint64_t> all_gather(uint64_t value) {
   std::vector<uint64_t> all(size_t(world_size()), value);
 #ifdef WS_HAVE_MPI
@@ -328,9 +349,9 @@ InFlight::~InFlight() {
   }
 }
 
-void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
+void InFlight::start(int64_t bytes, int64_t count, const std::function<void(void*)>& call) {
   WS_CHECK(slot_ < 0) << "a collective started twice";
-  bytes_ = count * int64_t(dtype_size(dtype));
+  bytes_ = bytes;
   started_ = std::chrono::steady_clock::now();
   done_seen_ = false;
   Registry& r = registry();
@@ -339,15 +360,47 @@ void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
   ++r.active;
   if (world_size() == 1) return completed(started_);
 #ifdef WS_HAVE_MPI
-  WS_CHECK(count <= kMaxCount) << "a bucket of " << count << " elements";
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM, MPI_COMM_WORLD,
-                           &r.requests[size_t(slot_)]),
-            "MPI_Iallreduce");
+  WS_CHECK(count <= kMaxCount) << "a collective of " << count << " elements per rank";
+  call(&r.requests[size_t(slot_)]);
   lock.unlock();
   if (group().progress == Progress::thread) wake_progress_thread();
 #else
-  (void)data;
+  (void)count, (void)call;
 #endif
+}
+
+void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
+  start(count * int64_t(dtype_size(dtype)), count, [&]([[maybe_unused]] void* request) {
+#ifdef WS_HAVE_MPI
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM,
+                             MPI_COMM_WORLD, static_cast<MPI_Request*>(request)),
+              "MPI_Iallreduce");
+#endif
+  });
+}
+
+void InFlight::start_reduce_scatter_sum(void* data, int64_t count, DType dtype) {
+  start(count * world_size() * int64_t(dtype_size(dtype)), count,
+        [&]([[maybe_unused]] void* request) {
+#ifdef WS_HAVE_MPI
+          check_mpi(
+              MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM,
+                                        MPI_COMM_WORLD, static_cast<MPI_Request*>(request)),
+              "MPI_Ireduce_scatter_block");
+#endif
+        });
+}
+
+void InFlight::start_all_gather(void* data, int64_t count, DType dtype) {
+  start(count * world_size() * int64_t(dtype_size(dtype)), count,
+        [&]([[maybe_unused]] void* request) {
+#ifdef WS_HAVE_MPI
+          check_mpi(
+              MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, int(count), mpi_type(dtype),
+                             MPI_COMM_WORLD, static_cast<MPI_Request*>(request)),
+              "MPI_Iallgather");
+#endif
+        });
 }
 
 void InFlight::completed(std::chrono::steady_clock::time_point at) {

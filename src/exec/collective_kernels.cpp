@@ -1,7 +1,11 @@
 #include "exec/collective_kernels.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "ir/attr.hpp"
 
@@ -9,8 +13,10 @@ namespace ws::exec {
 
 namespace {
 
+using ir::Op;
+
 template <class T>
-void pack_into(const T* x, int64_t n, double scale, T* y) {
+void copy_scaled(const T* x, int64_t n, double scale, T* y) {
   if (scale == 1) {
     std::memcpy(y, x, size_t(n) * sizeof(T));
     return;
@@ -19,41 +25,84 @@ void pack_into(const T* x, int64_t n, double scale, T* y) {
   for (int64_t e = 0; e < n; ++e) y[e] = x[e] * s;
 }
 
-}  // namespace
-
-void pack_operand(const ir::Type& type, const void* in, double scale, void* out) {
-  if (type.dtype == DType::f32)
-    pack_into(static_cast<const float*>(in), type.numel(), scale, static_cast<float*>(out));
-  else
-    pack_into(static_cast<const double*>(in), type.numel(), scale, static_cast<double*>(out));
-}
-
-void pack_bucket(std::span<const ir::Type> types, const void* const* in, double scale, void* out) {
+// pack_window over operands found by `operand(i)`: the compiled kernels
+// read them from their slots, with no list of pointers built per step.
+template <class F>
+void pack_window_of(std::span<const ir::Type> types, F&& operand, int64_t from, int64_t count,
+                    double scale, void* out) {
+  const size_t es = dtype_size(types[0].dtype);
   char* dst = static_cast<char*>(out);
-  for (size_t i = 0; i < types.size(); ++i) {
-    pack_operand(types[i], in[i], scale, dst);
-    dst += types[i].bytes();
+  int64_t at = 0, written = 0;  // elements before operand i; elements written
+  for (size_t i = 0; i < types.size() && written < count; ++i) {
+    const int64_t n = types[i].numel();
+    const int64_t lo = std::max(from + written, at), hi = std::min(from + count, at + n);
+    if (lo < hi) {
+      const char* src = static_cast<const char*>(operand(i)) + size_t(lo - at) * es;
+      char* d = dst + size_t(written) * es;
+      if (types[0].dtype == DType::f32)
+        copy_scaled(reinterpret_cast<const float*>(src), hi - lo, scale,
+                    reinterpret_cast<float*>(d));
+      else
+        copy_scaled(reinterpret_cast<const double*>(src), hi - lo, scale,
+                    reinterpret_cast<double*>(d));
+      written += hi - lo;
+    }
+    at += n;
+  }
+  std::memset(dst + size_t(written) * es, 0, size_t(count - written) * es);
+}
+
+int64_t world_of(Op op, const ir::Attrs& attrs) {
+  switch (op) {
+    case Op::reduce_scatter_start: return ir::attr<Op::reduce_scatter_start, "world">(attrs);
+    case Op::all_gather_start: return ir::attr<Op::all_gather_start, "world">(attrs);
+    case Op::local_shard: return ir::attr<Op::local_shard, "world">(attrs);
+    default: return dist::world_size();
   }
 }
 
-double reduce_scale(const ir::Attrs& start_attrs) {
-  return ir::attr<ir::Op::all_reduce_start, "reduce">(start_attrs) == "mean"
-             ? 1.0 / double(dist::world_size())
-             : 1.0;
+void check_world(Op op, const ir::Attrs& attrs, const SourceLoc& loc) {
+  const int64_t world = world_of(op, attrs);
+  if (world != dist::world_size())
+    throw Error(fmt::format("{} was built for a group of {} ranks, and this process group has {}{}",
+                            ir::op_name(op), world, dist::world_size(), at(loc)));
 }
 
-namespace {
+// What a start's elements are multiplied by before they are summed over
+// the ranks.
+double reduce_scale(Op op, const ir::Attrs& attrs) {
+  constexpr ir::OpSet kReducing{Op::all_reduce_start, Op::reduce_scatter_start};
+  if (!kReducing.contains(op)) return 1.0;
+  return ir::attr<kReducing, "reduce">(attrs) == "mean" ? 1.0 / double(dist::world_size()) : 1.0;
+}
 
-// Packs as pack_bucket does, each operand read from its slot: no list of
-// pointers to build per step.
+// p[0]: the scale, as bits; p[1]: one rank's part, in elements.
 void k_all_reduce_start(const Kernel& k, void* const* s) {
-  const double scale = std::bit_cast<double>(k.p[0]);
-  char* dst = static_cast<char*>(s[k.out]);
-  for (size_t i = 0; i < k.in.size(); ++i) {
-    pack_operand(k.in_types[i], s[k.in[i]], scale, dst);
-    dst += k.in_types[i].bytes();
-  }
-  k.collective->start_all_reduce_sum(s[k.out], k.out_type.numel(), k.out_type.dtype);
+  const int64_t n = k.out_type.numel();
+  pack_window_of(
+      k.in_types, [&](size_t i) { return s[k.in[i]]; }, 0, n, std::bit_cast<double>(k.p[0]),
+      s[k.out]);
+  k.collective->start_all_reduce_sum(s[k.out], n, k.out_type.dtype);
+}
+
+void k_reduce_scatter_start(const Kernel& k, void* const* s) {
+  const int64_t n = k.out_type.numel();
+  pack_window_of(
+      k.in_types, [&](size_t i) { return s[k.in[i]]; }, 0, n * dist::world_size(),
+      std::bit_cast<double>(k.p[0]), s[k.out]);
+  k.collective->start_reduce_scatter_sum(s[k.out], n, k.out_type.dtype);
+}
+
+void k_all_gather_start(const Kernel& k, void* const* s) {
+  const size_t part = k.in_types[0].bytes();
+  std::memcpy(static_cast<char*>(s[k.out]) + size_t(dist::rank()) * part, s[k.in[0]], part);
+  k.collective->start_all_gather(s[k.out], k.in_types[0].numel(), k.out_type.dtype);
+}
+
+void k_local_shard(const Kernel& k, void* const* s) {
+  const int64_t n = k.out_type.numel();
+  pack_window_of(
+      k.in_types, [&](size_t i) { return s[k.in[i]]; }, dist::rank() * n, n, 1.0, s[k.out]);
 }
 
 void k_wait(const Kernel& k, void* const* s) {
@@ -63,20 +112,59 @@ void k_wait(const Kernel& k, void* const* s) {
 
 }  // namespace
 
+void pack_window(std::span<const ir::Type> types, const void* const* in, int64_t from,
+                 int64_t count, double scale, void* out) {
+  pack_window_of(
+      types, [&](size_t i) { return in[i]; }, from, count, scale, out);
+}
+
+void run_collective_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
+                              const void* const* in, const ir::Type& out_type, void* out,
+                              const SourceLoc& loc) {
+  check_world(op, attrs, loc);
+  const int64_t n = out_type.numel();
+  const double scale = reduce_scale(op, attrs);
+  switch (op) {
+    case Op::all_reduce_start:
+      pack_window(in_types, in, 0, n, scale, out);
+      return dist::all_reduce_sum(out, n, out_type.dtype);
+    case Op::reduce_scatter_start: {
+      std::vector<std::byte> all(out_type.bytes() * size_t(dist::world_size()));
+      pack_window(in_types, in, 0, n * dist::world_size(), scale, all.data());
+      dist::reduce_scatter_sum(all.data(), n, out_type.dtype);
+      std::memcpy(out, all.data(), out_type.bytes());
+      return;
+    }
+    case Op::all_gather_start: {
+      const size_t part = in_types[0].bytes();
+      std::memcpy(static_cast<char*>(out) + size_t(dist::rank()) * part, in[0], part);
+      return dist::all_gather_in_place(out, in_types[0].numel(), out_type.dtype);
+    }
+    case Op::local_shard: return pack_window(in_types, in, dist::rank() * n, n, 1.0, out);
+    default: WS_CHECK(false) << ir::op_name(op) << " is not a collective start nor local_shard";
+  }
+}
+
+size_t storage_bytes(Op op, const ir::Attrs& attrs, const ir::Type& type) {
+  return op == Op::reduce_scatter_start
+             ? type.bytes() * size_t(ir::attr<Op::reduce_scatter_start, "world">(attrs))
+             : type.bytes();
+}
+
 void choose_collective_kernel(Kernel& k) {
-  WS_CHECK(k.collective) << ir::op_name(k.op) << " without its collective state";
+  check_world(k.op, k.attrs, k.loc);
+  WS_CHECK(k.op == Op::local_shard || k.collective)
+      << ir::op_name(k.op) << " without its collective state";
+  k.p[0] = std::bit_cast<int64_t>(reduce_scale(k.op, k.attrs));
   switch (k.op) {
-    case ir::Op::all_reduce_start:
-      k.p[0] = std::bit_cast<int64_t>(reduce_scale(k.attrs));  // p[0]: the scale, as bits
-      k.fn = k_all_reduce_start;
-      k.name = "all_reduce_start";
-      return;
-    case ir::Op::wait:
-      k.fn = k_wait;
-      k.name = "wait";
-      return;
+    case Op::all_reduce_start: k.fn = k_all_reduce_start; break;
+    case Op::reduce_scatter_start: k.fn = k_reduce_scatter_start; break;
+    case Op::all_gather_start: k.fn = k_all_gather_start; break;
+    case Op::local_shard: k.fn = k_local_shard; break;
+    case Op::wait: k.fn = k_wait; break;
     default: WS_CHECK(false) << ir::op_name(k.op) << " is not a collective";
   }
+  k.name = ir::op_name(k.op).data();
 }
 
 }  // namespace ws::exec

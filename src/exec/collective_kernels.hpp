@@ -1,8 +1,9 @@
-// Kernels of the collective ops (ops.def, category collective): a start
-// packs its operands into its buffer and starts the collective on it; its
-// wait blocks until the collective is complete. The start and its wait share
-// one dist::InFlight (Kernel::collective). The reference kernels run the
-// same packing and a blocking collective (the interpreter).
+// Kernels of the collective ops (ops.def, category collective) and of
+// local_shard: a start packs its operands into its buffer and starts the
+// collective on it; its wait blocks until the collective is complete. The
+// start and its wait share one dist::InFlight (Kernel::collective). The
+// reference kernels run the same packing and a blocking collective (the
+// interpreter).
 #pragma once
 
 #include <span>
@@ -12,19 +13,28 @@
 
 namespace ws::exec {
 
-// Packs operands `in[i]` (of `types[i]`) one after another into `out`, each
-// element times `scale` (1 / world size for a mean, else 1). One definition
-// for the reference and the compiled kernel, so both give the same bits.
-void pack_bucket(std::span<const ir::Type> types, const void* const* in, double scale, void* out);
-// One operand of a bucket, at `out`.
-void pack_operand(const ir::Type& type, const void* in, double scale, void* out);
+// Writes elements [from, from + count) of operands `in[i]` (of `types[i]`)
+// packed one after another, flattened, into `out`: each times `scale` (1 /
+// world size for a mean, else 1), zero past their end (a shard's padding).
+// One definition for the reference and the compiled kernels, so both give
+// the same bits.
+void pack_window(std::span<const ir::Type> types, const void* const* in, int64_t from,
+                 int64_t count, double scale, void* out);
 
-// What a start's elements are multiplied by before they are summed over
-// the ranks.
-double reduce_scale(const ir::Attrs& start_attrs);
+// The reference kernel of a collective start or of local_shard: blocking.
+void run_collective_reference(ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
+                              const void* const* in, const ir::Type& out_type, void* out,
+                              const SourceLoc& loc);
 
-// Chooses the kernel of a collective op (k.op): k.collective must be set,
-// the same for a start and its wait.
+// Bytes a value of op `op` and type `type` occupies while it runs: a
+// reduce_scatter_start holds the whole packed buffer (world parts) until
+// its wait, though its value is one part.
+size_t storage_bytes(ir::Op op, const ir::Attrs& attrs, const ir::Type& type);
+
+// Chooses the kernel of a collective op or of local_shard (k.op): a
+// collective's k.collective must be set, the same for a start and its
+// wait. A ws::Error when the op was built for another world size than the
+// process group's.
 void choose_collective_kernel(Kernel& k);
 
 }  // namespace ws::exec

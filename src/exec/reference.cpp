@@ -180,9 +180,11 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
   const int64_t n = out_type.numel();
   switch (op) {
     case Op::input: WS_CHECK(false) << "inputs have no kernel"; return;
-    case Op::all_reduce_start:  // as the compiled kernel, the collective blocking
-      pack_bucket(in_types, in, reduce_scale(attrs), out);
-      return dist::all_reduce_sum(out, n, out_type.dtype);
+    case Op::all_reduce_start:  // as the compiled kernels, the collective blocking
+    case Op::reduce_scatter_start:
+    case Op::all_gather_start:
+    case Op::local_shard:
+      return run_collective_reference(op, attrs, in_types, in, out_type, out, loc);
     case Op::wait: std::memcpy(out, in[0], out_type.bytes()); return;
     case Op::fusion:
     case Op::fusion_result:

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/files.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "wholestep/checkpoint.hpp"
 
 namespace ws {
@@ -153,6 +154,22 @@ void write_into_place(const std::string& dir, const fs::path& tmp, const fs::pat
 
 }  // namespace
 
+namespace {
+
+// A ZeRO step keeps the optimizer's state in parts on the ranks
+// (StepOptions::zero); the optimizer's own tensors are empty until
+// gathered.
+void check_not_sharded(const optim::Optimizer& opt, const char* who) {
+  for (const auto& [name, t] : opt.state())
+    if (t.defined() && t.impl()->sharded)
+      throw Error(fmt::format(
+          "{}: the optimizer's state ('{}', ...) is sharded over the ranks by a ZeRO step "
+          "(StepOptions::zero); call TrainStep::gather_optimizer_state() on every rank first",
+          who, name));
+}
+
+}  // namespace
+
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
   const auto all = checkpoints_in(dir);
   if (all.empty()) return std::nullopt;
@@ -170,6 +187,7 @@ std::string save_checkpoint(const std::string& dir, const nn::Module& model,
   }
   if (!user.is_object()) throw Error("save_checkpoint: user_json must be a JSON object");
   if (keep_last < 0) throw Error(fmt::format("save_checkpoint: keep_last {} < 0", keep_last));
+  check_not_sharded(opt, "save_checkpoint");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("save_checkpoint: cannot create {}: {}", dir, ec.message()));
@@ -298,6 +316,7 @@ CheckpointState load_checkpoint(const std::string& path, nn::Module& model, opti
   // No writer prunes or replaces the checkpoint while it is read.
   const DirectoryLock lock(checkpoint_run_dir(path), DirectoryLock::Mode::shared);
   // Everything is read and checked before anything is written.
+  check_not_sharded(opt, "load_checkpoint");
   const std::string dir = resolve(path);
   CheckpointState out = read_state(dir);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string(),

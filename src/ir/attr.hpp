@@ -54,6 +54,9 @@ inline constexpr OpSet kConvOps{Op::conv2d, Op::conv2d_input_grad, Op::conv2d_we
 inline constexpr OpSet kPoolOps{Op::max_pool2d, Op::max_pool2d_grad, Op::avg_pool2d,
                                 Op::avg_pool2d_grad};
 inline constexpr OpSet kReduceOps{Op::reduce_sum, Op::reduce_max};
+// A collective's start: its wait completes it; each has a seq.
+inline constexpr OpSet kCollectiveStarts{Op::all_reduce_start, Op::reduce_scatter_start,
+                                         Op::all_gather_start};
 // The ops whose schema has attribute `name`.
 constexpr OpSet ops_with_attr(std::string_view name) {
   OpSet s;

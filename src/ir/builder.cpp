@@ -88,8 +88,8 @@ ValueId Builder::reshape(ValueId x, const Shape& shape) {
 int64_t next_collective_seq(const Graph& g) {
   int64_t next = 0;
   for (const Node& n : g.nodes)
-    if (n.op == Op::all_reduce_start)
-      next = std::max(next, attr<Op::all_reduce_start, "seq">(n) + 1);
+    if (kCollectiveStarts.contains(n.op))
+      next = std::max(next, attr<kCollectiveStarts, "seq">(n) + 1);
   return next;
 }
 
@@ -115,6 +115,24 @@ ValueId Builder::all_reduce(ValueId x, const std::string& reduce) {
       add(Op::all_reduce_start, {x},
           make_attrs<Op::all_reduce_start>({{"reduce", reduce}, {"seq", next_collective_seq(g_)}}));
   return unpack(add(Op::wait, {start}), {t})[0];
+}
+
+ValueId Builder::reduce_scatter(const std::vector<ValueId>& xs, const std::string& reduce,
+                                int64_t world) {
+  return add(Op::wait,
+             {add(Op::reduce_scatter_start, xs,
+                  make_attrs<Op::reduce_scatter_start>(
+                      {{"reduce", reduce}, {"seq", next_collective_seq(g_)}, {"world", world}}))});
+}
+
+ValueId Builder::all_gather(ValueId x, int64_t world) {
+  return add(Op::wait, {add(Op::all_gather_start, {x},
+                            make_attrs<Op::all_gather_start>(
+                                {{"seq", next_collective_seq(g_)}, {"world", world}}))});
+}
+
+ValueId Builder::local_shard(const std::vector<ValueId>& xs, int64_t world) {
+  return add(Op::local_shard, xs, make_attrs<Op::local_shard>({{"world", world}}));
 }
 
 ValueId Builder::reduce(Op op, ValueId x, std::vector<int64_t> axes) {

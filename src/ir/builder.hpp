@@ -56,6 +56,15 @@ class Builder {
   // x reduced over the process group (reduce "sum" or "mean") by one
   // collective, started and waited for at once: in x's type.
   ValueId all_reduce(ValueId x, const std::string& reduce);
+  // This rank's part of `xs` (packed, zero-padded to a multiple of `world`)
+  // reduced over a group of `world` ranks: a started and waited
+  // reduce_scatter, 1-d.
+  ValueId reduce_scatter(const std::vector<ValueId>& xs, const std::string& reduce, int64_t world);
+  // The 1-d x of every rank of a group of `world`, one after another: a
+  // started and waited all_gather.
+  ValueId all_gather(ValueId x, int64_t world);
+  // This rank's part of `xs`, packed and padded as reduce_scatter does.
+  ValueId local_shard(const std::vector<ValueId>& xs, int64_t world);
 
   ValueId binary(Op op, ValueId a, ValueId b) { return add(op, {a, b}); }
   ValueId unary(Op op, ValueId a) { return add(op, {a}); }

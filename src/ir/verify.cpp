@@ -286,8 +286,8 @@ void check_collectives(const Graph& g, bool in_body) {
     const Node& n = g.node(id);
     if (op_info(n.op).category == OpCategory::collective && in_body)
       fail_node(g, id, "a fusion's body holds no collective");
-    if (n.op == Op::all_reduce_start) {
-      const int64_t seq = attr<Op::all_reduce_start, "seq">(n);
+    if (kCollectiveStarts.contains(n.op)) {
+      const int64_t seq = attr<kCollectiveStarts, "seq">(n);
       if (seq <= last_seq)
         fail_node(g, id,
                   fmt::format("collective seq {} follows seq {}: collectives must keep the order "
@@ -296,20 +296,20 @@ void check_collectives(const Graph& g, bool in_body) {
       last_seq = seq;
     }
     for (ValueId a : n.args) {
-      if (g.node(a).op != Op::all_reduce_start) continue;
+      if (!kCollectiveStarts.contains(g.node(a).op)) continue;
       if (n.op != Op::wait)
         fail_node(g, id, fmt::format("reads the buffer of collective %{} before a wait for it", a));
       if (waits[size_t(a)]++)
         fail_node(g, id, fmt::format("collective %{} is waited for twice", a));
     }
-    if (n.op == Op::wait && g.node(n.args[0]).op != Op::all_reduce_start)
+    if (n.op == Op::wait && !kCollectiveStarts.contains(g.node(n.args[0]).op))
       fail_node(g, id, fmt::format("waits for %{}, which is not a collective's start", n.args[0]));
   }
   for (ValueId id = 0; id < g.size(); ++id)
-    if (g.node(id).op == Op::all_reduce_start && waits[size_t(id)] == 0)
+    if (kCollectiveStarts.contains(g.node(id).op) && waits[size_t(id)] == 0)
       fail_node(g, id, "this collective is started but never waited for");
   for (const Output& o : g.outputs)
-    if (in_range(g, o.value) && g.node(o.value).op == Op::all_reduce_start)
+    if (in_range(g, o.value) && kCollectiveStarts.contains(g.node(o.value).op))
       fail(g, fmt::format("output \"{}\" is the buffer of collective %{}, not its wait", o.name,
                           o.value));
 }

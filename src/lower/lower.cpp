@@ -214,7 +214,7 @@ class Lowering {
         p_.flops += k.backend->flops();
       }
       if (n.op == Op::fusion) k.scratch_bytes = exec::fused_scratch_bytes(*n.body);
-      if (n.op == Op::all_reduce_start) k.collective = std::make_shared<dist::InFlight>();
+      if (ir::kCollectiveStarts.contains(n.op)) k.collective = std::make_shared<dist::InFlight>();
       if (n.op == Op::wait) k.collective = kernels_[size_t(pos_[size_t(n.args[0])])].collective;
       pos_[size_t(k.out)] = int64_t(kernels_.size());
       kernels_.push_back(std::move(k));
@@ -330,6 +330,12 @@ class Lowering {
     return fused_result_may_overwrite(*g_.node(pk.node).body, i, j);
   }
 
+  // The bytes value v's block holds (exec::storage_bytes).
+  size_t bytes(ValueId v) const {
+    const ir::Node& n = g_.node(v);
+    return exec::storage_bytes(n.op, n.attrs, n.type);
+  }
+
   // Step 5.
   void plan_arena() {
     std::vector<int64_t> last(g_.nodes.size(), -1);
@@ -384,7 +390,7 @@ class Lowering {
       k.for_each_out([&](ValueId v) {
         if (owner[size_t(v)] != v) return;
         values.push_back(v);
-        ranges.push_back({int64_t(g_.type(v).bytes()), pos_[size_t(v)], block_last[size_t(v)]});
+        ranges.push_back({int64_t(bytes(v)), pos_[size_t(v)], block_last[size_t(v)]});
       });
     // Scratch lives only while its kernel runs.
     std::vector<Pending*> scratch_users;
@@ -395,8 +401,7 @@ class Lowering {
       }
     MemoryPlan plan = plan_memory(ranges);
     for (size_t i = 0; i < values.size(); ++i)
-      slot_[size_t(values[i])] =
-          new_slot(SlotKind::arena, plan.offsets[i], g_.type(values[i]).bytes());
+      slot_[size_t(values[i])] = new_slot(SlotKind::arena, plan.offsets[i], bytes(values[i]));
     for (const Pending& k : kernels_)
       k.for_each_out([&](ValueId v) {
         if (owner[size_t(v)] != ir::kNoValue && owner[size_t(v)] != v)
@@ -461,6 +466,8 @@ class Lowering {
         k.collective = pk.collective;
         exec::choose_collective_kernel(k);
         p_.has_collectives = true;
+      } else if (n.op == Op::local_shard) {
+        exec::choose_collective_kernel(k);
       } else if (n.op == Op::fusion) {
         for (ValueId e : pk.extra) k.extra_out.push_back(e == ir::kNoValue ? -1 : slot_[size_t(e)]);
         k.extra_out.resize(n.body->outputs.size() - 1, -1);

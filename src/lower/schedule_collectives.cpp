@@ -16,8 +16,8 @@ ir::Graph schedule_collectives(const ir::Graph& g, bool* changed) {
   int64_t first_seq = -1;
   for (ValueId v = 0; v < g.size(); ++v) {
     const ir::Node& node = g.node(v);
-    if (node.op != ir::Op::all_reduce_start) continue;
-    if (first_seq < 0) first_seq = ir::attr<ir::Op::all_reduce_start, "seq">(node);
+    if (!ir::kCollectiveStarts.contains(node.op)) continue;
+    if (first_seq < 0) first_seq = ir::attr<ir::kCollectiveStarts, "seq">(node);
     ValueId at = -1;
     for (ValueId a : node.args) at = std::max(at, a);
     if (at < 0 || at == v - 1) continue;
@@ -36,9 +36,9 @@ ir::Graph schedule_collectives(const ir::Graph& g, bool* changed) {
   bool renumbered = false;
   int64_t seq = first_seq;
   for (ir::Node& node : out.nodes)
-    if (node.op == ir::Op::all_reduce_start) {
-      renumbered |= ir::attr<ir::Op::all_reduce_start, "seq">(node) != seq;
-      ir::set_attr<ir::Op::all_reduce_start, "seq">(node.attrs, seq++);
+    if (ir::kCollectiveStarts.contains(node.op)) {
+      renumbered |= ir::attr<ir::kCollectiveStarts, "seq">(node) != seq;
+      ir::set_attr<ir::kCollectiveStarts, "seq">(node.attrs, seq++);
     }
   if (changed) *changed = renumbered || std::find(moved.begin(), moved.end(), true) != moved.end();
   return out;

@@ -4,7 +4,7 @@
 // The kernels run in node order, so a start placed where the graph was
 // built (after the whole backward) would start its reduction only when
 // every gradient exists and leave nothing to overlap it with. This pass
-// moves every all_reduce_start to just after the last of its operands, and
+// moves every collective start to just after the last of its operands, and
 // numbers the starts (their seq) in the order they now come: every rank
 // runs the same program, so that is the order every rank starts them in.
 // Waits stay where they are, which the partition made as late as

@@ -65,6 +65,7 @@ class UpdateBuilder {
       ValueId s = axes.empty() ? sq : b_.reduce(Op::reduce_sum, sq, axes);
       total = bin(Op::add, total, b_.convert(s, DType::f32));
     }
+    if (in_.sharded) total = b_.all_reduce(total, "sum");
     ValueId norm = b_.unary(Op::sqrt, total);
     ValueId coef = bin(Op::div, hyper("max_grad_norm"), bin(Op::add, norm, b_.scalar(1e-6)));
     ValueId clamped = b_.add(Op::select, {bin(Op::lt, coef, one()), coef, one()});

@@ -21,6 +21,9 @@ struct UpdateInputs {
   std::vector<ParamValues> params;
   std::vector<ir::ValueId> globals;  // spec.global_slots order
   std::vector<ir::ValueId> hypers;   // spec.hyper_names order
+  // Each rank updates its part of the parameters (ZeRO): a global norm's
+  // squares are summed over the ranks.
+  bool sharded = false;
 };
 
 struct UpdateOutputs {

@@ -5,31 +5,23 @@
 #include "optim/update.hpp"
 #include "step/capture_step.hpp"
 #include "step/reduce_gradients.hpp"
+#include "step/zero.hpp"
 
 namespace ws::step {
 
-void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
-                 const JointOptions& opts) {
+namespace {
+
+// Each group's updates of the whole parameters, and each gradient as an
+// output (what three_graph passes between its graphs).
+void append_updates(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
+                    const std::vector<ir::ValueId>& grads, ir::Builder& b) {
   ir::Graph& g = out.joint.graph;
-  ir::ValueId loss_id = g.outputs[0].value;
   const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
   const std::vector<ir::ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
   const std::vector<ir::ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
-
-  std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
-  if (opts.data_parallel) {
-    // Part of the backward: what every update and the guard read is the
-    // mean over the ranks, the same on every rank.
-    ReducedGradients r = reduce_gradients(g, loss_id, grads, opts.bucket_bytes);
-    loss_id = g.outputs[0].value = r.loss;
-    grads = std::move(r.grads);
-  }
-  out.joint.backward_end = g.size();
-
   // Each group's parameters, in the optimizer's order, with their state
   // slots, then the group's global state; the state and hyper inputs are
   // group after group.
-  ir::Builder b(g);
   std::vector<std::pair<ir::ValueId, ir::ValueId>> updates;  // (new value, input)
   size_t next_state = 0, next_hyper = 0;
   for (const optim::UpdateGroup& group : groups) {
@@ -72,24 +64,60 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
                                    "grad." + g.input_name(param_ids[j])});
   for (auto [value, input] : updates)
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
+}
+
+}  // namespace
+
+ir::ValueId nonfinite_probe(ir::Builder& b, ir::ValueId loss,
+                            const std::vector<ir::ValueId>& grads) {
+  // x * 0 is 0 for every finite x and NaN for inf and NaN, so the sum of
+  // loss * 0 and every gradient times 0 is 0 exactly when all are finite
+  // (a sum of squares could overflow for large finite gradients).
+  const DType lt = b.type(loss).dtype;
+  ir::ValueId probe = b.binary(ir::Op::mul, loss, b.scalar(0, lt));
+  for (ir::ValueId gr : grads) {
+    const ir::Type t = b.type(gr);  // a copy: appending moves the nodes
+    std::vector<int64_t> axes(t.shape.size());
+    for (size_t a = 0; a < axes.size(); ++a) axes[a] = int64_t(a);
+    ir::ValueId zeroed = b.binary(ir::Op::mul, gr, b.full(0, t));
+    ir::ValueId sum = axes.empty() ? zeroed : b.reduce(ir::Op::reduce_sum, zeroed, axes);
+    if (t.dtype != lt) sum = b.convert(sum, lt);
+    probe = b.binary(ir::Op::add, probe, sum);
+  }
+  return probe;
+}
+
+void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
+                 const JointOptions& opts) {
+  ir::Graph& g = out.joint.graph;
+  ir::ValueId loss_id = g.outputs[0].value;
+  const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
+  std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
+  ir::Builder b(g);
+  ir::ValueId probe = ir::kNoValue;  // the guard's, when the sharded step built it
+  std::vector<ir::ValueId> replaced;
+  if (opts.zero) {
+    ShardedStep sharded = append_sharded_step(out, groups, grads, opts.bucket_bytes,
+                                              opts.guard_nonfinite, *opts.zero);
+    probe = sharded.probe;
+    replaced = std::move(sharded.replaced);
+    loss_id = g.outputs[0].value;
+  } else {
+    if (opts.data_parallel) {
+      // Part of the backward: what every update and the guard read is the
+      // mean over the ranks, the same on every rank.
+      ReducedGradients r = reduce_gradients(g, loss_id, grads, opts.bucket_bytes);
+      loss_id = g.outputs[0].value = r.loss;
+      grads = std::move(r.grads);
+    }
+    out.joint.backward_end = g.size();
+    append_updates(out, groups, grads, b);
+  }
   if (opts.guard_nonfinite) {
-    // x * 0 is 0 for every finite x and NaN for inf and NaN, so the sum of
-    // loss * 0 and every gradient times 0 is 0 exactly when all are finite
-    // (a sum of squares could overflow for large finite gradients).
     b.loc = g.node(loss_id).loc;
     b.internal = "the non-finite guard";
-    const DType lt = g.type(loss_id).dtype;
-    ir::ValueId probe = b.binary(ir::Op::mul, loss_id, b.scalar(0, lt));
-    for (ir::ValueId gr : grads) {
-      const ir::Type t = g.type(gr);  // a copy: appending moves the nodes
-      std::vector<int64_t> axes(t.shape.size());
-      for (size_t a = 0; a < axes.size(); ++a) axes[a] = int64_t(a);
-      ir::ValueId zeroed = b.binary(ir::Op::mul, gr, b.full(0, t));
-      ir::ValueId sum = axes.empty() ? zeroed : b.reduce(ir::Op::reduce_sum, zeroed, axes);
-      if (t.dtype != lt) sum = b.convert(sum, lt);
-      probe = b.binary(ir::Op::add, probe, sum);
-    }
-    const ir::ValueId finite = b.binary(ir::Op::eq, probe, b.scalar(0, lt));
+    if (probe == ir::kNoValue) probe = nonfinite_probe(b, loss_id, grads);
+    const ir::ValueId finite = b.binary(ir::Op::eq, probe, b.scalar(0, g.type(probe).dtype));
     for (ir::Output& o : g.outputs) {
       if (o.role != ir::OutputRole::update) continue;
       const ir::Type& t = g.type(o.value);
@@ -97,6 +125,7 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
     }
     g.outputs.push_back(ir::Output{ir::OutputRole::user, finite, ir::kNoValue, kFiniteOutput});
   }
+  if (!replaced.empty()) drop_inputs(out, replaced);
   partition::mark_stages(out.joint);
   after_stage(g, "joint");
 }

@@ -10,6 +10,10 @@
 #include "partition/partition.hpp"
 #include "wholestep/step.hpp"
 
+namespace ws::ir {
+class Builder;
+}
+
 namespace ws::step {
 
 // An i64 data argument used as indices: every value must be in [0, bound).
@@ -38,6 +42,9 @@ struct CapturedStep {
   std::vector<std::string> hyper_names;  // hyper inputs, in optimizer order
   std::vector<InputSource> sources;      // per input of joint.graph, in its order
   std::vector<IndexCheck> index_checks;
+  // Entries of `persistent` each rank holds its own of (ZeRO's shards):
+  // never broadcast.
+  std::vector<size_t> rank_local;
 
   // The source of joint input `v`.
   const InputSource& source(ir::ValueId v) const;
@@ -72,15 +79,24 @@ inline constexpr const char* kFiniteOutput = "finite";
 // the group's global slots; the hyper inputs group after group.
 // `opts.guard_nonfinite` as for capture_step. Knows nothing of Modules: every
 // frontend goes through it (step_source.hpp).
+class OptimizerShards;
 struct JointOptions {
   bool guard_nonfinite = false;
   // Gradients and loss averaged over the process group in the graph
   // (reduce_gradients.hpp), in buckets of at most bucket_bytes.
   bool data_parallel = false;
   int64_t bucket_bytes = 0;
+  // Data parallel with the optimizer state sharded over the ranks (ZeRO
+  // stage 1, zero.hpp), kept here.
+  OptimizerShards* zero = nullptr;
 };
 void append_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,
                  const JointOptions& opts);
+
+// 0 when `loss` and every gradient are finite, NaN otherwise (in the
+// loss's dtype): the non-finite guard's probe.
+ir::ValueId nonfinite_probe(ir::Builder& b, ir::ValueId loss,
+                            const std::vector<ir::ValueId>& grads);
 
 // `opt` as one update group: its spec, and for each of its parameters its
 // index among `model`'s (the param inputs trace_forward makes).

@@ -2,11 +2,13 @@
 // mode and memory budget, lower each graph to a Program and bind it; and
 // what the result costs (StepCounters).
 #include "capture/collective.hpp"
+#include "exec/collective_kernels.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "ir/attr.hpp"
 #include "lower/lower.hpp"
 #include "step/data_parallel.hpp"
 #include "step/train_step_impl.hpp"
+#include "step/zero.hpp"
 
 namespace ws {
 
@@ -14,9 +16,9 @@ namespace {
 
 void count_collectives(const ir::Graph& g, StepCounters& k) {
   for (const ir::Node& n : g.nodes)
-    if (n.op == ir::Op::all_reduce_start) {
+    if (ir::kCollectiveStarts.contains(n.op)) {
       ++k.collectives;
-      k.comm_bytes += int64_t(n.type.bytes());
+      k.comm_bytes += int64_t(exec::storage_bytes(n.op, n.attrs, n.type));
     }
 }
 
@@ -67,11 +69,19 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::T
   step::append_step(cap, source->update_groups(),
                     {.guard_nonfinite = opts.on_nonfinite == NonFinite::skip,
                      .data_parallel = opts.data_parallel,
-                     .bucket_bytes = opts.bucket_bytes});
+                     .bucket_bytes = opts.bucket_bytes,
+                     .zero = zero.get()});
   if (opts.data_parallel) step::synchronize_ranks(cap);
+  if (zero) zero->take_over();
   auto c = std::make_unique<step::Compiled>();
   c->index_checks = cap.index_checks;
-  for (auto& [name, t] : cap.persistent) c->counters.persistent_bytes += int64_t(t.nbytes());
+  for (ir::ValueId v : cap.joint.graph.inputs) {
+    const ir::InputRole role = cap.joint.graph.input_role(v);
+    if (role == ir::InputRole::hyper || role == ir::InputRole::data) continue;
+    const int64_t bytes = int64_t(cap.joint.graph.type(v).bytes());
+    c->counters.persistent_bytes += bytes;
+    if (role == ir::InputRole::opt_state) c->counters.state_bytes += bytes;
+  }
   WS_CHECK(hypers.size() == cap.hyper_names.size()) << "the optimizer's hyperparameters changed";
 
   if (opts.mode == StepMode::interpret) {

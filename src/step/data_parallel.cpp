@@ -1,5 +1,7 @@
 #include "step/data_parallel.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "capture/tracer.hpp"
@@ -54,8 +56,12 @@ void synchronize_ranks(const CapturedStep& cap) {
         "shape, optimizer or option), {}; every rank must compile the same step",
         r, first_difference(texts[0], texts[r], int(r))));
   }
-  for (const auto& [name, t] : cap.persistent)
+  for (size_t i = 0; i < cap.persistent.size(); ++i) {
+    if (std::find(cap.rank_local.begin(), cap.rank_local.end(), i) != cap.rank_local.end())
+      continue;
+    const Tensor& t = cap.persistent[i].second;
     dist::broadcast(t.impl()->storage->data, t.nbytes(), 0);
+  }
   for (size_t i = 0; i < cap.persistent.size(); ++i)
     if (cap.persistent[i].first == capture::Tracer::kSeedInput) {
       int64_t* seed = static_cast<int64_t*>(cap.persistent[i].second.impl()->storage->data);

@@ -40,6 +40,10 @@ const StepOptions& checked(const StepOptions& o) {
   if (o.max_cached < 0)
     throw Error(
         fmt::format("TrainStep: max_cached must be >= 0 (0: no limit); got {}", o.max_cached));
+  if (o.zero && !o.data_parallel)
+    throw Error(
+        "TrainStep: zero shards the optimizer state over the ranks of a data-parallel step; it "
+        "needs data_parallel");
   if (o.bucket_bytes <= 0)
     throw Error(fmt::format("TrainStep: bucket_bytes must be > 0; got {}", o.bucket_bytes));
   if (!(o.memory_budget >= 0) || !std::isfinite(o.memory_budget))
@@ -54,6 +58,7 @@ const StepOptions& checked(const StepOptions& o) {
 TrainStep::Impl::Impl(std::unique_ptr<step::StepSource> src, StepOptions s)
     : source(std::move(src)), opts(s), cache("train step", {s.max_cached, s.recompile_warning}) {
   if (opts.data_parallel) dist::init();
+  if (opts.zero) zero = std::make_unique<step::OptimizerShards>();
   // Sized once: compiled programs keep pointers into it.
   size_t n = 0;
   for (const optim::UpdateGroup& group : source->update_groups())
@@ -79,9 +84,17 @@ size_t TrainStep::cached() const { return impl_->cache.size(); }
 void TrainStep::clear_cache() { impl_->cache.clear(); }
 
 step::Compiled& TrainStep::Impl::lookup(const std::vector<Tensor>& data, Loc sloc) {
-  return cache.lookup(data, sloc, [this](const std::vector<ir::Type>& types, const SourceLoc& loc) {
-    return compile(types, loc);
-  });
+  step::Compiled& c =
+      cache.lookup(data, sloc, [this](const std::vector<ir::Type>& types, const SourceLoc& loc) {
+        return compile(types, loc);
+      });
+  // Whole again (gather_optimizer_state): this step continues from them.
+  if (zero) zero->take_over();
+  return c;
+}
+
+void TrainStep::gather_optimizer_state() {
+  if (impl_->zero) impl_->zero->gather();
 }
 
 void TrainStep::Impl::prepare(step::Compiled& c, const std::vector<Tensor>& data) {

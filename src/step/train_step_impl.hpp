@@ -31,6 +31,7 @@
 #include "step/capture_step.hpp"
 #include "step/signature_cache.hpp"
 #include "step/step_source.hpp"
+#include "step/zero.hpp"
 #include "tensor/tensor_impl.hpp"
 #include "wholestep/step.hpp"
 
@@ -106,6 +107,9 @@ struct TrainStep::Impl {
   step::SignatureCache<step::Compiled> cache;
   std::vector<float> hypers;
   std::vector<double> hyper_scratch;
+  // StepOptions::zero: this rank's parts of the optimizer state, for every
+  // signature.
+  std::unique_ptr<step::OptimizerShards> zero;
 
   Impl(std::unique_ptr<step::StepSource> src, StepOptions s);
 

@@ -41,6 +41,9 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;   // concrete tensors
   capture::Tracer* tracer = nullptr;  // traced tensors
   ir::ValueId value = ir::kNoValue;
+  // An optimizer's state tensor whose values a ZeRO step keeps sharded
+  // over the ranks (step/zero.hpp): empty until gathered.
+  bool sharded = false;
 };
 
 inline std::shared_ptr<TensorImpl> make_concrete(const ir::Type& t) {

@@ -197,7 +197,16 @@ std::map<Op, std::vector<CaseFn>> cases() {
     };
     m[Op::all_reduce_start].push_back(collective);
     m[Op::wait].push_back(collective);
+    m[Op::reduce_scatter_start].push_back([reduce] {
+      OpCase c;
+      ValueId a = c.input({2, 3}), b = c.input({4});
+      return c.check(c.b().reduce_scatter({a, b}, reduce, 1));
+    });
   }
+  m[Op::all_gather_start].push_back([] {
+    OpCase c;
+    return c.check(c.b().all_gather(c.input({5}), 1));
+  });
   struct ConvCase {
     Shape x, w;
     std::vector<int64_t> stride, padding, dilation;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "dist/collectives.hpp"
+#include "dist/ranks.hpp"
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
 #include "wholestep/models.hpp"
@@ -17,25 +18,13 @@
 namespace ws {
 namespace {
 
+using test::Difference;
+using test::relative_difference;
+using test::shard;
+using test::State;
+using test::Trained;
+
 constexpr int kSteps = 10;
-
-using State = std::vector<std::pair<std::string, Tensor>>;
-
-struct Trained {
-  State state;
-  double loss = 0;
-};
-
-// Rows [r * n / W, (r + 1) * n / W) of every tensor: rank r's part of a
-// global batch.
-std::vector<Tensor> shard(const std::vector<Tensor>& global) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : global) {
-    const int64_t n = t.shape()[0], w = dist::world_size(), r = dist::rank();
-    out.push_back(slice(t, 0, r * n / w, (r + 1) * n / w));
-  }
-  return out;
-}
 
 // kSteps steps of `spec` over global batches of spec.batch examples: one
 // process over whole batches, or (data_parallel) this rank over its shard.
@@ -53,33 +42,12 @@ Trained train(const models::Spec& spec, const models::OptimizerChoice& choice, S
   return t;
 }
 
-// How far a is from b over every tensor: max |a - b| / max |b|, and
-// ||a - b|| / ||b|| (Euclidean norms).
-struct Difference {
-  double max = 0, norm = 0;
-};
-
-Difference relative_difference(const State& a, const State& b) {
-  double diff = 0, scale = 0, diff2 = 0, scale2 = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    const Tensor x = cast(a[i].second, DType::f64), y = cast(b[i].second, DType::f64);
-    for (int64_t e = 0; e < x.numel(); ++e) {
-      const double d = x.data<double>()[e] - y.data<double>()[e], v = y.data<double>()[e];
-      diff = std::max(diff, std::abs(d));
-      scale = std::max(scale, std::abs(v));
-      diff2 += d * d;
-      scale2 += v * v;
-    }
-  }
-  return {diff / scale, std::sqrt(diff2 / scale2)};
-}
-
 struct Case {
   const char* model;
   const char* optimizer;
   StepMode mode;
   bool sync_batch_norm = false;  // cnn: its BatchNorms see the global batch
+  bool zero = false;             // the optimizer state sharded over the ranks
 };
 
 class DataParallel : public ::testing::TestWithParam<Case> {};
@@ -96,6 +64,7 @@ TEST_P(DataParallel, TwoRanksTrainAsOneProcessOverTheGlobalBatch) {
   dp.data_parallel = true;
   dp.bucket_bytes = 256 << 10;  // several buckets
   dp.sync_batch_norm = c.sync_batch_norm;
+  dp.zero = c.zero;
   const Trained single = train(spec, choice, one);
   const Trained parallel = train(spec, choice, dp);
   const Difference d = relative_difference(parallel.state, single.state);
@@ -115,8 +84,8 @@ TEST_P(DataParallel, TwoRanksTrainAsOneProcessOverTheGlobalBatch) {
     EXPECT_EQ(h[0], h[1]) << name;
   }
   if (dist::rank() == 0)
-    std::printf("%s %s %s after %d steps: relative difference %.3g (norm), %.3g (max)\n", c.model,
-                c.optimizer, mode_name(c.mode), kSteps, d.norm, d.max);
+    std::printf("%s %s %s%s after %d steps: relative difference %.3g (norm), %.3g (max)\n", c.model,
+                c.optimizer, mode_name(c.mode), c.zero ? " zero" : "", kSteps, d.norm, d.max);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -131,10 +100,16 @@ INSTANTIATE_TEST_SUITE_P(
                       // scale-free weights grows to 1e-3 in 10 steps (1e-6 after one).
                       Case{"cnn", "sgd", StepMode::single_graph, true},
                       Case{"cnn", "sgd", StepMode::three_graph, true},
-                      Case{"cnn", "sgd", StepMode::interpret, true}),
+                      Case{"cnn", "sgd", StepMode::interpret, true},
+                      Case{"mlp", "sgd", StepMode::single_graph, false, true},
+                      Case{"mlp", "sgd", StepMode::three_graph, false, true},
+                      Case{"mlp", "sgd", StepMode::interpret, false, true},
+                      Case{"gpt", "adamw", StepMode::single_graph, false, true},
+                      Case{"gpt", "adamw", StepMode::three_graph, false, true}),
     [](const auto& info) {
       return std::string(info.param.model) + "_" + info.param.optimizer + "_" +
-             mode_name(info.param.mode) + (info.param.sync_batch_norm ? "_sync_batch_norm" : "");
+             mode_name(info.param.mode) + (info.param.sync_batch_norm ? "_sync_batch_norm" : "") +
+             (info.param.zero ? "_zero" : "");
     });
 
 // Every value v's operands, transitively: whether some node with op `op`

@@ -1,0 +1,276 @@
+#include "step/zero.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dist/collectives.hpp"
+#include "exec/collective_kernels.hpp"
+#include "ir/attr.hpp"
+#include "optim/update.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace ws::step {
+
+using ir::ValueId;
+
+std::string shard_input_name(size_t bucket, const std::string& slot) {
+  return fmt::format("zero.{}.{}", bucket, slot);
+}
+
+void OptimizerShards::take_over() {
+  if (released_) return;
+  const int64_t rank = dist::rank();
+  for (Bucket& b : buckets_)
+    for (size_t s = 0; s < b.shards.size(); ++s) {
+      std::vector<const void*> in;
+      for (const Tensor& t : b.full[s]) in.push_back(t.impl()->storage->data);
+      exec::pack_window(b.types, in.data(), rank * b.part, b.part, 1.0,
+                        b.shards[s].impl()->storage->data);
+      for (const Tensor& t : b.full[s]) {
+        detail::TensorImpl& impl = *t.impl();
+        impl.storage = std::make_shared<detail::Storage>(0);
+        impl.type.shape = {0};
+        impl.sharded = true;
+      }
+    }
+  released_ = true;
+}
+
+void OptimizerShards::gather() {
+  if (!released_) return;
+  const int64_t world = dist::world_size(), rank = dist::rank();
+  for (Bucket& b : buckets_)
+    for (size_t s = 0; s < b.shards.size(); ++s) {
+      const DType dt = b.types[0].dtype;
+      const size_t part_bytes = size_t(b.part) * dtype_size(dt);
+      std::vector<std::byte> all(part_bytes * size_t(world));
+      std::memcpy(all.data() + size_t(rank) * part_bytes, b.shards[s].impl()->storage->data,
+                  part_bytes);
+      dist::all_gather_in_place(all.data(), b.part, dt);
+      size_t at = 0;
+      for (size_t i = 0; i < b.full[s].size(); ++i) {
+        detail::TensorImpl& impl = *b.full[s][i].impl();
+        impl.type = b.types[i];
+        impl.storage = std::make_shared<detail::Storage>(b.types[i].bytes());
+        std::memcpy(impl.storage->data, all.data() + at, b.types[i].bytes());
+        at += b.types[i].bytes();
+        impl.sharded = false;
+      }
+    }
+  released_ = false;
+}
+
+namespace {
+
+// Each group's parameters in the order the backward computes their
+// gradients, in buckets of at most `bucket_bytes` (a larger parameter is a
+// bucket of its own); all buckets in the order their last gradient is
+// computed.
+std::vector<OptimizerShards::Bucket> lay_out(const ir::Graph& g,
+                                             const std::vector<optim::UpdateGroup>& groups,
+                                             const std::vector<ValueId>& param_ids,
+                                             const std::vector<ValueId>& grads,
+                                             int64_t bucket_bytes) {
+  std::vector<OptimizerShards::Bucket> out;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    std::vector<size_t> order = groups[gi].params;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return grads[a] < grads[b]; });
+    int64_t bytes = 0;
+    for (size_t p : order) {
+      const ir::Type& t = g.type(param_ids[p]);
+      if (out.empty() || out.back().group != gi ||
+          (bytes > 0 && bytes + int64_t(t.bytes()) > bucket_bytes)) {
+        out.emplace_back();
+        out.back().group = gi;
+        bytes = 0;
+      }
+      out.back().params.push_back(p);
+      out.back().types.push_back(t);
+      bytes += int64_t(t.bytes());
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+    return grads[a.params.back()] < grads[b.params.back()];
+  });
+  const int64_t world = dist::world_size();
+  for (OptimizerShards::Bucket& b : out) {
+    int64_t n = 0;
+    for (const ir::Type& t : b.types) n += t.numel();
+    b.part = (n + world - 1) / world;
+  }
+  return out;
+}
+
+}  // namespace
+
+ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,
+                                const std::vector<ValueId>& grads, int64_t bucket_bytes, bool guard,
+                                OptimizerShards& shards) {
+  ir::Graph& g = cap.joint.graph;
+  const int64_t world = dist::world_size();
+  const std::vector<ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
+  const std::vector<ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
+  const std::vector<ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
+  for (const optim::UpdateGroup& group : groups)
+    if (!group.spec.state_slots.empty() && group.spec.state_slots[0] == optim::kStepSlot)
+      throw Error(
+          "ZeRO (StepOptions::zero) with a step count per parameter (PyTorch's optimizers keep "
+          "one) is not built yet; the optimizers of wholestep's C++ API keep one for all");
+
+  // Each group's state inputs: per parameter its slots, then the globals.
+  std::vector<std::vector<std::vector<ValueId>>> state(groups.size());  // [group][param][slot]
+  std::vector<std::vector<ValueId>> globals(groups.size()), hypers(groups.size());
+  size_t next_state = 0, next_hyper = 0;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const optim::UpdateSpec& spec = groups[gi].spec;
+    for (size_t j = 0; j < groups[gi].params.size(); ++j) {
+      state[gi].emplace_back();
+      for (size_t s = 0; s < spec.state_slots.size(); ++s)
+        state[gi].back().push_back(state_ids.at(next_state++));
+    }
+    for (size_t s = 0; s < spec.global_slots.size(); ++s)
+      globals[gi].push_back(state_ids.at(next_state++));
+    for (size_t h = 0; h < spec.hyper_names.size(); ++h)
+      hypers[gi].push_back(hyper_ids.at(next_hyper++));
+  }
+  WS_CHECK(next_state == state_ids.size() && next_hyper == hyper_ids.size())
+      << "the optimizer's groups use " << next_state << " state and " << next_hyper
+      << " hyperparameter inputs of " << state_ids.size() << " and " << hyper_ids.size();
+
+  if (!shards.laid_out()) {
+    shards.buckets() = lay_out(g, groups, param_ids, grads, bucket_bytes);
+    for (OptimizerShards::Bucket& b : shards.buckets()) {
+      const optim::UpdateGroup& group = groups[b.group];
+      for (size_t s = 0; s < group.spec.state_slots.size(); ++s) {
+        b.full.emplace_back();
+        for (size_t p : b.params) {
+          const size_t j =
+              size_t(std::find(group.params.begin(), group.params.end(), p) - group.params.begin());
+          const auto& [name, t] = cap.persistent[cap.source(state[b.group][j][s]).index];
+          // Another framework's tensor: releasing ours would free none of
+          // its memory, and gathering would not write into it.
+          if (t.impl()->storage->borrowed)
+            throw Error(fmt::format(
+                "ZeRO (StepOptions::zero) over optimizer state another framework owns ('{}') "
+                "is not built yet; it shards the state of wholestep's own optimizers",
+                name));
+          b.full.back().push_back(t);
+        }
+        b.shards.push_back(Tensor::zeros({b.part}, b.types[0].dtype));
+      }
+    }
+  }
+
+  ir::Builder b(g);
+  b.internal = "the sharded optimizer update";
+  // Backward: each bucket's gradients reduced and scattered, then the loss
+  // (and the guard's probe of every rank's own gradients) averaged.
+  const std::vector<OptimizerShards::Bucket>& buckets = shards.buckets();
+  std::vector<ValueId> grad_parts;
+  for (const OptimizerShards::Bucket& k : buckets) {
+    std::vector<ValueId> gs;
+    for (size_t p : k.params) gs.push_back(grads.at(p));
+    b.loc = g.node(gs.back()).loc;
+    grad_parts.push_back(b.reduce_scatter(gs, "mean", world));
+  }
+  ir::Output& loss_out = g.outputs[0];
+  b.loc = g.node(loss_out.value).loc;
+  std::vector<ValueId> reduced = {loss_out.value};
+  if (guard) reduced.push_back(nonfinite_probe(b, loss_out.value, grads));
+  std::vector<ir::Type> types;
+  for (ValueId v : reduced) types.push_back(g.type(v));
+  const ValueId start =
+      b.add(ir::Op::all_reduce_start, reduced,
+            ir::make_attrs<ir::Op::all_reduce_start>(
+                {{"reduce", std::string("mean")}, {"seq", ir::next_collective_seq(g)}}));
+  reduced = b.unpack(b.add(ir::Op::wait, {start}), types);
+  g.outputs[0].value = reduced[0];
+  cap.joint.backward_end = g.size();
+
+  // Optimizer: each group's buckets, this rank's part of each.
+  std::vector<std::pair<ValueId, ValueId>> updates;  // (new value, input)
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const optim::UpdateSpec& spec = groups[gi].spec;
+    optim::UpdateInputs in;
+    in.sharded = true;
+    std::vector<size_t> mine;  // its buckets
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      if (buckets[k].group != gi) continue;
+      mine.push_back(k);
+      optim::ParamValues pv;
+      std::vector<ValueId> ps;
+      for (size_t p : buckets[k].params) ps.push_back(param_ids[p]);
+      pv.param = b.local_shard(ps, world);
+      pv.grad = grad_parts[k];
+      for (size_t s = 0; s < spec.state_slots.size(); ++s) {
+        const std::string name = shard_input_name(k, spec.state_slots[s]);
+        pv.state.push_back(b.input(ir::InputRole::opt_state, name, g.type(pv.param)));
+        cap.sources.push_back({ir::InputRole::opt_state, cap.persistent.size()});
+        cap.rank_local.push_back(cap.persistent.size());
+        cap.persistent.emplace_back(name, buckets[k].shards[s]);
+      }
+      in.params.push_back(std::move(pv));
+    }
+    in.globals = globals[gi];
+    in.hypers = hypers[gi];
+    optim::UpdateOutputs out = optim::build_updates(b, spec, in);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const OptimizerShards::Bucket& k = buckets[mine[i]];
+      const std::vector<ValueId> parts =
+          b.unpack(b.all_gather(out.params[i].param, world), k.types);
+      for (size_t j = 0; j < parts.size(); ++j)
+        updates.emplace_back(parts[j], param_ids[k.params[j]]);
+      for (size_t s = 0; s < spec.state_slots.size(); ++s)
+        updates.emplace_back(out.params[i].state[s], in.params[i].state[s]);
+    }
+    for (size_t s = 0; s < in.globals.size(); ++s)
+      updates.emplace_back(out.globals[s], in.globals[s]);
+  }
+  for (auto [value, input] : updates)
+    g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
+  ShardedStep r;
+  r.probe = guard ? reduced[1] : ir::kNoValue;
+  for (const auto& group : state)
+    for (const auto& param : group) r.replaced.insert(r.replaced.end(), param.begin(), param.end());
+  return r;
+}
+
+void drop_inputs(CapturedStep& cap, const std::vector<ValueId>& drop) {
+  ir::Graph& g = cap.joint.graph;
+  std::vector<bool> dropped(g.nodes.size(), false);
+  for (ValueId v : drop) dropped[size_t(v)] = true;
+  ir::Graph out;
+  out.name = g.name;
+  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
+  int64_t before_forward_end = 0, before_backward_end = 0;
+  for (ValueId v = 0; v < g.size(); ++v) {
+    if (dropped[size_t(v)]) {
+      before_forward_end += v < cap.joint.forward_end;
+      before_backward_end += v < cap.joint.backward_end;
+      continue;
+    }
+    map[size_t(v)] = ir::append_renamed(out, g.node(v), map);
+  }
+  std::vector<InputSource> sources;
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (!dropped[size_t(g.inputs[i])]) {
+      out.inputs.push_back(map[size_t(g.inputs[i])]);
+      sources.push_back(cap.sources[i]);
+    }
+  for (const ir::Output& o : g.outputs) {
+    ir::Output r = o;
+    r.value = map[size_t(o.value)];
+    if (o.aliased_input != ir::kNoValue) r.aliased_input = map[size_t(o.aliased_input)];
+    WS_CHECK(r.value != ir::kNoValue) << "output " << o.name << " reads a dropped input";
+    out.outputs.push_back(r);
+  }
+  g = std::move(out);
+  cap.sources = std::move(sources);
+  cap.joint.forward_end -= before_forward_end;
+  cap.joint.backward_end -= before_backward_end;
+}
+
+}  // namespace ws::step
