@@ -62,6 +62,7 @@ ordered_json counters_json(const ws::StepCounters& k) {
           {"interface_bytes", k.interface_bytes},
           {"arena_bytes", k.arena_bytes},
           {"persistent_bytes", k.persistent_bytes},
+          {"state_bytes", k.state_bytes},
           {"peak_bytes", k.peak_bytes},
           {"flops", k.flops},
           {"collectives", k.collectives},
@@ -135,6 +136,16 @@ class CompareCommand : public Command {
       config.data_parallel = c.data_parallel;
       config.bucket_bytes = bucket_bytes(c);
       config.sync_batch_norm = c.sync_batch_norm;
+    }
+    // --zero: each compiled mode again with the optimizer state sharded.
+    if (c.zero) {
+      const size_t plain = configs.size();
+      for (size_t i = 0; i < plain; ++i)
+        if (configs[i].mode != ws::StepMode::interpret && configs[i].aliasing && configs[i].fuse &&
+            configs[i].recompute) {
+          configs.push_back(configs[i]);
+          configs.back().zero = true;
+        }
     }
     fmt::print(
         "comparing modes on {} (batch {}, {}{}): {} timed steps after {} warm-up, round robin, "

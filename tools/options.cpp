@@ -50,6 +50,9 @@ void add_data_parallel(CLI::App* app, Common& c) {
   app->add_flag("--sync-batch-norm", c.sync_batch_norm,
                 "--data-parallel: BatchNorm normalizes by the global batch's statistics, "
                 "averaged over the processes in the step");
+  app->add_flag("--zero", c.zero,
+                "--data-parallel: ZeRO stage 1, each process keeps and updates its part of the "
+                "optimizer state (compare: beside the rows without it)");
   app->add_option("--comm-progress", c.comm_progress,
                   "--data-parallel: what moves a reduction while the step computes: kernels "
                   "(tests between kernels), thread (a thread of its own) or wait (only waiting)")
@@ -191,7 +194,7 @@ void check_common(CLI::App* app, const Common& c) {
   if (const CLI::Option* bucket = app->get_option_no_throw("--bucket-mb")) {
     if (bucket->count() > 0 && !c.data_parallel)
       throw UsageError("--bucket-mb needs --data-parallel");
-    for (const char* flag : {"--sync-batch-norm", "--comm-progress"})
+    for (const char* flag : {"--sync-batch-norm", "--zero", "--comm-progress"})
       if (app->get_option(flag)->count() > 0 && !c.data_parallel)
         throw UsageError(fmt::format("{} needs --data-parallel", flag));
     require(

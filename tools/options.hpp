@@ -39,6 +39,7 @@ struct Common {
   bool data_parallel = false;
   double bucket_mb = 0.0625;
   bool sync_batch_norm = false;
+  bool zero = false;
   std::string comm_progress = "kernels";  // ws::dist::Progress by name
 };
 

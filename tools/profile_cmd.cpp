@@ -45,7 +45,8 @@ class ProfileCommand : public Command {
                         .memory_budget = c.memory_budget,
                         .data_parallel = c.data_parallel,
                         .bucket_bytes = bucket_bytes(c),
-                        .sync_batch_norm = c.sync_batch_norm});
+                        .sync_batch_norm = c.sync_batch_norm,
+                        .zero = c.zero});
     // This rank's part of a global batch (all of it in one process).
     const std::vector<ws::Tensor> batch =
         rank_rows(ws::models::random_batch(global_spec(ws::models::spec(c.model)), 0));

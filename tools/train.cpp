@@ -82,7 +82,8 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
        .on_nonfinite = f.skip_nonfinite ? ws::NonFinite::skip : ws::NonFinite::ignore,
        .data_parallel = c.data_parallel,
        .bucket_bytes = bucket_bytes(c),
-       .sync_batch_norm = c.sync_batch_norm});
+       .sync_batch_norm = c.sync_batch_norm,
+       .zero = c.zero});
   int64_t skipped = 0;
   int64_t one_thread = 0;  // steps run on one thread (StepOptions::adapt_threads)
   HeldOut evaluator(c, spec, model);
@@ -148,7 +149,9 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
   std::string last_saved;
   int64_t saved_step = -1;
   auto save = [&] {
-    if (f.save_dir.empty() || !leads()) return std::string();
+    if (f.save_dir.empty()) return std::string();
+    step.gather_optimizer_state();  // --zero: every rank gives its part
+    if (!leads()) return std::string();
     const int64_t i = next;
     enter(fmt::format("saving the checkpoint of step {}", i));
     const SavingScope saving;  // waited for by a stop

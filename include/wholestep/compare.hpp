@@ -28,6 +28,7 @@ struct CompareConfig {
   bool data_parallel = false;  // StepOptions::data_parallel
   int64_t bucket_bytes = int64_t(64) << 10;
   bool sync_batch_norm = false;
+  bool zero = false;  // StepOptions::zero
 };
 
 struct CompareRow {

@@ -59,7 +59,8 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                          .memory_budget = c.memory_budget,
                                          .data_parallel = c.data_parallel,
                                          .bucket_bytes = c.bucket_bytes,
-                                         .sync_batch_norm = c.sync_batch_norm});
+                                         .sync_batch_norm = c.sync_batch_norm,
+                                         .zero = c.zero});
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size()), comm(configs.size()),
@@ -107,7 +108,8 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
 std::string config_name(const CompareConfig& c) {
   return std::string(mode_name(c.mode)) + (c.aliasing ? "" : " (no alias)") +
          (c.fuse || c.mode == StepMode::interpret ? "" : " (unfused)") +
-         (c.recompute || c.mode == StepMode::interpret ? "" : " (save all)");
+         (c.recompute || c.mode == StepMode::interpret ? "" : " (save all)") +
+         (c.zero ? " (zero)" : "");
 }
 
 std::string format_comparison(const std::vector<CompareRow>& rows) {
