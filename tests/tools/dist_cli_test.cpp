@@ -73,6 +73,7 @@ TEST(DistCli, DataParallelFlagsAreChecked) {
   expect_usage_error("compare --data-parallel --bucket-mb 0",
                      "--bucket-mb 0: must be a number of MiB above 0");
   expect_usage_error("profile --data-parallel --bucket-mb -1", "--bucket-mb -1: must be");
+  expect_usage_error("train --zero", "--zero needs --data-parallel");
   expect_usage_error("compare --modes three_graph,fast", "--modes three_graph,fast: unknown");
   expect_usage_error("compare --modes single_graph,single_graph", "single_graph is named twice");
   expect_usage_error("compare --modes ,", "--modes ,: unknown step mode ''");
@@ -203,6 +204,23 @@ TEST(DistCli, RankZeroSavesAndEveryWorldSizeResumes) {
                        "is now 128 examples (was 256)"),
             std::string::npos)
       << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DistCli, ZeroSavesTheWholeOptimizerStateAndResumesToTheBitsOfPlainDataParallel) {
+  REQUIRE_MPI();
+  const std::string dir = temp_dir("zero_resume");
+  const std::string args =
+      "train --model mlp --optimizer adamw --steps 6 --threads 1 "
+      "--eval-every 0 --data-parallel";
+  Result r = mpirun(fmt::format("{} --zero --stop-after 3 --save {}/a", args, dir));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = mpirun(
+      fmt::format("train --resume {0}/a --save {0}/a --threads 1 --data-parallel --zero", dir));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = mpirun(fmt::format("{} --save {}/b", args, dir));
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_same_checkpoint(dir + "/a/checkpoint-6", dir + "/b/checkpoint-6");
   std::filesystem::remove_all(dir);
 }
 
