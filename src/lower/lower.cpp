@@ -330,10 +330,8 @@ class Lowering {
     return fused_result_may_overwrite(*g_.node(pk.node).body, i, j);
   }
 
-  // The bytes value v's block holds (exec::storage_bytes).
-  size_t bytes(ValueId v) const {
-    const ir::Node& n = g_.node(v);
-    return exec::storage_bytes(n.op, n.attrs, n.type);
+  size_t bytes(ValueId v) const {  // what value v's block holds (exec::storage_bytes)
+    return exec::storage_bytes(g_.node(v).op, g_.node(v).attrs, g_.node(v).type);
   }
 
   // Step 5.
