@@ -53,12 +53,8 @@ void pack_window_of(std::span<const ir::Type> types, F&& operand, int64_t from, 
 }
 
 int64_t world_of(Op op, const ir::Attrs& attrs) {
-  switch (op) {
-    case Op::reduce_scatter_start: return ir::attr<Op::reduce_scatter_start, "world">(attrs);
-    case Op::all_gather_start: return ir::attr<Op::all_gather_start, "world">(attrs);
-    case Op::local_shard: return ir::attr<Op::local_shard, "world">(attrs);
-    default: return dist::world_size();
-  }
+  constexpr ir::OpSet kSharded = ir::ops_with_attr("world");
+  return kSharded.contains(op) ? ir::attr<kSharded, "world">(attrs) : dist::world_size();
 }
 
 void check_world(Op op, const ir::Attrs& attrs, const SourceLoc& loc) {

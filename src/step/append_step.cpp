@@ -9,6 +9,35 @@
 
 namespace ws::step {
 
+std::vector<GroupInputs> group_inputs(const ir::Graph& g,
+                                      const std::vector<optim::UpdateGroup>& groups) {
+  const std::vector<ir::ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
+  const std::vector<ir::ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
+  std::vector<GroupInputs> out(groups.size());
+  size_t next_state = 0, next_hyper = 0;
+  auto take = [&](const std::vector<ir::ValueId>& ids, size_t& next, const char* what) {
+    WS_CHECK(next < ids.size()) << "the optimizer's groups need more " << what << " inputs than "
+                                << ids.size();
+    return ids[next++];
+  };
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const optim::UpdateSpec& spec = groups[gi].spec;
+    for (size_t j = 0; j < groups[gi].params.size(); ++j) {
+      out[gi].state.emplace_back();
+      for (size_t s = 0; s < spec.state_slots.size(); ++s)
+        out[gi].state.back().push_back(take(state_ids, next_state, "state"));
+    }
+    for (size_t s = 0; s < spec.global_slots.size(); ++s)
+      out[gi].globals.push_back(take(state_ids, next_state, "state"));
+    for (size_t h = 0; h < spec.hyper_names.size(); ++h)
+      out[gi].hypers.push_back(take(hyper_ids, next_hyper, "hyperparameter"));
+  }
+  WS_CHECK(next_state == state_ids.size() && next_hyper == hyper_ids.size())
+      << "the optimizer's groups use " << next_state << " state and " << next_hyper
+      << " hyperparameter inputs of " << state_ids.size() << " and " << hyper_ids.size();
+  return out;
+}
+
 namespace {
 
 // Each group's updates of the whole parameters, and each gradient as an
@@ -17,48 +46,28 @@ void append_updates(CapturedStep& out, const std::vector<optim::UpdateGroup>& gr
                     const std::vector<ir::ValueId>& grads, ir::Builder& b) {
   ir::Graph& g = out.joint.graph;
   const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
-  const std::vector<ir::ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
-  const std::vector<ir::ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
-  // Each group's parameters, in the optimizer's order, with their state
-  // slots, then the group's global state; the state and hyper inputs are
-  // group after group.
+  const std::vector<GroupInputs> inputs = group_inputs(g, groups);
   std::vector<std::pair<ir::ValueId, ir::ValueId>> updates;  // (new value, input)
-  size_t next_state = 0, next_hyper = 0;
-  for (const optim::UpdateGroup& group : groups) {
-    const optim::UpdateSpec& spec = group.spec;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const optim::UpdateGroup& group = groups[gi];
     optim::UpdateInputs in;
-    const size_t slots = spec.state_slots.size();
-    auto take = [&](const std::vector<ir::ValueId>& ids, size_t& next, const char* what) {
-      WS_CHECK(next < ids.size()) << "the optimizer's groups need more " << what << " inputs than "
-                                  << ids.size();
-      return ids[next++];
-    };
-    for (size_t p : group.params) {
-      optim::ParamValues pv;
+    for (size_t j = 0; j < group.params.size(); ++j) {
+      const size_t p = group.params[j];
       WS_CHECK(p < param_ids.size())
           << "an optimizer parameter names param input " << p << " of " << param_ids.size();
-      pv.param = param_ids[p];
-      pv.grad = grads[p];
-      for (size_t s = 0; s < slots; ++s) pv.state.push_back(take(state_ids, next_state, "state"));
-      in.params.push_back(std::move(pv));
+      in.params.push_back({param_ids[p], grads[p], inputs[gi].state[j]});
     }
-    for (size_t s = 0; s < spec.global_slots.size(); ++s)
-      in.globals.push_back(take(state_ids, next_state, "state"));
-    for (size_t h = 0; h < spec.hyper_names.size(); ++h)
-      in.hypers.push_back(take(hyper_ids, next_hyper, "hyperparameter"));
-    optim::UpdateOutputs updated = optim::build_updates(b, spec, in);
+    in.globals = inputs[gi].globals;
+    in.hypers = inputs[gi].hypers;
+    optim::UpdateOutputs updated = optim::build_updates(b, group.spec, in);
     for (size_t i = 0; i < in.params.size(); ++i) {
       updates.emplace_back(updated.params[i].param, in.params[i].param);
-      for (size_t s = 0; s < slots; ++s)
+      for (size_t s = 0; s < in.params[i].state.size(); ++s)
         updates.emplace_back(updated.params[i].state[s], in.params[i].state[s]);
     }
     for (size_t s = 0; s < in.globals.size(); ++s)
       updates.emplace_back(updated.globals[s], in.globals[s]);
   }
-  WS_CHECK(next_state == state_ids.size() && next_hyper == hyper_ids.size())
-      << "the optimizer's groups use " << next_state << " state and " << next_hyper
-      << " hyperparameter inputs of " << state_ids.size() << " and " << hyper_ids.size();
-
   for (size_t j = 0; j < param_ids.size(); ++j)
     g.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue,
                                    "grad." + g.input_name(param_ids[j])});

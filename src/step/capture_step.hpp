@@ -93,6 +93,16 @@ struct JointOptions {
 void append_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,
                  const JointOptions& opts);
 
+// Each update group's state and hyper inputs of the joint graph, as
+// append_step lays them out: per parameter (in the group's order) its
+// state slots, then the group's global slots; its hyperparameters.
+struct GroupInputs {
+  std::vector<std::vector<ir::ValueId>> state;  // [parameter][slot]
+  std::vector<ir::ValueId> globals, hypers;
+};
+std::vector<GroupInputs> group_inputs(const ir::Graph& g,
+                                      const std::vector<optim::UpdateGroup>& groups);
+
 // 0 when `loss` and every gradient are finite, NaN otherwise (in the
 // loss's dtype): the non-finite guard's probe.
 ir::ValueId nonfinite_probe(ir::Builder& b, ir::ValueId loss,

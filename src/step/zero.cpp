@@ -112,33 +112,13 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
   ir::Graph& g = cap.joint.graph;
   const int64_t world = dist::world_size();
   const std::vector<ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
-  const std::vector<ValueId> state_ids = g.inputs_with_role(ir::InputRole::opt_state);
-  const std::vector<ValueId> hyper_ids = g.inputs_with_role(ir::InputRole::hyper);
   for (const optim::UpdateGroup& group : groups)
     if (!group.spec.state_slots.empty() && group.spec.state_slots[0] == optim::kStepSlot)
       throw Error(
           "ZeRO (StepOptions::zero) with a step count per parameter (PyTorch's optimizers keep "
           "one) is not built yet; the optimizers of wholestep's C++ API keep one for all");
 
-  // Each group's state inputs: per parameter its slots, then the globals.
-  std::vector<std::vector<std::vector<ValueId>>> state(groups.size());  // [group][param][slot]
-  std::vector<std::vector<ValueId>> globals(groups.size()), hypers(groups.size());
-  size_t next_state = 0, next_hyper = 0;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const optim::UpdateSpec& spec = groups[gi].spec;
-    for (size_t j = 0; j < groups[gi].params.size(); ++j) {
-      state[gi].emplace_back();
-      for (size_t s = 0; s < spec.state_slots.size(); ++s)
-        state[gi].back().push_back(state_ids.at(next_state++));
-    }
-    for (size_t s = 0; s < spec.global_slots.size(); ++s)
-      globals[gi].push_back(state_ids.at(next_state++));
-    for (size_t h = 0; h < spec.hyper_names.size(); ++h)
-      hypers[gi].push_back(hyper_ids.at(next_hyper++));
-  }
-  WS_CHECK(next_state == state_ids.size() && next_hyper == hyper_ids.size())
-      << "the optimizer's groups use " << next_state << " state and " << next_hyper
-      << " hyperparameter inputs of " << state_ids.size() << " and " << hyper_ids.size();
+  const std::vector<GroupInputs> inputs = group_inputs(g, groups);
 
   if (!shards.laid_out()) {
     shards.buckets() = lay_out(g, groups, param_ids, grads, bucket_bytes);
@@ -149,7 +129,7 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
         for (size_t p : b.params) {
           const size_t j =
               size_t(std::find(group.params.begin(), group.params.end(), p) - group.params.begin());
-          const auto& [name, t] = cap.persistent[cap.source(state[b.group][j][s]).index];
+          const auto& [name, t] = cap.persistent[cap.source(inputs[b.group].state[j][s]).index];
           // Another framework's tensor: releasing ours would free none of
           // its memory, and gathering would not write into it.
           if (t.impl()->storage->borrowed)
@@ -214,8 +194,8 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
       }
       in.params.push_back(std::move(pv));
     }
-    in.globals = globals[gi];
-    in.hypers = hypers[gi];
+    in.globals = inputs[gi].globals;
+    in.hypers = inputs[gi].hypers;
     optim::UpdateOutputs out = optim::build_updates(b, spec, in);
     for (size_t i = 0; i < mine.size(); ++i) {
       const OptimizerShards::Bucket& k = buckets[mine[i]];
@@ -233,8 +213,9 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
   ShardedStep r;
   r.probe = guard ? reduced[1] : ir::kNoValue;
-  for (const auto& group : state)
-    for (const auto& param : group) r.replaced.insert(r.replaced.end(), param.begin(), param.end());
+  for (const GroupInputs& group : inputs)
+    for (const auto& param : group.state)
+      r.replaced.insert(r.replaced.end(), param.begin(), param.end());
   return r;
 }
 
