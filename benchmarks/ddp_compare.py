@@ -8,6 +8,7 @@ Sides, for each model (cnn and gpt by default):
   ws_2x1      `mpirun -np 2 wholestep compare --data-parallel --threads 1`
   ws_1x2      `wholestep compare --threads 2`, one process
   ws_1x1      `wholestep compare --threads 1`, one process
+  ws_2x1_zero as ws_2x1, with --zero (ZeRO stage 1); not run unless named
 Each wholestep side runs the modes three_graph and single_graph (--modes), so
 the table has a row per side and mode.
 
@@ -45,7 +46,8 @@ default transports. Nothing runs bound to a core (mpirun --bind-to none).
 
     /usr/bin/python3 benchmarks/ddp_compare.py [--models cnn,gpt] [--rounds 5]
         [--steps 20] [--warmup 5] [--link none|veth|1gbit|200mbit]
-        [--sides torch_ddp,torch_1x1,ws_2x1,ws_1x2,ws_1x1] [--mca KEY VALUE]...
+        [--sides torch_ddp,torch_1x1,ws_2x1,ws_1x2,ws_1x1,ws_2x1_zero]
+        [--mca KEY VALUE]...
 """
 
 import argparse
@@ -67,8 +69,10 @@ from pytorch_compare import ROOT, Peer, TorchSide, check_structure, run_probe, w
 from torch_env import best_openblas_core, clean_env, cpu_flags, is_fallback_core, set_torch_threads
 from torch_reference_models import random_batch
 
-SIDES = ("torch_ddp", "torch_1x1", "ws_2x1", "ws_1x2", "ws_1x1")
-WS_SIDES = {"ws_2x1": (2, 1), "ws_1x2": (1, 2), "ws_1x1": (1, 1)}  # processes, threads
+DEFAULT_SIDES = ("torch_ddp", "torch_1x1", "ws_2x1", "ws_1x2", "ws_1x1")
+SIDES = DEFAULT_SIDES + ("ws_2x1_zero",)
+# processes, threads; a side named *_zero runs with --zero (ZeRO stage 1)
+WS_SIDES = {"ws_2x1": (2, 1), "ws_2x1_zero": (2, 1), "ws_1x2": (1, 2), "ws_1x1": (1, 1)}
 SHAPES = {"torch_ddp": (2, 1), "torch_1x1": (1, 1), **WS_SIDES}
 WS_MODES = ("three_graph", "single_graph")
 WS_FIELDS = ("ms_per_step", "examples_per_s", "comm_bytes", "comm_wait_ms", "hidden_share")
@@ -151,23 +155,27 @@ class Runner:
         slowest = [max(ts) for ts in zip(*(r["times"] for r in results))]
         return statistics.median(slowest), results[0]["foreach"]
 
-    def ws_argv(self, model, processes, threads, json_path):
+    def ws_argv(self, model, processes, threads, json_path, zero=False):
         argv = [self.cli, "compare", "--model", model, "--modes", ",".join(WS_MODES),
                 "--steps", str(self.args.steps), "--warmup", str(self.args.warmup),
                 "--threads", str(threads), "--json", json_path]
         if processes == 1:
             return argv
         argv.append("--data-parallel")
+        if zero:
+            argv.append("--zero")
         mca = self.args.mca or ()
         if self.link is not None:
             return self.link.mpirun_argv(argv, mca)
         return netns_link.local_mpirun_argv(argv, processes, mca)
 
-    def ws_side(self, model, processes, threads):
+    def ws_side(self, model, side):
         """One run of a wholestep side: {mode: row} from its JSON file."""
+        processes, threads = WS_SIDES[side]
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "rows.json")
-            return run_wholestep(self.ws_argv(model, processes, threads, path), path,
+            argv = self.ws_argv(model, processes, threads, path, zero=side.endswith("_zero"))
+            return run_wholestep(argv, path,
                                  clean_env(os.environ), self.args.timeout)
 
 
@@ -217,7 +225,7 @@ def compare_model(runner, spec, sides, args):
                 ms, foreach[side] = runner.torch_side(spec, world)
                 add(side, {"ms_per_step": ms, "examples_per_s": world * batch * 1e3 / ms})
             else:
-                for mode, row in runner.ws_side(spec["name"], *WS_SIDES[side]).items():
+                for mode, row in runner.ws_side(spec["name"], side).items():
                     add(f"{side} {mode}", row)
     medians = {name: {k: median_or_none(v) for k, v in fields.items()}
                for name, fields in samples.items()}
@@ -248,7 +256,7 @@ def fmt(x, spec="{:.2f}"):
 
 def row_label(side, mode, foreach):
     if not side.startswith("torch"):
-        return f"wholestep {mode}"
+        return f"wholestep {mode}" + (", ZeRO-1" if side.endswith("_zero") else "")
     path = f"{'foreach' if foreach.get(side) else 'for-loop'} optimizer"
     return f"PyTorch DDP (gloo, {path})" if side == "torch_ddp" else f"PyTorch eager ({path})"
 
@@ -316,7 +324,7 @@ def parse_args():
     p.add_argument("--link", choices=tuple(netns_link.LINK_RATES), default="none",
                    help="none: this host; else 2-process sides across two namespaces over "
                         "TCP, veth limited to the rate (veth: no limit); needs root")
-    p.add_argument("--sides", default=",".join(SIDES), help="comma-separated, of " +
+    p.add_argument("--sides", default=",".join(DEFAULT_SIDES), help="comma-separated, of " +
                    ", ".join(SIDES))
     p.add_argument("--mca", nargs=2, action="append", metavar=("KEY", "VALUE"),
                    help="an Open MPI parameter for the wholestep 2-process side (repeatable)")

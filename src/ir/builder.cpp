@@ -1,6 +1,7 @@
 #include "ir/builder.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -91,6 +92,19 @@ int64_t next_collective_seq(const Graph& g) {
     if (kCollectiveStarts.contains(n.op))
       next = std::max(next, attr<kCollectiveStarts, "seq">(n) + 1);
   return next;
+}
+
+bool renumber_collectives(Graph& g) {
+  int64_t seq = std::numeric_limits<int64_t>::max();
+  for (const Node& n : g.nodes)
+    if (kCollectiveStarts.contains(n.op)) seq = std::min(seq, attr<kCollectiveStarts, "seq">(n));
+  bool changed = false;
+  for (Node& n : g.nodes)
+    if (kCollectiveStarts.contains(n.op)) {
+      changed |= attr<kCollectiveStarts, "seq">(n) != seq;
+      set_attr<kCollectiveStarts, "seq">(n.attrs, seq++);
+    }
+  return changed;
 }
 
 std::vector<ValueId> Builder::unpack(ValueId packed, const std::vector<Type>& types) {

@@ -78,6 +78,11 @@ class Builder {
 // seq of a collective appended to it.
 int64_t next_collective_seq(const Graph& g);
 
+// Numbers the collective starts of `g` in node order from the least seq
+// they have: a pass that moves starts keeps "every rank starts them in node
+// order". True when a seq changed.
+bool renumber_collectives(Graph& g);
+
 // Numpy broadcasting of two shapes, or nullopt-like failure: returns false.
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
 

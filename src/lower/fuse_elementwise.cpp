@@ -9,6 +9,7 @@
 #include "exec/program.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
+#include "ir/builder.hpp"
 
 namespace ws::lower {
 namespace {
@@ -382,6 +383,9 @@ class Fuser {
       }
     }
     ir::copy_interface(g_, map, out);
+    // A group placed at its last member takes the collectives that read it
+    // along: their seq follows their new order.
+    ir::renumber_collectives(out);
     // Every node of g in its own unit, in g's order: g as it was.
     changed_ = order.size() != n_;
     for (size_t i = 0; i < order.size() && !changed_; ++i) changed_ = order[i] != int64_t(i);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/attr.hpp"
+#include "ir/builder.hpp"
 
 namespace ws::lower {
 
@@ -13,11 +14,9 @@ ir::Graph schedule_collectives(const ir::Graph& g, bool* changed) {
   // after[v]: the starts placed right after node v, in their node order.
   std::vector<std::vector<ValueId>> after(n);
   std::vector<bool> moved(n, false);
-  int64_t first_seq = -1;
   for (ValueId v = 0; v < g.size(); ++v) {
     const ir::Node& node = g.node(v);
     if (!ir::kCollectiveStarts.contains(node.op)) continue;
-    if (first_seq < 0) first_seq = ir::attr<ir::kCollectiveStarts, "seq">(node);
     ValueId at = -1;
     for (ValueId a : node.args) at = std::max(at, a);
     if (at < 0 || at == v - 1) continue;
@@ -33,13 +32,7 @@ ir::Graph schedule_collectives(const ir::Graph& g, bool* changed) {
   }
   ir::copy_interface(g, map, out);
   // The order they now start in is the order of every rank: their seq.
-  bool renumbered = false;
-  int64_t seq = first_seq;
-  for (ir::Node& node : out.nodes)
-    if (ir::kCollectiveStarts.contains(node.op)) {
-      renumbered |= ir::attr<ir::kCollectiveStarts, "seq">(node) != seq;
-      ir::set_attr<ir::kCollectiveStarts, "seq">(node.attrs, seq++);
-    }
+  const bool renumbered = ir::renumber_collectives(out);
   if (changed) *changed = renumbered || std::find(moved.begin(), moved.end(), true) != moved.end();
   return out;
 }

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "ir/attr.hpp"
+#include "ir/builder.hpp"
+
 namespace ws::partition {
 
 using ir::ValueId;
@@ -45,6 +48,17 @@ ir::Graph updates_early(const JointGraph& joint) {
       for (ValueId r : readers[size_t(writes[size_t(u)])])
         if (r != u && !depends_on(r, u)) before[size_t(u)].push_back(r);
 
+  // A collective the optimizer starts (the sharded step's all-gather of the
+  // updated parameters) is waited for last, with all that reads it: its
+  // wait would otherwise stop each update until its gather arrived, where
+  // the next updates can run instead. Its start runs as soon as it may.
+  std::vector<bool> late(count, false);
+  for (ValueId v = first_opt; v < n; ++v) {
+    const ir::Node& node = g.node(v);
+    late[size_t(v)] = node.op == ir::Op::wait && is_opt(node.args[0]);
+    for (ValueId a : node.args) late[size_t(v)] = late[size_t(v)] || late[size_t(a)];
+  }
+
   std::vector<std::vector<ValueId>> precedes(count);  // reader -> updates it precedes
   for (ValueId u = first_opt; u < n; ++u)
     for (ValueId r : before[size_t(u)]) precedes[size_t(r)].push_back(u);
@@ -65,7 +79,11 @@ ir::Graph updates_early(const JointGraph& joint) {
       ValueId t = n;
       for (ValueId c : readers[size_t(v)])
         if (is_opt(c)) t = std::min(t, at[size_t(c)]);
-      if (writes[size_t(v)] != ir::kNoValue || t == n) t = asap[size_t(v)];
+      if (late[size_t(v)])
+        t = n - 1;
+      else if (writes[size_t(v)] != ir::kNoValue || t == n ||
+               ir::kCollectiveStarts.contains(g.node(v).op))
+        t = asap[size_t(v)];
       for (ValueId u : precedes[size_t(v)]) t = std::min(t, at[size_t(u)]);
       t = std::max(t, asap[size_t(v)]);
       if (t != at[size_t(v)]) at[size_t(v)] = t, changed = true;
@@ -113,6 +131,7 @@ ir::Graph updates_early(const JointGraph& joint) {
   std::vector<ValueId> map(count, ir::kNoValue);
   for (ValueId v : order) map[size_t(v)] = ir::append_renamed(out, g.node(v), map);
   ir::copy_interface(g, map, out);
+  ir::renumber_collectives(out);  // the optimizer's starts moved into the backward
   return out;
 }
 

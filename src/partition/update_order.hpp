@@ -10,6 +10,9 @@
 //    stays legal and needs no copy.
 //  - Any other optimizer node runs as late as its earliest consumer allows,
 //    so e.g. beta1 * m is not computed at the start and held through the step.
+//  - A collective the optimizer starts runs as soon as it may; its wait, and
+//    all that reads it, run last (the sharded step's all-gathers of updated
+//    parameters travel while the other updates run).
 // A gradient then dies at its update, in the backward pass, instead of at
 // the end.
 #pragma once

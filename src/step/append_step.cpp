@@ -134,7 +134,7 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
     }
     g.outputs.push_back(ir::Output{ir::OutputRole::user, finite, ir::kNoValue, kFiniteOutput});
   }
-  if (!replaced.empty()) drop_inputs(out, replaced);
+  if (opts.zero) inputs_first(out, replaced);
   partition::mark_stages(out.joint);
   after_stage(g, "joint");
 }

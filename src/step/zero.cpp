@@ -219,28 +219,30 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
   return r;
 }
 
-void drop_inputs(CapturedStep& cap, const std::vector<ValueId>& drop) {
+void inputs_first(CapturedStep& cap, const std::vector<ValueId>& drop) {
   ir::Graph& g = cap.joint.graph;
   std::vector<bool> dropped(g.nodes.size(), false);
   for (ValueId v : drop) dropped[size_t(v)] = true;
   ir::Graph out;
   out.name = g.name;
   std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
-  int64_t before_forward_end = 0, before_backward_end = 0;
-  for (ValueId v = 0; v < g.size(); ++v) {
-    if (dropped[size_t(v)]) {
-      before_forward_end += v < cap.joint.forward_end;
-      before_backward_end += v < cap.joint.backward_end;
-      continue;
-    }
-    map[size_t(v)] = ir::append_renamed(out, g.node(v), map);
-  }
   std::vector<InputSource> sources;
   for (size_t i = 0; i < g.inputs.size(); ++i)
     if (!dropped[size_t(g.inputs[i])]) {
-      out.inputs.push_back(map[size_t(g.inputs[i])]);
+      map[size_t(g.inputs[i])] = ir::append_renamed(out, g.node(g.inputs[i]), map);
       sources.push_back(cap.sources[i]);
     }
+  // A stage's end moves by the inputs it gains and the nodes it loses.
+  const ValueId inputs = out.size();
+  int64_t forward_end = inputs, backward_end = inputs;
+  for (ValueId v = 0; v < g.size(); ++v) {
+    if (g.node(v).op == ir::Op::input) continue;
+    map[size_t(v)] = ir::append_renamed(out, g.node(v), map);
+    forward_end += v < cap.joint.forward_end;
+    backward_end += v < cap.joint.backward_end;
+  }
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (!dropped[size_t(g.inputs[i])]) out.inputs.push_back(map[size_t(g.inputs[i])]);
   for (const ir::Output& o : g.outputs) {
     ir::Output r = o;
     r.value = map[size_t(o.value)];
@@ -250,8 +252,8 @@ void drop_inputs(CapturedStep& cap, const std::vector<ValueId>& drop) {
   }
   g = std::move(out);
   cap.sources = std::move(sources);
-  cap.joint.forward_end -= before_forward_end;
-  cap.joint.backward_end -= before_backward_end;
+  cap.joint.forward_end = forward_end;
+  cap.joint.backward_end = backward_end;
 }
 
 }  // namespace ws::step

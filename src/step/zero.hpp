@@ -93,8 +93,11 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
                                 const std::vector<ir::ValueId>& grads, int64_t bucket_bytes,
                                 bool guard, OptimizerShards& shards);
 
-// Removes input nodes `drop` (which nothing reads) from the joint graph and
-// their sources; the ranges of joint stages move with them.
-void drop_inputs(CapturedStep& cap, const std::vector<ir::ValueId>& drop);
+// Puts the joint graph's input nodes first, in their order, without those
+// in `drop` (which nothing reads) and their sources; the ranges of joint
+// stages move with them. The shard inputs are built with the optimizer, so
+// without this they would sit after the backward, where the single graph's
+// order (partition/update_order.hpp) would not move the updates.
+void inputs_first(CapturedStep& cap, const std::vector<ir::ValueId>& drop);
 
 }  // namespace ws::step

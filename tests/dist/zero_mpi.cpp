@@ -7,6 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <regex>
+#include <sstream>
 
 #include "dist/collectives.hpp"
 #include "dist/ranks.hpp"
@@ -171,6 +174,33 @@ TEST(Zero, GradientsAreScatteredInTheBackwardAndParametersGatheredAfterTheirUpda
   EXPECT_EQ(count("local_shard", optimizer, text.size()), scatters);
   const std::vector<std::string> all = dist::all_gather_text(text);
   EXPECT_EQ(all[0], all[1]) << "the ranks run different graphs";
+}
+
+// In the single graph, as plain data parallelism's updates, each bucket's
+// update runs as soon as its reduce-scatter arrives and starts its gather
+// (W G W G ...); the gathers are waited for last (g g ...), so they travel
+// while the later buckets are updated.
+TEST(Zero, InTheSingleGraphEachBucketIsUpdatedOnceItsPartArrivesAndGatheredLast) {
+  Trainer zero("mlp", {.name = "sgd"}, data_parallel(true));
+  zero.train(0, 1);
+  const std::string text = zero.step.graphs_text();
+  std::map<std::string, std::string> op_of;  // value -> its op
+  std::string events;
+  const std::regex node(R"(^\s*(%\d+) = (\w+) (%\d+)?)");
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, node)) continue;
+    op_of[m[1]] = m[2];
+    if (m[2] == "all_gather_start") events += 'G';
+    if (m[2] == "wait" && op_of[m[3]] == "reduce_scatter_start") events += 'W';
+    if (m[2] == "wait" && op_of[m[3]] == "all_gather_start") events += 'g';
+  }
+  const size_t buckets = size_t(std::count(events.begin(), events.end(), 'W'));
+  ASSERT_GE(buckets, 2u) << text;
+  std::string expected;
+  for (size_t k = 0; k < buckets; ++k) expected += "WG";
+  EXPECT_EQ(events, expected + std::string(buckets, 'g')) << text;
 }
 
 TEST(Zero, NeedsDataParallel) {
