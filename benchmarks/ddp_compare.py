@@ -226,7 +226,11 @@ def compare_model(runner, spec, sides, args):
                 add(side, {"ms_per_step": ms, "examples_per_s": world * batch * 1e3 / ms})
             else:
                 for mode, row in runner.ws_side(spec["name"], side).items():
-                    add(f"{side} {mode}", row)
+                    # compare --zero runs each mode plain and "(zero)": the
+                    # zero side keeps the latter.
+                    zero_mode = mode.endswith(" (zero)")
+                    if zero_mode == side.endswith("_zero"):
+                        add(f"{side} {mode.removesuffix(' (zero)')}", row)
     medians = {name: {k: median_or_none(v) for k, v in fields.items()}
                for name, fields in samples.items()}
     return medians, foreach
