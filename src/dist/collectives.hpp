@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -28,7 +29,8 @@ void broadcast(void* data, size_t bytes, int root);
 // Sums `count` elements of f32 or f64 `data` over the ranks, in place.
 void all_reduce_sum(void* data, int64_t count, DType dtype);
 // Rank r's part of the sum over the ranks of `data` (world_size() parts of
-// `count` elements each, f32 or f64), into its first `count` elements.
+// `count` elements each, f32 or f64), into its first `count` elements: the
+// parts exchanged all-to-all, then added in rank order.
 void reduce_scatter_sum(void* data, int64_t count, DType dtype);
 // Every rank's part r of `data` (world_size() parts of `count` elements)
 // from rank r, in place.
@@ -67,6 +69,12 @@ class InFlight {
   void completed(std::chrono::steady_clock::time_point at);
   int slot_ = -1;  // its request in the process's table of collectives in flight
   int64_t bytes_ = 0;
+  // A reduce-scatter receives every rank's part here and sums them into
+  // sum_into_ at its wait.
+  std::vector<std::byte> parts_;
+  void* sum_into_ = nullptr;
+  int64_t sum_count_ = 0;
+  DType sum_dtype_ = DType::f32;
   std::chrono::steady_clock::time_point started_, done_;
   bool done_seen_ = false;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -187,13 +188,45 @@ void all_reduce_sum(void* data, int64_t count, DType dtype) {
 #endif
 }
 
+namespace {
+
+// The second half of a reduce-scatter: `parts` holds every rank's part r of
+// its buffer (world_size() parts of `count` elements, by rank); their sum,
+// added in rank order, goes to the first `count` elements of `data`.
+template <typename T>
+void sum_parts(const void* parts, void* data, int64_t count) {
+  const T* in = static_cast<const T*>(parts);
+  T* out = static_cast<T*>(data);
+  std::copy(in, in + count, out);
+  for (int r = 1; r < world_size(); ++r) {
+    const T* part = in + int64_t(r) * count;
+    for (int64_t i = 0; i < count; ++i) out[i] += part[i];
+  }
+}
+
+void sum_parts(const void* parts, void* data, int64_t count, DType dtype) {
+  WS_CHECK(dtype == DType::f32 || dtype == DType::f64)
+      << "a reduce-scatter of " << dtype_name(dtype);
+  if (dtype == DType::f32) return sum_parts<float>(parts, data, count);
+  sum_parts<double>(parts, data, count);
+}
+
+}  // namespace
+
+// Open MPI's reduce-scatter reduces the whole buffer onto rank 0 and then
+// scatters it: over a network, the whole buffer crosses one way and then
+// half of it the other, one after the other. Here every rank sends part r
+// of its buffer to rank r and receives its own part from every rank (an
+// all-to-all: each link carries a part each way at once), then adds them.
 void reduce_scatter_sum(void* data, int64_t count, DType dtype) {
   if (world_size() == 1) return;
 #ifdef WS_HAVE_MPI
   WS_CHECK(count <= kMaxCount) << "a shard of " << count << " elements";
-  check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM,
-                                     MPI_COMM_WORLD),
-            "MPI_Reduce_scatter_block");
+  std::vector<std::byte> parts(size_t(count * world_size()) * dtype_size(dtype));
+  check_mpi(MPI_Alltoall(data, int(count), mpi_type(dtype), parts.data(), int(count),
+                         mpi_type(dtype), MPI_COMM_WORLD),
+            "MPI_Alltoall");
+  sum_parts(parts.data(), data, count, dtype);
 #endif
 }
 
@@ -380,15 +413,21 @@ void InFlight::start_all_reduce_sum(void* data, int64_t count, DType dtype) {
 }
 
 void InFlight::start_reduce_scatter_sum(void* data, int64_t count, DType dtype) {
-  start(count * world_size() * int64_t(dtype_size(dtype)), count,
-        [&]([[maybe_unused]] void* request) {
+  const int64_t bytes = count * world_size() * int64_t(dtype_size(dtype));
+  if (world_size() > 1) {
+    // The same size every step: allocated at the first.
+    if (parts_.size() < size_t(bytes)) parts_.resize(size_t(bytes));
+    sum_into_ = data;
+    sum_count_ = count;
+    sum_dtype_ = dtype;
+  }
+  start(bytes, count, [&]([[maybe_unused]] void* request) {
 #ifdef WS_HAVE_MPI
-          check_mpi(
-              MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, int(count), mpi_type(dtype), MPI_SUM,
-                                        MPI_COMM_WORLD, static_cast<MPI_Request*>(request)),
-              "MPI_Ireduce_scatter_block");
+    check_mpi(MPI_Ialltoall(data, int(count), mpi_type(dtype), parts_.data(), int(count),
+                            mpi_type(dtype), MPI_COMM_WORLD, static_cast<MPI_Request*>(request)),
+              "MPI_Ialltoall");
 #endif
-        });
+  });
 }
 
 void InFlight::start_all_gather(void* data, int64_t count, DType dtype) {
@@ -434,6 +473,10 @@ void InFlight::wait() {
   covered = std::max(covered, done_);
   c.wait_ms += ms(t1 - t0).count();
   if (g_events) g_events->push_back({started_, done_, bytes_});
+  if (sum_into_) {  // a reduce-scatter's parts arrived: their sum (computing, not waiting)
+    sum_parts(parts_.data(), sum_into_, sum_count_, sum_dtype_);
+    sum_into_ = nullptr;
+  }
 }
 
 void progress() {
