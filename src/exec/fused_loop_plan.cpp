@@ -39,6 +39,14 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   std::vector<bool> per_result(size_t(body.size()), false);
   std::vector<std::string> ops;
   int64_t cost = 0;
+  // Values a reduction reads straight from its operand: they must be whole
+  // arrays at a chunk's pointer, so a broadcast there is always gathered
+  // (never read per segment, where no pointer to the chunk's elements
+  // exists).
+  std::vector<bool> reduced_src(size_t(body.size()), false);
+  for (ir::ValueId v = 0; v < body.size(); ++v)
+    if (body.node(v).op == Op::reduce_sum || body.node(v).op == Op::reduce_max)
+      reduced_src[size_t(body.node(v).args[0])] = true;
   for (ir::ValueId v = 0; v < body.size(); ++v) {
     const ir::Node& n = body.node(v);
     Value& val = values_[size_t(v)];
@@ -51,6 +59,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       val.index = int32_t(body.input_index(v));
       val.kind = n.type.numel() == 1 ? Kind::scalar : loop ? Kind::input : Kind::red_input;
     } else if (n.op == Op::full) {
+      WS_CHECK(!reduced_src[size_t(v)]) << "fused loop: a reduction of a constant";
       val.kind = Kind::constant;
       val.index = int32_t(constants_.size());
       constants_.push_back(0.0);
@@ -63,6 +72,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       const ir::ValueId src = n.args[0];
       WS_CHECK(body.node(src).op == Op::input) << "fused loop: a broadcast of a computed value";
       val.index = values_[size_t(src)].index;
+      WS_CHECK(!reduced_src[size_t(v)] || body.type(src).numel() != 1)
+          << "fused loop: a reduction of a broadcast one value";
       if (body.type(src).numel() == 1) {
         val.kind = Kind::scalar;
       } else {
@@ -139,7 +150,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       Value& val = values_[size_t(broadcasts_[b])];
       val.strides = strides[b + 1];
       val.inner = val.strides.back();
-      val.kind = !segmented_      ? Kind::gather
+      val.kind = !segmented_ || reduced_src[size_t(broadcasts_[b])] ? Kind::gather
                  : val.inner == 0 ? Kind::row_scalar
                  : val.inner == 1 ? Kind::row_array
                                   : Kind::gather;

@@ -76,16 +76,18 @@ void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scr
   const Reduction& r = reductions_[0];
   const Value& src = values_[size_t(r.src)];
   const int64_t es = int64_t(dtype_size(r.dtype));
-  WS_CHECK(src.kind == Kind::input || src.kind == Kind::output || src.kind == Kind::buffer)
-      << "fused loop: a column sum of a broadcast";
+  WS_CHECK(src.kind == Kind::input || src.kind == Kind::output || src.kind == Kind::buffer ||
+           src.kind == Kind::gather)
+      << "fused loop: a column sum of a value read as " << int(src.kind);
   WS_CHECK(scratch) << "fused loop: a column sum without scratch";
-  // 1. The loop, leaving the operand in its result, or in scratch.
+  // 1. The loop, leaving the operand in its result, or in scratch (a
+  // computed value, or a broadcast operand gathered chunk by chunk).
   std::byte* sc = static_cast<std::byte*>(scratch);
   const void* x = src.kind == Kind::input    ? ins[src.index]
                   : src.kind == Kind::output ? outs[src.index]
                                              : sc;
   std::byte* sums = sc + (x == sc ? (numel_ + 64 / es) * es : 0);
-  if (!steps_.empty())
+  if (!steps_.empty() || x == sc)
     run_loop(ins, outs, grain_ * std::max<int64_t>(1, numel_ / results_), r.src,
              x == sc ? sc : nullptr);
   // 2. The column sums, as the reduce_sum kernel sums them.

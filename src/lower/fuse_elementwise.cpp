@@ -183,8 +183,17 @@ class Fuser {
     return false;
   }
 
+  // A reduction straight over a constant or one value broadcast: the loop
+  // has no array to sum there (and simplify folds most of them), so it
+  // stays its own kernel.
+  bool reduces_one_value(ValueId v) const {
+    const ir::Node& a = g_.node(g_.node(v).args[0]);
+    return a.op == Op::full || (a.op == Op::broadcast && g_.type(a.args[0]).numel() == 1);
+  }
+
   void grow(ValueId v) {
     if (!is_reduction(g_.node(v)) && reads_short_row_broadcast(v)) return;
+    if (is_reduction(g_.node(v)) && reduces_one_value(v)) return;
     if (mark_.empty()) {
       mark_.assign(n_, 0), seen_.assign(n_, 0);
       users_.assign(n_, {});
