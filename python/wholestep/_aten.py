@@ -15,12 +15,12 @@ from ._ir import (Transposed, Unsupported, aten, broadcast_shapes, ir_dtype, is_
 
 @aten("add.Tensor", "add_.Tensor", "add.Scalar")
 def _add(b, node, x, y, alpha=1):
-    return b.binary("add", x, _scaled(b, y, alpha))
+    return b.binary("add", x, _scaled(b, y, alpha), out_dtype(node))
 
 
 @aten("sub.Tensor", "sub_.Tensor", "sub.Scalar")
 def _sub(b, node, x, y, alpha=1):
-    return b.binary("sub", x, _scaled(b, y, alpha))
+    return b.binary("sub", x, _scaled(b, y, alpha), out_dtype(node))
 
 
 def _scaled(b, y, alpha):
@@ -36,12 +36,12 @@ def _rsub(b, node, x, y, alpha=1):
 
 @aten("mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar")
 def _mul(b, node, x, y):
-    return b.binary("mul", x, y)
+    return b.binary("mul", x, y, out_dtype(node))
 
 
 @aten("div.Tensor", "div_.Tensor", "div.Scalar", "div_.Scalar")
 def _div(b, node, x, y):
-    return b.binary("div", x, y)
+    return b.binary("div", x, y, out_dtype(node))
 
 
 @aten("pow.Tensor_Scalar")
@@ -228,7 +228,10 @@ def _transpose(b, node, x, d0, d1):
     return b.transpose(x, perm)
 
 
-@aten("unsqueeze.default", "squeeze.dim", "squeeze.default", "flatten.using_ints")
+# The in-place forms: torch's Linear on one unbatched example squeezes its
+# product in place.
+@aten("unsqueeze.default", "squeeze.dim", "squeeze.default", "flatten.using_ints",
+      "unsqueeze_.default", "squeeze_.dim", "squeeze_.default")
 def _reshape_like(b, node, x, *args):
     return b.reshape(x, out_shape(node))
 

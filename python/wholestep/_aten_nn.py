@@ -3,7 +3,7 @@ and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
 
-from ._ir import Unsupported, along, aten
+from ._ir import Unsupported, along, aten, out_dtype
 
 
 # ---------------------------------------------------------------- products
@@ -132,6 +132,10 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
         # Synchronized: the global batch's statistics, each mean averaged
         # over the ranks' equal parts.
         sync = b.world_size > 1
+        import os
+        _v = os.environ.get("WS_BN_VARIANT", "")
+        if _v == "f64":
+            x = b.convert(x, "f64")
         mu = b.mean(x, axes)
         if sync:
             mu = b.all_reduce_mean(mu)
@@ -151,6 +155,8 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
                 "add", b.binary("mul", running_var, 1.0 - m), b.binary("mul", unbiased, m)))
         inv = b.unary("rsqrt", b.binary("add", var, float(eps)))
         y = b.op("mul", [xc, along(b, inv, shape, 1)])
+        if _v == "f64":
+            y = b.convert(y, "f32")
     else:
         inv = b.unary("rsqrt", b.binary("add", running_var, float(eps)))
         y = b.op("mul", [b.op("sub", [x, along(b, running_mean, shape, 1)]),
@@ -201,7 +207,7 @@ def _nll_loss(b, node, logp, target, weight, reduction, ignore_index):
 
 @aten("mse_loss.default")
 def _mse_loss(b, node, x, y, reduction=1):
-    d = b.binary("sub", x, y)
+    d = b.binary("sub", x, y, out_dtype(node))  # torch promotes (float32 and float64: float64)
     sq = b.op("mul", [d, d])
     if reduction == 0:
         return sq

@@ -12,16 +12,22 @@ trace as their authors wrote them, unlike ``torch.fx.symbolic_trace``.
 import contextlib
 import os
 import sys
+import threading
 
 import torch
 import torch.fx
 
-from . import _C
+from . import _C, _guards
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils import stateless
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+# One trace at a time: tracing patches torch.fx.Graph.create_node and
+# registers global module hooks, which two threads would interleave (one
+# restoring the other's patch).
+_LOCK = threading.RLock()
 
 
 class _Where:
@@ -149,18 +155,23 @@ def trace(model, params, buffers, fn, examples):
             raise _C.Error(f"BatchNorm with momentum=None (a cumulative moving average) is not "
                            f"supported; give it a momentum; in module {path} "
                            f"({type(m).__module__}.{type(m).__qualname__})")
-    where = _Where(model)
-    with _tagging(where):
-        try:
-            gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
-        except Exception as e:
-            if isinstance(e, _C.Error):
-                raise
-            raise _C.Error(f"tracing the model failed: {type(e).__name__}: {e}"
-                           f"{_failure_site(where, e)}") from e
+    with _LOCK, _guards.sigint_held():
+        _guards.check_global_hooks("tracing the model")
+        where = _Where(model)
+        # With gradients on whatever the caller's mode: what the trace
+        # records as not requiring gradients is then what the model's own
+        # code chose (torch.no_grad() inside its forward; _grad_flow.py).
+        with _tagging(where), torch.enable_grad():
+            try:
+                gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
+            except Exception as e:
+                if isinstance(e, _C.Error):
+                    raise
+                raise _C.Error(f"tracing the model failed: {type(e).__name__}: {e}"
+                               f"{_failure_site(where, e)}") from e
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(names) + len(examples):
-        raise RuntimeError(
-            f"internal: {len(placeholders)} placeholders for {len(names)} tensors "
-            f"and {len(examples)} arguments")
+        raise _C.Error(
+            f"internal error in wholestep: {len(placeholders)} placeholders for {len(names)} "
+            f"tensors and {len(examples)} arguments")
     return gm

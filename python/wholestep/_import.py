@@ -155,6 +155,8 @@ class Importer:
     def check(self, node, out):
         """The translation's type is torch's: a wrong one is a bug here."""
         val = node.meta.get("val")
+        if any(_is_inplace(u) and u.args[0] is node for u in node.users):
+            return  # its fake tensor shows what a later in-place op (squeeze_) made of it
         if isinstance(val, torch.Tensor) and isinstance(out, Value):
             dtype, shape = self.b.type(out)
             if list(shape) != list(val.shape) or dtype != ir_dtype(val.dtype):

@@ -10,14 +10,21 @@ momentum, a weight decay, nesterov, amsgrad, maximize) is compiled in.
 
 import torch
 
+from . import _C
+
+# Keys torch's lr schedulers add to a param group (OneCycleLR, CyclicLR,
+# SWALR, ...): their bookkeeping, which the update never reads; what they
+# change (lr, momentum, betas) is read before every step.
+_SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum",
+                   "swa_lr"}
 _SGD_OPTIONS = {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
-                "foreach", "differentiable", "params", "initial_lr"}
+                "foreach", "differentiable", "params"} | _SCHEDULER_KEYS
 _ADAM_OPTIONS = {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach",
-                 "capturable", "differentiable", "fused", "params", "initial_lr"}
+                 "capturable", "differentiable", "fused", "params"} | _SCHEDULER_KEYS
 
 
-class OptimizerError(Exception):
-    pass
+class OptimizerError(_C.Error):
+    """An optimizer wholestep does not compile (a wholestep.Error)."""
 
 
 def _kind(opt):
@@ -33,13 +40,17 @@ def _kind(opt):
 
 
 class Optimizer:
-    """Reads `opt`'s groups; `param_index(p)` is p's place among the step's
-    param inputs."""
+    """Reads `opt`'s groups. A step updates the parameters of a plan: per
+    param group, those that get a gradient ([(group index, [params])],
+    from plan()); the others are left alone with no state, as torch skips
+    a parameter whose .grad is None."""
 
     def __init__(self, opt):
         self.opt = opt
         self.kind = _kind(opt)
-        self._first = {}  # SGD: group index -> its momentum buffers were made by us, unused yet
+        # SGD: ids of parameters whose momentum buffer we made and no step
+        # has used yet (torch's first step makes the buffer the gradient).
+        self._first = set()
         for i, group in enumerate(opt.param_groups):
             allowed = _SGD_OPTIONS if self.kind == "sgd" else _ADAM_OPTIONS
             unknown = sorted(set(group) - allowed)
@@ -65,6 +76,27 @@ class Optimizer:
                             len(g["params"])))
         return tuple(out)
 
+    def _missing(self, p, slot):
+        st = self.opt.state.get(p)  # .get: opt.state is a defaultdict
+        return st is None or st.get(slot) is None
+
+    def plan(self, trained):
+        """The update groups of a step training the parameters whose id is
+        in `trained`: [(group index, [params])]. An SGD group whose momentum
+        buffers exist for some parameters only (one was frozen before) is
+        two update groups: the new buffers' first step differs."""
+        out = []
+        for gi, g in enumerate(self.opt.param_groups):
+            if self.kind == "sgd" and g["nesterov"] and (g["momentum"] <= 0 or g["dampening"]):
+                raise OptimizerError("SGD: nesterov needs a momentum and zero dampening")
+            ps = [p for p in g["params"] if id(p) in trained]
+            parts = [ps]
+            if self.kind == "sgd" and g["momentum"] != 0:
+                fresh = [p for p in ps if self._missing(p, "momentum_buffer")]
+                parts = [fresh, [p for p in ps if not self._missing(p, "momentum_buffer")]]
+            out += [(gi, part) for part in parts if part]
+        return out
+
     def _slots(self, g):
         if self.kind == "sgd":
             return ["momentum_buffer"] if g["momentum"] != 0 else []
@@ -81,12 +113,11 @@ class Optimizer:
         return ["lr", "beta1", "beta2", "eps"] + (["weight_decay"] if g["weight_decay"] != 0
                                                   else [])
 
-    def groups(self, param_index):
-        """The update groups for the extension module."""
+    def groups(self, plan, param_index):
+        """The update groups of `plan` for the extension module."""
         out = []
-        for g in self.opt.param_groups:
-            if self.kind == "sgd" and g["nesterov"] and (g["momentum"] <= 0 or g["dampening"]):
-                raise OptimizerError("SGD: nesterov needs a momentum and zero dampening")
+        for gi, ps in plan:
+            g = self.opt.param_groups[gi]
             out.append({
                 "kind": self.kind,
                 "momentum": self.kind == "sgd" and g["momentum"] != 0,
@@ -97,64 +128,60 @@ class Optimizer:
                 "state_slots": self._slots(g),
                 "global_slots": [],
                 "hyper_names": self._hyper_names(g),
-                "params": [param_index(p) for p in g["params"]],
+                "params": [param_index(p) for p in ps],
             })
         return out
 
-    def state(self, name_of):
-        """Creates the state torch would create at its first step, where it
-        is missing (zeros; SGD's first step then makes the buffer the
-        gradient, as torch does). Returns [(name, tensor)] in the order of
-        the step's opt_state inputs, and an undo for a failed compile."""
+    def state(self, plan, name_of):
+        """Creates the state torch would create at its first step of the
+        plan's parameters, where it is missing (zeros; SGD's first step
+        then makes the buffer the gradient, as torch does). Returns [(name,
+        tensor)] in the order of the step's opt_state inputs, and an undo
+        for a step that failed before it ran."""
         created = []
         out = []
-        for gi, g in enumerate(self.opt.param_groups):
-            slots = self._slots(g)
-            fresh = []
-            for p in g["params"]:
-                st = self.opt.state[p]
+        for gi, ps in plan:
+            slots = self._slots(self.opt.param_groups[gi])
+            for p in ps:
                 for slot in slots:
-                    if slot not in st or st[slot] is None:
-                        st[slot] = (torch.tensor(0.0) if slot == "step"
-                                    else torch.zeros_like(p, memory_format=torch.preserve_format))
+                    if self._missing(p, slot):
+                        self.opt.state[p][slot] = (
+                            torch.tensor(0.0) if slot == "step"
+                            else torch.zeros_like(p, memory_format=torch.preserve_format))
                         created.append((p, slot))
-                        fresh.append(slot == "momentum_buffer")
-                    else:
-                        fresh.append(False)
-                    out.append((f"{name_of(p)}.{slot}", st[slot]))
-            if self.kind == "sgd" and slots:
-                if any(fresh) and not all(fresh):
-                    raise OptimizerError(f"param group {gi}: some parameters have a momentum "
-                                         f"buffer and others not")
-                self._first[gi] = self._first.get(gi, False) or all(fresh)
+                        if slot == "momentum_buffer":
+                            self._first.add(id(p))
+                    out.append((f"{name_of(p)}.{slot}", self.opt.state[p][slot]))
 
         def undo():
             for p, slot in created:
+                self._first.discard(id(p))
                 del self.opt.state[p][slot]
                 if not self.opt.state[p]:
                     del self.opt.state[p]
         return out, undo
 
-    def state_tensors(self):
-        """The state tensors the step binds, in state()'s order, as they are
-        now: None where one is missing."""
+    def state_tensors(self, plan):
+        """The state tensors a step of `plan` binds, in state()'s order, as
+        they are now: None where one is missing."""
         out = []
-        for g in self.opt.param_groups:
-            slots = self._slots(g)
-            for p in g["params"]:
+        for gi, ps in plan:
+            slots = self._slots(self.opt.param_groups[gi])
+            for p in ps:
                 st = self.opt.state.get(p, {})
                 out += [st.get(slot) for slot in slots]
         return out
 
-    def hypers(self):
-        """This step's hyperparameters, group after group."""
+    def hypers(self, plan):
+        """This step's hyperparameters, update group after update group."""
         out = []
-        for gi, g in enumerate(self.opt.param_groups):
+        for gi, ps in plan:
+            g = self.opt.param_groups[gi]
             if self.kind == "sgd":
                 out.append(g["lr"])
                 if g["momentum"] != 0:
                     out.append(g["momentum"])
-                    out.append(1.0 if self._first.get(gi) else 1.0 - g["dampening"])
+                    out.append(1.0 if id(ps[0]) in self._first else 1.0 - g["dampening"])
                 if g["weight_decay"] != 0:
                     out.append(g["weight_decay"])
             else:

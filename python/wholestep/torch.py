@@ -14,36 +14,48 @@ says what is supported and what differs from eager torch.
 """
 
 
+import collections
+import math
+import threading
+import warnings
+
 import torch
 
-from . import _C, _capture
-from ._ir import Value, ir_dtype
+from . import _C, _capture, _grad_flow, _guards
+from ._ir import Builder, Value, ir_dtype
 from ._import import Importer
 from ._optim import Optimizer, OptimizerError
 
 Error = _C.Error
 
 _MODES = ("single_graph", "three_graph", "interpret")
+# What a parameter, buffer or optimizer state tensor may be: the step
+# computes in float32 (a float64 model would be rounded silently).
+_PERSISTENT_DTYPES = ("f32", "i64", "bool")
 
 
 def _bound(name, t, what):
     """The _C.Tensor over torch tensor `t`'s storage, or an Error naming it."""
+    _check_bindable(name, t, what)
+    return _C.borrow(t.data_ptr(), ir_dtype(t.dtype), list(t.shape), t)
+
+
+def _check_bindable(name, t, what):
     if not isinstance(t, torch.Tensor):
         raise Error(f"{what} '{name}' is a {type(t).__name__}, not a torch.Tensor")
-    dtype = ir_dtype(t.dtype)
     problems = []
     if t.device.type != "cpu":
         problems.append(f"on {t.device}")
-    if dtype is None:
+    if ir_dtype(t.dtype) not in _PERSISTENT_DTYPES:
         problems.append(f"of dtype {t.dtype}")
     if not t.is_contiguous():
         problems.append("not contiguous")
     if t.requires_grad and t.grad_fn is not None:
         problems.append("the result of a differentiable computation")
     if problems:
+        hint = "; convert the model with model.float()" if t.dtype == torch.float64 else ""
         raise Error(f"{what} '{name}' {list(t.shape)} is {', '.join(problems)}: wholestep binds "
-                    f"float32 (or int64, bool) contiguous CPU tensors")
-    return _C.borrow(t.data_ptr(), dtype, list(t.shape), t)
+                    f"float32 (or int64, bool) contiguous CPU tensors{hint}")
 
 
 def _data_args(args, who):
@@ -56,6 +68,10 @@ def _data_args(args, who):
             raise Error(f"{who}: argument {i} {list(t.shape)} of dtype {t.dtype} on {t.device} "
                         f"(contiguous: {t.is_contiguous()}); wholestep takes contiguous CPU "
                         f"tensors of float32, float64, int64 or bool")
+        if t.numel() == 0:
+            raise Error(f"{who}: argument {i} {list(t.shape)} is empty (a batch of 0 "
+                        f"examples?): wholestep compiles steps over non-empty tensors; skip "
+                        f"empty batches")
         out.append((t.data_ptr(), dtype, list(t.shape)))
     return out
 
@@ -63,9 +79,8 @@ def _data_args(args, who):
 def _model_inputs(params, buffers, trained, types, binding):
     """What the placeholders of a traced model are, in their order (the
     importer's `inputs`): the parameters (role param if their name is in
-    `trained`, else buffer), the buffers, then data arguments of `types`;
-    and example tensors of those types to trace with. Records the bound
-    tensors in `binding`."""
+    `trained`, else buffer), the buffers, then data arguments of `types`.
+    Records the bound tensors in `binding`."""
     binding.tensors.clear()
     inputs = []
     for name, t in params.items():
@@ -75,11 +90,13 @@ def _model_inputs(params, buffers, trained, types, binding):
     for name, t in buffers.items():
         inputs.append(("persistent", "buffer", name, _bound(name, t, "buffer")))
         binding.add(t)
-    examples = []
     for dtype, shape in types:
         inputs.append(("data", dtype, list(shape)))
-        examples.append(torch.empty(shape, dtype=_TORCH_DTYPES[dtype]))
-    return inputs, examples
+    return inputs
+
+
+def _examples(types):
+    return [torch.empty(shape, dtype=_TORCH_DTYPES[dtype]) for dtype, shape in types]
 
 
 def _modes(model):
@@ -103,10 +120,26 @@ class _Binding:
         return all(a is t and t.data_ptr() == p for a, (t, p) in zip(current, self.tensors))
 
 
+class _Entry:
+    """A compiled step: its _C.TrainStep, what it is bound to, the update
+    groups it trains (Optimizer.plan) and the traced ATen graph, which a
+    rebinding of the same key reuses."""
+
+    def __init__(self, step, binding, plan, gm):
+        self.step, self.binding, self.plan, self.gm = step, binding, plan, gm
+
+
+# What a compiled step's key holds, in its order (the recompile warning
+# names the part that changed).
+_KEY_PARTS = ("the input signature", "the optimizer's structure",
+              "a parameter's requires_grad", "a module's attributes or train/eval state")
+
+
 class TrainStep:
     """One training step of a torch model, compiled. Call it with the model's
     inputs then the loss function's targets; returns the loss (a 0-d
-    tensor) computed before the update."""
+    tensor) computed before the update. Calls from several threads run one
+    at a time."""
 
     def __init__(self, model, opt, loss_fn, mode, num_inputs, options):
         if not isinstance(model, torch.nn.Module):
@@ -114,17 +147,31 @@ class TrainStep:
                         f"torch.nn.Module")
         if mode not in _MODES:
             raise Error(f"compile_train_step: mode '{mode}' is not one of {', '.join(_MODES)}")
-        if num_inputs < 0:
-            raise Error(f"compile_train_step: num_inputs must be >= 0, got {num_inputs}")
+        if not isinstance(num_inputs, int) or num_inputs < 0:
+            raise Error(f"compile_train_step: num_inputs must be an int >= 0, got {num_inputs!r}")
+        _guards.check_options(options, "compile_train_step")
+        _guards.check_autocast("compile_train_step")
         try:
             self._opt = Optimizer(opt)
         except OptimizerError as e:
             raise Error(f"compile_train_step: {e}") from None
         self.model, self.optimizer, self.loss_fn = model, opt, loss_fn
         self.mode, self.num_inputs = mode, num_inputs
-        self._options = dict(options, mode=mode)
-        self._steps = {}  # (train/eval modes, optimizer structure) -> (_C.TrainStep, _Binding)
+        # A non-finite loss is reported here, after the step's bookkeeping
+        # (the optimizer's step count, its state kept): the step layer
+        # would raise before it.
+        self._on_nonfinite = options.get("on_nonfinite", "error")
+        nonfinite = "ignore" if self._on_nonfinite == "error" else self._on_nonfinite
+        self._options = dict(options, mode=mode, on_nonfinite=nonfinite)
+        self._max_cached = options.get("max_cached", 8)
+        self._warn_after = options.get("recompile_warning", 8)
+        # key -> _Entry, least recently used first. Each _C.TrainStep
+        # compiles one key, so this bounds them all (max_cached).
+        self._steps = collections.OrderedDict()
+        self._traces = 0
+        self._last_key = None
         self._last = None
+        self._lock = threading.RLock()
         names = {id(p): n for n, p in model.named_parameters()}
         for i, p in enumerate(self._opt.params()):
             if id(p) not in names:
@@ -132,41 +179,78 @@ class TrainStep:
                             f"{list(p.shape)} is not a parameter of the model")
         self._names = names
 
-    # What each compiled step reads, in the order of its inputs.
-    def _persistent(self):
+    def _key(self, data):
         model = self.model
-        opt_params = {id(p): i for i, p in enumerate(self._opt.params())}
-        params = dict(model.named_parameters())
-        buffers = dict(model.named_buffers())
-        order = [n for n, p in params.items() if id(p) in opt_params]
-        return params, buffers, order
+        return (tuple((d, tuple(s)) for _, d, s in data), self._opt.structure(),
+                tuple(p.requires_grad for p in model.parameters()),
+                _guards.module_state(model, "train step"))
 
-    def _compile(self):
-        params, buffers, order = self._persistent()
-        index = {id(params[n]): i for i, n in enumerate(order)}
-        state, undo = self._opt.state(lambda p: self._names[id(p)])
-        try:
-            groups = self._opt.groups(lambda p: index[id(p)])
-            binding = _Binding()
-            compiled = _C.TrainStep(self._tracer(params, buffers, order, state, groups, binding),
-                                    groups, self._options)
-        except BaseException:
-            undo()
-            raise
-        return compiled, binding, undo
-
-    def _tracer(self, params, buffers, order, state, groups, binding):
-        n_in = self.num_inputs
-        loss_fn = self.loss_fn
+    def _program(self):
+        n_in, loss_fn = self.num_inputs, self.loss_fn
 
         def program(model_call, *args):
             return loss_fn(model_call(*args[:n_in]), *args[n_in:])
 
-        def trace(types):
+        return program
+
+    def _compile(self, key, data, old):
+        """A new _Entry for `key` (`old`: the entry of the same key bound to
+        tensors since replaced, whose trace serves), and an undo of the
+        optimizer state it created, for a first step that fails before it
+        runs. Raises before changing anything on an error of the model."""
+        model = self.model
+        params = dict(model.named_parameters())
+        buffers = dict(model.named_buffers())
+        names = {id(p): n for n, p in params.items()}
+        for i, p in enumerate(self._opt.params()):
+            if id(p) not in names:
+                raise Error(f"train step: the optimizer's parameter {i} "
+                            f"('{self._names.get(id(p), '?')}' {list(p.shape)}) is no longer "
+                            f"a parameter of the model (was its module replaced after the "
+                            f"optimizer was made?); make the optimizer and the step again over "
+                            f"the model's parameters")
+        for name, t in params.items():
+            _check_bindable(name, t.detach(), "parameter")
+        for name, t in buffers.items():
+            _check_bindable(name, t, "buffer")
+        types = [(d, s) for _, d, s in data]
+        gm = old.gm if old is not None else _capture.trace(
+            model, dict(params), dict(buffers), self._program(), _examples(types))
+        # Trained: what the optimizer holds and the loss gives a gradient
+        # (torch skips a parameter whose .grad is None: no update, no state).
+        order = list(params)
+        held = {id(p) for p in self._opt.params()}
+        trained = {id(params[order[i]]) for i in _grad_flow.loss_parameters(gm, len(params))}
+        plan = self._opt.plan(trained & held)
+        planned = {id(p) for _, ps in plan for p in ps}
+        trained_names = [n for n, p in params.items() if id(p) in planned]
+        index = {id(params[n]): i for i, n in enumerate(trained_names)}
+        groups = self._opt.groups(plan, lambda p: index[id(p)])
+        state, undo = self._opt.state(plan, lambda p: names[id(p)])
+        try:
+            binding = _Binding()
+            build = self._builder(gm, params, buffers, trained_names, state, groups, types,
+                                  binding)
+            built = [build()]  # import errors before the step layer runs anything
+
+            def trace(called_types):
+                return built.pop() if built else build()
+
+            step = _C.TrainStep(trace, groups, self._options)
+        except BaseException:
+            undo()
+            raise
+        return _Entry(step, binding, plan, gm), undo
+
+    def _builder(self, gm, params, buffers, trained_names, state, groups, types, binding):
+        sync = self._options.get("sync_batch_norm") and self._options.get("data_parallel")
+        world = _C.process_group()[1] if sync else 1
+
+        def build():
             g = _C.Graph()
-            inputs, examples = _model_inputs(params, buffers, set(order), types, binding)
-            # The optimizer's state, group after group, param-major; then
-            # its hyperparameters: the order append_step reads them in.
+            inputs = _model_inputs(params, buffers, set(trained_names), types, binding)
+            # The optimizer's state, update group after group, param-major;
+            # then its hyperparameters: the order append_step reads them in.
             for name, t in state:
                 g.persistent("opt_state", name, _bound(name, t, "optimizer state"))
                 binding.add(t)
@@ -174,44 +258,86 @@ class TrainStep:
             for gi, group in enumerate(groups):
                 for h in group["hyper_names"]:
                     g.hyper(h if gi == 0 else f"group{gi}.{h}")
-            gm = _capture.trace(self.model, dict(params), dict(buffers), program, examples)
-            sync = self._options.get("sync_batch_norm") and self._options.get("data_parallel")
-            loss = Importer(gm, g, inputs, _C.process_group()[1] if sync else 1).run()
+            loss = Importer(gm, g, inputs, world).run()
             if not isinstance(loss, Value) or g.type(loss)[1] != () \
                     or g.type(loss)[0] not in ("f32", "f64"):
                 raise Error("compile_train_step: the loss function must return a 0-d "
                             "floating-point tensor")
+            # The step reads its loss as float32, as it returns it; a
+            # float64 loss's gradient flows back through the conversion.
+            loss = Builder(g, None).convert(loss, "f32")
             g.output("loss", loss, "loss")
             return g.finish()
 
-        return trace
+        return build
 
-    def _current(self):
-        """The tensors a compiled step would bind now, in its binding's order
-        (without creating missing optimizer state: its absence is a change)."""
+    def _current(self, plan):
+        """The tensors a compiled step of `plan` would bind now, in its
+        binding's order (without creating missing optimizer state: its
+        absence is a change)."""
         model = self.model
-        return list(model.parameters()) + list(model.buffers()) + self._opt.state_tensors()
+        return list(model.parameters()) + list(model.buffers()) + self._opt.state_tensors(plan)
+
+    def _counted(self, key):
+        """Counts a trace, warning past recompile_warning with what changed."""
+        self._traces += 1
+        if self._traces > self._warn_after:
+            last = self._last_key
+            changed = [part for part, a, b in zip(_KEY_PARTS, key, last or key) if a != b]
+            why = ("a bound tensor was replaced (p.data = ..., or the optimizer's "
+                   "load_state_dict)" if last == key else ", ".join(changed) or "a new key")
+            warnings.warn(f"wholestep: the train step has been traced {self._traces} times "
+                          f"(this time: {why} changed); each change of the input signature, "
+                          f"train/eval state, module attributes, requires_grad, optimizer "
+                          f"structure or bound tensors traces and compiles again",
+                          RuntimeWarning, stacklevel=3)
 
     def __call__(self, *args):
-        if len(args) < self.num_inputs:
-            raise Error(f"train step: {len(args)} arguments for a model taking "
-                        f"{self.num_inputs} inputs")
-        key = (_modes(self.model), self._opt.structure())
+        _guards.check_autocast("train step")
+        with self._lock:
+            if len(args) < self.num_inputs:
+                raise Error(f"train step: {len(args)} arguments for a model taking "
+                            f"{self.num_inputs} inputs")
+            data = _data_args(args, "train step")
+            key = self._key(data)
+            # Ctrl-C waits for the step's effects to be whole (the update,
+            # the optimizer's state and step count all, or none of them).
+            with _guards.sigint_held():
+                threads = _guards.follow_torch_threads()
+                try:
+                    loss, step_count = self._run(key, data)
+                finally:
+                    _guards.restore_torch_threads(threads)
+        if self._on_nonfinite == "error" and not math.isfinite(loss):
+            raise Error(f"step {step_count}: the loss is {loss}; the step's update has been "
+                        f"applied (as torch's would be). Lower the learning rate or check the "
+                        f"data, or skip such steps (on_nonfinite='skip')")
+        return torch.tensor(loss, dtype=torch.float32)
+
+    def _run(self, key, data):
         entry = self._steps.get(key)
-        if entry is not None and not entry[1].valid(self._current()):
-            entry = None  # a bound tensor was replaced: bind again
-        data = _data_args(args, "train step")
         undo = None
-        if entry is None:
-            compiled, binding, undo = self._compile()
-            entry = self._steps[key] = (compiled, binding)
+        if entry is None or not entry.binding.valid(self._current(entry.plan)):
+            fresh, undo = self._compile(key, data, entry)
+            self._counted(key)
+        else:
+            fresh = None
+            self._steps.move_to_end(key)
+        run = (fresh or entry).step.run
         try:
-            loss, skipped, _ = entry[0].run(data, self._opt.hypers())
+            loss, skipped, step_count = run(data, self._opt.hypers((fresh or entry).plan))
         except BaseException:
             if undo is not None:
-                del self._steps[key]
-                undo()
+                undo()  # it failed before it ran: nothing changed
             raise
+        if fresh is not None:
+            # The replaced entry (rebinding) or the least recently used
+            # goes: at most max_cached compiled steps live.
+            self._steps.pop(key, None)
+            while 0 < self._max_cached <= len(self._steps):
+                self._steps.popitem(last=False)
+            self._steps[key] = entry = fresh
+        self._last_key = key
         if not skipped:
             self._opt.stepped()
             # The count torch's lr schedulers check to see that the
@@ -219,26 +345,29 @@ class TrainStep:
             # optimizer.step to increment it; the compiled step is that step).
             if hasattr(self.optimizer, "_step_count"):
                 self.optimizer._step_count += 1
-        self._last = entry[0]
-        return torch.tensor(loss, dtype=torch.float32)
+        self._last = entry
+        return loss, step_count
 
     def profile(self, *args, steps=10):
         """One step on this batch (compiling it if it is new), then `steps`
         more timed kernel by kernel; all of them train. Returns {"step_ms":
         median, "kernels": [(name, calls, ms, flops)], "programs": [(name,
         ms)], "chrome_trace": JSON}."""
-        self(*args)
-        step = self._step()
-        out = step.profile(_data_args(args, "profile"), self._opt.hypers(), steps)
-        if hasattr(self.optimizer, "_step_count"):
-            self.optimizer._step_count += steps
-        self._opt.stepped()
+        with self._lock:
+            self(*args)
+            entry = self._last
+            with _guards.sigint_held():
+                out = entry.step.profile(_data_args(args, "profile"),
+                                         self._opt.hypers(entry.plan), steps)
+                if hasattr(self.optimizer, "_step_count"):
+                    self.optimizer._step_count += steps
+                self._opt.stepped()
         return out
 
     def _step(self):
         if self._last is None:
             raise Error("the step has not run yet: nothing was compiled")
-        return self._last
+        return self._last.step
 
     def stats(self):
         """Counters of the last step: graphs, kernels, bytes_copied,
@@ -254,9 +383,10 @@ class TrainStep:
         return self._step().partition_report()
 
     def traces(self):
-        """How many times the model was traced (once per input signature,
-        train/eval state and optimizer structure)."""
-        return sum(s.traces() for s, _ in self._steps.values())
+        """How many times the model was traced and compiled (once per input
+        signature, train/eval state, module attributes, requires_grad,
+        optimizer structure, and again when a bound tensor was replaced)."""
+        return self._traces
 
     def gradients(self):
         """three_graph: {parameter name: its gradient in the last step} (a
@@ -295,14 +425,18 @@ def compile_train_step(model, optimizer, loss_fn, mode="single_graph", num_input
 
 
 class Forward:
-    """The model's forward in eval mode, compiled, over the same storage."""
+    """The model's forward in eval mode, compiled, over the same storage.
+    Calls from several threads run one at a time."""
 
     def __init__(self, model):
         if not isinstance(model, torch.nn.Module):
             raise Error(f"compile_forward: model is a {type(model).__name__}, not a "
                         f"torch.nn.Module")
+        _guards.check_autocast("compile_forward")
         self.model = model
-        self._compiled = None
+        self._compiled = None  # (_C.Forward, _Binding, module attributes)
+        self._traces = 0
+        self._lock = threading.RLock()
 
     def _trace(self, binding):
         def trace(types):
@@ -310,11 +444,12 @@ class Forward:
             params = dict(model.named_parameters())
             buffers = dict(model.named_buffers())
             g = _C.Graph()
-            inputs, examples = _model_inputs(params, buffers, (), types, binding)
+            inputs = _model_inputs(params, buffers, (), types, binding)
             modes = [(m, m.training) for m in model.modules()]
             model.eval()
             try:
-                gm = _capture.trace(model, params, buffers, lambda call, *a: call(*a), examples)
+                gm = _capture.trace(model, params, buffers, lambda call, *a: call(*a),
+                                    _examples(types))
             finally:
                 for m, training in modes:
                     m.training = training
@@ -327,11 +462,23 @@ class Forward:
         return trace
 
     def __call__(self, *args):
-        current = list(self.model.parameters()) + list(self.model.buffers())
-        if self._compiled is None or not self._compiled[1].valid(current):
-            binding = _Binding()
-            self._compiled = (_C.Forward(self._trace(binding)), binding)
-        out = self._compiled[0].run(_data_args(args, "forward"))
+        _guards.check_autocast("forward")
+        with self._lock:
+            data = _data_args(args, "forward")
+            # The forward traces in eval mode whatever the modules' modes:
+            # their attributes but `training` decide what it traced.
+            attrs = _guards.module_state(self.model, "forward", training=False)
+            current = list(self.model.parameters()) + list(self.model.buffers())
+            if self._compiled is None or self._compiled[2] != attrs \
+                    or not self._compiled[1].valid(current):
+                binding = _Binding()
+                self._compiled = (_C.Forward(self._trace(binding)), binding, attrs)
+            with _guards.sigint_held():
+                threads = _guards.follow_torch_threads()
+                try:
+                    out = self._compiled[0].run(data)
+                finally:
+                    _guards.restore_torch_threads(threads)
         return torch.from_numpy(out)
 
 
@@ -349,8 +496,9 @@ def process_group():
 
 def set_num_threads(n):
     """Threads of the pool wholestep and oneDNN share (torch's too, when it
-    uses the same OpenMP runtime, as Debian's does)."""
-    _C.set_num_threads(n)
+    uses the same OpenMP runtime, as Debian's does). A later
+    torch.set_num_threads(n) sets it too."""
+    _guards.set_num_threads(n)
 
 
 __all__ = ["compile_train_step", "compile_forward", "TrainStep", "Forward", "Error",

@@ -1,0 +1,150 @@
+"""What a compiled step checks around each call: its options' types, state
+of the Python program a trace read (module attributes, hooks, autocast),
+the user's torch thread count, and Ctrl-C held back while a call changes
+the model's and the optimizer's state."""
+
+import contextlib
+import signal
+import threading
+
+import torch
+
+from . import _C
+
+Error = _C.Error
+
+# The step options and their types (src/frontend/torch/steps.cpp reads them).
+_BOOL, _INT, _NUMBER = "a bool", "an int", "a number"
+_OPTIONS = {"fuse": _BOOL, "recompute": _BOOL, "memory_budget": _NUMBER, "aliasing": _BOOL,
+            "detect_anomaly": _BOOL, "max_cached": _INT, "recompile_warning": _INT,
+            "adapt_threads": _BOOL, "data_parallel": _BOOL, "bucket_bytes": _INT,
+            "sync_batch_norm": _BOOL, "on_nonfinite": ("error", "skip", "ignore")}
+
+
+def _has_type(value, expected):
+    if isinstance(expected, tuple):
+        return value in expected
+    if expected == _BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or expected == _NUMBER and isinstance(value, float)
+
+
+def check_options(options, who):
+    """Raises an Error naming an unknown option or one of the wrong type."""
+    for name, value in options.items():
+        expected = _OPTIONS.get(name)
+        if expected is None:
+            raise Error(f"{who}: unknown option '{name}'; the options are "
+                        f"{', '.join(sorted(_OPTIONS))}")
+        if not _has_type(value, expected):
+            want = (" or ".join(repr(v) for v in expected) if isinstance(expected, tuple)
+                    else expected)
+            raise Error(f"{who}: option {name}={value!r} ({type(value).__name__}); it must be "
+                        f"{want}")
+
+
+def check_autocast(who):
+    """Mixed precision would change which ops run in which dtype: the
+    compiled step is float32 throughout."""
+    if torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled():
+        raise Error(f"{who}: called inside torch.autocast: wholestep does not support mixed "
+                    f"precision (the step computes in float32); call it outside autocast")
+
+
+# A module's own attributes torch keeps (hook tables, parameter dicts,
+# flags): not the model's settings. `training` is one of them, but a trace
+# depends on it.
+_TORCH_ATTRS = frozenset(torch.nn.Module().__dict__) - {"training"}
+_SCALARS = (bool, int, float, str, type(None))
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+
+
+def _plain(v):
+    return isinstance(v, _SCALARS) or isinstance(v, tuple) and all(_plain(e) for e in v)
+
+
+def module_state(model, who, training=True):
+    """The plain Python attributes (numbers, strings, None, tuples of them)
+    of every submodule: the settings a forward reads as Python values
+    (Dropout.p, BatchNorm.momentum and eps, a user's flags), which a trace
+    freezes; a change must trace again. Raises an Error for a module with a
+    hook: a hook would run once, on the tracer's fake tensors. `training`
+    False: without the modules' train/eval flags."""
+    out = []
+    for path, m in model.named_modules():
+        d = m.__dict__
+        for hooks in _HOOKS:
+            if d.get(hooks):
+                kind = hooks.strip("_").replace("_", " ")[:-1]
+                raise Error(f"{who}: module {path or '(the model)'} "
+                            f"({type(m).__module__}.{type(m).__qualname__}) has a {kind}: "
+                            f"wholestep traces the forward once, so the hook would not run at "
+                            f"each step; remove it (its handle's remove()) before the step runs")
+        out.append(tuple((k, v) for k, v in d.items()
+                         if k not in _TORCH_ATTRS and _plain(v) and (training or k != "training")))
+    return tuple(out)
+
+
+def check_global_hooks(who):
+    """Hooks registered for every module (torch.nn.modules.module's
+    register_module_forward_hook) would run once, at the trace."""
+    mod = torch.nn.modules.module
+    for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                 "_global_backward_hooks"):
+        if getattr(mod, name, None):
+            raise Error(f"{who}: a global module hook is registered ({name[1:]}): it would run "
+                        f"once, at the trace, not at each step; remove it before compiling")
+
+
+# torch.get_num_threads() as it was after our last call or set: a different
+# value now is the user's torch.set_num_threads(n), which our pool follows.
+_torch_threads = torch.get_num_threads()
+
+
+def follow_torch_threads():
+    """Sets the pool wholestep and oneDNN share to the user's
+    torch.set_num_threads(n), if it changed since; returns torch's count,
+    to restore after the call (a step sets the OpenMP runtime's, which
+    torch reads, to its own team)."""
+    global _torch_threads
+    n = torch.get_num_threads()
+    if n != _torch_threads:
+        _C.set_num_threads(n)
+        _torch_threads = n
+    return n
+
+
+def restore_torch_threads(n):
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+def set_num_threads(n):
+    global _torch_threads
+    _C.set_num_threads(n)
+    _torch_threads = torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def sigint_held():
+    """Ctrl-C (SIGINT) waits until the block ends, then raises
+    KeyboardInterrupt: a block that changes the model's and the optimizer's
+    state does so whole (and torch's tracer aborts the process on a
+    KeyboardInterrupt). Only the main thread receives signals; elsewhere a
+    no-op."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is None:  # installed outside Python
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])  # torch's default: raises KeyboardInterrupt
+        elif caught and previous != signal.SIG_IGN:
+            raise KeyboardInterrupt

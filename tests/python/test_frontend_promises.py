@@ -1,0 +1,361 @@
+"""wholestep.torch keeps eager torch's promises, or refuses with a
+wholestep.Error before anything changes: frozen and unused parameters,
+calls from several threads, float64 losses, no_grad inside the forward, a
+failed first step, Python state the trace read, rebinding, schedulers,
+odd arguments, options, autocast and threads."""
+
+import copy
+import os
+import signal
+import threading
+
+import pytest
+import torch
+
+import wholestep
+import wholestep.torch as wst
+from wholestep import _capture
+
+nn = torch.nn
+F = nn.functional
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def batch(seed=0, n=8, classes=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 8, generator=g), torch.randint(0, classes, (n,), generator=g)
+
+
+def eager_step(model, opt, x, y, loss_fn=F.cross_entropy):
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def run_both(make, make_opt, steps=4, loss_fn=F.cross_entropy, prepare=None, each=None):
+    """`steps` steps eager and compiled from the same start: [(losses,
+    model, opt)] for eager then compiled. `prepare(model)` runs before
+    the optimizer is made, `each(model, opt, i)` before each step."""
+    runs = []
+    for compiled in (False, True):
+        model = make()
+        if prepare:
+            prepare(model)
+        opt = make_opt(model)
+        step = wst.compile_train_step(model, opt, loss_fn) if compiled else None
+        losses = []
+        for i in range(steps):
+            if each:
+                each(model, opt, i)
+            x, y = batch(i)
+            losses.append(float(step(x, y)) if compiled else eager_step(model, opt, x, y,
+                                                                       loss_fn))
+        runs.append((losses, model, opt))
+    return runs
+
+
+def assert_same_state(eager, compiled, rtol=1e-4, atol=1e-6):
+    (l0, m0, o0), (l1, m1, o1) = eager, compiled
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    for k, v in m0.state_dict().items():
+        torch.testing.assert_close(m1.state_dict()[k], v, rtol=rtol, atol=atol, msg=k)
+    s0, s1 = o0.state_dict(), o1.state_dict()
+    assert s1["param_groups"] == s0["param_groups"]
+    assert sorted(s1["state"]) == sorted(s0["state"])  # no state for a skipped parameter
+    for i, st in s0["state"].items():
+        assert list(s1["state"][i]) == list(st)
+        for k, v in st.items():
+            torch.testing.assert_close(s1["state"][i][k], v, rtol=rtol, atol=atol)
+
+
+# ------------------------------------------------------------- 1. frozen parameters
+
+OPTIMIZERS = [
+    lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1),
+    lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1),
+]
+
+
+@pytest.mark.parametrize("make_opt", OPTIMIZERS, ids=["sgd_momentum_decay", "adamw"])
+def test_a_frozen_parameter_is_not_updated_and_gets_no_state_as_in_eager(make_opt):
+    def freeze(model):
+        model[0].weight.requires_grad_(False)
+
+    eager, compiled = run_both(mlp, make_opt, prepare=freeze)
+    before = mlp()[0].weight
+    assert torch.equal(compiled[1][0].weight, before)
+    assert compiled[1][0].weight not in compiled[2].state
+    assert_same_state(eager, compiled)
+
+
+class AuxHead(nn.Module):
+    """A head the loss does not use: eager torch leaves its .grad None."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 4)
+        self.aux = nn.Linear(16, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        self.aux(h)  # computed, never part of the loss
+        return self.head(h)
+
+
+@pytest.mark.parametrize("make_opt", OPTIMIZERS, ids=["sgd_momentum_decay", "adamw"])
+def test_a_parameter_the_loss_does_not_use_is_not_decayed_as_in_eager(make_opt):
+    def make():
+        torch.manual_seed(0)
+        return AuxHead()
+
+    eager, compiled = run_both(make, make_opt)
+    assert torch.equal(compiled[1].aux.weight, make().aux.weight)
+    assert_same_state(eager, compiled)
+
+
+def test_unfreezing_a_parameter_recompiles_and_trains_it_as_in_eager():
+    def toggle(model, opt, i):
+        model[0].weight.requires_grad_(i >= 2)
+
+    make_opt = OPTIMIZERS[0]
+    eager, compiled = run_both(mlp, make_opt, steps=5, each=toggle)
+    assert_same_state(eager, compiled)
+
+
+# ------------------------------------------------------------- 2. threads
+
+def test_calls_from_two_threads_run_one_at_a_time_and_all_count():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    calls, losses, errors = 200, [], []
+
+    def work(seed):
+        try:
+            for i in range(calls):
+                losses.append(float(step(*batch(seed * calls + i))))
+        except BaseException as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(losses) == 2 * calls and all(torch.isfinite(torch.tensor(losses)))
+    for p in model.parameters():
+        assert int(opt.state[p]["step"]) == 2 * calls
+
+
+class Waits(nn.Module):
+    """Waits (a bounded time) for `wait` while it is traced, then sets `done`."""
+
+    def __init__(self, wait, done):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.wait, self.done = wait, done
+
+    def forward(self, x):
+        self.done.set()
+        self.wait.wait(0.5)
+        return self.fc(x)
+
+
+def test_two_threads_tracing_at_once_leave_torch_fx_unpatched():
+    # Interleaved, unserialized: A patches, B patches over A's patch, A
+    # restores torch's, B restores A's patch.
+    original = torch.fx.Graph.create_node
+    a_tracing, b_tracing, a_done = threading.Event(), threading.Event(), threading.Event()
+    models = {"a": Waits(b_tracing, a_tracing), "b": Waits(a_done, b_tracing)}
+    errors = []
+
+    def work(name):
+        try:
+            model = models[name]
+            step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                          F.cross_entropy)
+            step(*batch())
+            if name == "a":
+                a_done.set()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in "ab"]
+    threads[0].start()
+    a_tracing.wait(5)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert torch.fx.Graph.create_node is original
+
+
+# ------------------------------------------------------------- 3. float64
+
+def test_a_float64_loss_is_returned_as_eager_computes_it():
+    def loss_fn(out, y):
+        return F.cross_entropy(out.double(), y)
+
+    eager, compiled = run_both(mlp, OPTIMIZERS[0], loss_fn=loss_fn)
+    assert_same_state(eager, compiled)
+
+
+def test_a_nan_float64_loss_is_seen_by_on_nonfinite_error():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = wst.compile_train_step(model, opt, lambda o, y: F.mse_loss(o.double(), y))
+    x, y = batch()
+    target = torch.full((8, 4), float("nan"), dtype=torch.float64)
+    with pytest.raises(wholestep.Error, match="the loss is nan"):
+        step(x, target)
+
+
+def test_a_float64_model_is_refused_before_anything_runs():
+    model = mlp().double()
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    x, y = batch()
+    with pytest.raises(wholestep.Error, match=r"parameter '0.weight' \[16, 8\] is of dtype "
+                                              r"torch.float64.*model.float\(\)"):
+        step(x.double(), y)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert not opt.state
+
+
+# ------------------------------------------------------------- 4. no_grad in forward
+
+class NoGradScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        with torch.no_grad():
+            s = h.pow(2).mean() + 1  # the line the error names
+        return h / s
+
+
+def test_no_grad_inside_forward_is_refused_naming_the_module_and_line():
+    torch.manual_seed(0)
+    model = nn.Sequential(NoGradScale())
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    import inspect
+    line = inspect.getsourcelines(NoGradScale.forward)[1] + 3
+    with pytest.raises(wholestep.Error) as e:
+        step(*batch())
+    assert "torch.no_grad()" in str(e.value) and "not supported" in str(e.value)
+    assert "in module 0 " in str(e.value) and f"{__file__}:{line}" in str(e.value)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert not opt.state
+
+
+def test_no_grad_on_values_without_parameters_and_a_no_grad_caller_train_as_eager():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            with torch.no_grad():
+                s = x.pow(2).mean() + 1  # no parameter in it: nothing to stop
+            return self.fc(x) / s
+
+    def make():
+        torch.manual_seed(0)
+        return Scaled()
+
+    eager, compiled = run_both(make, OPTIMIZERS[0])
+    assert_same_state(eager, compiled)
+    with torch.no_grad():  # the caller's mode is not the model's
+        compiled_loss = float(wst.compile_train_step(
+            compiled[1], compiled[2], F.cross_entropy)(*batch(9)))
+    assert compiled_loss == pytest.approx(eager_step(eager[1], eager[2], *batch(9)), rel=1e-5)
+
+
+# ------------------------------------------------------------- 5. a failed first step
+
+def test_a_nan_first_step_keeps_the_update_and_the_state_together():
+    x, y = batch()
+    x[0, 0] = float("nan")
+    runs = []
+    for compiled in (False, True):
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        if compiled:
+            step = wst.compile_train_step(model, opt, F.cross_entropy, on_nonfinite="error")
+            with pytest.raises(wholestep.Error, match="the loss is nan"):
+                step(x, y)
+            assert step.traces() == 1
+        else:
+            eager_step(model, opt, x, y)
+        runs.append(([], model, opt))
+    eager, compiled = runs
+    assert all(torch.isnan(p).any() for p in compiled[1].parameters())  # the update was applied
+    for p in compiled[1].parameters():
+        assert "momentum_buffer" in compiled[2].state[p]  # and its state kept
+    # Eager's NaNs exactly where ours are, and the next step runs on both.
+    for a, b in zip(eager[1].parameters(), compiled[1].parameters()):
+        assert torch.equal(torch.isnan(a), torch.isnan(b))
+    assert sorted(eager[2].state_dict()["state"]) == sorted(compiled[2].state_dict()["state"])
+
+
+def test_a_first_step_that_fails_before_running_changes_nothing(monkeypatch):
+    model = mlp()
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as a Ctrl-C inside the compile would be
+
+    monkeypatch.setattr(wst, "Importer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        step(*batch())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert not opt.state
+    monkeypatch.undo()
+    step(*batch())  # and the next call compiles and trains
+    assert all(int(opt.state[p]["step"]) == 1 for p in model.parameters())
+
+
+def test_ctrl_c_while_tracing_is_raised_after_the_whole_first_step(monkeypatch):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    reference = mlp()
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    eager_step(reference, ref_opt, *batch())
+    trace = _capture.trace
+
+    def trace_then_ctrl_c(*args, **kwargs):
+        gm = trace(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # delivered while the step is being made
+        return gm
+
+    monkeypatch.setattr(_capture, "trace", trace_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        step(*batch())
+    # The KeyboardInterrupt came after the step: its update, state and count are whole.
+    for a, b in zip(reference.parameters(), model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        assert "momentum_buffer" in opt.state[b]
+    monkeypatch.undo()
+    eager_step(reference, ref_opt, *batch(1))
+    step(*batch(1))
+    for a, b in zip(reference.parameters(), model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
