@@ -49,7 +49,10 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
     if (!live[size_t(v)]) continue;
     ir::Node n = g.node(v);
     for (ValueId& a : n.args) a = map[size_t(a)];
-    if (n.op != ir::Op::input) {
+    // Inputs are never merged, nor nodes with a body (fusions): their
+    // values are their bodies', which the key does not hold (two constant
+    // fusions with no operands were one value).
+    if (n.op != ir::Op::input && !n.body) {
       Key key{n.op, n.args, n.attrs, n.type};
       if (auto it = seen.find(key); it != seen.end()) {
         map[size_t(v)] = it->second;
