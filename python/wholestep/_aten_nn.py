@@ -207,7 +207,13 @@ def _nll_loss(b, node, logp, target, weight, reduction, ignore_index):
 
 @aten("mse_loss.default")
 def _mse_loss(b, node, x, y, reduction=1):
-    d = b.binary("sub", x, y, out_dtype(node))  # torch promotes (float32 and float64: float64)
+    if b.dtype(x) != b.dtype(y):
+        # torch computes the loss in the wider dtype but its backward then
+        # fails ("Found dtype Double but expected Float"): refused alike.
+        raise Unsupported(f"mse_loss of {b.dtype(x)}{b.shape(x)} and {b.dtype(y)}{b.shape(y)}: "
+                          f"eager torch cannot differentiate it either; give both one dtype "
+                          f"(a float32 target: .float())")
+    d = b.binary("sub", x, y)
     sq = b.op("mul", [d, d])
     if reduction == 0:
         return sq

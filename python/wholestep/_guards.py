@@ -3,6 +3,7 @@ of the Python program a trace read (module attributes, hooks, autocast),
 the user's torch thread count, and Ctrl-C held back while a call changes
 the model's and the optimizer's state."""
 
+import _signal  # signal's functions without its enum wrapping: this runs every call
 import contextlib
 import signal
 import threading
@@ -57,34 +58,50 @@ def check_autocast(who):
 # flags): not the model's settings. `training` is one of them, but a trace
 # depends on it.
 _TORCH_ATTRS = frozenset(torch.nn.Module().__dict__) - {"training"}
-_SCALARS = (bool, int, float, str, type(None))
+_SCALARS = frozenset((bool, int, float, str, type(None)))
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
 
 
 def _plain(v):
-    return isinstance(v, _SCALARS) or isinstance(v, tuple) and all(_plain(e) for e in v)
+    t = type(v)
+    return t in _SCALARS or t is tuple and all(_plain(e) for e in v)
+
+
+def _modules(m, out):
+    # model.modules() without its paths and set: this runs before each call.
+    out.append(m)
+    for child in m._modules.values():
+        if child is not None:
+            _modules(child, out)
+    return out
 
 
 def module_state(model, who, training=True):
     """The plain Python attributes (numbers, strings, None, tuples of them)
-    of every submodule: the settings a forward reads as Python values
-    (Dropout.p, BatchNorm.momentum and eps, a user's flags), which a trace
-    freezes; a change must trace again. Raises an Error for a module with a
-    hook: a hook would run once, on the tracer's fake tensors. `training`
-    False: without the modules' train/eval flags."""
+    of every submodule, with its class: the settings a forward reads as
+    Python values (Dropout.p, BatchNorm.momentum and eps, a user's flags),
+    which a trace freezes; a change must trace again. Raises an Error for a
+    module with a hook: a hook would run once, on the tracer's fake
+    tensors. `training` False: without the modules' train/eval flags."""
     out = []
-    for path, m in model.named_modules():
+    for m in _modules(model, []):
         d = m.__dict__
-        for hooks in _HOOKS:
-            if d.get(hooks):
-                kind = hooks.strip("_").replace("_", " ")[:-1]
-                raise Error(f"{who}: module {path or '(the model)'} "
-                            f"({type(m).__module__}.{type(m).__qualname__}) has a {kind}: "
-                            f"wholestep traces the forward once, so the hook would not run at "
-                            f"each step; remove it (its handle's remove()) before the step runs")
-        out.append(tuple((k, v) for k, v in d.items()
-                         if k not in _TORCH_ATTRS and _plain(v) and (training or k != "training")))
+        if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]:
+            _hook_error(model, m, who)
+        out.append(type(m))
+        out.append(tuple([(k, v) for k, v in d.items()
+                          if k not in _TORCH_ATTRS and _plain(v)
+                          and (training or k != "training")]))
     return tuple(out)
+
+
+def _hook_error(model, module, who):
+    path = next(p for p, m in model.named_modules() if m is module)
+    kind = next(h for h in _HOOKS if module.__dict__[h]).strip("_").replace("_", " ")[:-1]
+    raise Error(f"{who}: module {path or '(the model)'} "
+                f"({type(module).__module__}.{type(module).__qualname__}) has a {kind}: "
+                f"wholestep traces the forward once, so the hook would not run at each step; "
+                f"remove it (its handle's remove()) before the step runs")
 
 
 def check_global_hooks(who):
@@ -135,16 +152,16 @@ def sigint_held():
     KeyboardInterrupt). Only the main thread receives signals; elsewhere a
     no-op."""
     if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is None:  # installed outside Python
+            or _signal.getsignal(signal.SIGINT) is None:  # installed outside Python
         yield
         return
     caught = []
-    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(frame))
+    previous = _signal.signal(signal.SIGINT, lambda sig, frame: caught.append(frame))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _signal.signal(signal.SIGINT, previous)
         if caught and callable(previous):
-            previous(signal.SIGINT, caught[0])  # torch's default: raises KeyboardInterrupt
+            previous(signal.SIGINT, caught[0])  # Python's default: raises KeyboardInterrupt
         elif caught and previous != signal.SIG_IGN:
             raise KeyboardInterrupt

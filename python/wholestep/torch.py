@@ -179,11 +179,10 @@ class TrainStep:
                             f"{list(p.shape)} is not a parameter of the model")
         self._names = names
 
-    def _key(self, data):
-        model = self.model
+    def _key(self, data, params):
         return (tuple((d, tuple(s)) for _, d, s in data), self._opt.structure(),
-                tuple(p.requires_grad for p in model.parameters()),
-                _guards.module_state(model, "train step"))
+                tuple([p.requires_grad for p in params]),
+                _guards.module_state(self.model, "train step"))
 
     def _program(self):
         n_in, loss_fn = self.num_inputs, self.loss_fn
@@ -271,12 +270,11 @@ class TrainStep:
 
         return build
 
-    def _current(self, plan):
-        """The tensors a compiled step of `plan` would bind now, in its
-        binding's order (without creating missing optimizer state: its
-        absence is a change)."""
-        model = self.model
-        return list(model.parameters()) + list(model.buffers()) + self._opt.state_tensors(plan)
+    def _current(self, params, plan):
+        """The tensors a compiled step of `plan` would bind now (`params`:
+        the model's), in its binding's order (without creating missing
+        optimizer state: its absence is a change)."""
+        return params + list(self.model.buffers()) + self._opt.state_tensors(plan)
 
     def _counted(self, key):
         """Counts a trace, warning past recompile_warning with what changed."""
@@ -299,13 +297,14 @@ class TrainStep:
                 raise Error(f"train step: {len(args)} arguments for a model taking "
                             f"{self.num_inputs} inputs")
             data = _data_args(args, "train step")
-            key = self._key(data)
+            params = list(self.model.parameters())
+            key = self._key(data, params)
             # Ctrl-C waits for the step's effects to be whole (the update,
             # the optimizer's state and step count all, or none of them).
             with _guards.sigint_held():
                 threads = _guards.follow_torch_threads()
                 try:
-                    loss, step_count = self._run(key, data)
+                    loss, step_count = self._run(key, data, params)
                 finally:
                     _guards.restore_torch_threads(threads)
         if self._on_nonfinite == "error" and not math.isfinite(loss):
@@ -314,10 +313,10 @@ class TrainStep:
                         f"data, or skip such steps (on_nonfinite='skip')")
         return torch.tensor(loss, dtype=torch.float32)
 
-    def _run(self, key, data):
+    def _run(self, key, data, params):
         entry = self._steps.get(key)
         undo = None
-        if entry is None or not entry.binding.valid(self._current(entry.plan)):
+        if entry is None or not entry.binding.valid(self._current(params, entry.plan)):
             fresh, undo = self._compile(key, data, entry)
             self._counted(key)
         else:

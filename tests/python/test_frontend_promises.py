@@ -359,3 +359,243 @@ def test_ctrl_c_while_tracing_is_raised_after_the_whole_first_step(monkeypatch):
     step(*batch(1))
     for a, b in zip(reference.parameters(), model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------- 6. Python state the trace read
+
+class Scaled(nn.Module):
+    """Reads a plain Python attribute in its forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.out = nn.Linear(16, 4)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.out(torch.relu(self.bn(self.fc(x)))) * self.scale
+
+
+def test_changed_module_attributes_retrace_and_match_eager():
+    def make():
+        torch.manual_seed(0)
+        return Scaled()
+
+    def change(model, opt, i):
+        if i == 2:
+            model.scale = 0.5
+            model.bn.momentum, model.bn.eps = 0.5, 1e-2
+
+    eager, compiled = run_both(make, OPTIMIZERS[0], steps=4, each=change)
+    assert_same_state(eager, compiled)
+
+
+def test_a_dropout_probability_change_retraces():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.0), nn.Linear(16, 4))
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    step(*batch())
+    step(*batch(1))
+    assert step.traces() == 1
+    model[1].p = 0.5
+    step(*batch(2))
+    assert step.traces() == 2
+
+
+@pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook"])
+def test_a_module_hook_is_refused_naming_the_module(kind):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    step(*batch())
+    hook = (lambda m, i, o: None) if kind == "forward_hook" else (lambda m, i: None)
+    handle = getattr(model[2], f"register_{kind}")(hook)
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(wholestep.Error, match=rf"module 2 \(torch.nn.modules.linear.Linear\) "
+                                              rf"has a {kind.replace('_', ' ')}"):
+        step(*batch(1))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    handle.remove()
+    step(*batch(1))
+    assert step.traces() == 1
+
+
+# ------------------------------------------------------------- 7. rebinding
+
+def test_rebinding_every_step_is_counted_warned_and_keeps_one_compiled_step(monkeypatch):
+    """An EMA-style swap of p.data before each step, as eager torch does it."""
+    traced = []
+    trace = _capture.trace
+    monkeypatch.setattr(_capture, "trace", lambda *a, **k: traced.append(1) or trace(*a, **k))
+
+    def swap(model, opt, i):
+        for p in model.parameters():
+            p.data = p.data.clone() * 0.99
+
+    runs = []
+    for compiled in (False, True):
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step = wst.compile_train_step(model, opt, F.cross_entropy, recompile_warning=3)
+        losses = []
+        for i in range(6):
+            swap(model, opt, i)
+            if not compiled:
+                losses.append(eager_step(model, opt, *batch(i)))
+            elif i < 3:
+                losses.append(float(step(*batch(i))))
+            else:
+                with pytest.warns(RuntimeWarning, match="a bound tensor was replaced"):
+                    losses.append(float(step(*batch(i))))
+        runs.append((losses, model, opt))
+    assert_same_state(*runs)
+    assert step.traces() == 6
+    assert len(step._steps) == 1  # the replaced compiled steps are freed
+    assert len(traced) == 1  # the same trace, bound to the new tensors
+
+
+def test_max_cached_bounds_the_compiled_steps_and_traces_counts_all():
+    model = mlp()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy, max_cached=2)
+    for n in (2, 3, 4, 2):
+        step(*batch(n=n))
+    assert step.traces() == 4 and len(step._steps) == 2
+
+
+# ------------------------------------------------------------- 8. the rest
+
+def test_one_cycle_lr_cycling_sgd_momentum_matches_eager_without_recompiling():
+    runs = []
+    for compiled in (False, True):
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=6)
+        step = wst.compile_train_step(model, opt, F.cross_entropy) if compiled else None
+        losses = []
+        for i in range(5):
+            x, y = batch(i)
+            losses.append(float(step(x, y)) if compiled else eager_step(model, opt, x, y))
+            sched.step()
+        runs.append((losses, model, opt))
+    assert opt.param_groups[0]["momentum"] != 0.9  # it cycled
+    assert step.traces() == 1
+    assert_same_state(*runs)
+
+
+def test_a_swalr_scheduler_made_before_the_step_is_accepted():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.optim.swa_utils.SWALR(opt, swa_lr=0.05)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    assert torch.isfinite(step(*batch()))
+
+
+def test_an_empty_batch_is_an_error_naming_the_argument():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    with pytest.raises(wholestep.Error, match=r"argument 0 \[0, 8\] is empty"):
+        step(torch.zeros(0, 8), torch.zeros(0, dtype=torch.int64))
+    assert not opt.state
+
+
+def test_float64_targets_and_an_unbatched_input_train_as_eager():
+    def make():
+        torch.manual_seed(0)
+        return nn.Linear(8, 4)
+
+    def make_opt(model):
+        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def promoted(out, y):
+        return (out - y).pow(2).mean()  # float64, as torch promotes it
+
+    g = torch.Generator().manual_seed(0)
+    for x, y, loss_fn in (
+            (torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g).double(), promoted),
+            (torch.randn(8, generator=g), torch.randn(4, generator=g), F.mse_loss)):
+        runs = []
+        for compiled in (False, True):
+            model = make()
+            opt = make_opt(model)
+            step = wst.compile_train_step(model, opt, loss_fn) if compiled else None
+            losses = [float(step(x, y)) if compiled else eager_step(model, opt, x, y, loss_fn)
+                      for _ in range(3)]
+            runs.append((losses, model, opt))
+        assert_same_state(*runs)
+
+
+def test_mse_loss_of_a_float64_target_is_refused_as_eager_fails_on_it():
+    model = nn.Linear(8, 4)
+    x, y = torch.randn(8, 8), torch.randn(8, 4).double()
+    with pytest.raises(RuntimeError, match="Found dtype Double but expected Float"):
+        F.mse_loss(model(x), y).backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.mse_loss)
+    with pytest.raises(wholestep.Error, match=r"mse_loss of f32\[8, 4\] and f64\[8, 4\].*"
+                                              r"\.float\(\)"):
+        step(x, y)
+    assert not opt.state
+
+
+def test_a_submodule_replaced_after_the_optimizer_is_an_error_naming_the_parameter():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    step(*batch())
+    model[2] = nn.Linear(16, 4)
+    with pytest.raises(wholestep.Error, match=r"parameter 2 \('2.weight' \[4, 16\]\) is no "
+                                              r"longer a parameter of the model"):
+        step(*batch())
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"fuse": "no"}, r"option fuse='no' \(str\); it must be a bool"),
+    ({"max_cached": 2.5}, r"option max_cached=2.5 \(float\); it must be an int"),
+    ({"on_nonfinite": "warn"}, r"option on_nonfinite='warn'.*'error' or 'skip' or 'ignore'"),
+    ({"fusion": True}, r"unknown option 'fusion'; the options are adapt_threads"),
+], ids=["fuse", "max_cached", "on_nonfinite", "unknown"])
+def test_wrong_options_are_errors_naming_the_option_and_its_type(options, message):
+    model = mlp()
+    with pytest.raises(wholestep.Error, match=message):
+        wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                               F.cross_entropy, **options)
+
+
+def test_autocast_is_refused_at_compile_and_at_a_call():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.autocast("cpu"):
+        with pytest.raises(wholestep.Error, match="mixed precision"):
+            wst.compile_train_step(model, opt, F.cross_entropy)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    step(*batch())
+    before = copy.deepcopy(model.state_dict())
+    with torch.autocast("cpu"), pytest.raises(wholestep.Error, match="inside torch.autocast"):
+        step(*batch(1))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_the_pool_follows_torch_set_num_threads():
+    saved = torch.get_num_threads(), wholestep._C.num_threads()
+    try:
+        model = mlp()
+        step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                      F.cross_entropy)
+        predict = wst.compile_forward(model)
+        wst.set_num_threads(2)
+        torch.set_num_threads(1)
+        step(*batch())
+        assert wholestep._C.num_threads() == 1
+        assert torch.get_num_threads() == 1  # the step's team does not leak into torch's
+        torch.set_num_threads(2)
+        predict(batch()[0])
+        assert wholestep._C.num_threads() == 2
+    finally:
+        torch.set_num_threads(saved[0])
+        wst.set_num_threads(saved[1])
