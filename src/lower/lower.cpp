@@ -365,13 +365,23 @@ class Lowering {
         for (size_t i = 0; i < pk.ins.size(); ++i) {
           if (acc >= 0 && int64_t(i) != acc) continue;
           const ValueId a = pk.ins[i];
-          if (donated[i] || pk.scalar[i] || pk.through[i] || pk.in_offsets[i] != 0 ||
-              owner[size_t(a)] == ir::kNoValue || last[size_t(a)] != int64_t(k) ||
-              g_.type(a).bytes() != g_.type(out).bytes() ||
-              (n.op == Op::fusion && !fused_overwrites(pk, out, i)))
+          if (owner[size_t(a)] == ir::kNoValue || last[size_t(a)] != int64_t(k) ||
+              g_.type(a).bytes() != g_.type(out).bytes())
             continue;
+          // Every operand the kernel reads from that value (views of one
+          // value are several operands) must allow the overwrite, and none
+          // may have been given to another result (two results of a fusion
+          // were written into one block); a product reads it only as its
+          // accumulator.
+          bool ok = true;
+          for (size_t i2 = 0; i2 < pk.ins.size() && ok; ++i2)
+            ok = pk.ins[i2] != a ||
+                 ((acc < 0 || int64_t(i2) == acc) && !donated[i2] && !pk.scalar[i2] &&
+                  !pk.through[i2] && pk.in_offsets[i2] == 0 &&
+                  (n.op != Op::fusion || fused_overwrites(pk, out, i2)));
+          if (!ok) continue;
           owner[size_t(out)] = owner[size_t(a)];
-          donated[i] = true;
+          for (size_t i2 = 0; i2 < pk.ins.size(); ++i2) donated[i2] = donated[i2] || pk.ins[i2] == a;
           break;
         }
       });
