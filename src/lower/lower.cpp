@@ -184,6 +184,11 @@ class Lowering {
       k.scalar = scalar[size_t(v)];
       k.through = through[size_t(v)];
       const ir::Node& n = g_.node(v);
+      // A transpose its product writes is read where it lies, not through
+      // the product (which has no storage of its own).
+      for (size_t i = 0; i < n.args.size(); ++i)
+        if (k.through[i] && written_into[size_t(g_.node(n.args[i]).args[0])] == n.args[i])
+          k.through[i] = false;
       std::vector<ir::Type> in_types;
       for (size_t i = 0; i < n.args.size(); ++i) {
         const ValueId a = n.args[i];
