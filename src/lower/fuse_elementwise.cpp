@@ -117,6 +117,12 @@ class Fuser {
     ++epoch_;
     ValueId min_id = v;
     for (ValueId m : members) mark_[size_t(m)] = epoch_, min_id = std::min(min_id, m);
+    // A body broadcasts only its operands (fused_loop.hpp): a member that
+    // reads a broadcast of another member stays apart.
+    for (ValueId m : members)
+      for (ValueId a : g_.node(m).args)
+        if (g_.node(a).op == Op::broadcast && mark_[size_t(g_.node(a).args[0])] == epoch_)
+          return false;
     std::vector<ValueId> reads, stack;
     for (ValueId m : members)
       for (ValueId a : g_.node(m).args) {

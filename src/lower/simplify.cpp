@@ -1,5 +1,7 @@
 #include "lower/simplify.hpp"
 
+#include "ir/attr.hpp"
+
 #include <map>
 #include <tuple>
 
@@ -37,6 +39,15 @@ struct Key {
   }
 };
 
+// A reshape, or a broadcast whose operand dims land in order.
+bool identity_dims(const ir::Node& n) {
+  if (n.op != ir::Op::broadcast) return true;
+  const std::vector<int64_t>& dims = ir::attr<ir::Op::broadcast, "dims">(n);
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] != int64_t(i)) return false;
+  return true;
+}
+
 }  // namespace
 
 ir::Graph simplify(const ir::Graph& g, bool* changed) {
@@ -49,6 +60,12 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
     if (!live[size_t(v)]) continue;
     ir::Node n = g.node(v);
     for (ValueId& a : n.args) a = map[size_t(a)];
+    // A broadcast or reshape to its operand's own shape is its operand.
+    if ((n.op == ir::Op::broadcast || n.op == ir::Op::reshape) &&
+        out.type(n.args[0]).shape == n.type.shape && identity_dims(n)) {
+      map[size_t(v)] = n.args[0];
+      continue;
+    }
     // Inputs are never merged, nor nodes with a body (fusions): their
     // values are their bodies', which the key does not hold (two constant
     // fusions with no operands were one value).
