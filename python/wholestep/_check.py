@@ -1,0 +1,488 @@
+"""wst.check and wst.compare: one model's step in every mode, against
+float64 eager torch, or timed side by side.
+
+``check`` judges each compiled mode by the rule the tests use. One training
+step in float64 eager torch (a float64 copy of the model, the same batch)
+is the truth. Float32 eager torch runs the same step over several orders of
+the batch's rows (identity, reversed, random permutations; each on a fresh
+copy): the same mathematics, other roundings. For every tensor the step
+leaves (each parameter, each buffer, each optimizer state tensor, and the
+loss) the distance of a result from float64 is
+
+    dist = max|a - b| / scale,   scale = max(max|b|, 1e-3 * the largest max|b|
+                                             among the tensors of its kind)
+
+(b the float64 tensor; the kinds: parameters, buffers, each optimizer
+state slot such as ``momentum_buffer``, the loss). The floor keeps a tensor
+that is zero in float64 (the gradient of a convolution's bias before a
+BatchNorm, held in its momentum buffer) from dividing rounding noise by
+nothing. A tensor's float32 spread is the largest distance among the
+float32 orders; a mode passes a tensor when its distance is at most
+``2 * spread + 1e-6``. Integer tensors (``num_batches_tracked``) must be
+equal.
+
+Nothing here changes the caller's model, optimizer, batch or torch's
+random state: every run is on a deep copy of the model with a clone of the
+optimizer (same class, groups, hyperparameters and state).
+"""
+
+import contextlib
+import copy
+import math
+import statistics
+import time
+
+import torch
+
+REL_FLOOR = 1e-3   # of the largest tensor of the same kind
+ABS_TERM = 1e-6    # added to 2 * spread (a relative distance)
+_ORDER_SEED = 7
+
+DEFAULT_MODES = ("single_graph", "three_graph", "interpret")
+
+
+# ---------------------------------------------------------------- copies
+
+
+def clone_optimizer(opt, model, new_model):
+    """An optimizer of `opt`'s class over `new_model`'s parameters (those
+    with the names `opt`'s parameters have in `model`), with `opt`'s
+    groups, hyperparameters and state (copied, cast to the new parameters'
+    dtype as torch's load_state_dict casts it)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    new_params = dict(new_model.named_parameters())
+    groups = []
+    for gi, g in enumerate(opt.param_groups):
+        params = []
+        for p in g["params"]:
+            if id(p) not in names:
+                raise ValueError(f"param group {gi}: a parameter {list(p.shape)} of the "
+                                 f"optimizer is not a parameter of the model")
+            params.append(new_params[names[id(p)]])
+        groups.append(dict({k: v for k, v in g.items() if k != "params"}, params=params))
+    try:
+        new = type(opt)(groups, **opt.defaults)
+    except TypeError:  # a constructor that does not take its defaults back
+        new = type(opt)(groups)
+    new.load_state_dict(opt.state_dict())  # deep-copies the state
+    return new
+
+
+def _copy_batch(batch, dtype=None, perm=None):
+    out = []
+    for t in batch:
+        if perm is not None and t.dim() > 0:
+            t = t[perm]
+        t = t.clone()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        out.append(t.contiguous())
+    return out
+
+
+@contextlib.contextmanager
+def _own_random_state():
+    with torch.random.fork_rng(devices=[]):
+        yield
+
+
+# ---------------------------------------------------------------- one step
+
+
+def snapshot(model, opt, loss):
+    """{name: (kind, tensor)} of what a step leaves: parameters, buffers,
+    optimizer state tensors (`<parameter>.<slot>`, kind `state.<slot>`) and
+    the loss."""
+    out = {"loss": ("loss", torch.as_tensor(loss).detach().clone())}
+    names = {}
+    for n, p in model.named_parameters():
+        names[id(p)] = n
+        out[n] = ("parameter", p.detach().clone())
+    for n, b in model.named_buffers():
+        out[n] = ("buffer", b.detach().clone())
+    for p, st in opt.state.items():
+        for k, v in st.items():
+            if torch.is_tensor(v) and id(p) in names:
+                out[f"{names[id(p)]}.{k}"] = (f"state.{k}", v.detach().clone())
+    return out
+
+
+def eager_step(model, opt, loss_fn, batch, num_inputs):
+    """One eager torch step; the loss computed before the update."""
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(*batch[:num_inputs]), *batch[num_inputs:])
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def _perturb(t, gen):
+    """`t` times (1 + u), u uniform in [-2^-24, 2^-24]: within one rounding
+    of float32."""
+    if not t.is_floating_point() or not t.numel():
+        return t
+    u = (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0 ** -24
+    return (t.double() * (1 + u)).to(t.dtype)
+
+
+def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None):
+    m = copy.deepcopy(model)
+    if dtype is not None:
+        m = m.to(dtype)
+    o = clone_optimizer(opt, model, m)
+    batch = _copy_batch(batch, dtype, perm)
+    if perturb is not None:
+        with torch.no_grad():
+            for t in list(m.parameters()) + list(m.buffers()):
+                t.copy_(_perturb(t, perturb))
+        batch = [_perturb(t, perturb) for t in batch]
+    loss = eager_step(m, o, loss_fn, batch, num_inputs)
+    return snapshot(m, o, loss)
+
+
+def config(entry):
+    """(label, mode, options) of a `modes` entry: a mode name, or a pair
+    (mode name, {step option: value})."""
+    if isinstance(entry, str):
+        mode, options = entry, {}
+    else:
+        mode, options = entry
+        options = dict(options)
+    label = mode
+    if options.get("aliasing") is False:
+        label += " (no alias)"
+    if options.get("fuse") is False and mode != "interpret":
+        label += " (unfused)"
+    for k in sorted(set(options) - {"aliasing", "fuse"}):
+        label += f" ({k}={options[k]})"
+    return label, mode, options
+
+
+def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options):
+    """One step of `mode` on copies; the snapshot and the compiled step."""
+    from .torch import compile_train_step
+    m = copy.deepcopy(model)
+    o = clone_optimizer(opt, model, m)
+    step = compile_train_step(m, o, loss_fn, mode=mode, num_inputs=num_inputs, **options)
+    loss = step(*_copy_batch(batch))
+    return snapshot(m, o, loss), step
+
+
+# ---------------------------------------------------------------- distances
+
+
+def _scales(ref):
+    """Each float tensor's scale: its largest magnitude, floored at
+    REL_FLOOR of the largest among the tensors of its kind."""
+    top = {}
+    for kind, t in ref.values():
+        if t.is_floating_point() and t.numel():
+            top[kind] = max(top.get(kind, 0.0), t.double().abs().max().item())
+    out = {}
+    for name, (kind, t) in ref.items():
+        if t.is_floating_point() and t.numel():
+            out[name] = max(t.double().abs().max().item(), REL_FLOOR * top[kind], 1e-30)
+    return out
+
+
+def distance(a, b, scale):
+    """max|a - b| / scale; inf for a shape mismatch or a non-finite value
+    where float64 has a finite one; integers: 0 when equal, else inf."""
+    if a.shape != b.shape:
+        return math.inf
+    if not b.is_floating_point():
+        return 0.0 if torch.equal(a.to(b.dtype), b) else math.inf
+    if not a.numel():
+        return 0.0
+    a, b = a.double(), b.double()
+    same_nonfinite = (~torch.isfinite(b)) & ((a == b) | (torch.isnan(a) & torch.isnan(b)))
+    if not bool((torch.isfinite(a) | same_nonfinite).all()):
+        return math.inf
+    diff = torch.where(same_nonfinite, torch.zeros_like(a), a - b).abs().max().item()
+    return diff / scale
+
+
+def distances(snap, ref, scales):
+    """{name: distance from float64} of a snapshot (inf where it misses a
+    tensor float64 has)."""
+    out = {}
+    for name, (_, b) in ref.items():
+        if name not in snap:
+            out[name] = math.inf
+        else:
+            out[name] = distance(snap[name][1], b, scales.get(name, 1.0))
+    return out
+
+
+def limit(spread):
+    return 2 * spread + ABS_TERM
+
+
+# ---------------------------------------------------------------- results
+
+
+class ModeCheck:
+    """One mode's verdict: `passed`, `tensors` [(name, distance, spread)]
+    worst first (by distance over its limit), `error` (the exception's
+    text, when the step raised), `loss`."""
+
+    def __init__(self, label, mode, options):
+        self.label, self.mode, self.options = label, mode, options
+        self.tensors, self.error, self.exception, self.loss = [], None, None, None
+        self.snapshot, self.seconds = None, 0.0
+
+    @property
+    def passed(self):
+        return self.error is None and all(d <= limit(s) for _, d, s in self.tensors)
+
+    def failures(self):
+        return [(n, d, s) for n, d, s in self.tensors if not d <= limit(s)]
+
+    def worst(self):
+        return self.tensors[0] if self.tensors else None
+
+    def summary(self):
+        """One line: the verdict and the worst tensor (or the error)."""
+        if self.error is not None:
+            return f"error: {self.error.splitlines()[0] if self.error else ''}"
+        if not self.tensors:
+            return "pass (no tensors)"
+        n, d, s = self.tensors[0]
+        bad = len(self.failures())
+        head = "pass" if not bad else f"FAIL ({bad} of {len(self.tensors)} tensors)"
+        return f"{head}; worst {n}: distance {d:.3g}, float32 spread {s:.3g}"
+
+
+def _ratio(d, s):
+    if s > 0:
+        return d / s
+    return 0.0 if d == 0 else math.inf
+
+
+class CheckResult:
+    """check()'s answer: `modes` {label: ModeCheck} in the order run;
+    `passed` when every mode passed."""
+
+    def __init__(self, modes, reference):
+        self.modes, self.reference = modes, reference
+        self.orders, self.n_tensors = reference.orders, len(reference.truth)
+
+    @property
+    def passed(self):
+        return all(m.passed for m in self.modes.values())
+
+    def __getitem__(self, label):
+        return self.modes[label]
+
+    def report(self, worst=3):
+        lines = [f"wholestep check: one step, {self.n_tensors} tensors (parameters, buffers, "
+                 f"optimizer state, loss) against float64 eager torch; limit per tensor "
+                 f"2 x float32 spread ({self.orders} batch orders"
+                 + (f", {self.reference.perturbed} perturbed" if self.reference.perturbed else "")
+                 + f") + {ABS_TERM:g}"]
+        width = max([len(k) for k in self.modes] + [4])
+        for label, m in self.modes.items():
+            verdict = "pass" if m.passed else "FAIL"
+            if m.error is not None:
+                lines.append(f"  {label:<{width}}  {verdict}  {m.error.splitlines()[0]}")
+                continue
+            bad = len(m.failures())
+            lines.append(f"  {label:<{width}}  {verdict}  "
+                         + (f"{bad} of {len(m.tensors)} tensors beyond the limit" if bad
+                            else f"all {len(m.tensors)} tensors within the limit")
+                         + f"  ({m.seconds:.2f} s)")
+            shown = m.failures()[:max(worst, 1)] if bad else m.tensors[:worst]
+            if shown:
+                tw = max(len(n) for n, _, _ in shown)
+                lines.append(f"      {'tensor':<{tw}}  {'distance':>9}  {'f32 spread':>10}  "
+                             f"{'ratio':>8}")
+                for n, d, s in shown:
+                    lines.append(f"      {n:<{tw}}  {d:>9.3g}  {s:>10.3g}  {_ratio(d, s):>8.3g}")
+        lines.append("verdict: " + ("pass" if self.passed else "FAIL: " + ", ".join(
+            k for k, m in self.modes.items() if not m.passed)))
+        return "\n".join(lines)
+
+    __str__ = report
+
+
+# ---------------------------------------------------------------- check
+
+
+class Reference:
+    """Float64 eager torch's step and float32 eager torch's spread around
+    it, for one model, optimizer and batch: over `orders` batch orders, and
+    `perturbed` more runs with the parameters, buffers and batch each
+    multiplied by 1 + u, |u| <= 2^-24 (one float32 rounding: what float32
+    reaches through cancellations inside one example, which batch orders
+    do not reorder)."""
+
+    def __init__(self, model, optimizer, loss_fn, batch, num_inputs=1, orders=4, perturbed=0):
+        with _own_random_state():
+            self.truth = _eager_run(model, optimizer, loss_fn, batch, num_inputs,
+                                    dtype=torch.float64)
+            self.scales = _scales(self.truth)
+            n = batch[0].shape[0] if batch and batch[0].dim() else 1
+            gen = torch.Generator().manual_seed(_ORDER_SEED)
+            perms = [None, torch.arange(n).flip(0)]
+            perms += [torch.randperm(n, generator=gen) for _ in range(max(orders - 2, 0))]
+            self.spread = {name: 0.0 for name in self.truth}
+            for perm in perms[:max(orders, 1)]:
+                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, perm=perm)
+                for name, d in distances(snap, self.truth, self.scales).items():
+                    self.spread[name] = max(self.spread[name], d)
+            noise = torch.Generator().manual_seed(_ORDER_SEED + 1)
+            for _ in range(perturbed):
+                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, perturb=noise)
+                for name, d in distances(snap, self.truth, self.scales).items():
+                    self.spread[name] = max(self.spread[name], d)
+        self.orders, self.perturbed = max(orders, 1), perturbed
+
+    def judge(self, check, snap):
+        """Fills a ModeCheck's tensors from its snapshot."""
+        check.snapshot = snap
+        check.loss = float(snap["loss"][1]) if "loss" in snap else None
+        rows = [(n, d, self.spread[n]) for n, d in distances(snap, self.truth,
+                                                             self.scales).items()]
+        rows.sort(key=lambda r: (-(r[1] / limit(r[2])) if not math.isnan(r[1]) else -math.inf,
+                                 r[0]))
+        check.tensors = rows
+        return check
+
+
+def run_checks(reference, model, optimizer, loss_fn, batch, num_inputs, modes, options):
+    """A ModeCheck per `modes` entry (errors caught and recorded)."""
+    out = {}
+    for entry in modes:
+        label, mode, opts = config(entry)
+        opts = dict(options, **opts)
+        label = config((mode, opts))[0]
+        mc = ModeCheck(label, mode, opts)
+        t0 = time.perf_counter()
+        try:
+            with _own_random_state():
+                snap, _ = compiled_run(model, optimizer, loss_fn, batch, num_inputs, mode, opts)
+            reference.judge(mc, snap)
+        except Exception as e:  # noqa: BLE001 - every failure is the verdict
+            mc.error = f"{type(e).__name__}: {e}"
+            mc.exception = e
+        mc.seconds = time.perf_counter() - t0
+        out[label] = mc
+    return out
+
+
+def check(model, optimizer, loss_fn, *batch, num_inputs=1, modes=DEFAULT_MODES, orders=4,
+          perturbed=0, verbose=True, **options):
+    """One training step of `model` with `optimizer` and `loss_fn` on
+    `batch` (the model's inputs, then the loss function's targets) in each
+    of `modes`, judged against float64 eager torch within twice float32
+    eager torch's spread over `orders` batch orders (the module docstring
+    gives the rule; `perturbed` > 0 widens the spread by that many float32
+    runs from inputs perturbed by one rounding). `modes` entries are mode
+    names or (mode, {step option: value}) pairs; `options` go to every
+    mode. Runs on copies: the model,
+    the optimizer and the batch are left as they were. Prints the verdict
+    and the worst tensors when `verbose`; returns a CheckResult."""
+    if not batch:
+        raise ValueError("check: no batch given (the model's inputs, then the targets)")
+    ref = Reference(model, optimizer, loss_fn, batch, num_inputs, orders, perturbed)
+    result = CheckResult(run_checks(ref, model, optimizer, loss_fn, batch, num_inputs, modes,
+                                    options), ref)
+    if verbose:
+        print(result.report())
+    return result
+
+
+# ---------------------------------------------------------------- compare
+
+
+def _max_rel_diff(a_model, b_model):
+    """The largest over parameters and buffers of max|a - b| / max|b| (as
+    the command line's compare); the tensor's name."""
+    worst, at = 0.0, ""
+    b_state = dict(b_model.named_parameters())
+    b_state.update(b_model.named_buffers())
+    a_state = dict(a_model.named_parameters())
+    a_state.update(a_model.named_buffers())
+    for name, b in b_state.items():
+        a = a_state[name].detach().double()
+        b = b.detach().double()
+        if not b.numel():
+            continue
+        scale = b.abs().max().item()
+        d = (a - b).abs().max().item()
+        d = d / scale if scale > 0 else d
+        if not d <= worst:
+            worst, at = d, name
+    return worst, at
+
+
+def _mib(n):
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def compare(model, optimizer, loss_fn, *batch, steps=10, warmup=2, num_inputs=1,
+            modes=("interpret", "three_graph", "single_graph"), verbose=True, **options):
+    """Trains copies of `model` in each of `modes` for `warmup` + `steps`
+    steps on `batch`, round robin, and prints what `wholestep compare`
+    prints: the median ms/step of the timed steps, graphs and kernels per
+    step, bytes copied in and out, bytes between graphs, arena and peak
+    bytes, and each mode's largest parameter or buffer difference from the
+    first mode's after the last step (max|a - b| / max|b|). The model and
+    the optimizer are left as they were. Returns the rows as dicts."""
+    from .torch import compile_train_step
+    if not batch:
+        raise ValueError("compare: no batch given (the model's inputs, then the targets)")
+    runs = []
+    for entry in modes:
+        label, mode, opts = config(entry)
+        opts = dict(options, **opts)
+        label = config((mode, opts))[0]
+        m = copy.deepcopy(model)
+        o = clone_optimizer(optimizer, model, m)
+        step = compile_train_step(m, o, loss_fn, mode=mode, num_inputs=num_inputs, **opts)
+        runs.append({"label": label, "model": m, "step": step, "times": [], "loss": None})
+    with _own_random_state():
+        for i in range(warmup + steps):
+            for r in runs:
+                args = _copy_batch(batch)
+                t0 = time.perf_counter()
+                loss = r["step"](*args)
+                ms = (time.perf_counter() - t0) * 1e3
+                if i >= warmup:
+                    r["times"].append(ms)
+                r["loss"] = float(loss)
+    rows = []
+    ref = runs[0]["model"]
+    for r in runs:
+        stats = r["step"].stats()
+        diff, at = _max_rel_diff(r["model"], ref)
+        rows.append({"mode": r["label"], "ms_per_step": statistics.median(r["times"])
+                     if r["times"] else 0.0, "graphs": stats["graphs"],
+                     "kernels": stats["kernels"], "bytes_copied": stats["bytes_copied"],
+                     "interface_bytes": stats["interface_bytes"],
+                     "arena_bytes": stats["arena_bytes"], "peak_bytes": stats["peak_bytes"],
+                     "persistent_bytes": stats["persistent_bytes"], "flops": stats["flops"],
+                     "final_loss": r["loss"], "max_rel_diff": diff, "max_diff_at": at})
+    if verbose:
+        print(format_comparison(rows, type(model).__name__, batch, optimizer, steps, warmup))
+    return rows
+
+
+def format_comparison(rows, name, batch, optimizer, steps, warmup):
+    shape = "x".join(str(s) for s in batch[0].shape) if batch[0].dim() else "scalar"
+    lines = [f"comparing modes on {name} (input {shape}, {type(optimizer).__name__}): {steps} "
+             f"timed steps after {warmup} warm-up, round robin, median ms/step; max diff is "
+             f"parameters and buffers vs {rows[0]['mode']} after the last step",
+             f"{'mode':<22} {'ms/step':>9} {'speedup':>8} {'graphs':>7} {'kernels':>8} "
+             f"{'copied/step':>12} {'between':>12} {'arena':>12} {'peak':>12} {'max diff':>10}"]
+    base = rows[0]["ms_per_step"]
+    for r in rows:
+        speed = base / r["ms_per_step"] if r["ms_per_step"] > 0 else math.inf
+        lines.append(f"{r['mode']:<22} {r['ms_per_step']:>9.2f} {speed:>7.2f}x "
+                     f"{r['graphs']:>7} {r['kernels']:>8} {_mib(r['bytes_copied']):>12} "
+                     f"{_mib(r['interface_bytes']):>12} {_mib(r['arena_bytes']):>12} "
+                     f"{_mib(r['peak_bytes']):>12} {r['max_rel_diff']:>10.2e}")
+    return "\n".join(lines)
+
+
+__all__ = ["check", "compare", "CheckResult", "ModeCheck", "clone_optimizer"]

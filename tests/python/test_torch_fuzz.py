@@ -1,0 +1,95 @@
+"""The torch differential tester (torch_fuzz.py): every saved regression
+spec replays clean (those of open bugs are strict expected failures), and
+random modules for a time budget (WS_TORCH_FUZZ_SECONDS, default 60; seed
+WS_TORCH_FUZZ_SEED, default the time, printed) find no failure."""
+
+import json
+import os
+import time
+
+import pytest
+
+import torch_fuzz
+
+
+def _regression_params():
+    out = []
+    for path in torch_fuzz.load_regressions():
+        record = json.loads(path.read_text())
+        marks = []
+        if record.get("xfail"):
+            marks.append(pytest.mark.xfail(strict=True, reason=record["xfail"]))
+        out.append(pytest.param(path, id=path.stem, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path", _regression_params())
+def test_regression_spec(path):
+    record = json.loads(path.read_text())
+    failures = torch_fuzz.replay(record)
+    assert not failures, "\n".join(f.describe() for f in failures)
+
+
+def test_the_generator_makes_valid_models_of_every_kind():
+    kinds, ops = set(), set()
+    for seed in range(200):
+        spec = torch_fuzz.generate(seed)
+        kinds.add(spec["input"]["kind"])
+        stack = list(spec["layers"])
+        while stack:
+            layer = stack.pop()
+            ops.add(layer["op"])
+            stack += layer.get("body", [])
+            for b in layer.get("branches", []):
+                stack += b
+        torch_fuzz.build(spec)  # raises if the generator made a spec that does not fit
+    assert kinds == {"img", "seq", "tokens", "vec"}
+    assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
+            "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax"} <= ops
+
+
+def test_shrinking_keeps_the_failure_and_makes_the_spec_smaller():
+    # A fake failure that persists while the spec holds a LayerNorm.
+    real = torch_fuzz.run_case
+
+    def fake(s, only=None, determinism=True, orders=4):
+        has_ln = '"ln"' in json.dumps(s["layers"])
+        return [torch_fuzz.Failure(s, only, "mismatch", "x", "fake")] if has_ln else []
+
+    spec = {"seed": 1, "input": {"kind": "vec", "f": 9}, "batch": 8, "classes": 5,
+            "loss": "cross_entropy",
+            "layers": [{"op": "linear", "out": 7, "bias": True}, {"op": "act", "fn": "tanh"},
+                       {"op": "res", "body": [{"op": "ln"}, {"op": "linear", "out": 7,
+                                                              "bias": True}]}],
+            "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": True,
+                          "wd": 1e-4}}
+    torch_fuzz.run_case = fake
+    try:
+        failure = torch_fuzz.Failure(spec, ("single_graph", {}), "mismatch", "x", "fake")
+        small = torch_fuzz.shrink(failure, budget=20, log=lambda s: None)
+    finally:
+        torch_fuzz.run_case = real
+    assert small.spec["layers"] == [{"op": "ln"}]
+    assert small.spec["batch"] == 1 and small.spec["input"]["f"] == 1
+    assert small.spec["optimizer"]["momentum"] == 0.0
+
+
+def test_random_modules_for_a_time_budget(capsys):
+    seconds = float(os.environ.get("WS_TORCH_FUZZ_SECONDS", "60"))
+    seed = int(os.environ.get("WS_TORCH_FUZZ_SEED", str(int(time.time()) % 1000000)))
+    lines = []
+
+    def log(s):
+        lines.append(s)
+        print(s, flush=True)
+
+    with capsys.disabled():
+        print(f"\ntorch fuzz: seed {seed}, {seconds:g} s "
+              f"(WS_TORCH_FUZZ_SEED={seed} repeats it)", flush=True)
+    y = torch_fuzz.fuzz(seconds, seed, shrink_budget=min(30.0, seconds), log=log, save=False)
+    with capsys.disabled():
+        print(f"torch fuzz: {y.tried} modules from seed {seed}, {len(y.found)} failures, "
+              f"{len(y.small)} small (rounding-level) mismatches", flush=True)
+    assert y.tried > 0
+    assert not y.found, f"seed {seed}:\n" + "\n".join(
+        f"{f.describe()}\n  shrunk: {json.dumps(s.spec)}" for f, s, _ in y.found)
