@@ -1,0 +1,193 @@
+"""wst.check on every torchvision classification model: one SGD step of
+each (lr 0.01, cross-entropy, num_classes=10, batch 4 of random images) in
+every mode against float64 eager torch, within twice float32 eager torch's
+spread over batch orders (the rule of python/wholestep/_check.py).
+
+The models are torchvision.models.list_models(module=torchvision.models),
+built with weights=None and num_classes=10, dropout set to 0 (a
+deterministic step), aux_logits=False for googlenet and inception_v3; at
+64x64 (inception_v3 at 96x96, the smallest it takes being 75x75; the
+vision transformers built for that size). A model with more parameters
+than --max-params (torchvision's own count, from its weights' metadata:
+the model is not built) is listed as too large and not run.
+
+Each row: pass; fail (the mode and its worst tensor: distance from float64
+and float32 torch's spread; or the error's first line); refused (the
+importer does not support an op the model uses: the error's first line);
+error (eager torch itself could not run the model at this size); too large.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/torchvision_check.py
+        [--models resnet18,mobilenet_v2] [--max-params 30e6] [--json out.json]
+"""
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torchvision
+
+import wholestep.torch as wst
+
+MODES = ("single_graph", "three_graph", "interpret")
+SIZES = {"inception_v3": 96}
+# Vision transformers take their image size at construction.
+SIZE_KWARG = {"vit_b_16": "image_size", "vit_b_32": "image_size", "vit_l_16": "image_size",
+              "vit_l_32": "image_size", "vit_h_14": "image_size"}
+VIT_SIZES = {"vit_h_14": 70}  # a multiple of its patch
+NO_AUX = ("googlenet", "inception_v3")
+
+
+def classification_models():
+    return torchvision.models.list_models(module=torchvision.models)
+
+
+def num_params(name):
+    try:
+        weights = torchvision.models.get_model_weights(name)
+        return min(w.meta["num_params"] for w in weights)
+    except Exception:  # noqa: BLE001 - no metadata: unknown
+        return None
+
+
+def input_size(name):
+    return VIT_SIZES.get(name, SIZES.get(name, 64))
+
+
+def build(name):
+    kwargs = {"weights": None, "num_classes": 10}
+    if name in NO_AUX:
+        kwargs.update(aux_logits=False, init_weights=False)
+    if name in SIZE_KWARG:
+        kwargs[SIZE_KWARG[name]] = input_size(name)
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, **kwargs)
+    for m in model.modules():  # a deterministic step
+        if isinstance(m, (torch.nn.Dropout, torch.nn.Dropout2d)):
+            m.p = 0.0
+        if type(m).__name__ == "StochasticDepth":
+            m.p = 0.0
+    return model.train()
+
+
+def _refused(text):
+    return "not supported" in text
+
+
+def check_model(name, batch, modes, perturbed, max_params):
+    """A row: {model, status, detail, seconds, params}."""
+    row = {"model": name, "params": num_params(name), "input": None, "status": None,
+           "detail": "", "seconds": 0.0, "modes": {}}
+    if row["params"] is not None and row["params"] > max_params:
+        row["status"] = "too large"
+        row["detail"] = f"{row['params'] / 1e6:.1f}M parameters > {max_params / 1e6:g}M"
+        return row
+    t0 = time.perf_counter()
+    size = input_size(name)
+    row["input"] = f"{batch}x3x{size}x{size}"
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, 3, size, size, generator=gen)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+    try:
+        model = build(name)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with torch.no_grad():
+            model(x[:2].clone())
+    except Exception as e:  # noqa: BLE001 - torch itself cannot run it here
+        row["status"], row["detail"] = "error", f"eager torch: {str(e).splitlines()[0]}"
+        row["seconds"] = time.perf_counter() - t0
+        return row
+    result = wst.check(model, opt, torch.nn.functional.cross_entropy, x, y, modes=modes,
+                       perturbed=perturbed, verbose=False)
+    row["seconds"] = time.perf_counter() - t0
+    errors = [m.error for m in result.modes.values() if m.error is not None]
+    for label, m in result.modes.items():
+        worst = m.worst()
+        row["modes"][label] = {
+            "passed": m.passed, "error": m.error,
+            "worst": None if worst is None else {"tensor": worst[0], "distance": worst[1],
+                                                 "spread": worst[2]},
+            "failures": len(m.failures()), "seconds": m.seconds}
+    if result.passed:
+        row["status"] = "pass"
+        worst = max(((label, m.worst()) for label, m in result.modes.items()),
+                    key=lambda lw: lw[1][1] / (2 * lw[1][2] + 1e-6))
+        label, (n, d, s) = worst
+        row["detail"] = f"closest: {label} {n} {d:.2g} (spread {s:.2g})"
+    elif errors and len(errors) == len(modes) and all(_refused(e) for e in errors):
+        row["status"] = "refused"
+        row["detail"] = errors[0].splitlines()[0]
+    else:
+        row["status"] = "fail"
+        parts = []
+        for label, m in result.modes.items():
+            if m.passed:
+                continue
+            if m.error is not None:
+                parts.append(f"{label}: {m.error.splitlines()[0]}")
+            else:
+                n, d, s = m.failures()[0]
+                parts.append(f"{label}: {n} {d:.3g} (spread {s:.3g}, "
+                             f"{len(m.failures())} tensors)")
+        row["detail"] = "; ".join(parts)
+    return row
+
+
+def table(rows):
+    lines = ["| model | input | params | status | detail | time (s) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        params = f"{r['params'] / 1e6:.1f}M" if r["params"] else "?"
+        lines.append(f"| {r['model']} | {r['input'] or '-'} | {params} | {r['status']} | "
+                     f"{r['detail'].replace('|', '/')} | {r['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=None, help="comma-separated (default: all)")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--max-params", type=float, default=30e6,
+                    help="larger models are listed as too large, not run")
+    ap.add_argument("--perturbed", type=int, default=0,
+                    help="float32 runs from inputs perturbed by one rounding added to the "
+                         "spread (wst.check's perturbed)")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None, help="write the rows to this file ('-': stdout)")
+    args = ap.parse_args(argv)
+    known = classification_models()
+    names = args.models.split(",") if args.models else known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        ap.error(f"not torchvision classification models: {', '.join(unknown)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        wst.set_num_threads(args.threads)
+    modes = tuple(args.modes.split(","))
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
+          f"{torch.get_num_threads()} threads; one SGD step (lr 0.01), batch {args.batch}, "
+          f"modes {', '.join(modes)}; limit per tensor 2 x float32 spread (4 batch orders"
+          + (f", {args.perturbed} perturbed" if args.perturbed else "") + ") + 1e-6",
+          file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+    rows = []
+    for name in names:
+        row = check_model(name, args.batch, modes, args.perturbed, args.max_params)
+        rows.append(row)
+        print(f"{name}: {row['status']} {row['detail']} ({row['seconds']:.1f} s)",
+              file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+    text = table(rows)
+    if args.json == "-":
+        json.dump({"rows": rows}, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(text)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"rows": rows}, f, indent=1, default=str)
+    return 0 if all(r["status"] in ("pass", "too large") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
