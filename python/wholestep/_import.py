@@ -114,6 +114,9 @@ class Importer:
                 self.env[node] = self.translate(node)
             except (Unsupported, _C.Error) as e:
                 raise error(node, f"{e}") from None
+            except Exception as e:  # a translation's bug: still a wholestep.Error
+                raise error(node, f"internal error in wholestep translating {node.target}: "
+                                  f"{type(e).__name__}: {e}") from e
         return self.value(result) if result is not None else None
 
     def translate(self, node):

@@ -25,7 +25,6 @@ from . import _C, _capture, _grad_flow, _guards
 from ._ir import Builder, Value, ir_dtype
 from ._import import Importer
 from ._optim import Optimizer, OptimizerError
-from ._check import check, compare
 
 Error = _C.Error
 
@@ -284,9 +283,9 @@ class TrainStep:
             last = self._last_key
             changed = [part for part, a, b in zip(_KEY_PARTS, key, last or key) if a != b]
             why = ("a bound tensor was replaced (p.data = ..., or the optimizer's "
-                   "load_state_dict)" if last == key else ", ".join(changed) or "a new key")
+                   "load_state_dict)" if last == key else f"{', '.join(changed)} changed")
             warnings.warn(f"wholestep: the train step has been traced {self._traces} times "
-                          f"(this time: {why} changed); each change of the input signature, "
+                          f"(this time: {why}); each change of the input signature, "
                           f"train/eval state, module attributes, requires_grad, optimizer "
                           f"structure or bound tensors traces and compiles again",
                           RuntimeWarning, stacklevel=3)
@@ -323,9 +322,9 @@ class TrainStep:
         else:
             fresh = None
             self._steps.move_to_end(key)
-        run = (fresh or entry).step.run
+        current = fresh or entry
         try:
-            loss, skipped, step_count = run(data, self._opt.hypers((fresh or entry).plan))
+            loss, skipped, step_count = current.step.run(data, self._opt.hypers(current.plan))
         except BaseException:
             if undo is not None:
                 undo()  # it failed before it ran: nothing changed
@@ -336,7 +335,7 @@ class TrainStep:
             self._steps.pop(key, None)
             while 0 < self._max_cached <= len(self._steps):
                 self._steps.popitem(last=False)
-            self._steps[key] = entry = fresh
+            self._steps[key] = fresh
         self._last_key = key
         if not skipped:
             self._opt.stepped()
@@ -345,7 +344,7 @@ class TrainStep:
             # optimizer.step to increment it; the compiled step is that step).
             if hasattr(self.optimizer, "_step_count"):
                 self.optimizer._step_count += 1
-        self._last = entry
+        self._last = current
         return loss, step_count
 
     def profile(self, *args, steps=10):
@@ -502,4 +501,4 @@ def set_num_threads(n):
 
 
 __all__ = ["compile_train_step", "compile_forward", "TrainStep", "Forward", "Error",
-           "set_num_threads", "process_group", "check", "compare"]
+           "set_num_threads", "process_group"]
