@@ -132,10 +132,6 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
         # Synchronized: the global batch's statistics, each mean averaged
         # over the ranks' equal parts.
         sync = b.world_size > 1
-        import os
-        _v = os.environ.get("WS_BN_VARIANT", "")
-        if _v == "f64":
-            x = b.convert(x, "f64")
         mu = b.mean(x, axes)
         if sync:
             mu = b.all_reduce_mean(mu)
@@ -155,8 +151,6 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
                 "add", b.binary("mul", running_var, 1.0 - m), b.binary("mul", unbiased, m)))
         inv = b.unary("rsqrt", b.binary("add", var, float(eps)))
         y = b.op("mul", [xc, along(b, inv, shape, 1)])
-        if _v == "f64":
-            y = b.convert(y, "f32")
     else:
         inv = b.unary("rsqrt", b.binary("add", running_var, float(eps)))
         y = b.op("mul", [b.op("sub", [x, along(b, running_mean, shape, 1)]),
