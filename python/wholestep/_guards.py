@@ -7,6 +7,7 @@ import _signal  # signal's functions without its enum wrapping: this runs every 
 import contextlib
 import signal
 import threading
+import weakref
 
 import torch
 
@@ -113,6 +114,21 @@ def check_global_hooks(who):
         if getattr(mod, name, None):
             raise Error(f"{who}: a global module hook is registered ({name[1:]}): it would run "
                         f"once, at the trace, not at each step; remove it before compiling")
+
+
+# One lock per model: the steps and forwards compiled over one model's
+# tensors run one at a time, whichever thread calls them (the step layer
+# runs without the GIL).
+_model_locks = weakref.WeakKeyDictionary()
+_model_locks_lock = threading.Lock()
+
+
+def model_lock(model):
+    with _model_locks_lock:
+        lock = _model_locks.get(model)
+        if lock is None:
+            lock = _model_locks[model] = threading.RLock()
+        return lock
 
 
 # torch.get_num_threads() as it was after our last call or set: a different

@@ -16,7 +16,6 @@ says what is supported and what differs from eager torch.
 
 import collections
 import math
-import threading
 import warnings
 
 import torch
@@ -139,7 +138,7 @@ class TrainStep:
     """One training step of a torch model, compiled. Call it with the model's
     inputs then the loss function's targets; returns the loss (a 0-d
     tensor) computed before the update. Calls from several threads run one
-    at a time."""
+    at a time (with those of every step and forward of the same model)."""
 
     def __init__(self, model, opt, loss_fn, mode, num_inputs, options):
         if not isinstance(model, torch.nn.Module):
@@ -169,9 +168,10 @@ class TrainStep:
         # compiles one key, so this bounds them all (max_cached).
         self._steps = collections.OrderedDict()
         self._traces = 0
+        self._stepped = 0  # steps applied (not skipped), over every compiled key
         self._last_key = None
         self._last = None
-        self._lock = threading.RLock()
+        self._lock = _guards.model_lock(model)
         names = {id(p): n for n, p in model.named_parameters()}
         for i, p in enumerate(self._opt.params()):
             if id(p) not in names:
@@ -304,9 +304,10 @@ class TrainStep:
             with _guards.sigint_held():
                 threads = _guards.follow_torch_threads()
                 try:
-                    loss, step_count = self._run(key, data, params)
+                    loss = self._run(key, data, params)
                 finally:
                     _guards.restore_torch_threads(threads)
+            step_count = self._stepped
         if self._on_nonfinite == "error" and not math.isfinite(loss):
             raise Error(f"step {step_count}: the loss is {loss}; the step's update has been "
                         f"applied (as torch's would be). Lower the learning rate or check the "
@@ -324,7 +325,7 @@ class TrainStep:
             self._steps.move_to_end(key)
         current = fresh or entry
         try:
-            loss, skipped, step_count = current.step.run(data, self._opt.hypers(current.plan))
+            loss, skipped, _ = current.step.run(data, self._opt.hypers(current.plan))
         except BaseException:
             if undo is not None:
                 undo()  # it failed before it ran: nothing changed
@@ -338,6 +339,7 @@ class TrainStep:
             self._steps[key] = fresh
         self._last_key = key
         if not skipped:
+            self._stepped += 1
             self._opt.stepped()
             # The count torch's lr schedulers check to see that the
             # optimizer stepped (torch.optim.lr_scheduler wraps
@@ -345,7 +347,7 @@ class TrainStep:
             if hasattr(self.optimizer, "_step_count"):
                 self.optimizer._step_count += 1
         self._last = current
-        return loss, step_count
+        return loss
 
     def profile(self, *args, steps=10):
         """One step on this batch (compiling it if it is new), then `steps`
@@ -425,7 +427,8 @@ def compile_train_step(model, optimizer, loss_fn, mode="single_graph", num_input
 
 class Forward:
     """The model's forward in eval mode, compiled, over the same storage.
-    Calls from several threads run one at a time."""
+    Calls from several threads run one at a time (with those of every step
+    and forward of the same model)."""
 
     def __init__(self, model):
         if not isinstance(model, torch.nn.Module):
@@ -434,8 +437,7 @@ class Forward:
         _guards.check_autocast("compile_forward")
         self.model = model
         self._compiled = None  # (_C.Forward, _Binding, module attributes)
-        self._traces = 0
-        self._lock = threading.RLock()
+        self._lock = _guards.model_lock(model)
 
     def _trace(self, binding):
         def trace(types):

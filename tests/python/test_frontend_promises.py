@@ -155,6 +155,40 @@ def test_calls_from_two_threads_run_one_at_a_time_and_all_count():
         assert int(opt.state[p]["step"]) == 2 * calls
 
 
+def test_a_forward_and_a_step_of_one_model_from_two_threads_do_not_overlap():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    predict = wst.compile_forward(model)
+    x, y = batch()
+    outputs, errors = [], []
+
+    def train():
+        try:
+            for i in range(200):
+                step(*batch(i))
+        except BaseException as e:
+            errors.append(e)
+
+    def infer():
+        try:
+            for _ in range(200):
+                outputs.append(predict(x))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=train), threading.Thread(target=infer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(outputs) == 200
+    assert all(torch.isfinite(o).all() for o in outputs)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(predict(x), model(x), rtol=1e-5, atol=1e-6)
+
+
 class Waits(nn.Module):
     """Waits (a bounded time) for `wait` while it is traced, then sets `done`."""
 
