@@ -131,14 +131,11 @@ def _identity(b, node, x, **kwargs):
 
 @aten("detach.default")
 def _detach(b, node, x):
-    # Unused detaches (autograd's saved values) are dropped before
-    # translation. One of a value no gradient flows through (a constant,
-    # an index) is the value; any other would need to stop the gradient.
-    source = node.args[0].meta.get("val")
-    if isinstance(source, torch.Tensor) and not source.requires_grad:
-        return x
-    raise Unsupported("a detach() of a value that depends on parameters (the IR has no "
-                      "stop-gradient)")
+    # The value. One a loss's gradient would flow through is refused before
+    # the import (_grad_flow.py: the IR has no stop-gradient); any other
+    # (a buffer's update, a mask, the forward of compile_forward, autograd's
+    # unused saved values) is not differentiated.
+    return x
 
 
 @aten("dropout.default", "native_dropout.default")

@@ -40,7 +40,7 @@ def loss_parameters(gm, n_params):
     placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes
                                                if n.op == "placeholder")}
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    used, seen = set(), set()
+    used, seen, untracked = set(), set(), set()
     stack = list(output.all_input_nodes)
     while stack:
         n = stack.pop()
@@ -49,7 +49,7 @@ def loss_parameters(gm, n_params):
         seen.add(n)
         v = _val(n)
         if isinstance(v, torch.Tensor) and not v.requires_grad:
-            _check_untracked(n)
+            _check_untracked(n, untracked)
             continue  # no gradient flows back through it, as in torch
         if n.op == "placeholder":
             if placeholders[n] < n_params:
@@ -59,16 +59,19 @@ def loss_parameters(gm, n_params):
     return used
 
 
-def _check_untracked(node):
+def _check_untracked(node, seen):
     """Raises if `node`, a value torch did not track, was computed (at some
     remove) from tracked values by a floating-point op: the start of a
-    torch.no_grad() block, or a detach()."""
-    seen, stack = set(), [node]
+    torch.no_grad() block, or a detach(). `seen`: the untracked values
+    already checked."""
+    stack = [node]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
+        if not _val(n).is_floating_point():
+            continue  # an index or a mask: no gradient through it either way
         if _untracked_from_tracked(n):
             raise _C.Error(_refusal(n))
         stack.extend(a for a in n.all_input_nodes

@@ -30,6 +30,16 @@ def _is_inplace(node):
         and isinstance(node.args[0], torch.fx.Node)
 
 
+def _written(node):
+    """The placeholder an in-place op writes, through a chain of them
+    (`buf.mul_(a).add_(b)` writes buf twice), or None."""
+    while _is_inplace(node):
+        node = node.args[0]
+        if node.op == "placeholder":
+            return node
+    return None
+
+
 def _live(gm, mutating):
     """Nodes the result or a buffer's mutation depends on."""
     live = set()
@@ -92,7 +102,7 @@ class Importer:
 
     def run(self):
         mutating = {n for n in self.gm.graph.nodes
-                    if _is_inplace(n) and n.args[0].op == "placeholder"
+                    if _written(n) is not None
                     or n.op == "call_function"
                     and str(n.target) == "aten.native_batch_norm.default"}
         live = _live(self.gm, mutating)
@@ -135,9 +145,10 @@ class Importer:
         if fn is None:
             raise Unsupported(f"the torch op {name} is not supported by wholestep "
                               f"(its operands: {self.describe(node.args)})")
-        writes = _is_inplace(node) and node.args[0].op == "placeholder"
+        target = _written(node)
+        writes = target is not None
         if writes:
-            role, input_name = self.roles[node.args[0]]
+            role, input_name = self.roles[target]
             if role == "data":
                 writes = False  # the step's own view of its argument: not written back
             elif role != "buffer":
@@ -151,7 +162,7 @@ class Importer:
                                                      for k, v in kwargs.items()}
         out = fn(self.b, node, *args, **kwargs)
         if writes:
-            self._assign(args[0], out)
+            self._assign(self.env[target], out)
         self.check(node, out)
         return out
 

@@ -320,6 +320,52 @@ def test_no_grad_on_values_without_parameters_and_a_no_grad_caller_train_as_eage
     assert compiled_loss == pytest.approx(eager_step(eager[1], eager[2], *batch(9)), rel=1e-5)
 
 
+class DetachScale(NoGradScale):
+    def forward(self, x):
+        h = self.fc(x)
+        return h / (h.detach().pow(2).mean() + 1)  # the line the error names
+
+
+def test_a_detach_the_loss_reads_is_refused_naming_the_line():
+    torch.manual_seed(0)
+    model = DetachScale()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    import inspect
+    line = inspect.getsourcelines(DetachScale.forward)[1] + 2
+    with pytest.raises(wholestep.Error, match=rf"a detach\(\) of a value that depends on "
+                                              rf"parameters .*not supported.*{line}"):
+        step(*batch())
+
+
+class EmaMasked(nn.Module):
+    """Values torch does not differentiate that no gradient would cross:
+    a mask of a detached value, and a buffer updated under no_grad."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.out = nn.Linear(16, 4)
+        self.register_buffer("ema", torch.zeros(16))
+
+    def forward(self, x):
+        h = self.fc(x)
+        with torch.no_grad():
+            self.ema.mul_(0.9).add_(h.mean(0) * 0.1)
+        h = torch.where(h.detach() > 0, h, h * 0.1)
+        return self.out(h)
+
+
+def test_detached_masks_and_a_buffer_updated_under_no_grad_train_as_eager():
+    def make():
+        torch.manual_seed(0)
+        return EmaMasked()
+
+    eager, compiled = run_both(make, OPTIMIZERS[0])
+    assert compiled[1].ema.abs().sum() > 0
+    assert_same_state(eager, compiled)
+
+
 # ------------------------------------------------------------- 5. a failed first step
 
 def test_a_nan_first_step_keeps_the_update_and_the_state_together():
