@@ -164,8 +164,11 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     if (per_result[size_t(v)]) {  // written once per result
       if (out_slots[j] < 0) continue;
       // Straight into the result unless a later epilogue step reads an
-      // operand stored there.
-      bool later_read = false, after = false;
+      // operand stored there (a reduction's value is written before the
+      // whole epilogue runs).
+      bool later_read = false;
+      bool after = std::any_of(reductions_.begin(), reductions_.end(),
+                               [&](const Reduction& r) { return r.value == v; });
       for (const Step& st : epilogue_) {
         for (int32_t a : st.args)
           if (after && a >= 0 &&
