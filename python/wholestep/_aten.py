@@ -4,8 +4,6 @@ normalization and losses: _aten_nn.py)."""
 
 import math
 
-import torch
-
 from ._ir import (Transposed, Unsupported, aten, broadcast_shapes, ir_dtype, is_value, out_dtype,
                   out_shape)
 

@@ -5,6 +5,7 @@ failed first step, Python state the trace read, rebinding, schedulers,
 odd arguments, options, autocast and threads."""
 
 import copy
+import inspect
 import os
 import signal
 import threading
@@ -286,7 +287,6 @@ def test_no_grad_inside_forward_is_refused_naming_the_module_and_line():
     before = copy.deepcopy(model.state_dict())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step = wst.compile_train_step(model, opt, F.cross_entropy)
-    import inspect
     line = inspect.getsourcelines(NoGradScale.forward)[1] + 3
     with pytest.raises(wholestep.Error) as e:
         step(*batch())
@@ -331,7 +331,6 @@ def test_a_detach_the_loss_reads_is_refused_naming_the_line():
     model = DetachScale()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     step = wst.compile_train_step(model, opt, F.cross_entropy)
-    import inspect
     line = inspect.getsourcelines(DetachScale.forward)[1] + 2
     with pytest.raises(wholestep.Error, match=rf"a detach\(\) of a value that depends on "
                                               rf"parameters .*not supported.*{line}"):
