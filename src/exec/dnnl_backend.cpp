@@ -276,6 +276,13 @@ bool is_backend_op(Op op, DType dt) {
 
 namespace {
 
+// oneDNN's gemm-based convolutions (x64:gemm:jit, chosen for shapes its
+// direct kernels do not take: one input channel over a one-wide map, ...)
+// split their sums by the team they were made for: 1 and 2 threads round
+// differently. Its direct and brgemm kernels compute each output on one
+// thread.
+bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != std::string::npos; }
+
 // The op for the team pinned now.
 std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
                                                   std::span<const ir::Type> in_types,
@@ -332,8 +339,12 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
   }
   if (num_threads() == 1 || op == Op::conv2d_weight_grad || whole->flops() == 0) return whole;
   TeamScope one(1);
-  return make_team_or_solo(
-      whole, build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides));
+  std::shared_ptr<const BackendOp> solo =
+      build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides);
+  // A primitive whose bits depend on its team runs on one thread, whatever
+  // the pool: the same bits on any team.
+  if (team_dependent(*whole) || whole->impl() != solo->impl()) return solo;
+  return make_team_or_solo(whole, solo);
 }
 
 int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
@@ -348,7 +359,11 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
                  const void* const* in, const ir::Type& out_type, void* out) {
   if (out_type.numel() == 0) return;
   pin_team();  // made for the team it runs on now
-  const auto k = build_backend_op(op, attrs, in_types, out_type, {}, {});
+  auto k = build_backend_op(op, attrs, in_types, out_type, {}, {});
+  if (team_dependent(*k)) {  // one thread, as a compiled step runs it
+    TeamScope one(1);
+    k = build_backend_op(op, attrs, in_types, out_type, {}, {});
+  }
   std::vector<std::byte> scratch(size_t(k->scratch_bytes() + 64));
   auto* aligned =
       reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
