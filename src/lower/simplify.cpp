@@ -48,6 +48,18 @@ bool identity_dims(const ir::Node& n) {
   return true;
 }
 
+// Whether transpose n of a value of shape `in` keeps the order of the dims
+// above 1.
+bool keeps_order(const Shape& in, const ir::Node& n) {
+  int64_t last = -1;
+  for (int64_t d : ir::attr<ir::Op::transpose, "perm">(n)) {
+    if (in[size_t(d)] == 1) continue;
+    if (d < last) return false;
+    last = d;
+  }
+  return true;
+}
+
 }  // namespace
 
 ir::Graph simplify(const ir::Graph& g, bool* changed) {
@@ -56,10 +68,18 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
   out.name = g.name;
   std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
   std::map<Key, ValueId> seen;
+  bool rewrote = false;
   for (ValueId v = 0; v < ValueId(g.nodes.size()); ++v) {
     if (!live[size_t(v)]) continue;
     ir::Node n = g.node(v);
     for (ValueId& a : n.args) a = map[size_t(a)];
+    // A transpose that keeps the order of the dims above 1 moves no element:
+    // a reshape (a view, never read through strides of size-1 dims).
+    if (n.op == ir::Op::transpose && keeps_order(out.type(n.args[0]).shape, n)) {
+      rewrote = true;
+      n.op = ir::Op::reshape;
+      n.attrs = ir::make_attrs<ir::Op::reshape>({{"shape", n.type.shape}});
+    }
     // A broadcast or reshape to its operand's own shape is its operand.
     if ((n.op == ir::Op::broadcast || n.op == ir::Op::reshape) &&
         out.type(n.args[0]).shape == n.type.shape && identity_dims(n)) {
@@ -83,8 +103,9 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
     }
   }
   ir::copy_interface(g, map, out);
-  // Nodes are only removed, in order: the same count is the same graph.
-  if (changed) *changed = out.nodes.size() != g.nodes.size();
+  // Nodes are only removed, in order, or a transpose made a reshape: the
+  // same count and no rewrite is the same graph.
+  if (changed) *changed = rewrote || out.nodes.size() != g.nodes.size();
   return out;
 }
 
