@@ -227,9 +227,10 @@ class TrainStep {
   size_t cached() const;
   void clear_cache();
   // The IR of the graphs of the last compiled signature, as text: as their
-  // Programs run them (a fusion node is one kernel), or the step graph when
-  // interpreted.
-  std::string graphs_text() const;
+  // Programs run them (a fusion node is one kernel; GraphStage::lowered), or
+  // as lowering received them (partitioned), or the joint graph (joint); the
+  // step graph when interpreted.
+  std::string graphs_text(GraphStage stage = GraphStage::lowered) const;
   // The lowered Programs of the last compiled signature, as listings.
   std::string programs_text() const;
   // What the forward keeps for the backward (three_graph: saves between the

@@ -151,9 +151,9 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       val.strides = strides[b + 1];
       val.inner = val.strides.back();
       val.kind = !segmented_ || reduced_src[size_t(broadcasts_[b])] ? Kind::gather
-                 : val.inner == 0 ? Kind::row_scalar
-                 : val.inner == 1 ? Kind::row_array
-                                  : Kind::gather;
+                 : val.inner == 0                                   ? Kind::row_scalar
+                 : val.inner == 1                                   ? Kind::row_array
+                                                                    : Kind::gather;
     }
   }
   // Results: straight into their storage unless a later step reads an

@@ -380,13 +380,13 @@ class Lowering {
           // accumulator.
           bool ok = true;
           for (size_t i2 = 0; i2 < pk.ins.size() && ok; ++i2)
-            ok = pk.ins[i2] != a ||
-                 ((acc < 0 || int64_t(i2) == acc) && !donated[i2] && !pk.scalar[i2] &&
-                  !pk.through[i2] && pk.in_offsets[i2] == 0 &&
-                  (n.op != Op::fusion || fused_overwrites(pk, out, i2)));
+            ok = pk.ins[i2] != a || ((acc < 0 || int64_t(i2) == acc) && !donated[i2] &&
+                                     !pk.scalar[i2] && !pk.through[i2] && pk.in_offsets[i2] == 0 &&
+                                     (n.op != Op::fusion || fused_overwrites(pk, out, i2)));
           if (!ok) continue;
           owner[size_t(out)] = owner[size_t(a)];
-          for (size_t i2 = 0; i2 < pk.ins.size(); ++i2) donated[i2] = donated[i2] || pk.ins[i2] == a;
+          for (size_t i2 = 0; i2 < pk.ins.size(); ++i2)
+            donated[i2] = donated[i2] || pk.ins[i2] == a;
           break;
         }
       });

@@ -9,11 +9,15 @@
 
 namespace ws {
 
-std::string TrainStep::graphs_text() const {
+std::string TrainStep::graphs_text(GraphStage stage) const {
   std::string s;
-  if (const step::Compiled* c = impl_->cache.last())
-    for (const ir::Graph& g : c->lowered.empty() ? c->graphs : c->lowered)
-      s += ir::print(g, {.locations = false});
+  const step::Compiled* c = impl_->cache.last();
+  if (!c) return s;
+  if (stage == GraphStage::joint && c->partition)
+    return ir::print(c->partition->first.graph, {.locations = false});
+  for (const ir::Graph& g :
+       c->lowered.empty() || stage != GraphStage::lowered ? c->graphs : c->lowered)
+    s += ir::print(g, {.locations = false});
   return s;
 }
 
