@@ -189,6 +189,13 @@ class Fuser {
     return false;
   }
 
+  // Whether v reads a broadcast of more than one value.
+  bool reads_array_broadcast(ValueId v) const {
+    for (ValueId b : g_.node(v).args)
+      if (g_.node(b).op == Op::broadcast && g_.type(g_.node(b).args[0]).numel() != 1) return true;
+    return false;
+  }
+
   // A reduction straight over a constant or one value broadcast: the loop
   // has no array to sum there (and simplify folds most of them), so it
   // stays its own kernel.
@@ -231,11 +238,7 @@ class Fuser {
         fits = g_.type(a).shape == n.type.shape && n.type.shape != loop_shape(gr);
       else
         fits = g_.type(a).shape == n.type.shape;
-      if (fits && gr.reduce >= 0) {
-        for (ValueId b : n.args)
-          if (g_.node(b).op == Op::broadcast && g_.type(g_.node(b).args[0]).numel() != 1)
-            fits = false;
-      }
+      if (fits && gr.reduce >= 0 && reads_array_broadcast(v)) fits = false;
       if (!fits) continue;
       cands.push_back(gi);
       with_reduce = with_reduce || gr.reduce >= 0;
@@ -249,11 +252,14 @@ class Fuser {
         if (gj < 0 || groups_[size_t(gj)].reduce >= 0 ||
             std::find(producers.begin(), producers.end(), gj) != producers.end())
           continue;
-        // Not a loop that draws random numbers: an epilogue runs once per
-        // reduced row, and a draw needs the loop's element index.
+        // Not a loop that draws random numbers (an epilogue runs once per
+        // reduced row, and a draw needs the loop's element index), nor one
+        // that reads a broadcast of more than one value (the epilogue reads
+        // its operands as arrays of the reduced shape, or single values).
         const std::vector<ValueId>& ms = groups_[size_t(gj)].members;
         if (std::all_of(ms.begin(), ms.end(), [&](ValueId m) {
-              return g_.type(m).shape == n.type.shape && g_.node(m).op != Op::random_uniform;
+              return g_.type(m).shape == n.type.shape && g_.node(m).op != Op::random_uniform &&
+                     !reads_array_broadcast(m);
             }))
           producers.push_back(gj);
       }
