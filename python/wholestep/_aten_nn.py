@@ -3,7 +3,7 @@ and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
 
-from ._ir import Unsupported, along, aten, out_dtype
+from ._ir import Unsupported, along, aten
 
 
 # ---------------------------------------------------------------- products
