@@ -305,9 +305,10 @@ def test_block_at_a_kink_takes_one_side(ulps):
     """At a kink, float32 computations differ by the side they take, and
     each side is one float64 step: every mode is within the rule of the
     float64 step that takes its side. (At 0 and 3 ulps float64 and torch's
-    float32 pass the element and wholestep's float32 rounds it below zero,
-    4e3 x beyond the batch orders' spread of float64 as it rounds; at 6
-    ulps float64 and wholestep stop it and torch passes it.)"""
+    float32 pass the element and wholestep's float32 rounds it below zero:
+    against float64 as it rounds, the convolution's weight is 4e3 x the
+    rule's limit; at 6 ulps float64 and wholestep stop it and torch passes
+    it.)"""
     model, x, y, element, z = block_at_kink(ulps)
     assert abs(z) < 1e-7
     ambiguous, verdicts = check_up_to_kinks(model, x, y)
@@ -342,11 +343,10 @@ def images(n, size, seed=1):
 
 def test_shufflenet_relu_up_to_kink_decisions():
     """ShuffleNet v2 x0.5 at 64x64, batch 8 (4x4 maps in stage 3, 2x2 in
-    stage 4) with ReLU. Against float64 as it rounds, every mode was 2.8e3 x
-    beyond the batch orders' spread (wholestep.check's rule): wholestep's
-    float32 takes a ReLU input of stage3.3 (2e-7 of its layer's largest;
-    float32's error there 2e-6) below zero, which moves a bias gradient by
-    2.4e-2 and leaves the loss. Against the float64 step taking the same
+    stage 4) with ReLU. Against float64 as it rounds, every mode is 1.1e3 x
+    the rule's limit: wholestep's float32 takes a ReLU input of stage3.3
+    (2e-7 of its layer's largest; float32's error there 2e-6) below zero,
+    which moves stage3.3.branch2.1.bias by 2.4e-2 and leaves the loss. Against the float64 step taking the same
     decisions, every mode is within the rule."""
     model = shufflenet()
     x, y = images(8, 64)
