@@ -48,10 +48,14 @@ class UpdateBuilder {
     WS_CHECK(it != spec_.hyper_names.end()) << "optimizer has no hyperparameter " << name;
     return in_.hypers[size_t(it - spec_.hyper_names.begin())];
   }
-  // A 0-d hyperparameter (f32) or scalar in the parameter's dtype.
+  // A hyperparameter (a 0-d f64 input) rounded once to dtype dt.
   ValueId hv(const char* name, DType dt) { return b_.convert(hyper(name), dt); }
   ValueId bin(Op op, ValueId a, ValueId c) { return b_.binary(op, a, c); }
-  ValueId one() { return b_.scalar(1.0); }
+  ValueId one(DType dt = DType::f32) { return b_.scalar(1.0, dt); }
+  // The scalars torch computes in Python floats (1 - beta2, the bias
+  // corrections, 1 - lr * wd) are computed here in f64 from the f64
+  // hyperparameters and rounded once where a tensor reads them: in f32,
+  // 1 - 0.999f is 1.3e-5 from 1 - 0.999, and Adam's second moment with it.
 
   // torch.nn.utils.clip_grad_norm_: g *= min(1, max_norm / (||g||₂ + 1e-6)),
   // the norm over all gradients together, accumulated in f32.
@@ -67,7 +71,8 @@ class UpdateBuilder {
     }
     if (in_.sharded) total = b_.all_reduce(total, "sum");
     ValueId norm = b_.unary(Op::sqrt, total);
-    ValueId coef = bin(Op::div, hyper("max_grad_norm"), bin(Op::add, norm, b_.scalar(1e-6)));
+    ValueId coef =
+        bin(Op::div, hv("max_grad_norm", DType::f32), bin(Op::add, norm, b_.scalar(1e-6)));
     ValueId clamped = b_.add(Op::select, {bin(Op::lt, coef, one()), coef, one()});
     for (ValueId& g : grads) g = b_.scale(g, b_.convert(clamped, b_.type(g).dtype));
   }
@@ -91,13 +96,15 @@ class UpdateBuilder {
     return !spec_.state_slots.empty() && spec_.state_slots[0] == kStepSlot;
   }
 
-  // The step count t (already advanced) gives the bias corrections:
-  // step_size = lr / (1 - β1^t), 1/sqrt(1 - β2^t).
+  // The step count t (already advanced) gives the bias corrections, in f64:
+  // step_size = lr / (1 - β1^t), sqrt(1 - β2^t).
   void adam_scalars(ValueId t) {
-    ValueId bc1 = bin(Op::sub, one(), bin(Op::pow, hyper("beta1"), t));
-    ValueId bc2 = bin(Op::sub, one(), bin(Op::pow, hyper("beta2"), t));
+    const DType d = DType::f64;
+    t = b_.convert(t, d);
+    ValueId bc1 = bin(Op::sub, one(d), bin(Op::pow, hyper("beta1"), t));
+    ValueId bc2 = bin(Op::sub, one(d), bin(Op::pow, hyper("beta2"), t));
     step_size_ = bin(Op::div, hyper("lr"), bc1);
-    inv_sqrt_bc2_ = b_.unary(Op::rsqrt, bc2);
+    sqrt_bc2_ = b_.unary(Op::sqrt, bc2);
   }
 
   ParamValues adam(const ParamValues& in) {
@@ -116,15 +123,16 @@ class UpdateBuilder {
     ValueId p = in.param, g = in.grad;
     if (spec_.weight_decay) {
       if (spec_.kind == "adamw")  // p *= 1 - lr·wd
-        p = b_.scale(p, s(bin(Op::sub, one(), bin(Op::mul, hyper("lr"), hyper("weight_decay")))));
+        p = b_.scale(
+            p, s(bin(Op::sub, one(DType::f64), bin(Op::mul, hyper("lr"), hyper("weight_decay")))));
       else
         g = bin(Op::add, g, b_.scale(p, hv("weight_decay", dt)));
     }
     ValueId b1 = hyper("beta1"), b2 = hyper("beta2");
-    ValueId m =
-        bin(Op::add, b_.scale(in.state[s0], s(b1)), b_.scale(g, s(bin(Op::sub, one(), b1))));
+    ValueId m = bin(Op::add, b_.scale(in.state[s0], s(b1)),
+                    b_.scale(g, s(bin(Op::sub, one(DType::f64), b1))));
     ValueId v = bin(Op::add, b_.scale(in.state[s0 + 1], s(b2)),
-                    b_.scale(bin(Op::mul, g, g), s(bin(Op::sub, one(), b2))));
+                    b_.scale(bin(Op::mul, g, g), s(bin(Op::sub, one(DType::f64), b2))));
     out.state.push_back(m);
     out.state.push_back(v);
     ValueId v_used = v;
@@ -134,8 +142,9 @@ class UpdateBuilder {
     }
     // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= step_size · m / denom
     const Shape shape = b_.type(p).shape;  // a copy: hv() may append, moving the nodes
-    ValueId denom = bin(Op::add, b_.scale(b_.unary(Op::sqrt, v_used), s(inv_sqrt_bc2_)),
-                        b_.broadcast_to(hv("eps", dt), shape));
+    ValueId denom =
+        bin(Op::add, bin(Op::div, b_.unary(Op::sqrt, v_used), b_.broadcast_to(s(sqrt_bc2_), shape)),
+            b_.broadcast_to(hv("eps", dt), shape));
     out.param = bin(Op::sub, p, b_.scale(bin(Op::div, m, denom), s(step_size_)));
     return out;
   }
@@ -143,7 +152,7 @@ class UpdateBuilder {
   ir::Builder& b_;
   const UpdateSpec& spec_;
   const UpdateInputs& in_;
-  ValueId step_size_ = ir::kNoValue, inv_sqrt_bc2_ = ir::kNoValue;
+  ValueId step_size_ = ir::kNoValue, sqrt_bc2_ = ir::kNoValue;
 };
 
 }  // namespace

@@ -85,7 +85,7 @@ ir::ValueId ForwardTrace::persistent(ir::InputRole role, const std::string& name
 }
 
 ir::ValueId ForwardTrace::hyper(const std::string& name) {
-  hyper_ids_.push_back(builder().input(ir::InputRole::hyper, name, ir::Type{DType::f32, {}}));
+  hyper_ids_.push_back(builder().input(ir::InputRole::hyper, name, ir::Type{DType::f64, {}}));
   cap_->hyper_names.push_back(name);
   return hyper_ids_.back();
 }

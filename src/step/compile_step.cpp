@@ -77,6 +77,11 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::T
   c->index_checks = cap.index_checks;
   for (ir::ValueId v : cap.joint.graph.inputs) {
     const ir::InputRole role = cap.joint.graph.input_role(v);
+    // The step writes each hyperparameter as a double (a frontend declares
+    // them f64[]: ForwardTrace::hyper).
+    WS_CHECK((role != ir::InputRole::hyper || cap.joint.graph.type(v) == ir::Type{DType::f64, {}}))
+        << "hyperparameter input %" << v << " is " << cap.joint.graph.type(v).str()
+        << ", not f64[]";
     if (role == ir::InputRole::hyper || role == ir::InputRole::data) continue;
     const int64_t bytes = int64_t(cap.joint.graph.type(v).bytes());
     c->counters.persistent_bytes += bytes;

@@ -63,8 +63,7 @@ TrainStep::Impl::Impl(std::unique_ptr<step::StepSource> src, StepOptions s)
   size_t n = 0;
   for (const optim::UpdateGroup& group : source->update_groups())
     n += group.spec.hyper_names.size();
-  hypers.assign(n, 0.0f);
-  hyper_scratch.assign(hypers.size(), 0.0);
+  hypers.assign(n, 0.0);
 }
 
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, LossFn fn, StepOptions opts)
@@ -99,8 +98,7 @@ void TrainStep::gather_optimizer_state() {
 
 void TrainStep::Impl::prepare(step::Compiled& c, const std::vector<Tensor>& data) {
   step::check_indices(c.index_checks, data, "train step");
-  source->hyper_values(hyper_scratch);
-  for (size_t i = 0; i < hypers.size(); ++i) hypers[i] = float(hyper_scratch[i]);
+  source->hyper_values(hypers);
 }
 
 void step::run_programs(Compiled& c, const std::vector<Tensor>& data, StepTiming* t) {
@@ -122,12 +120,12 @@ namespace {
 // One step of the interpret mode: the step graph on reference kernels, its
 // updates copied into the persistent tensors.
 void interpret_step(step::Compiled& c, const std::vector<Tensor>& data,
-                    const std::vector<float>& hypers, bool detect_anomaly, StepResult& r) {
+                    const std::vector<double>& hypers, bool detect_anomaly, StepResult& r) {
   const ir::Graph& g = c.step_graph;
   std::vector<Tensor> inputs;
   for (const step::Binding& b : c.inputs[0]) switch (b.kind) {
       case step::Bind::data: inputs.push_back(data.at(b.index)); break;
-      case step::Bind::hyper: inputs.push_back(Tensor::scalar(hypers[b.index])); break;
+      case step::Bind::hyper: inputs.push_back(Tensor::scalar(hypers[b.index], DType::f64)); break;
       case step::Bind::persistent: inputs.push_back(c.persistent[b.index]); break;
       case step::Bind::owned:
         WS_CHECK(false) << "an interpreted step passes nothing between graphs";

@@ -105,8 +105,9 @@ struct TrainStep::Impl {
   std::unique_ptr<step::StepSource> source;
   StepOptions opts;
   step::SignatureCache<step::Compiled> cache;
-  std::vector<float> hypers;
-  std::vector<double> hyper_scratch;
+  // The hyperparameters, f64 inputs: the update's scalars (1 - beta2, the
+  // bias corrections) are computed in double and rounded once, as torch does.
+  std::vector<double> hypers;
   // StepOptions::zero: this rank's parts of the optimizer state, for every
   // signature.
   std::unique_ptr<step::OptimizerShards> zero;

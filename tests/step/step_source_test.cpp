@@ -54,7 +54,7 @@ class LinearSource final : public step::StepSource {
   step::CapturedStep trace(const std::vector<ir::Type>& data_types, const SourceLoc&) override {
     ++traces;
     LinearGraph lg(w_, b_);
-    lg.input(InputRole::hyper, "lr", {DType::f32, {}}, 0);  // read by the update
+    lg.input(InputRole::hyper, "lr", {DType::f64, {}}, 0);  // read by the update
     const ValueId x = lg.input(InputRole::data, "x", data_types.at(0), 0);
     const ValueId y = lg.input(InputRole::data, "y", data_types.at(1), 1);
     lg.cap.hyper_names = {"lr"};
