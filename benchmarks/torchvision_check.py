@@ -11,10 +11,24 @@ vision transformers built for that size). A model with more parameters
 than --max-params (torchvision's own count, from its weights' metadata:
 the model is not built) is listed as too large and not run.
 
+At 64x64 a ResNet-style network's last stage works on 2x2 maps, and its
+BatchNorms normalize 16 values per channel (batch 4): the step is chaotic,
+a ReLU input within rounding of zero flips sign with the evaluation order
+inside one example and the changed gradient grows through the stack.
+Batch orders do not reorder what happens inside one example, so their
+spread can be far below what float32 reaches; --perturbed N adds N float32
+runs from parameters, buffers and batch perturbed by one rounding
+(wst.check's `perturbed`), which measure it. A failure every mode shares,
+interpret included, that such runs explain is not a wholestep bug.
+regnet_x_400mf fails this way at 64x64 (every mode alike): one of 16
+float32 runs from inputs perturbed by one rounding lands as far from
+float64 as wholestep does, where the four batch orders stay 13x closer.
+
 Each row: pass; fail (the mode and its worst tensor: distance from float64
 and float32 torch's spread; or the error's first line); refused (the
-importer does not support an op the model uses: the error's first line);
-error (eager torch itself could not run the model at this size); too large.
+importer does not support an op the model uses, or a documented limit of
+one: the error's first line); error (eager torch itself could not run
+the model at this size); too large.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/torchvision_check.py
         [--models resnet18,mobilenet_v2] [--max-params 30e6] [--json out.json]
@@ -72,7 +86,9 @@ def build(name):
 
 
 def _refused(text):
-    return "not supported" in text
+    """An error of the importer naming what it does not take (an op, or a
+    documented limit of one), not a bug of wholestep's."""
+    return text.startswith("Error:") and "internal error" not in text
 
 
 def check_model(name, batch, modes, perturbed, max_params):
@@ -115,7 +131,8 @@ def check_model(name, batch, modes, perturbed, max_params):
                     key=lambda lw: lw[1][1] / (2 * lw[1][2] + 1e-6))
         label, (n, d, s) = worst
         row["detail"] = f"closest: {label} {n} {d:.2g} (spread {s:.2g})"
-    elif errors and len(errors) == len(modes) and all(_refused(e) for e in errors):
+    elif (errors and len(errors) == len(modes) and all(_refused(e) for e in errors)
+          and len({e.splitlines()[0] for e in errors}) == 1):
         row["status"] = "refused"
         row["detail"] = errors[0].splitlines()[0]
     else:
