@@ -96,17 +96,27 @@ int assign_fused_buffers(const ir::Graph& body, const std::vector<bool>& buffere
     for (ir::ValueId a : body.node(v).args) last[size_t(a)] = v;
   buf.assign(size_t(n), -1);
   std::vector<int32_t> free_list;
-  int32_t count = 0;
-  auto take = [&]() {
-    if (!free_list.empty()) {
-      const int32_t b = free_list.back();
-      free_list.pop_back();
+  // The element size of each buffer's last value. Steps reading a
+  // broadcast run segment by segment (fused_loop.hpp), so a value may take
+  // a freed buffer while the value freed there still has segments to be
+  // read: writing elements of a larger size would overwrite them (a bool
+  // mask under a float, found by the differential tester). A freed buffer
+  // goes to a value of the same element size or smaller.
+  std::vector<size_t> size_of;
+  auto take = [&](size_t es) {
+    for (size_t i = free_list.size(); i-- > 0;) {
+      const int32_t b = free_list[i];
+      if (size_of[size_t(b)] < es) continue;
+      free_list.erase(free_list.begin() + int64_t(i));
+      size_of[size_t(b)] = es;
       return b;
     }
-    return count++;
+    size_of.push_back(es);
+    return int32_t(size_of.size() - 1);
   };
+  auto esize = [&](ir::ValueId v) { return dtype_size(body.type(v).dtype); };
   for (ir::ValueId v = 0; v < n; ++v)
-    if (gathered[size_t(v)]) buf[size_t(v)] = take();
+    if (gathered[size_t(v)]) buf[size_t(v)] = take(esize(v));
   std::vector<bool> released(size_t(n), false);
   for (ir::ValueId v = 0; v < n; ++v) {
     const ir::Node& node = body.node(v);
@@ -125,11 +135,11 @@ int assign_fused_buffers(const ir::Graph& body, const std::vector<bool>& buffere
           freed.push_back(buf[size_t(a)]);
         released[size_t(a)] = true;  // an operand listed twice frees once
       }
-    buf[size_t(v)] = reuse >= 0 ? reuse : take();
+    buf[size_t(v)] = reuse >= 0 ? reuse : take(esize(v));
     free_list.insert(free_list.end(), freed.begin(), freed.end());
     if (last[size_t(v)] < 0 && !held_to_end[size_t(v)]) free_list.push_back(buf[size_t(v)]);
   }
-  return count;
+  return int(size_of.size());
 }
 
 void split_reduction_walk(const Shape& in, const std::vector<int64_t>& axes, Shape& kept,

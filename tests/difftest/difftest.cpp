@@ -22,6 +22,7 @@
 //   difftest --replay DIR|FILE...
 //   difftest --bisect GRAPH.ir   (the first lowering pass, or the program,
 //                                 that changes the graph's bits)
+//   difftest --kernels GRAPH.ir  (each fused kernel alone against the interpreter)
 // Exit status 1 when any case failed. To look into a case: WS_DIFFTEST_CONFIG
 // runs one configuration (by name; with WS_DUMP, its IR after every pass),
 // WS_DIFFTEST_STEPS the number of steps (2), WS_DIFFTEST_VERBOSE prints
@@ -48,6 +49,7 @@
 
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
+#include "ir/attr.hpp"
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
 #include "lower/pipeline.hpp"
@@ -318,7 +320,9 @@ int bisect(const std::string& file) {
   manual_seed(1);
   for (ir::ValueId v : g.inputs) {
     const ir::Type& t = g.type(v);
-    in.push_back(is_floating(t.dtype) ? randn(t.shape, 0.0, 1.0, t.dtype)
+    // Near 1, as the golden tests' inputs: positive learning rates, moments
+    // and step counts.
+    in.push_back(is_floating(t.dtype) ? randn(t.shape, 1.0, 0.25, t.dtype)
                                       : Tensor::zeros(t.shape, t.dtype));
   }
   auto bits = [&](const ir::Graph& h) {
@@ -326,14 +330,21 @@ int bisect(const std::string& file) {
     for (const Tensor& t : exec::interpret(h, in)) out.push_back(t.to_vector());
     return out;
   };
+  // The same bits, a NaN equal to a NaN.
+  auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+    for (size_t j = 0; j < a.size(); ++j)
+      if (a[j] != b[j] && !(std::isnan(a[j]) && std::isnan(b[j]))) return false;
+    return a.size() == b.size();
+  };
   const auto want = bits(g);
   for (const lower::Pass& p : lower::graph_passes({})) {
     bool changed = false;
-    g = p.run(g, &changed);
+    ir::Graph next = p.run(g, &changed);
+    g = std::move(next);
     if (!changed) continue;
     const auto got = bits(g);
     for (size_t o = 0; o < got.size(); ++o)
-      if (got[o] != want[o]) {
+      if (!same(got[o], want[o])) {
         fmt::print("{}: output {} ({}) changed, {:.6g} against {:.6g}\n{}", p.name, o,
                    g.outputs[o].name, dist(got[o], want[o]), scale(want[o]), ir::print(g));
         return 1;
@@ -342,10 +353,13 @@ int bisect(const std::string& file) {
   }
   // Then the lowered programs, fused and not, once, on copies of the inputs.
   const ir::Graph orig = ir::parse(read(file));
-  for (bool fuse : {true, false}) {
+  bool bad = false;
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool fuse = variant != 1;
+    bool differs = false;
     std::vector<Tensor> args;
     for (const Tensor& t : in) args.push_back(t.clone());
-    exec::Executable e(lower::lower(orig, {.fuse = fuse}));
+    exec::Executable e(lower::lower(orig, {.in_place_updates = variant != 2, .fuse = fuse}));
     for (size_t i = 0; i < args.size(); ++i) e.bind_input(i, args[i].impl()->storage->data);
     std::vector<Tensor> out(orig.outputs.size());
     for (size_t i = 0; i < orig.outputs.size(); ++i) {
@@ -366,15 +380,80 @@ int bisect(const std::string& file) {
           (o.role == ir::OutputRole::update ? args[size_t(orig.input_index(o.aliased_input))]
                                             : out[i])
               .to_vector();
-      if (got != want[i]) {
-        fmt::print("{} program: output {} ({}) differs, {:.6g} against {:.6g}\n{}",
-                   fuse ? "fused" : "unfused", i, o.name, dist(got, want[i]), scale(want[i]),
-                   e.program().str());
-        return 1;
+      if (!same(got, want[i])) {
+        fmt::print("{} program{}: output {} ({}) differs, {:.6g} against {:.6g}\n{}",
+                   fuse ? "fused" : "unfused", variant == 2 ? " (updates copied)" : "", i, o.name,
+                   dist(got, want[i]), scale(want[i]), e.program().str());
+        differs = bad = true;
+        break;
       }
     }
-    fmt::print("{} program: the same bits\n", fuse ? "fused" : "unfused");
+    if (!differs)
+      fmt::print("{} program{}: the same bits\n", fuse ? "fused" : "unfused",
+                 variant == 2 ? " (updates copied)" : "");
   }
+  return bad ? 1 : 0;
+}
+
+// Each fusion of `file`'s graph after the graph passes, alone: its operands
+// random inputs, its results outputs, the lowered kernel against the
+// interpreted node. Names the first that differs.
+int kernels(const std::string& file) {
+  const ir::Graph fused = lower::run_passes(ir::parse(read(file)), lower::graph_passes({}));
+  for (ir::ValueId v = 0; v < fused.size(); ++v) {
+    const ir::Node& n = fused.node(v);
+    if (n.op != ir::Op::fusion) continue;
+    ir::Graph g;
+    g.name = "kernel";
+    ir::Node f = n;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      g.nodes.push_back(
+          ir::input_node(ir::InputRole::data, fmt::format("x{}", i), fused.type(n.args[i])));
+      g.inputs.push_back(ir::ValueId(i));
+      f.args[i] = ir::ValueId(i);
+    }
+    g.nodes.push_back(f);
+    const ir::ValueId fv = ir::ValueId(g.nodes.size() - 1);
+    g.outputs.push_back({ir::OutputRole::user, fv, ir::kNoValue, "r0"});
+    for (size_t j = 1; j < n.body->outputs.size(); ++j) {
+      g.nodes.push_back(ir::Node{ir::Op::fusion_result,
+                                 {fv},
+                                 ir::make_attrs<ir::Op::fusion_result>({{"index", int64_t(j)}}),
+                                 n.body->type(n.body->outputs[j].value),
+                                 {},
+                                 n.stage,
+                                 nullptr});
+      g.outputs.push_back({ir::OutputRole::user, ir::ValueId(g.nodes.size() - 1), ir::kNoValue,
+                           fmt::format("r{}", j)});
+    }
+    std::vector<Tensor> in;
+    manual_seed(uint64_t(v) + 1);
+    for (ir::ValueId x : g.inputs) {
+      const ir::Type& t = g.type(x);
+      in.push_back(is_floating(t.dtype) ? randn(t.shape, 1.0, 0.25, t.dtype)
+                                        : Tensor::zeros(t.shape, t.dtype));
+    }
+    const std::vector<Tensor> want = exec::interpret(g, in);
+    exec::Executable e(lower::lower(g, {}));
+    for (size_t i = 0; i < in.size(); ++i) e.bind_input(i, in[i].impl()->storage->data);
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      out.push_back(
+          Tensor::zeros(g.type(g.outputs[i].value).shape, g.type(g.outputs[i].value).dtype));
+      e.bind_output(i, out.back().impl()->storage->data);
+    }
+    e.run();
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i].to_vector() != want[i].to_vector()) {
+        fmt::print("%{}: result {} differs, {:.6g}\n{}", v, i,
+                   dist(out[i].to_vector(), want[i].to_vector()), ir::print(g));
+        if (std::getenv("WS_DIFFTEST_VERBOSE"))
+          fmt::print("got  {}\nwant {}\n{}", fmt::join(out[i].to_vector(), " "),
+                     fmt::join(want[i].to_vector(), " "), e.program().str());
+        return 1;
+      }
+  }
+  fmt::print("every fusion alone: the same bits\n");
   return 0;
 }
 
@@ -450,6 +529,8 @@ int main(int argc, char** argv) {
         save = next();
       else if (args[i] == "--bisect")
         return ws::difftest::bisect(next());
+      else if (args[i] == "--kernels")
+        return ws::difftest::kernels(next());
       else if (args[i] == "--replay") {
         for (++i; i < args.size(); ++i) rest.push_back(args[i]);
         return ws::difftest::replay(rest);
