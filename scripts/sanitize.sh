@@ -13,10 +13,12 @@ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Release \
 # The test programs and the programs they run (the command line, and the
 # tutorial's example for tests/docs); not the benchmarks or other examples.
 targets=$(ninja -C build-sanitize -t targets all | sed -n 's/^\(tests\/[a-z_]*_tests\): .*/\1/p;
-  s/^\(wholestep\): .*/\1/p' | sort -u)
+  s/^\(tests\/difftest\): .*/\1/p; s/^\(wholestep\): .*/\1/p' | sort -u)
 cmake --build build-sanitize -j "$(nproc)" --target $targets
 # oneDNN and OpenMP keep process-wide caches until exit: leak reports would
 # be theirs, not ours.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The differential tester explores for a minute here (its cases run slower).
+export WS_DIFFTEST_SECONDS=${WS_DIFFTEST_SECONDS:-60}
 ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)"

@@ -19,6 +19,7 @@
 // and written to --save DIR as <seed>.spec, which --replay runs again.
 //
 //   difftest --seconds 120 [--seed S] [--max-ops N] [--save DIR]
+//                                (WS_DIFFTEST_SECONDS, when set, is the time)
 //   difftest --replay DIR|FILE...
 //   difftest --bisect GRAPH.ir   (the first lowering pass, or the program,
 //                                 that changes the graph's bits)
@@ -537,6 +538,7 @@ int main(int argc, char** argv) {
       } else
         throw ws::Error("unknown argument " + args[i]);
     }
+    if (const char* env = std::getenv("WS_DIFFTEST_SECONDS")) seconds = std::stod(env);
     return ws::difftest::explore(seconds, seed, max_ops, save);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "difftest: %s\n", e.what());
