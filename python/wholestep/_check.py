@@ -384,6 +384,8 @@ def check(model, optimizer, loss_fn, *batch, num_inputs=1, modes=DEFAULT_MODES, 
     and the worst tensors when `verbose`; returns a CheckResult."""
     if not batch:
         raise ValueError("check: no batch given (the model's inputs, then the targets)")
+    if isinstance(modes, str):
+        modes = (modes,)
     ref = Reference(model, optimizer, loss_fn, batch, num_inputs, orders, perturbed)
     result = CheckResult(run_checks(ref, model, optimizer, loss_fn, batch, num_inputs, modes,
                                     options), ref)
@@ -432,6 +434,8 @@ def compare(model, optimizer, loss_fn, *batch, steps=10, warmup=2, num_inputs=1,
     from .torch import compile_train_step
     if not batch:
         raise ValueError("compare: no batch given (the model's inputs, then the targets)")
+    if isinstance(modes, str):
+        modes = (modes,)
     runs = []
     for entry in modes:
         label, mode, opts = config(entry)

@@ -29,7 +29,6 @@ import argparse
 import copy
 import json
 import math
-import os
 import random
 import re
 import sys
