@@ -23,6 +23,10 @@ interpret included, that such runs explain is not a wholestep bug.
 regnet_x_400mf fails this way at 64x64 (every mode alike): one of 16
 float32 runs from inputs perturbed by one rounding lands as far from
 float64 as wholestep does, where the four batch orders stay 13x closer.
+So does regnet_y_400mf: its one wrong gradient (block4-3.f.b.1.bias) is
+wrong in one channel by exactly the upstream gradient of the one element
+whose pre-ReLU value is -3.7e-5 in float64 (1e-5 of the largest), on the
+other side of zero in wholestep's float32.
 
 Each row: pass; fail (the mode and its worst tensor: distance from float64
 and float32 torch's spread; or the error's first line); refused (the
