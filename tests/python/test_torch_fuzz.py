@@ -93,3 +93,21 @@ def test_random_modules_for_a_time_budget(capsys):
     assert y.tried > 0
     assert not y.found, f"seed {seed}:\n" + "\n".join(
         f"{f.describe()}\n  shrunk: {json.dumps(s.spec)}" for f, s, _ in y.found)
+
+
+def test_a_step_that_changes_its_bits_is_reported(monkeypatch):
+    real = torch_fuzz._check.compiled_run
+    runs = []
+
+    def flaky(*args, **kwargs):
+        snap, step = real(*args, **kwargs)
+        runs.append(1)
+        if len(runs) == 2:  # the second single_graph run differs in one bit's worth
+            name = next(k for k, (kind, _) in snap.items() if kind == "parameter")
+            kind, t = snap[name]
+            snap[name] = (kind, t.nextafter(t + 1))
+        return snap, step
+
+    monkeypatch.setattr(torch_fuzz._check, "compiled_run", flaky)
+    failures = torch_fuzz.run_case(torch_fuzz.generate(3), only=torch_fuzz.DETERMINISM)
+    assert [f.category for f in failures] == ["nondeterministic"]
