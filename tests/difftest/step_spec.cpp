@@ -12,10 +12,10 @@
 namespace ws::difftest {
 namespace {
 
-const char* kKindNames[] = {"unary",     "binary",  "reduce",     "normalize",  "conv",
-                            "pool",      "linear",  "batch_norm", "layer_norm", "channel_affine",
-                            "transpose", "reshape", "slice",      "concat",     "softmax",
-                            "dropout",   "select"};
+const char* kKindNames[] = {"unary",     "binary",  "reduce",        "normalize",  "conv",
+                            "pool",      "linear",  "batch_norm",    "layer_norm", "channel_affine",
+                            "transpose", "reshape", "slice",         "concat",     "softmax",
+                            "dropout",   "select",  "cross_entropy", "embed"};
 constexpr int kKinds = int(sizeof kKindNames / sizeof kKindNames[0]);
 constexpr int kUnaries = 11, kBinaries = 5;
 const char* kOptNames[] = {"sgd", "adam", "adamw"};
@@ -218,7 +218,8 @@ Tensor SpecModel::apply(size_t i, const std::vector<Tensor>& v) {
       need(c[6] > 0 && s[1] % c[6] == 0 && c[0] % c[6] == 0, "groups");
       const double bound = 1.0 / std::sqrt(double(s[1] / c[6] * c[1] * c[2]));
       Tensor w = param(i, 0, {c[0], s[1] / c[6], c[1], c[2]}, bound);
-      Conv2dOptions opts{{c[3], c[3]}, {c[4], c[4]}, {c[5], c[5]}, c[6]};
+      const int64_t pw = c.size() > 8 ? c[8] : c[4];
+      Conv2dOptions opts{{c[3], c[3]}, {c[4], pw}, {c[5], c[5]}, c[6]};
       Tensor y = conv2d(a, w, opts);
       if (c[7]) y = add(y, reshape(param(i, 1, {c[0]}, bound), {1, c[0], 1, 1}));
       return y;
@@ -283,6 +284,24 @@ Tensor SpecModel::apply(size_t i, const std::vector<Tensor>& v) {
       const Tensor& b = val(o.b);
       need(broadcasts_to(b.shape(), s), "b does not broadcast to a");
       return where(gt(a, b), a, mul(a, double(o.which) / 10.0));
+    }
+    case OpKind::cross_entropy: {
+      need(rank == 2 && s[1] >= 2, "cross_entropy of a value not [N, C >= 2]");
+      std::vector<int64_t> labels(static_cast<size_t>(s[0]));
+      for (size_t j = 0; j < labels.size(); ++j) labels[j] = int64_t(j * 7 + 3) % s[1];
+      return nn::cross_entropy(a, Tensor::from_vector(labels, {s[0]}));
+    }
+    case OpKind::embed: {
+      const std::vector<int64_t> e = ints(2);
+      need(rank >= 1 && e[0] >= 1 && e[1] >= 1, "embed");
+      std::vector<int64_t> idx(static_cast<size_t>(s[0]));
+      for (size_t j = 0; j < idx.size(); ++j) idx[j] = int64_t(j * 3 + 1) % e[0];
+      Tensor rows = gather(param(i, 0, {e[0], e[1]}, 1.0), Tensor::from_vector(idx, {s[0]}));
+      // Plus a's rows (summed over its other dims), so the value reads a.
+      std::vector<int64_t> rest;
+      for (int64_t d = 1; d < rank; ++d) rest.push_back(d);
+      Tensor per_row = rest.empty() ? a : sum(a, rest);
+      return add(rows, reshape(per_row, {s[0], 1}));
     }
   }
   throw Error("difftest: unknown op kind");
@@ -396,6 +415,7 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
                 g.coin(0.15) ? 2 : 1,
                 groups,
                 g.coin(0.6) ? 1 : 0};
+      if (g.coin(0.2)) o.ints.push_back(g.of({0, 1, 2}));  // the width's own padding
       break;
     }
     case OpKind::pool: {
@@ -435,6 +455,7 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
       break;
     }
     case OpKind::dropout: o.ints = {g.of({10, 25, 50})}; break;
+    case OpKind::embed: o.ints = {g.of({1, 2, 5, 11}), g.of({1, 3, 8, 16})}; break;
     default: break;
   }
   return o;

@@ -23,9 +23,11 @@ enum class OpKind : int {
   binary,     // a op b, b broadcast to a (arg: which)
   reduce,     // sum, mean or max of a over axes (arg: which; axes), keepdim or not
   normalize,  // a - reduce(a) (broadcast after a reduction; arg: which; axes)
-  conv,    // conv2d of a with a weight [+ bias] (ints: out, kh, kw, stride, pad, dil, groups, bias)
-  pool,    // max or avg pool of a (ints: max, kh, kw, stride, pad)
-  linear,  // a @ W [+ b] over a's last dim (ints: out, bias)
+  // conv2d of a with a weight [+ bias] (ints: out, kh, kw, stride, pad, dil,
+  // groups, bias[, the width's padding when it differs])
+  conv,
+  pool,            // max or avg pool of a (ints: max, kh, kw, stride, pad)
+  linear,          // a @ W [+ b] over a's last dim (ints: out, bias)
   batch_norm,      // training-mode BatchNorm of a [N,C,H,W] with affine and running stats
   layer_norm,      // LayerNorm over a's last dim
   channel_affine,  // a * w + b with w, b per channel (dim 1)
@@ -36,6 +38,8 @@ enum class OpKind : int {
   softmax,         // softmax over the last dim
   dropout,         // dropout with p (ints: p in percent)
   select,          // where(a > b, a, c * a) (arg: c in tenths)
+  cross_entropy,   // cross-entropy of a [N, C] against fixed labels (a 0-d value)
+  embed,           // rows of a table [V, D] at fixed indices, one per row of a, plus a's rows
 };
 
 struct OpSpec {
