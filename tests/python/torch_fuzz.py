@@ -616,15 +616,30 @@ def label(config):
     return _check.config(config)[0]
 
 
-def _category(mc):
+def _category(mc, ref):
     """What kind of failure a ModeCheck is: a mismatch (small: every
-    tensor within SMALL of float64, rounding-level; or large), a refusal
-    (the generator made something unsupported), or an error (its first
-    line with the numbers taken out)."""
+    tensor within SMALL of float64, or within SMALL_RATIO of its limit, or
+    zero in float64 and within SMALL of the largest tensor of its kind:
+    rounding-level; or large), a refusal (the generator made something
+    unsupported), or an error (its first line with the numbers taken
+    out). A tensor zero in float64 has no relative error to speak of: the
+    gradient of a BatchNorm weight over a channel of equal values (a
+    convolution whose windows see only padding, then a bias) is exactly 0
+    in float64 and in torch, which accumulates the statistics in double,
+    and 1e-6 of the other gradients in wholestep."""
     if mc.error is None:
-        small = all(d <= SMALL or d <= SMALL_RATIO * _check.limit(s)
-                    for _, d, s in mc.failures())
-        return "small mismatch" if small else "mismatch"
+        def small(name, d, s):
+            if d <= SMALL or d <= SMALL_RATIO * _check.limit(s):
+                return True
+            kind, truth = ref.truth[name]
+            if not truth.is_floating_point() or truth.abs().max().item() != 0:
+                return False
+            top = max(t.double().abs().max().item() for k, t in ref.truth.values()
+                      if k == kind and t.is_floating_point() and t.numel())
+            return d * ref.scales[name] <= SMALL * top
+
+        return ("small mismatch" if all(small(*f) for f in mc.failures())
+                else "mismatch")
     first = mc.error.splitlines()[0]
     if "not supported" in first:
         return "refused"
@@ -642,6 +657,36 @@ class Failure:
 
     def describe(self):
         return f"seed {self.spec['seed']}: {self.label}: {self.category}: {self.detail}"
+
+
+def constant_batch_norm_channel(model, batch):
+    """Whether a BatchNorm of the model normalizes a channel whose values
+    are all equal (in training mode; a convolution whose windows see only
+    padding, then a bias). Open: wholestep's statistics are float32 sums,
+    so there x - mean is rounding noise over sqrt(eps), where torch's
+    (accumulated in double) is exactly 0; the weight's gradient is noise,
+    and Adam makes a full step of it (fuzz_regressions/
+    batch_norm_constant_channel_seed40399.json). The generator's cases
+    that have one are skipped while it is open."""
+    found = []
+
+    def hook(module, args):
+        x = args[0].detach()
+        dims = [0] + list(range(2, x.dim()))
+        found.append(bool((x.amax(dim=dims) == x.amin(dim=dims)).any()))
+
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+             and m.training]
+    if not norms:
+        return False
+    handles = [m.register_forward_pre_hook(hook) for m in norms]
+    try:
+        with torch.no_grad():
+            copy.deepcopy(model)(batch[0])
+    finally:
+        for h in handles:
+            h.remove()
+    return any(found)
 
 
 def _same(a, b):
@@ -662,13 +707,16 @@ def torch_is_stable(spec, model, opt, loss_fn, batch):
     return _same(first, _check._eager_run(model, opt, loss_fn, batch, 1))
 
 
-def run_case(spec, only=None, determinism=True, orders=4):
+def run_case(spec, only=None, determinism=True, orders=4, skip_open=True):
     """The failures of a spec ([] when it passes; None when the spec is
-    invalid or eager torch cannot run it). `only`: the config to run (None:
-    all); determinism: whether single_graph must repeat its bits."""
+    invalid, eager torch cannot run it, or `skip_open` and it has a
+    construct of an open bug). `only`: the config to run (None: all);
+    determinism: whether single_graph must repeat its bits."""
     try:
         model, opt, loss_fn, batch = build(spec)
         if not torch_is_stable(spec, model, opt, loss_fn, batch):
+            return None
+        if skip_open and constant_batch_norm_channel(model, batch):
             return None
         ref = _check.Reference(model, opt, loss_fn, batch, 1, orders, PERTURBED)
     except Invalid:
@@ -686,7 +734,7 @@ def run_case(spec, only=None, determinism=True, orders=4):
     for config, mc in zip(wanted, results.values()):
         if mc.passed:
             continue
-        cat = _category(mc)
+        cat = _category(mc, ref)
         if mc.error is not None:
             failures.append(Failure(spec, config, cat, None, mc.error.splitlines()[0][:300]))
         else:
@@ -899,7 +947,7 @@ def load_regressions(directory=None):
 def replay(record):
     """The failures of a saved regression spec, in every config (small
     mismatches only when the record is strict)."""
-    failures = run_case(record["spec"])
+    failures = run_case(record["spec"], skip_open=False)
     if failures is None:
         raise Invalid("the regression spec no longer makes a model")
     if not record.get("strict"):
