@@ -24,6 +24,7 @@ from . import _C, _capture, _grad_flow, _guards
 from ._ir import Builder, Value, ir_dtype
 from ._import import Importer
 from ._optim import Optimizer, OptimizerError
+from ._check import check, compare
 
 Error = _C.Error
 
@@ -503,4 +504,4 @@ def set_num_threads(n):
 
 
 __all__ = ["compile_train_step", "compile_forward", "TrainStep", "Forward", "Error",
-           "set_num_threads", "process_group"]
+           "set_num_threads", "process_group", "check", "compare"]
