@@ -115,8 +115,8 @@ class Fuser {
     }
     if (values > exec::kMaxFusedBuffers) return false;
     ++epoch_;
-    ValueId min_id = v;
-    for (ValueId m : members) mark_[size_t(m)] = epoch_, min_id = std::min(min_id, m);
+
+    for (ValueId m : members) mark_[size_t(m)] = epoch_;
     // A body broadcasts only its operands (fused_loop.hpp): a member that
     // reads a broadcast of another member stays apart.
     for (ValueId m : members)
@@ -147,7 +147,12 @@ class Fuser {
       if (group_[size_t(x)] >= 0) {
         for (ValueId m : groups_[size_t(group_[size_t(x)])].members)
           for (ValueId a : g_.node(m).args) stack.push_back(a);
-      } else if (x > min_id) {  // anything earlier cannot depend on the group
+      } else {
+        // Even a node before every member can depend on the group: through
+        // another group, placed at its last member (a loss term's scalar
+        // read a reduction of a loop that read a member: a cycle of units,
+        // and the loss was left unwritten; found by the differential
+        // tester).
         for (ValueId a : g_.node(x).args) stack.push_back(a);
       }
     }

@@ -52,6 +52,7 @@
 #include "exec/program.hpp"
 #include "ir/attr.hpp"
 #include "ir/text.hpp"
+#include "ir/verify.hpp"
 #include "lower/lower.hpp"
 #include "lower/pipeline.hpp"
 #include "step_spec.hpp"
@@ -343,6 +344,7 @@ int bisect(const std::string& file) {
     ir::Graph next = p.run(g, &changed);
     g = std::move(next);
     if (!changed) continue;
+    ir::verify(g);
     const auto got = bits(g);
     for (size_t o = 0; o < got.size(); ++o)
       if (!same(got[o], want[o])) {
