@@ -397,6 +397,10 @@ class Fuser {
       for (int64_t s : succ[size_t(u)])
         if (--hard[size_t(s)] == 0) (soft[size_t(s)] ? blocked : ready).push({key[size_t(s)], s});
     }
+    // Every unit placed, or the graph would lose values: never silently.
+    WS_CHECK(size_t(std::count(present.begin(), present.end(), true)) == order.size())
+        << "fuser: " << std::count(present.begin(), present.end(), true) - int64_t(order.size())
+        << " fused units in a cycle";
     // Emit.
     ir::Graph out;
     out.name = g_.name;
