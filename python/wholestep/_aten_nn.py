@@ -132,7 +132,8 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
         # Synchronized: the global batch's statistics, each mean averaged
         # over the ranks' equal parts.
         sync = b.world_size > 1
-        mu = b.mean(x, axes)
+        # Summed in double, as torch sums it (layers.cpp says why).
+        mu = b.convert(b.mean(b.convert(x, "f64"), axes), b.dtype(x))
         if sync:
             mu = b.all_reduce_mean(mu)
         xc = b.op("sub", [x, along(b, mu, shape, 1)])

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from . import _C, _guards
+from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils import stateless
 
@@ -130,6 +131,19 @@ def _tied_names(model, names):
     return aliases
 
 
+def _unlink_fake_values(gm):
+    """Drop the tracer's proxy from every fake value of `gm`. make_fx leaves
+    each fake tensor holding its proxy (proxy -> node -> graph -> module),
+    and torch keeps the fake tensors alive from C++, where the collector
+    cannot see the cycle: without this, every trace, and the GraphModule
+    of every compiled step, would stay in memory for good."""
+    for node in gm.graph.nodes:
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (list, tuple)) else (vals,):
+            if isinstance(v, torch.Tensor):
+                v.__dict__.pop(proxy_tensor.proxy_slot, None)
+
+
 def trace(model, params, buffers, fn, examples):
     """``fn(model_call, *examples)`` as a GraphModule over (params, buffers,
     *examples), where ``model_call(*inputs)`` runs the model with the given
@@ -169,6 +183,7 @@ def trace(model, params, buffers, fn, examples):
                     raise
                 raise _C.Error(f"tracing the model failed: {type(e).__name__}: {e}"
                                f"{_failure_site(where, e)}") from e
+    _unlink_fake_values(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(names) + len(examples):
         raise _C.Error(

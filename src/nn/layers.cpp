@@ -83,7 +83,11 @@ Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, co
     // the statistics of the global batch, each mean averaged over the
     // ranks' equal parts.
     const bool sync = capture::sync_batch_statistics();
-    mu = mean(x, {0, 2, 3}, loc);
+    // The mean is summed in double, as torch's CPU batch norm sums it: a
+    // channel of equal values then has exactly that mean, and x - mean is
+    // exactly 0 instead of float rounding noise that 1/sqrt(var + eps)
+    // magnifies a thousandfold.
+    mu = cast(mean(cast(x, DType::f64, loc), {0, 2, 3}, loc), x.dtype(), loc);
     if (sync) mu = capture::all_reduce_mean(mu, loc);
     Tensor xc = sub(x, per_channel(mu, loc), loc);
     var = mean(mul(xc, xc, loc), {0, 2, 3}, loc);

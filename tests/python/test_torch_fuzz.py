@@ -113,9 +113,6 @@ def test_a_step_that_changes_its_bits_is_reported(monkeypatch):
     assert [f.category for f in failures] == ["nondeterministic"]
 
 
-@pytest.mark.xfail(strict=True, reason="open: a compiled step, once dropped, leaves its traced "
-                   "torch.fx GraphModule (and FakeTensorMode, tracer, nodes) alive, about 90 KB "
-                   "per compile of a 2-Linear model; a 20-minute fuzzing run grew to 2 GB")
 def test_a_dropped_step_frees_its_trace():
     import gc
 
