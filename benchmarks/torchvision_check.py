@@ -16,7 +16,7 @@ BatchNorms normalize 16 values per channel (batch 4): the step is chaotic,
 a ReLU input within rounding of zero flips sign with the evaluation order
 inside one example and the changed gradient grows through the stack.
 Batch orders do not reorder what happens inside one example, so their
-spread can be far below what float32 reaches; --perturbed N adds N float32
+spread can be far below what float32 reaches; --perturbed N (4) adds N float32
 runs from parameters, buffers and batch perturbed by one rounding
 (wst.check's `perturbed`), which measure it. A failure every mode shares,
 interpret included, that such runs explain is not a wholestep bug.
@@ -171,7 +171,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--max-params", type=float, default=30e6,
                     help="larger models are listed as too large, not run")
-    ap.add_argument("--perturbed", type=int, default=0,
+    ap.add_argument("--perturbed", type=int, default=4,
                     help="float32 runs from inputs perturbed by one rounding added to the "
                          "spread (wst.check's perturbed)")
     ap.add_argument("--modes", default=",".join(MODES))

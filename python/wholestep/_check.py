@@ -371,13 +371,13 @@ def run_checks(reference, model, optimizer, loss_fn, batch, num_inputs, modes, o
 
 
 def check(model, optimizer, loss_fn, *batch, num_inputs=1, modes=DEFAULT_MODES, orders=4,
-          perturbed=0, verbose=True, **options):
+          perturbed=4, verbose=True, **options):
     """One training step of `model` with `optimizer` and `loss_fn` on
     `batch` (the model's inputs, then the loss function's targets) in each
     of `modes`, judged against float64 eager torch within twice float32
     eager torch's spread over `orders` batch orders (the module docstring
-    gives the rule; `perturbed` > 0 widens the spread by that many float32
-    runs from inputs perturbed by one rounding). `modes` entries are mode
+    gives the rule; `perturbed` widens the spread by that many float32
+    runs from inputs perturbed by one rounding, 0 for none). `modes` entries are mode
     names or (mode, {step option: value}) pairs; `options` go to every
     mode. Runs on copies: the model,
     the optimizer and the batch are left as they were. Prints the verdict

@@ -1,7 +1,6 @@
 #include "lower/fuse_elementwise.hpp"
 
 #include <algorithm>
-#include <queue>
 
 #include <fmt/format.h>
 
@@ -10,6 +9,7 @@
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
 #include "ir/builder.hpp"
+#include "lower/unit_order.hpp"
 
 namespace ws::lower {
 namespace {
@@ -317,26 +317,16 @@ class Fuser {
     }
     // Units and the edges between them; soft edges keep every other reader
     // of an old parameter before its update.
-    const size_t units = n_ + groups_.size();
-    std::vector<std::vector<int64_t>> succ(units);
-    std::vector<int> hard(units, 0), soft(units, 0);
-    std::vector<ValueId> key(units, -1);
-    std::vector<bool> present(units, false);
-    auto edge = [&](int64_t from, int64_t to, std::vector<int>& count) {
-      if (from == to) return;
-      succ[size_t(from)].push_back(to);
-      ++count[size_t(to)];
-    };
-    std::vector<std::vector<int64_t>> soft_succ(units);
+    UnitGraph units(n_ + groups_.size());
     for (ValueId v = 0; v < g_.size(); ++v) {
       if (!needed[size_t(v)]) continue;
       const int64_t u = unit_of(v);
-      present[size_t(u)] = true;
-      key[size_t(u)] = std::max(key[size_t(u)], v);
+      units.present[size_t(u)] = true;
+      units.key[size_t(u)] = std::max(units.key[size_t(u)], v);
       const bool fused = u != v;
       for (ValueId a : g_.node(v).args) {
         const ValueId r = fused ? read_of(a) : a;
-        if (r != ir::kNoValue) edge(unit_of(r), u, hard);
+        if (r != ir::kNoValue) units.hard_edge(unit_of(r), u);
       }
     }
     for (const ir::Output& o : g_.outputs) {
@@ -359,48 +349,14 @@ class Fuser {
               return x != ir::kNoValue && old[size_t(x)];
             }))
           continue;
-        soft_succ[size_t(unit_of(r))].push_back(up);
-        ++soft[size_t(up)];
+        units.soft_edge(unit_of(r), up);
       }
     }
-    // Topological order by key, soft edges obeyed while they can be.
-    using Item = std::pair<ValueId, int64_t>;  // (key, unit)
-    std::priority_queue<Item, std::vector<Item>, std::greater<>> ready, blocked;
-    for (size_t u = 0; u < units; ++u)
-      if (present[u] && hard[u] == 0) (soft[u] ? blocked : ready).push({key[u], int64_t(u)});
-    std::vector<int64_t> order;
-    std::vector<bool> placed(units, false);
-    while (!ready.empty() || !blocked.empty()) {
-      // Units whose soft predecessors are all placed move to `ready`.
-      std::vector<Item> still;
-      for (; !blocked.empty(); blocked.pop()) {
-        const Item& it = blocked.top();
-        if (soft[size_t(it.second)])
-          still.push_back(it);
-        else
-          ready.push(it);
-      }
-      for (const Item& it : still) blocked.push(it);
-      Item it;
-      if (!ready.empty()) {
-        it = ready.top();
-        ready.pop();
-      } else {  // a cycle of soft edges: the update will be copied
-        it = blocked.top();
-        blocked.pop();
-      }
-      const int64_t u = it.second;
-      if (placed[size_t(u)]) continue;
-      placed[size_t(u)] = true;
-      order.push_back(u);
-      for (int64_t s : soft_succ[size_t(u)]) --soft[size_t(s)];
-      for (int64_t s : succ[size_t(u)])
-        if (--hard[size_t(s)] == 0) (soft[size_t(s)] ? blocked : ready).push({key[size_t(s)], s});
-    }
+    const std::vector<int64_t> order = order_units(units);
     // Every unit placed, or the graph would lose values: never silently.
-    WS_CHECK(size_t(std::count(present.begin(), present.end(), true)) == order.size())
-        << "fuser: " << std::count(present.begin(), present.end(), true) - int64_t(order.size())
-        << " fused units in a cycle";
+    const auto present = std::count(units.present.begin(), units.present.end(), true);
+    WS_CHECK(size_t(present) == order.size())
+        << "fuser: " << present - int64_t(order.size()) << " fused units in a cycle";
     // Emit.
     ir::Graph out;
     out.name = g_.name;

@@ -34,6 +34,7 @@
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
 #include "lower/alias.hpp"
+#include "lower/block_owners.hpp"
 #include "lower/pipeline.hpp"
 #include "lower/plan_memory.hpp"
 #include "lower/views.hpp"
@@ -45,31 +46,6 @@ using exec::Slot;
 using exec::SlotKind;
 using ir::Op;
 using ir::ValueId;
-
-// A kernel before slots are assigned: it writes `out` (a value) or, for a
-// copy, reads `ins[0]` and writes `copy_to` (a slot).
-struct Pending {
-  ValueId out = ir::kNoValue;
-  ValueId node = ir::kNoValue;  // the node it computes, when not `out`'s own
-  std::vector<ValueId> ins;
-  std::vector<bool> scalar;   // operand read as one value
-  std::vector<bool> through;  // operand a broadcast, read from its source through strides
-  int32_t copy_to = -1;
-  int64_t scratch_bytes = 0;                       // temporaries while it runs
-  int32_t scratch = -1;                            // their slot
-  std::shared_ptr<const exec::BackendOp> backend;  // products and convolutions
-  std::vector<ValueId> extra;                  // a fusion's results 1.. (kNoValue: nobody reads it)
-  std::vector<int64_t> in_offsets;             // bytes into each operand's storage (a view)
-  std::shared_ptr<dist::InFlight> collective;  // a collective's start and its wait share it
-
-  // Every value the kernel writes.
-  template <class F>
-  void for_each_out(F&& f) const {
-    if (out != ir::kNoValue) f(out);
-    for (ValueId e : extra)
-      if (e != ir::kNoValue) f(e);
-  }
-};
 
 class Lowering {
  public:
@@ -296,7 +272,7 @@ class Lowering {
       if (c.producer_reads_old && g_.node(kernels_[size_t(at)].node).op == Op::fusion) {
         const Pending& pk = kernels_[size_t(at)];
         for (size_t i = 0; i < pk.ins.size(); ++i)
-          if (pk.ins[i] == o.aliased_input && !fused_overwrites(pk, o.value, i))
+          if (pk.ins[i] == o.aliased_input && !fused_overwrites(g_, pk, o.value, i))
             c.producer_elementwise = false;
       }
       if (opts_.in_place_updates && slot_[size_t(o.value)] < 0 && can_update_in_place(c)) {
@@ -325,16 +301,6 @@ class Lowering {
     }
   }
 
-  // Whether fusion kernel pk may write its result `out` over its operand i
-  // (alias.hpp).
-  bool fused_overwrites(const Pending& pk, ValueId out, size_t i) const {
-    const size_t j =
-        out == pk.out
-            ? 0
-            : size_t(std::find(pk.extra.begin(), pk.extra.end(), out) - pk.extra.begin()) + 1;
-    return fused_result_may_overwrite(*g_.node(pk.node).body, i, j);
-  }
-
   size_t bytes(ValueId v) const {  // what value v's block holds (exec::storage_bytes)
     return exec::storage_bytes(g_.node(v).op, g_.node(v).attrs, g_.node(v).type);
   }
@@ -344,53 +310,8 @@ class Lowering {
     std::vector<int64_t> last(g_.nodes.size(), -1);
     for (size_t k = 0; k < kernels_.size(); ++k)
       for (ValueId a : kernels_[k].ins) last[size_t(a)] = int64_t(k);
-    // In place: an elementwise kernel writes over a full-size operand of its
-    // size that dies there (a fusion under alias.hpp's rule), and a product that accumulates into
-    // an operand (matmul_bias_add's residual, matmul_add's accumulator) over that one. owner[v] is
-    // the value whose planned block v uses (v itself unless it took an operand's); the block lives
-    // from its owner's definition to the last read of anything in it.
-    std::vector<ValueId> owner(g_.nodes.size(), ir::kNoValue);
+    const std::vector<ValueId> owner = block_owners(g_, kernels_, slot_, last);
     std::vector<int64_t> block_last(g_.nodes.size(), -1);
-    for (size_t k = 0; k < kernels_.size(); ++k) {
-      const Pending& pk = kernels_[k];
-      std::vector<bool> donated(pk.ins.size(), false);
-      pk.for_each_out([&](ValueId out) {
-        if (slot_[size_t(out)] >= 0) return;
-        owner[size_t(out)] = out;
-        const ir::Node& n = g_.node(pk.node);
-        const DType dt = g_.type(n.args.empty() ? out : n.args.back()).dtype;
-        // A wait's value is its collective's buffer, where the collective wrote it.
-        if (n.op == Op::wait && owner[size_t(pk.ins[0])] != ir::kNoValue) {
-          owner[size_t(out)] = owner[size_t(pk.ins[0])];
-          return;
-        }
-        const int64_t acc = n.op == Op::matmul_bias_add ? 3 : n.op == Op::matmul_add ? 2 : -1;
-        if (acc < 0 && (pk.backend || (n.op != Op::fusion && !exec::computes_in_place(n.op, dt))))
-          return;
-        for (size_t i = 0; i < pk.ins.size(); ++i) {
-          if (acc >= 0 && int64_t(i) != acc) continue;
-          const ValueId a = pk.ins[i];
-          if (owner[size_t(a)] == ir::kNoValue || last[size_t(a)] != int64_t(k) ||
-              g_.type(a).bytes() != g_.type(out).bytes())
-            continue;
-          // Every operand the kernel reads from that value (views of one
-          // value are several operands) must allow the overwrite, and none
-          // may have been given to another result (two results of a fusion
-          // were written into one block); a product reads it only as its
-          // accumulator.
-          bool ok = true;
-          for (size_t i2 = 0; i2 < pk.ins.size() && ok; ++i2)
-            ok = pk.ins[i2] != a || ((acc < 0 || int64_t(i2) == acc) && !donated[i2] &&
-                                     !pk.scalar[i2] && !pk.through[i2] && pk.in_offsets[i2] == 0 &&
-                                     (n.op != Op::fusion || fused_overwrites(pk, out, i2)));
-          if (!ok) continue;
-          owner[size_t(out)] = owner[size_t(a)];
-          for (size_t i2 = 0; i2 < pk.ins.size(); ++i2)
-            donated[i2] = donated[i2] || pk.ins[i2] == a;
-          break;
-        }
-      });
-    }
     for (size_t k = 0; k < kernels_.size(); ++k)
       kernels_[k].for_each_out([&](ValueId v) {
         if (owner[size_t(v)] == ir::kNoValue) return;

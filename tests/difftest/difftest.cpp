@@ -48,6 +48,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "../lower/lowered_program.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
 #include "ir/attr.hpp"
@@ -360,17 +361,7 @@ int bisect(const std::string& file) {
   for (int variant = 0; variant < 3; ++variant) {
     const bool fuse = variant != 1;
     bool differs = false;
-    std::vector<Tensor> args;
-    for (const Tensor& t : in) args.push_back(t.clone());
-    exec::Executable e(lower::lower(orig, {.in_place_updates = variant != 2, .fuse = fuse}));
-    for (size_t i = 0; i < args.size(); ++i) e.bind_input(i, args[i].impl()->storage->data);
-    std::vector<Tensor> out(orig.outputs.size());
-    for (size_t i = 0; i < orig.outputs.size(); ++i) {
-      const ir::Output& o = orig.outputs[i];
-      if (o.role == ir::OutputRole::update) continue;
-      out[i] = Tensor::zeros(orig.type(o.value).shape, orig.type(o.value).dtype);
-      e.bind_output(i, out[i].impl()->storage->data);
-    }
+    testing::LoweredRun e(orig, in, {.in_place_updates = variant != 2, .fuse = fuse});
     try {
       e.run();
     } catch (const std::exception&) {
@@ -379,10 +370,7 @@ int bisect(const std::string& file) {
     }
     for (size_t i = 0; i < orig.outputs.size(); ++i) {
       const ir::Output& o = orig.outputs[i];
-      const std::vector<double> got =
-          (o.role == ir::OutputRole::update ? args[size_t(orig.input_index(o.aliased_input))]
-                                            : out[i])
-              .to_vector();
+      const std::vector<double> got = e.result(i).to_vector();
       if (!same(got, want[i])) {
         fmt::print("{} program{}: output {} ({}) differs, {:.6g} against {:.6g}\n{}",
                    fuse ? "fused" : "unfused", variant == 2 ? " (updates copied)" : "", i, o.name,

@@ -7,11 +7,12 @@
 
 #include <cmath>
 
-#include "tensor/tensor_impl.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
 #include "lower/lower.hpp"
 #include "lower/pipeline.hpp"
+#include "lowered_program.hpp"
+#include "tensor/tensor_impl.hpp"
 
 namespace ws::testing {
 
@@ -34,22 +35,9 @@ inline std::vector<Tensor> inputs_for(const ir::Graph& g, uint64_t seed = 1) {
 // written into their inputs; an update's result is its input afterwards.
 inline std::vector<Tensor> run_lowered(const ir::Graph& g, const std::vector<Tensor>& in, bool fuse,
                                        int runs) {
-  std::vector<Tensor> args;
-  for (const Tensor& t : in) args.push_back(t.clone());
-  exec::Executable e(lower::lower(g, {.fuse = fuse}));
-  for (size_t i = 0; i < args.size(); ++i) e.bind_input(i, args[i].impl()->storage->data);
-  std::vector<Tensor> out(g.outputs.size());
-  for (size_t i = 0; i < g.outputs.size(); ++i) {
-    const ir::Output& o = g.outputs[i];
-    if (o.role == ir::OutputRole::update) continue;
-    out[i] = Tensor::zeros(g.type(o.value).shape, g.type(o.value).dtype);
-    e.bind_output(i, out[i].impl()->storage->data);
-  }
-  for (int r = 0; r < runs; ++r) e.run();
-  for (size_t i = 0; i < g.outputs.size(); ++i)
-    if (g.outputs[i].role == ir::OutputRole::update)
-      out[i] = args[size_t(g.input_index(g.outputs[i].aliased_input))];
-  return out;
+  LoweredRun lr(g, in, {.fuse = fuse});
+  lr.run(runs);
+  return lr.results();
 }
 
 // The interpreter run `runs` times, each run's updates fed to the next.
