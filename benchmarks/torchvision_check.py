@@ -16,7 +16,7 @@ BatchNorms normalize 16 values per channel (batch 4): the step is chaotic,
 a ReLU input within rounding of zero flips sign with the evaluation order
 inside one example and the changed gradient grows through the stack.
 Batch orders do not reorder what happens inside one example, so their
-spread can be far below what float32 reaches; --perturbed N (4) adds N float32
+spread can be far below what float32 reaches; --perturbed N (16) adds N float32
 runs from parameters, buffers and batch perturbed by one rounding
 (wst.check's `perturbed`), which measure it. A failure every mode shares,
 interpret included, that such runs explain is not a wholestep bug.
@@ -35,7 +35,7 @@ one: the error's first line); error (eager torch itself could not run
 the model at this size); too large.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/torchvision_check.py
-        [--models resnet18,mobilenet_v2] [--max-params 30e6] [--json out.json]
+        [--models resnet18,mobilenet_v2] [--max-params 70e6] [--json out.json]
 """
 
 import argparse
@@ -169,9 +169,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=None, help="comma-separated (default: all)")
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--max-params", type=float, default=30e6,
+    ap.add_argument("--max-params", type=float, default=70e6,
                     help="larger models are listed as too large, not run")
-    ap.add_argument("--perturbed", type=int, default=4,
+    ap.add_argument("--perturbed", type=int, default=16,
                     help="float32 runs from inputs perturbed by one rounding added to the "
                          "spread (wst.check's perturbed)")
     ap.add_argument("--modes", default=",".join(MODES))

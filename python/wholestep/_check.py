@@ -300,7 +300,24 @@ class CheckResult:
                     lines.append(f"      {n:<{tw}}  {d:>9.3g}  {s:>10.3g}  {_ratio(d, s):>8.3g}")
         lines.append("verdict: " + ("pass" if self.passed else "FAIL: " + ", ".join(
             k for k, m in self.modes.items() if not m.passed)))
+        if self.same_failure_everywhere():
+            lines.append(
+                "every mode, interpret included, is off by the same amount: the float32 step "
+                "of the model as wholestep evaluates it, not its compiler. If the model is "
+                "chaotic in float32 (a ReLU input within rounding of zero decides a gradient), "
+                "float32 torch from inputs perturbed by one rounding lands as far: try "
+                f"perturbed={max(4 * self.reference.perturbed, 16)}")
         return "\n".join(lines)
+
+    def same_failure_everywhere(self):
+        """Whether every mode failed, interpret among them, with the same
+        worst tensor at the same distance (within 1%)."""
+        ms = list(self.modes.values())
+        if "interpret" not in self.modes or any(m.passed or m.error for m in ms):
+            return False
+        worst = [m.failures()[0] for m in ms]
+        return all(w[0] == worst[0][0] and abs(w[1] - worst[0][1]) <= 0.01 * worst[0][1]
+                   for w in worst)
 
     __str__ = report
 

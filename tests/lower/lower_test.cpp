@@ -4,13 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include "tensor/tensor_impl.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
 #include "ir/builder.hpp"
 #include "lower/lower.hpp"
 #include "lower/plan_memory.hpp"
 #include "lower/simplify.hpp"
+#include "tensor/tensor_impl.hpp"
 #include "test_util.hpp"
 #include "wholestep/compare.hpp"
 
@@ -368,8 +368,8 @@ TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
 }
 
 // Strided kernels (broadcast, transpose, reductions with merged dims) and
-// row copies (slice, concat) on every dtype they move, against the
-// interpreter.
+// row copies (slice, concat, of any number of operands) on every dtype they
+// move, against the interpreter.
 TEST(Lower, StridedKernelsAgreeWithInterpreterForEveryDtype) {
   const char* text = R"(graph g {
   %0 = input data "x" : f32[2,3,4,5]
@@ -388,6 +388,7 @@ TEST(Lower, StridedKernelsAgreeWithInterpreterForEveryDtype) {
   %13 = slice %6 {axis=0, end=5, start=2} : i64[3,4,3]
   %14 = concat %12, %0 {axis=2} : f32[2,3,6,5]
   %15 = concat %4, %4, %4 {axis=0} : bool[6,3,4,5]
+  %16 = concat %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12, %12 {axis=1} : f32[2,60,2,5]
   out user %4 "mask"
   out user %6 "ints"
   out user %7 "t"
@@ -397,6 +398,7 @@ TEST(Lower, StridedKernelsAgreeWithInterpreterForEveryDtype) {
   out user %13 "slice_ints"
   out user %14 "concat"
   out user %15 "concat_bools"
+  out user %16 "concat_of_more_than_a_kernel_s_operand_array"
 }
 )";
   ir::Graph g = ir::parse(text);

@@ -111,6 +111,32 @@ def test_check_names_a_wrong_tensor_and_reports_errors():
     assert "FAIL" in result.report()
 
 
+def test_check_says_when_every_mode_is_off_alike():
+    model = convnet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batch = images()
+    ref = _check.Reference(model, opt, F.cross_entropy, batch)
+    snap, _ = _check.compiled_run(model, opt, F.cross_entropy, batch, 1, "single_graph", {})
+    kind, bias = snap["4.bias.momentum_buffer"]
+    snap["4.bias.momentum_buffer"] = (kind, bias * 1.001)
+
+    def result(*offsets):
+        modes = {}
+        for mode, off in zip(("single_graph", "interpret"), offsets):
+            s = dict(snap)
+            s["4.bias.momentum_buffer"] = (kind, bias * off)
+            modes[mode] = ref.judge(_check.ModeCheck(mode, mode, {}), s)
+        return _check.CheckResult(modes, ref)
+
+    alike = result(1.001, 1.001)
+    assert not alike.passed and alike.same_failure_everywhere()
+    assert "interpret included" in alike.report()
+    apart = result(1.001, 1.01)
+    assert not apart.passed and not apart.same_failure_everywhere()
+    assert "interpret included" not in apart.report()
+    assert not result(1.001, 1.0).same_failure_everywhere()  # interpret passes
+
+
 def test_check_takes_step_options_per_mode():
     model = convnet()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.75, 0.99609375),
