@@ -68,32 +68,42 @@ def _plain(v):
     return t in _SCALARS or t is tuple and all(_plain(e) for e in v)
 
 
-def _modules(m, out):
-    # model.modules() without its paths and set: this runs before each call.
-    out.append(m)
-    for child in m._modules.values():
-        if child is not None:
-            _modules(child, out)
-    return out
-
-
-def module_state(model, who, training=True):
-    """The plain Python attributes (numbers, strings, None, tuples of them)
-    of every submodule, with its class: the settings a forward reads as
-    Python values (Dropout.p, BatchNorm.momentum and eps, a user's flags),
-    which a trace freezes; a change must trace again. Raises an Error for a
-    module with a hook: a hook would run once, on the tracer's fake
-    tensors. `training` False: without the modules' train/eval flags."""
-    out = []
-    for m in _modules(model, []):
+def model_view(model, who, training=True):
+    """One walk over `model`'s modules (this runs before every call):
+    (state, parameters, buffers), the last two as model.parameters() and
+    model.buffers() list them. `state` holds the plain Python attributes
+    (numbers, strings, None, tuples of them) of every submodule, with its
+    class: the settings a forward reads as Python values (Dropout.p,
+    BatchNorm.momentum and eps, a user's flags), which a trace freezes; a
+    change must trace again. Raises an Error for a module with a hook: a
+    hook would run once, on the tracer's fake tensors. `training` False:
+    without the modules' train/eval flags."""
+    state, params, buffers = [], [], []
+    seen_modules, seen_params, seen_buffers = set(), set(), set()
+    stack = [model]
+    while stack:
+        m = stack.pop()
+        if m in seen_modules:
+            continue
+        seen_modules.add(m)
         d = m.__dict__
         if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]:
             _hook_error(model, m, who)
-        out.append(type(m))
-        out.append(tuple([(k, v) for k, v in d.items()
-                          if k not in _TORCH_ATTRS and _plain(v)
-                          and (training or k != "training")]))
-    return tuple(out)
+        state.append(type(m))
+        state.append(tuple([(k, v) for k, v in d.items()
+                            if k not in _TORCH_ATTRS and _plain(v)
+                            and (training or k != "training")]))
+        for t in d["_parameters"].values():
+            if t is not None and t not in seen_params:
+                seen_params.add(t)
+                params.append(t)
+        for t in d["_buffers"].values():
+            if t is not None and t not in seen_buffers:
+                seen_buffers.add(t)
+                buffers.append(t)
+        # Children in reverse onto the stack: visited in order, depth first.
+        stack.extend(c for c in reversed(d["_modules"].values()) if c is not None)
+    return tuple(state), params, buffers
 
 
 def _hook_error(model, module, who):

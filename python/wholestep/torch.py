@@ -96,10 +96,9 @@ class TrainStep:
                             f"{list(p.shape)} is not a parameter of the model")
         self._names = names
 
-    def _key(self, data, params):
+    def _key(self, data, params, state):
         return (tuple((d, tuple(s)) for _, d, s in data), self._opt.structure(),
-                tuple([p.requires_grad for p in params]),
-                _guards.module_state(self.model, "train step"))
+                tuple([p.requires_grad for p in params]), state)
 
     def _program(self):
         n_in, loss_fn = self.num_inputs, self.loss_fn
@@ -187,11 +186,11 @@ class TrainStep:
 
         return build
 
-    def _current(self, params, plan):
-        """The tensors a compiled step of `plan` would bind now (`params`:
-        the model's), in its binding's order (without creating missing
-        optimizer state: its absence is a change)."""
-        return params + list(self.model.buffers()) + self._opt.state_tensors(plan)
+    def _current(self, params, buffers, plan):
+        """The tensors a compiled step of `plan` would bind now (`params`,
+        `buffers`: the model's), in its binding's order (without creating
+        missing optimizer state: its absence is a change)."""
+        return params + buffers + self._opt.state_tensors(plan)
 
     def _counted(self, key):
         """Counts a trace, warning past recompile_warning with what changed."""
@@ -214,14 +213,14 @@ class TrainStep:
                 raise Error(f"train step: {len(args)} arguments for a model taking "
                             f"{self.num_inputs} inputs")
             data = _data_args(args, "train step")
-            params = list(self.model.parameters())
-            key = self._key(data, params)
+            state, params, buffers = _guards.model_view(self.model, "train step")
+            key = self._key(data, params, state)
             # Ctrl-C waits for the step's effects to be whole (the update,
             # the optimizer's state and step count all, or none of them).
             with _guards.sigint_held():
                 threads = _guards.follow_torch_threads()
                 try:
-                    loss = self._run(key, data, params)
+                    loss = self._run(key, data, params, buffers)
                 finally:
                     _guards.restore_torch_threads(threads)
             step_count = self._stepped
@@ -231,10 +230,10 @@ class TrainStep:
                         f"data, or skip such steps (on_nonfinite='skip')")
         return torch.tensor(loss, dtype=torch.float32)
 
-    def _run(self, key, data, params):
+    def _run(self, key, data, params, buffers):
         entry = self._steps.get(key)
         undo = None
-        if entry is None or not entry.binding.valid(self._current(params, entry.plan)):
+        if entry is None or not entry.binding.valid(self._current(params, buffers, entry.plan)):
             fresh, undo = self._compile(key, data, entry)
             self._counted(key)
         else:
@@ -381,8 +380,8 @@ class Forward:
             data = _data_args(args, "forward")
             # The forward traces in eval mode whatever the modules' modes:
             # their attributes but `training` decide what it traced.
-            attrs = _guards.module_state(self.model, "forward", training=False)
-            current = list(self.model.parameters()) + list(self.model.buffers())
+            attrs, params, buffers = _guards.model_view(self.model, "forward", training=False)
+            current = params + buffers
             if self._compiled is None or self._compiled[2] != attrs \
                     or not self._compiled[1].valid(current):
                 binding = _Binding()

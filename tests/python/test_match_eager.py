@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import wholestep.torch as wst
+from wholestep import _check
 from torch_models import (LR_SCALE, MODELS, OPTIMIZERS, as_float64, distance, eager_steps, float64_copy,
                           gradient_error, gradients, make, permuted)
 
@@ -28,6 +29,16 @@ def extra_orders(name):
     """Batch orders beyond two: the chaotic networks need more to measure
     float32's spread; on the others every order lands within 1e-6."""
     return 4 if name in ("resnet18", "mobilenet_v2") else 0
+
+
+def perturbed_runs(name):
+    """Runs from an initial state moved by one float32 rounding (wst.check's
+    `perturbed`): in the chaotic networks they flip ReLU inputs within
+    rounding of zero that no batch order reorders. Their losses spread with
+    a heavy tail: resnet18 with nesterov SGD at step 6, six batch orders
+    reach 5.2e-5 from float64, twelve perturbed runs 3e-7 to 1.0e-4 (one
+    above 6e-5, the eighth)."""
+    return 8 if name in ("resnet18", "mobilenet_v2") else 0
 
 
 def optimizer(name, opt_name):
@@ -47,14 +58,20 @@ def reference(name, opt_name):
     gen = torch.Generator().manual_seed(7)
     orders = [torch.arange(n), torch.arange(n).flip(0)] + [torch.randperm(n, generator=gen)
                                                           for _ in range(extra_orders(name))]
-    for perm in orders:
+    noise = torch.Generator().manual_seed(8)
+    runs = [(perm, False) for perm in orders] + [(orders[0], True)] * perturbed_runs(name)
+    for perm, perturb in runs:
         m = copy.deepcopy(model)
+        if perturb:
+            with torch.no_grad():
+                for t in list(m.parameters()) + list(m.buffers()):
+                    t.copy_(_check._perturb(t, noise))
         o = make_opt(m.parameters())
         losses = eager_steps(m, o, loss_fn, permuted(batches[:10], perm))
         loss_spread = [max(s, abs(a - b) / abs(b)) for s, a, b in zip(loss_spread, losses, losses64)]
         spread = max(spread, distance(ref64.state_dict(), m.state_dict()))
         if eager is None:
-            eager = m
+            eager = m  # the first order, unperturbed
     return model, batches, loss_fn, losses64, loss_spread, ref64, spread, eager
 
 
