@@ -25,7 +25,8 @@ from ._binding import _Binding, _bound, _check_bindable, _data_args, _examples, 
 from ._ir import Builder, Value
 from ._import import Importer
 from ._optim import Optimizer, OptimizerError
-from ._check import check, compare
+from ._check import check
+from ._compare import compare
 
 Error = _C.Error
 

@@ -63,9 +63,7 @@ def reference(name, opt_name):
     for perm, perturb in runs:
         m = copy.deepcopy(model)
         if perturb:
-            with torch.no_grad():
-                for t in list(m.parameters()) + list(m.buffers()):
-                    t.copy_(_check._perturb(t, noise))
+            _check.perturb_state(m, noise)
         o = make_opt(m.parameters())
         losses = eager_steps(m, o, loss_fn, permuted(batches[:10], perm))
         loss_spread = [max(s, abs(a - b) / abs(b)) for s, a, b in zip(loss_spread, losses, losses64)]
