@@ -15,11 +15,28 @@ struct SourceLoc {
   std::string file;
   int line = 0;
 
-  static SourceLoc from(const std::source_location& l) { return {l.file_name(), int(l.line())}; }
+  // `l`, or the location a ScopedSourceLoc set on this thread.
+  static SourceLoc from(const std::source_location& l);
   bool known() const { return !file.empty(); }
   // "file.cpp:12", or "" when unknown.
   std::string str() const;
   friend bool operator==(const SourceLoc&, const SourceLoc&) = default;
+};
+
+// While alive, SourceLoc::from gives `loc` on this thread, whatever C++
+// line it is asked about: a frontend for another language that runs the
+// library's C++ composites (the PyTorch importer) stamps its user's line on
+// the nodes they record and the errors they raise.
+class ScopedSourceLoc {
+ public:
+  explicit ScopedSourceLoc(SourceLoc loc);
+  ~ScopedSourceLoc();
+  ScopedSourceLoc(const ScopedSourceLoc&) = delete;
+  ScopedSourceLoc& operator=(const ScopedSourceLoc&) = delete;
+
+ private:
+  const SourceLoc* prev_;
+  SourceLoc loc_;
 };
 
 class Error : public std::runtime_error {

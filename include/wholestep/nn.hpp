@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -182,6 +183,17 @@ class CausalSelfAttention : public Layer {
 // step boundary in a compiled step).
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc = Loc::current());
 
+// The negative log-likelihood of labels under log-probabilities logp, as
+// torch's nll_loss: logp [N, C] or [N, C, d...] and i64 labels [N] or
+// [N, d...]; each position's loss is -weight[label]·logp[label] (weight
+// undefined: 1), 0 where the label is ignore_index (when given). Reduction
+// none: the losses, labels' shape; sum; mean: their sum divided by the sum of
+// the weights of the positions not ignored (NaN when every one is).
+enum class Reduction { none, mean, sum };
+Tensor nll_loss(const Tensor& logp, const Tensor& labels, const Tensor& weight = Tensor(),
+                Reduction reduction = Reduction::mean,
+                std::optional<int64_t> ignore_index = std::nullopt, Loc loc = Loc::current());
+
 // Functional forms. Softmaxes and normalizations are numerically stable
 // (the max is subtracted; variance from centered values).
 Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
@@ -190,6 +202,26 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false, Loc loc = Loc::cur
 // x normalized over its last dim, then x·weight + bias (either may be undefined).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
                   Loc loc = Loc::current());
+// x normalized over its last `normalized_dims` dims (LayerNorm's
+// normalized_shape), then x·weight + bias.
+Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight,
+                  const Tensor& bias, double eps = 1e-5, Loc loc = Loc::current());
+// x [N, C, ...] normalized over each group of C/groups channels (and every
+// other dim but N), then weight and bias per channel (either undefined).
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
+                  double eps = 1e-5, Loc loc = Loc::current());
+// batch_norm over [N, C, ...] of any rank, the running statistics' new values
+// returned instead of written (undefined in eval, or when running_mean and
+// running_var are undefined: no running statistics); sync_world > 1 averages
+// the batch statistics over that many ranks (synchronized BatchNorm).
+struct BatchNormResult {
+  Tensor y, running_mean, running_var;
+};
+BatchNormResult batch_norm_functional(const Tensor& x, const Tensor& running_mean,
+                                      const Tensor& running_var, const Tensor& weight,
+                                      const Tensor& bias, bool training, double momentum = 0.1,
+                                      double eps = 1e-5, int64_t sync_world = 1,
+                                      Loc loc = Loc::current());
 // As BatchNorm2d::forward; running statistics are updated when training.
 Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
@@ -197,5 +229,46 @@ Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, co
 Tensor dropout(const Tensor& x, double p, bool training, Loc loc = Loc::current());
 // scores [..., T, S] with entries above the diagonal (s > t) set to -inf.
 Tensor causal_mask(const Tensor& scores, Loc loc = Loc::current());
+
+// 2-d pooling over x [N, C, H, W] as torch's MaxPool2d and AvgPool2d: pairs
+// are {height, width} (one value: both); stride defaults to the kernel.
+// ceil_mode adds a last window where the input leaves part of one (never
+// one starting in the right padding); average pooling divides by the
+// window's size within the padded input (count_include_pad) or within the
+// input, or by divisor_override when it is not 0.
+struct Pool2dOptions {
+  std::vector<int64_t> kernel, stride, padding{0}, dilation{1};
+  bool ceil_mode = false, count_include_pad = true;
+  int64_t divisor_override = 0;
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
+
+// Activations, each as PyTorch computes it, its gradient included where the
+// function has a kink (the value torch's backward gives at the kink itself).
+// x if x > 0, else negative_slope·x.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, Loc loc = Loc::current());
+// scale·x if x > 0, else scale·alpha·(exp(input_scale·x) - 1): ELU (scale and
+// input_scale 1), SELU and CELU (input_scale 1/alpha).
+Tensor elu(const Tensor& x, double alpha = 1.0, double scale = 1.0, double input_scale = 1.0,
+           Loc loc = Loc::current());
+// x clamped to [min_value, max_value]; the gradient is 0 at both ends.
+Tensor hardtanh(const Tensor& x, double min_value = -1.0, double max_value = 1.0,
+                Loc loc = Loc::current());
+// min(max(x, min_value), max_value), either bound absent (NaN: none); the
+// gradient is 1 at both bounds (torch's clamp, unlike hardtanh).
+Tensor clamp(const Tensor& x, double min_value, double max_value, Loc loc = Loc::current());
+// relu6(x + 3) / 6 and x · relu6(x + 3) / 6 (MobileNetV3's).
+Tensor hardsigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor hardswish(const Tensor& x, Loc loc = Loc::current());
+// log(1 + exp(beta·x)) / beta, x itself where beta·x > threshold.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0,
+                Loc loc = Loc::current());
+// x · tanh(softplus(x)).
+Tensor mish(const Tensor& x, Loc loc = Loc::current());
+// x · sigmoid(x).
+Tensor silu(const Tensor& x, Loc loc = Loc::current());
+// x if x > 0, else weight·x; weight has one value or one per channel (dim 1).
+Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
 
 }  // namespace ws::nn

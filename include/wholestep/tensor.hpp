@@ -104,6 +104,10 @@ Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
 Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
 Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
 Tensor erf(const Tensor& x, Loc loc = Loc::current());
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());
+// x itself, through which no gradient flows (torch's detach()).
+Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());  // e^x - 1, exact near 0
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());          // log(1 + x), exact near 0
 // a to the power e, elementwise; pow(a, b) with a tensor exponent broadcasts.
 Tensor pow(const Tensor& a, double exponent, Loc loc = Loc::current());
 // a @ b over the last two dims, with either operand transposed first. Leading

@@ -59,6 +59,13 @@ void vjp_rsqrt(const VjpContext& c, Dargs& d) {  // -x^(-3/2) / 2
   ValueId cube = mul(c, c.out, mul(c, c.out, c.out));
   d[0] = mul(c, c.dy, mul(c, cube, scalar_like(c, -0.5, c.out)));
 }
+void vjp_expm1(const VjpContext& c, Dargs& d) {  // e^x
+  d[0] = mul(c, c.dy, c.b.unary(Op::exp, arg(c, 0)));
+}
+void vjp_log1p(const VjpContext& c, Dargs& d) {  // 1 / (1 + x)
+  ValueId x = arg(c, 0);
+  d[0] = c.b.binary(Op::div, c.dy, c.b.binary(Op::add, x, scalar_like(c, 1, x)));
+}
 void vjp_erf(const VjpContext& c, Dargs& d) {  // 2/sqrt(pi) exp(-x²)
   ValueId x = arg(c, 0);
   ValueId e = c.b.unary(Op::exp, c.b.unary(Op::neg, mul(c, x, x)));
@@ -144,6 +151,21 @@ void vjp_conv2d(const VjpContext& c, Dargs& d) {
   if (c.want[0])
     d[0] = c.b.add(Op::conv2d_input_grad, {c.dy, arg(c, 1)},
                    with_shape<Op::conv2d_input_grad, "input_shape">(c, 0));
+}
+
+// conv2d_input_grad as a forward op (a transposed convolution): its input's
+// gradient is the convolution of dy with w; its weight's, the weight
+// gradient of that convolution, its input the output gradient.
+void vjp_conv2d_input_grad(const VjpContext& c, Dargs& d) {
+  ir::Attrs conv;
+  for (const auto& [k, v] : c.node.attrs.items())
+    if (k != "input_shape") conv.set(k, v);
+  if (c.want[1]) {
+    ir::Attrs a = conv;
+    ir::set_attr<Op::conv2d_weight_grad, "weight_shape">(a, c.b.type(arg(c, 1)).shape);
+    d[1] = c.b.add(Op::conv2d_weight_grad, {c.dy, arg(c, 0)}, a);
+  }
+  if (c.want[0]) d[0] = c.b.add(Op::conv2d, {c.dy, arg(c, 1)}, conv);
 }
 
 void vjp_max_pool2d(const VjpContext& c, Dargs& d) {
@@ -297,7 +319,10 @@ VjpRule builtin_rule(Op op) {
     case Op::avg_pool2d: return vjp_avg_pool2d;
     case Op::concat: return vjp_concat;
     case Op::conv2d: return vjp_conv2d;
+    case Op::conv2d_input_grad: return vjp_conv2d_input_grad;
     case Op::erf: return vjp_erf;
+    case Op::expm1: return vjp_expm1;
+    case Op::log1p: return vjp_log1p;
     case Op::gather: return vjp_gather;
     case Op::max_pool2d: return vjp_max_pool2d;
     case Op::pow: return vjp_pow;
@@ -325,13 +350,13 @@ VjpRule builtin_rule(Op op) {
     // Not differentiable: sources, comparisons, indexing by integers,
     // random numbers, the gradient ops themselves (first order only),
     // and fusions, which lowering makes after differentiation.
+    case Op::stop_gradient:
     case Op::fusion:
     case Op::fusion_result:
     case Op::matmul_add:
     case Op::matmul_bias:
     case Op::matmul_bias_add:
     case Op::avg_pool2d_grad:
-    case Op::conv2d_input_grad:
     case Op::conv2d_weight_grad:
     case Op::iota:
     case Op::max_pool2d_grad:

@@ -103,6 +103,9 @@ Tensor sigmoid(const Tensor& x, Loc loc) { return apply(Op::sigmoid, {&x}, {}, l
 Tensor sqrt(const Tensor& x, Loc loc) { return apply(Op::sqrt, {&x}, {}, loc); }
 Tensor rsqrt(const Tensor& x, Loc loc) { return apply(Op::rsqrt, {&x}, {}, loc); }
 Tensor erf(const Tensor& x, Loc loc) { return apply(Op::erf, {&x}, {}, loc); }
+Tensor stop_gradient(const Tensor& x, Loc loc) { return apply(Op::stop_gradient, {&x}, {}, loc); }
+Tensor expm1(const Tensor& x, Loc loc) { return apply(Op::expm1, {&x}, {}, loc); }
+Tensor log1p(const Tensor& x, Loc loc) { return apply(Op::log1p, {&x}, {}, loc); }
 Tensor pow(const Tensor& a, double e, Loc loc) { return pow(a, scalar_like(a, e, loc), loc); }
 
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, Loc loc) {
@@ -247,7 +250,8 @@ Tensor mean(const Tensor& x, std::vector<int64_t> axes, Loc loc) {
     if (d >= 0 && d < r) count *= s[size_t(d)];
   }
   Tensor total = sum(x, axes, loc);  // validates the axes
-  return mul(total, scalar_like(x, 1.0 / double(count), loc), loc);
+  // Divided, as torch's CPU mean divides its sum (one rounding).
+  return div(total, scalar_like(x, double(count), loc), loc);
 }
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc) {

@@ -30,6 +30,8 @@ inline T unary_value_f64(T x) {
   const double d = double(x);
   if constexpr (op == Op::neg)
     return T(-x);
+  else if constexpr (op == Op::stop_gradient)
+    return x;
   else if constexpr (op == Op::exp)
     return T(std::exp(d));
   else if constexpr (op == Op::log)
@@ -44,6 +46,10 @@ inline T unary_value_f64(T x) {
     return T(1.0 / std::sqrt(d));
   else if constexpr (op == Op::erf)
     return T(std::erf(d));
+  else if constexpr (op == Op::expm1)
+    return T(std::expm1(d));
+  else if constexpr (op == Op::log1p)
+    return T(std::log1p(d));
   else
     static_assert(kNoDefinition<op>, "unary_value_f64: a unary op without its f64 definition");
 }
@@ -56,7 +62,7 @@ inline T unary_value_f64(T x) {
 template <ir::Op op, class T>
 inline void unary_array(const T* x, T* y, int64_t n) {
   using ir::Op;
-  if constexpr (std::is_same_v<T, float> && op != Op::neg) {
+  if constexpr (std::is_same_v<T, float> && op != Op::neg && op != Op::stop_gradient) {
     if constexpr (op == Op::exp)
       exp_f32(x, y, n);
     else if constexpr (op == Op::log)
@@ -71,6 +77,10 @@ inline void unary_array(const T* x, T* y, int64_t n) {
       rsqrt_f32(x, y, n);
     else if constexpr (op == Op::erf)
       erf_f32(x, y, n);
+    else if constexpr (op == Op::expm1)
+      expm1_f32(x, y, n);
+    else if constexpr (op == Op::log1p)
+      log1p_f32(x, y, n);
     else
       static_assert(kNoDefinition<op>, "unary_array: a unary op without its f32 function");
   } else {

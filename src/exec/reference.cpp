@@ -202,6 +202,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         for (int64_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = T(v[size_t(i)]);
       });
     case Op::neg:
+    case Op::stop_gradient:
     case Op::exp:
     case Op::log:
     case Op::tanh:
@@ -209,6 +210,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::sqrt:
     case Op::rsqrt:
     case Op::erf:
+    case Op::expm1:
+    case Op::log1p:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         unary(op, static_cast<const T*>(in[0]), static_cast<T*>(out), n);

@@ -2,6 +2,7 @@
 // (simd.hpp), which turns contraction off for this file.
 #include "exec/simd.hpp"
 
+#include <cmath>
 #include <limits>
 
 #include "exec/vec_math.hpp"
@@ -159,6 +160,12 @@ void log_f32(const float* x, float* y, int64_t n) { map(x, y, n, log_v); }
 void tanh_f32(const float* x, float* y, int64_t n) { map(x, y, n, tanh_v); }
 void sigmoid_f32(const float* x, float* y, int64_t n) { map(x, y, n, sigmoid_v); }
 void erf_f32(const float* x, float* y, int64_t n) { map(x, y, n, erf_v); }
+void expm1_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(std::expm1(double(x[i])));
+}
+void log1p_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(std::log1p(double(x[i])));
+}
 void sqrt_f32(const float* x, float* y, int64_t n) {
   map(x, y, n, [](F v) { return sqrt(v); });
 }

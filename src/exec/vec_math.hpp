@@ -46,6 +46,10 @@ void log_f32(const float* x, float* y, int64_t n);
 void tanh_f32(const float* x, float* y, int64_t n);
 void sigmoid_f32(const float* x, float* y, int64_t n);
 void erf_f32(const float* x, float* y, int64_t n);
+// expm1 and log1p: std::expm1 and std::log1p in double, rounded once (not
+// vectorized yet; correctly rounded but for double's own error).
+void expm1_f32(const float* x, float* y, int64_t n);
+void log1p_f32(const float* x, float* y, int64_t n);
 void sqrt_f32(const float* x, float* y, int64_t n);
 void rsqrt_f32(const float* x, float* y, int64_t n);
 

@@ -41,6 +41,19 @@ int64_t numel(const Shape& s) {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
 
+namespace {
+thread_local const SourceLoc* g_scoped_loc = nullptr;
+}  // namespace
+
+SourceLoc SourceLoc::from(const std::source_location& l) {
+  return g_scoped_loc ? *g_scoped_loc : SourceLoc{l.file_name(), int(l.line())};
+}
+
+ScopedSourceLoc::ScopedSourceLoc(SourceLoc loc) : prev_(g_scoped_loc), loc_(std::move(loc)) {
+  g_scoped_loc = &loc_;
+}
+ScopedSourceLoc::~ScopedSourceLoc() { g_scoped_loc = prev_; }
+
 std::string SourceLoc::str() const { return known() ? fmt::format("{}:{}", file, line) : ""; }
 
 std::string at(const SourceLoc& loc) { return loc.known() ? " (at " + loc.str() + ")" : ""; }

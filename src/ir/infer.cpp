@@ -140,6 +140,8 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       if (args[0].dtype == DType::b8)
         fail_op(op, "does not take bool operands: " + types_str(args), loc);
       return args[0];
+    case Op::stop_gradient:
+      return args[0];
     case Op::neg:
       if (args[0].dtype == DType::b8) fail_op(op, "does not take a bool operand", loc);
       return args[0];
@@ -149,6 +151,8 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::sigmoid:
     case Op::sqrt:
     case Op::rsqrt:
+    case Op::expm1:
+    case Op::log1p:
     case Op::erf: check_floating(op, args[0], loc); return args[0];
     case Op::pow:
       check_same(op, args, loc);

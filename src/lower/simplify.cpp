@@ -80,6 +80,12 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
       n.op = ir::Op::reshape;
       n.attrs = ir::make_attrs<ir::Op::reshape>({{"shape", n.type.shape}});
     }
+    // Autograd is over: a stop-gradient is its operand.
+    if (n.op == ir::Op::stop_gradient) {
+      rewrote = true;
+      map[size_t(v)] = n.args[0];
+      continue;
+    }
     // A broadcast or reshape to its operand's own shape is its operand.
     if ((n.op == ir::Op::broadcast || n.op == ir::Op::reshape) &&
         out.type(n.args[0]).shape == n.type.shape && identity_dims(n)) {

@@ -1,6 +1,7 @@
 // The layers beyond Linear, and the functional forms they are made of. Every
 // layer is a composition of graph ops, so autograd, partitioning and lowering
 // see nothing new; only the ops below them are primitives.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -50,19 +51,31 @@ Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
 }
 
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
-  if (tanh_approximation) {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
-    Tensor inner =
-        mul(add(x, mul(pow(x, 3.0, loc), 0.044715, loc), loc), std::sqrt(2.0 / M_PI), loc);
+  if (tanh_approximation) {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x·x·x))), as torch
+    Tensor cube = mul(mul(x, x, loc), x, loc);
+    Tensor inner = mul(add(x, mul(cube, 0.044715, loc), loc), std::sqrt(2.0 / M_PI), loc);
     return mul(mul(x, 0.5, loc), add(tanh(inner, loc), 1.0, loc), loc);
   }
   return mul(mul(x, 0.5, loc), add(erf(mul(x, M_SQRT1_2, loc), loc), 1.0, loc), loc);
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Loc loc) {
-  const int64_t last = x.dim() - 1;
-  if (last < 0) throw Error("layer_norm: the input must have at least one dim" + at(sl(loc)));
-  Tensor xc = sub(x, mean(x, {last}, loc).reshape(kept(x, last), loc), loc);
-  Tensor var = mean(mul(xc, xc, loc), {last}, loc).reshape(kept(x, last), loc);
+  return layer_norm(x, 1, weight, bias, eps, loc);
+}
+
+Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight,
+                  const Tensor& bias, double eps, Loc loc) {
+  if (normalized_dims < 1 || normalized_dims > x.dim())
+    throw Error(fmt::format("layer_norm: cannot normalize the last {} dims of {}{}",
+                            normalized_dims, x.str(), at(sl(loc))));
+  std::vector<int64_t> axes;
+  Shape k = x.shape();
+  for (int64_t a = x.dim() - normalized_dims; a < x.dim(); ++a) {
+    axes.push_back(a);
+    k[size_t(a)] = 1;
+  }
+  Tensor xc = sub(x, mean(x, axes, loc).reshape(k, loc), loc);
+  Tensor var = mean(mul(xc, xc, loc), axes, loc).reshape(k, loc);
   Tensor y = mul(xc, rsqrt(add(var, eps, loc), loc), loc);
   if (weight.defined()) y = mul(y, weight, loc);
   if (bias.defined()) y = add(y, bias, loc);
@@ -71,43 +84,88 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 
 Tensor batch_norm(const Tensor& x, Tensor& running_mean, Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, Loc loc) {
-  Tensor mu, var;
-  if (training) {
-    const int64_t count = x.numel() / x.size(1);
-    if (count < 2)
-      throw Error(
-          fmt::format("batch_norm: training needs more than one value per channel, got "
-                      "input {}{}",
-                      x.str(), at(sl(loc))));
-    // Synchronized (a data-parallel step with synchronized batch norm):
-    // the statistics of the global batch, each mean averaged over the
-    // ranks' equal parts.
-    const bool sync = capture::sync_batch_statistics();
-    // The mean is summed in double, as torch's CPU batch norm sums it: a
-    // channel of equal values then has exactly that mean, and x - mean is
-    // exactly 0 instead of float rounding noise that 1/sqrt(var + eps)
-    // magnifies a thousandfold.
-    mu = cast(mean(cast(x, DType::f64, loc), {0, 2, 3}, loc), x.dtype(), loc);
-    if (sync) mu = capture::all_reduce_mean(mu, loc);
-    Tensor xc = sub(x, per_channel(mu, loc), loc);
-    var = mean(mul(xc, xc, loc), {0, 2, 3}, loc);
-    if (sync) var = capture::all_reduce_mean(var, loc);
-    running_mean.copy_(add(mul(running_mean, 1 - momentum, loc), mul(mu, momentum, loc), loc), loc);
-    const int64_t n = sync ? count * dist::world_size() : count;  // values per channel
-    Tensor unbiased = mul(var, double(n) / double(n - 1), loc);
-    running_var.copy_(add(mul(running_var, 1 - momentum, loc), mul(unbiased, momentum, loc), loc),
-                      loc);
-    Tensor y = mul(xc, per_channel(rsqrt(add(var, eps, loc), loc), loc), loc);
-    if (weight.defined()) y = mul(y, per_channel(weight, loc), loc);
-    if (bias.defined()) y = add(y, per_channel(bias, loc), loc);
-    return y;
+  const int64_t world = training && capture::sync_batch_statistics() ? dist::world_size() : 1;
+  BatchNormResult r = batch_norm_functional(x, running_mean, running_var, weight, bias, training,
+                                            momentum, eps, world, loc);
+  if (r.running_mean.defined()) running_mean.copy_(r.running_mean, loc);
+  if (r.running_var.defined()) running_var.copy_(r.running_var, loc);
+  return r.y;
+}
+
+BatchNormResult batch_norm_functional(const Tensor& x, const Tensor& running_mean,
+                                      const Tensor& running_var, const Tensor& weight,
+                                      const Tensor& bias, bool training, double momentum,
+                                      double eps, int64_t sync_world, Loc loc) {
+  if (x.dim() < 2)
+    throw Error(
+        fmt::format("batch_norm: expected input [N, C, ...], got {}{}", x.str(), at(sl(loc))));
+  std::vector<int64_t> axes;  // every dim but the channels'
+  for (int64_t a = 0; a < x.dim(); ++a)
+    if (a != 1) axes.push_back(a);
+  auto channels = [&](const Tensor& v) {
+    Shape s(size_t(x.dim()), 1);
+    s[1] = x.size(1);
+    return v.reshape(s, loc);
+  };
+  BatchNormResult r;
+  if (!training) {
+    if (!running_mean.defined() || !running_var.defined())
+      throw Error(fmt::format("batch_norm: evaluation needs running statistics{}", at(sl(loc))));
+    // One scale and shift per channel, as torch's CPU kernel computes it.
+    Tensor scale = rsqrt(add(running_var, eps, loc), loc);
+    if (weight.defined()) scale = mul(scale, weight, loc);
+    Tensor shift = neg(mul(running_mean, scale, loc), loc);
+    if (bias.defined()) shift = add(shift, bias, loc);
+    r.y = add(mul(x, channels(scale), loc), channels(shift), loc);
+    return r;
   }
-  // Eval: one scale and shift per channel.
-  Tensor scale = rsqrt(add(running_var, eps, loc), loc);
-  if (weight.defined()) scale = mul(scale, weight, loc);
-  Tensor shift = neg(mul(running_mean, scale, loc), loc);
-  if (bias.defined()) shift = add(shift, bias, loc);
-  return add(mul(x, per_channel(scale, loc), loc), per_channel(shift, loc), loc);
+  const int64_t count = x.numel() / x.size(1);
+  if (count < 2)
+    throw Error(
+        fmt::format("batch_norm: training needs more than one value per channel, got "
+                    "input {}{}",
+                    x.str(), at(sl(loc))));
+  // Synchronized (a data-parallel step with synchronized batch norm): the
+  // statistics of the global batch, each mean averaged over the ranks'
+  // equal parts.
+  const bool sync = sync_world > 1;
+  // The mean is summed in double, as torch's CPU batch norm sums it: a
+  // channel of equal values then has exactly that mean, and x - mean is
+  // exactly 0 instead of float rounding noise that 1/sqrt(var + eps)
+  // magnifies a thousandfold.
+  Tensor mu = cast(mean(cast(x, DType::f64, loc), axes, loc), x.dtype(), loc);
+  if (sync) mu = capture::all_reduce_mean(mu, loc);
+  Tensor xc = sub(x, channels(mu), loc);
+  Tensor var = mean(mul(xc, xc, loc), axes, loc);
+  if (sync) var = capture::all_reduce_mean(var, loc);
+  if (running_mean.defined() && running_var.defined()) {
+    const int64_t n = count * sync_world;  // values per channel
+    r.running_mean = add(mul(running_mean, 1 - momentum, loc), mul(mu, momentum, loc), loc);
+    Tensor unbiased = mul(var, double(n) / double(n - 1), loc);
+    r.running_var = add(mul(running_var, 1 - momentum, loc), mul(unbiased, momentum, loc), loc);
+  }
+  Tensor y = mul(xc, channels(rsqrt(add(var, eps, loc), loc)), loc);
+  if (weight.defined()) y = mul(y, channels(weight), loc);
+  if (bias.defined()) y = add(y, channels(bias), loc);
+  r.y = y;
+  return r;
+}
+
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
+                  double eps, Loc loc) {
+  if (x.dim() < 2 || groups < 1 || x.size(1) % groups != 0)
+    throw Error(
+        fmt::format("group_norm: {} groups must divide the channels of input {} "
+                    "[N, C, ...]{}",
+                    groups, x.str(), at(sl(loc))));
+  const int64_t n = x.size(0), per_group = x.numel() / std::max<int64_t>(n * groups, 1);
+  Tensor y = layer_norm(x.reshape({n, groups, per_group}, loc), 1, Tensor(), Tensor(), eps, loc)
+                 .reshape(x.shape(), loc);
+  Shape s(size_t(x.dim()), 1);
+  s[1] = x.size(1);
+  if (weight.defined()) y = mul(y, weight.reshape(s, loc), loc);
+  if (bias.defined()) y = add(y, bias.reshape(s, loc), loc);
+  return y;
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Loc loc) {
@@ -115,7 +173,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Loc loc) {
     throw Error(fmt::format("dropout: p must be in [0, 1], got {}{}", p, at(sl(loc))));
   if (!training || p == 0) return x;
   if (p == 1) return mul(x, 0.0, loc);
-  Tensor keep = ge(rand_stream(x.shape(), x.dtype(), loc), Tensor::scalar(p, x.dtype()), loc);
+  // As torch: an element is kept where a uniform number is below 1 - p,
+  // and scaled by 1/(1 - p) rounded to the dtype.
+  Tensor keep = lt(rand_stream(x.shape(), x.dtype(), loc), Tensor::scalar(1 - p, x.dtype()), loc);
   return where(keep, mul(x, 1.0 / (1.0 - p), loc), Tensor::scalar(0, x.dtype()), loc);
 }
 

@@ -112,10 +112,61 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Loc loc) {
     throw Error(
         fmt::format("cross_entropy: expected logits [N, C] and i64 labels [N], got {} and {}{}",
                     logits.str(), labels.str(), at(SourceLoc::from(loc))));
-  Tensor logp = log_softmax(logits, -1, loc);
-  Tensor picked =
-      sum(mul(logp, one_hot(labels, logits.size(1), logits.dtype(), loc), loc), {1}, loc);
-  return neg(mean(picked, {0}, loc), loc);
+  return nll_loss(log_softmax(logits, -1, loc), labels, Tensor(), Reduction::mean, std::nullopt,
+                  loc);
+}
+
+Tensor nll_loss(const Tensor& logp, const Tensor& labels, const Tensor& weight, Reduction reduction,
+                std::optional<int64_t> ignore_index, Loc loc) {
+  const bool shapes_fit = [&] {
+    if (logp.dim() < 2 || labels.dtype() != DType::i64 || labels.dim() != logp.dim() - 1)
+      return false;
+    for (int64_t d = 0; d < labels.dim(); ++d)
+      if (labels.size(d) != logp.size(d == 0 ? 0 : d + 1)) return false;
+    return true;
+  }();
+  if (!shapes_fit)
+    throw Error(
+        fmt::format("nll_loss: expected log-probabilities [N, C, d...] and i64 labels "
+                    "[N, d...], got {} and {}{}",
+                    logp.str(), labels.str(), at(SourceLoc::from(loc))));
+  const int64_t classes = logp.size(1);
+  if (weight.defined() && (weight.dim() != 1 || weight.size(0) != classes))
+    throw Error(fmt::format("nll_loss: weight {} must have one value per class ({}){}",
+                            weight.str(), classes, at(SourceLoc::from(loc))));
+  // Positions as rows, classes last: [M, C] and [M].
+  Tensor rows = logp;
+  if (logp.dim() > 2) {
+    std::vector<int64_t> perm{0};
+    for (int64_t d = 2; d < logp.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    rows = transpose(logp, perm, loc);
+  }
+  const int64_t m = labels.numel();
+  rows = rows.reshape({m, classes}, loc);
+  Tensor flat = labels.reshape({m}, loc);
+  Tensor kept;  // bool [M]: the label is not ignore_index
+  if (ignore_index) {
+    kept = ne(flat, Tensor::scalar(double(*ignore_index), DType::i64), loc);
+    flat = where(kept, flat, Tensor::scalar(0, DType::i64), loc);
+  }
+  Tensor picked = sum(mul(rows, one_hot(flat, classes, logp.dtype(), loc), loc), {1}, loc);
+  Tensor w;  // the weight of each position, undefined for 1
+  if (weight.defined()) w = gather(weight, flat, loc);
+  Tensor losses = neg(w.defined() ? mul(picked, w, loc) : picked, loc);
+  const Tensor zero = Tensor::scalar(0, logp.dtype());
+  if (kept.defined()) losses = where(kept, losses, zero, loc);
+  if (reduction == Reduction::none) return losses.reshape(labels.shape(), loc);
+  Tensor total = sum(losses, {0}, loc);
+  if (reduction == Reduction::sum) return total;
+  Tensor count;  // the sum of the weights of the positions not ignored
+  if (w.defined())
+    count = sum(kept.defined() ? where(kept, w, zero, loc) : w, {0}, loc);
+  else if (kept.defined())
+    count = sum(cast(kept, logp.dtype(), loc), {0}, loc);
+  else
+    count = Tensor::scalar(double(m), logp.dtype());
+  return div(total, count, loc);
 }
 
 }  // namespace ws::nn

@@ -39,6 +39,27 @@ std::optional<size_t> data_source(const CapturedStep& cap, ir::ValueId v) {
   }
 }
 
+// The value of `v` when it is one number (a full, or a broadcast of one).
+std::optional<double> one_number(const ir::Graph& g, ir::ValueId v) {
+  while (g.node(v).op == ir::Op::broadcast) v = g.node(v).args[0];
+  if (g.node(v).op != ir::Op::full) return std::nullopt;
+  return ir::attr<ir::Op::full, "value">(g.node(v));
+}
+
+// `v` with a value the graph replaces before indexing peeled off:
+// select(ne(a, K), a, 0) (nll_loss's ignore_index) is a, K allowed.
+ir::ValueId peel_ignored(const ir::Graph& g, ir::ValueId v, std::optional<int64_t>* ignored) {
+  const ir::Node& n = g.node(v);
+  if (n.op != ir::Op::select) return v;
+  const ir::Node& cond = g.node(n.args[0]);
+  if (cond.op != ir::Op::ne || cond.args[0] != n.args[1] || one_number(g, n.args[2]) != 0.0)
+    return v;
+  const std::optional<double> k = one_number(g, cond.args[1]);
+  if (!k) return v;
+  *ignored = int64_t(*k);
+  return n.args[1];
+}
+
 // Data arguments that index a table (gather) or pick classes (one_hot).
 void collect_index_checks(CapturedStep& cap) {
   const ir::Graph& g = cap.joint.graph;
@@ -57,6 +78,7 @@ void collect_index_checks(CapturedStep& cap) {
     } else {
       continue;
     }
+    idx = peel_ignored(g, idx, &c.ignored);
     std::optional<size_t> d = data_source(cap, idx);
     if (!d) continue;
     c.data_index = *d;
@@ -189,7 +211,7 @@ void check_indices(const std::vector<IndexCheck>& checks, const std::vector<Tens
     const int64_t* v = t.data<int64_t>();
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i)
-      if (v[i] < 0 || v[i] >= c.bound)
+      if ((v[i] < 0 || v[i] >= c.bound) && v[i] != c.ignored)
         throw Error(
             fmt::format("{}: argument {} ({}) holds {} {} at position {}, outside [0, {}){}", who,
                         c.data_index, t.str(), c.what, v[i], i, c.bound, at(c.loc)));

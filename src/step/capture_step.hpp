@@ -4,6 +4,7 @@
 // reads Modules or Tensors except through it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,10 @@ struct IndexCheck {
   size_t data_index = 0;
   int64_t bound = 0;
   std::string what;  // "embedding index", "label"
-  SourceLoc loc;     // the user's line that indexes with it
+  // A value allowed besides [0, bound) (a loss's ignore_index: the graph
+  // selects another index where the argument holds it).
+  std::optional<int64_t> ignored;
+  SourceLoc loc;  // the user's line that indexes with it
 };
 
 // What an input of the joint graph is bound to: its role, and its place in

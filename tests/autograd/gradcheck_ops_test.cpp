@@ -140,11 +140,15 @@ std::map<Op, std::vector<CaseFn>> cases() {
     return c.check(c.b().add(Op::transpose, {c.input({2, 3, 4})},
                              ir::Attrs{{"perm", std::vector<int64_t>{2, 0, 1}}}));
   });
-  for (Op op : {Op::tanh, Op::sigmoid, Op::erf})
+  for (Op op : {Op::tanh, Op::sigmoid, Op::erf, Op::expm1})
     m[op].push_back([op] {
       OpCase c;
       return c.check(c.b().unary(op, c.input({5}, {-2, 2})));
     });
+  m[Op::log1p].push_back([] {
+    OpCase c;
+    return c.check(c.b().unary(Op::log1p, c.input({5}, {-0.5, 2})));
+  });
   for (Op op : {Op::sqrt, Op::rsqrt})
     m[op].push_back([op] {
       OpCase c;
@@ -222,6 +226,26 @@ std::map<Op, std::vector<CaseFn>> cases() {
       return c.check(c.b().add(Op::conv2d, {x, w},
                                ir::Attrs{{"dilation", cc.dilation},
                                          {"groups", cc.groups},
+                                         {"padding", cc.padding},
+                                         {"stride", cc.stride}}));
+    });
+  // The transposed convolution: conv2d's input gradient as a forward op,
+  // its operand the shape of that convolution's output.
+  for (const ConvCase& cc : {ConvCase{{2, 3, 5, 5}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+                             ConvCase{{2, 3, 6, 5}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1},
+                             ConvCase{{2, 4, 5, 5}, {6, 2, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 2}})
+    m[Op::conv2d_input_grad].push_back([cc] {
+      OpCase c;
+      Shape y{cc.x[0], cc.w[0], 0, 0};
+      for (int i = 0; i < 2; ++i)
+        y[2 + i] = (cc.x[2 + i] + 2 * cc.padding[i] - cc.dilation[i] * (cc.w[2 + i] - 1) - 1) /
+                       cc.stride[i] +
+                   1;
+      ValueId g = c.input(y), w = c.input(cc.w);
+      return c.check(c.b().add(Op::conv2d_input_grad, {g, w},
+                               ir::Attrs{{"dilation", cc.dilation},
+                                         {"groups", cc.groups},
+                                         {"input_shape", cc.x},
                                          {"padding", cc.padding},
                                          {"stride", cc.stride}}));
     });

@@ -17,7 +17,7 @@ const char* kKindNames[] = {"unary",     "binary",  "reduce",        "normalize"
                             "transpose", "reshape", "slice",         "concat",     "softmax",
                             "dropout",   "select",  "cross_entropy", "embed"};
 constexpr int kKinds = int(sizeof kKindNames / sizeof kKindNames[0]);
-constexpr int kUnaries = 11, kBinaries = 5;
+constexpr int kUnaries = 16, kBinaries = 5;
 const char* kOptNames[] = {"sgd", "adam", "adamw"};
 
 // Values drawn for a parameter or an input: doubles rounded to float first,
@@ -50,7 +50,12 @@ Tensor unary(int which, const Tensor& a) {
     case 7: return log(add(sigmoid(a), 0.5));
     case 8: return neg(a);
     case 9: return erf(a);
-    default: return maximum(a, mul(a, 0.1));  // leaky relu
+    case 10: return maximum(a, mul(a, 0.1));  // leaky relu
+    case 11: return nn::elu(a, 0.7, 1.2);
+    case 12: return nn::softplus(a, 2.0, 5.0);
+    case 13: return nn::hardswish(mul(a, 4.0));
+    case 14: return nn::mish(a);
+    default: return nn::leaky_relu(a, 0.2);
   }
 }
 

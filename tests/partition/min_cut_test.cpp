@@ -202,7 +202,7 @@ TEST(MinCut, RecomputedDropoutUsesTheSavedMaskOfTheOriginalDraw) {
     const ir::Node& n = g.node(v);
     if (n.op != ir::Op::select) continue;
     const ir::Node& mask = g.node(n.args[0]);
-    if (mask.op == ir::Op::ge && g.node(mask.args[0]).op == ir::Op::random_uniform &&
+    if (mask.op == ir::Op::lt && g.node(mask.args[0]).op == ir::Op::random_uniform &&
         std::find(plan.saved.begin(), plan.saved.end(), n.args[0]) != plan.saved.end())
       ++from_saved_mask;
   }

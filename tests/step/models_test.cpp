@@ -173,8 +173,8 @@ TEST(ReferenceModels, DropoutMasksAreIdenticalAcrossModesAndFollowTheStream) {
   manual_seed(5);
   std::vector<double> u1 = rand_stream({64}).to_vector(), u2 = rand_stream({64}).to_vector();
   for (size_t i = 0; i < 64; ++i) {
-    EXPECT_EQ(ref[i], u1[i] >= 0.5 ? -2.0 : 0.0) << i;
-    EXPECT_EQ(ref[64 + i], ref[i] + (u2[i] >= 0.5 ? -2.0 : 0.0)) << i;
+    EXPECT_EQ(ref[i], u1[i] < 0.5 ? -2.0 : 0.0) << i;
+    EXPECT_EQ(ref[64 + i], ref[i] + (u2[i] < 0.5 ? -2.0 : 0.0)) << i;
   }
   EXPECT_NE(std::vector<double>(ref.begin(), ref.begin() + 64),
             std::vector<double>(ref.begin() + 64, ref.end()));  // masks differ per step

@@ -8,6 +8,7 @@
 #include "frontend/torch/frontend.hpp"
 #include "ir/op.hpp"
 #include "ir/text.hpp"
+#include "nn/composites.hpp"
 #include "step/forward_trace.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -59,6 +60,36 @@ class Graph {
     std::vector<ir::ValueId> ids;
     for (int64_t a : args) ids.push_back(value(a));
     return int64_t(b().add(*op, std::move(ids), ir::Attrs::from_sorted(std::move(kv))));
+  }
+  // Composite op `name` of wholestep's C++ library (nn/composites.hpp) on
+  // values `args` (None: an optional operand absent): its results' values
+  // (None: a result it does not give). Its nodes carry the current location.
+  py::list composite(const std::string& name, const py::list& args, const py::dict& attrs) {
+    capture::Tracer& tr = trace().tracer();
+    std::vector<Tensor> in;
+    for (py::handle a : args)
+      in.push_back(a.is_none() ? Tensor() : tr.wrap(value(a.cast<int64_t>())));
+    std::map<std::string, ir::AttrValue> kv;
+    for (auto [k, v] : attrs) {
+      const std::string key = k.cast<std::string>();
+      kv.emplace(key, attr_value(key, v));
+    }
+    const SourceLoc loc = b().loc;
+    std::vector<Tensor> out;
+    {
+      capture::TraceScope scope(tr);
+      ScopedSourceLoc stamp(loc);
+      out = nn::call_composite(name, in, kv);
+    }
+    b().loc = loc;
+    py::list result;
+    for (const Tensor& t : out) {
+      if (t.defined())
+        result.append(int64_t(tr.value_of(t, loc)));
+      else
+        result.append(py::none());
+    }
+    return result;
   }
   int64_t full(double value, const std::string& dtype, const Shape& shape) {
     return int64_t(b().full(value, ir::Type{parse_dtype(dtype), shape}));
@@ -118,6 +149,15 @@ class Graph {
 }  // namespace
 
 void bind_graph(py::module_& m) {
+  m.def("composites", [] {
+    py::list out;
+    for (const nn::Composite& c : nn::composites())
+      out.append(py::dict(
+          py::arg("name") = std::string(c.name), py::arg("operands") = std::string(c.operands),
+          py::arg("attrs") = std::string(c.attrs), py::arg("results") = std::string(c.results),
+          py::arg("meaning") = std::string(c.meaning)));
+    return out;
+  });
   py::class_<FinishedTrace>(m, "FinishedTrace");
   py::class_<Graph>(m, "Graph")
       .def(py::init<>())
@@ -126,6 +166,8 @@ void bind_graph(py::module_& m) {
       .def("hyper", &Graph::hyper, py::arg("name"))
       .def("data", &Graph::data, py::arg("dtype"), py::arg("shape"))
       .def("op", &Graph::op, py::arg("name"), py::arg("args"), py::arg("attrs") = py::dict())
+      .def("composite", &Graph::composite, py::arg("name"), py::arg("args"),
+           py::arg("attrs") = py::dict())
       .def("full", &Graph::full, py::arg("value"), py::arg("dtype"), py::arg("shape"))
       .def("constant", &Graph::constant, py::arg("values"), py::arg("dtype"), py::arg("shape"))
       .def("random_uniform", &Graph::random_uniform, py::arg("dtype"), py::arg("shape"))

@@ -1,0 +1,123 @@
+// Pooling as torch's MaxPool2d and AvgPool2d, on the IR's max_pool2d and
+// avg_pool2d (floor mode, symmetric padding): ceil_mode's extra window
+// reads rows and columns appended to the input, -inf for max; average
+// pooling whose divisor the IR op cannot express (ceil_mode's clipped last
+// window, divisor_override) sums each window by a depthwise convolution
+// with ones and divides by the divisor of each window.
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "wholestep/nn.hpp"
+
+namespace ws::nn {
+namespace {
+
+SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
+
+// One value for both dims, or two.
+std::vector<int64_t> pair(const std::vector<int64_t>& v, const char* what, const Tensor& x,
+                          const Loc& loc) {
+  if (v.size() == 1) return {v[0], v[0]};
+  if (v.size() == 2) return v;
+  throw Error(fmt::format("pooling: {} must be one value or two, got [{}] for input {}{}", what,
+                          fmt::join(v, ","), x.str(), at(sl(loc))));
+}
+
+struct Axis {
+  int64_t n, k, s, p;
+  int64_t out = 0, extra = 0;  // windows; elements appended for ceil_mode
+};
+
+// torch's output size: floor or ceil of (n + 2p - k) / s, plus one, the
+// last window starting inside the input or its left padding.
+Axis axis_geometry(int64_t n, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  Axis a{n, k, s, p};
+  const int64_t span = n + 2 * p - k;
+  a.out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (a.out - 1) * s >= n + p) --a.out;
+  a.extra = std::max<int64_t>(0, (a.out - 1) * s + k - (n + 2 * p));
+  return a;
+}
+
+struct Geometry {
+  Axis h, w;
+};
+
+Geometry geometry(const Tensor& x, const Pool2dOptions& o, const char* what, const Loc& loc) {
+  if (x.dim() != 4)
+    throw Error(
+        fmt::format("{}: expected input [N, C, H, W], got {}{}", what, x.str(), at(sl(loc))));
+  const auto k = pair(o.kernel, "kernel", x, loc);
+  const auto s = o.stride.empty() ? k : pair(o.stride, "stride", x, loc);
+  const auto p = pair(o.padding, "padding", x, loc);
+  const auto d = pair(o.dilation, "dilation", x, loc);
+  if (d != std::vector<int64_t>{1, 1})
+    throw Error(fmt::format("{}: dilation [{}] is not supported (only 1){}", what,
+                            fmt::join(d, ","), at(sl(loc))));
+  for (int i = 0; i < 2; ++i)
+    if (k[i] < 1 || s[i] < 1 || p[i] < 0 || 2 * p[i] > k[i] || x.size(2 + i) + 2 * p[i] < k[i])
+      throw Error(fmt::format(
+          "{}: kernel [{}], stride [{}] and padding [{}] do not fit input {} "
+          "(padding at most half the kernel){}",
+          what, fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","), x.str(), at(sl(loc))));
+  return {axis_geometry(x.size(2), k[0], s[0], p[0], o.ceil_mode),
+          axis_geometry(x.size(3), k[1], s[1], p[1], o.ceil_mode)};
+}
+
+// x with `extra` elements of `value` appended to dim `axis`.
+Tensor extend(const Tensor& x, int64_t axis, int64_t extra, double value, const Loc& loc) {
+  if (extra == 0) return x;
+  Shape s = x.shape();
+  s[size_t(axis)] = extra;
+  return concat({x, broadcast_to(Tensor::scalar(value, x.dtype()), s, loc)}, axis, loc);
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
+  const Geometry g = geometry(x, o, "max_pool2d", loc);
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor in = extend(extend(x, 2, g.h.extra, -inf, loc), 3, g.w.extra, -inf, loc);
+  return ws::max_pool2d(in, {g.h.k, g.w.k}, {g.h.s, g.w.s}, {g.h.p, g.w.p}, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
+  const Geometry g = geometry(x, o, "avg_pool2d", loc);
+  if (o.divisor_override < 0)
+    throw Error(fmt::format("avg_pool2d: divisor_override {} must be positive{}",
+                            o.divisor_override, at(sl(loc))));
+  if (g.h.extra == 0 && g.w.extra == 0 && o.divisor_override == 0)
+    return ws::avg_pool2d(x, {g.h.k, g.w.k}, {g.h.s, g.w.s}, {g.h.p, g.w.p}, o.count_include_pad,
+                          loc);
+  // Each window's sum (a depthwise convolution with ones over the input
+  // extended by zeros), divided by the window's divisor as torch counts it.
+  const int64_t c = x.size(1);
+  Tensor in = extend(extend(x, 2, g.h.extra, 0, loc), 3, g.w.extra, 0, loc);
+  Tensor ones = broadcast_to(Tensor::scalar(1, x.dtype()), {c, 1, g.h.k, g.w.k}, loc);
+  ws::Conv2dOptions co;
+  co.stride = {g.h.s, g.w.s};
+  co.padding = {g.h.p, g.w.p};
+  co.groups = c;
+  Tensor sums = conv2d(in, ones, co, loc);
+  std::vector<double> divisor;
+  for (int64_t i = 0; i < g.h.out; ++i)
+    for (int64_t j = 0; j < g.w.out; ++j) {
+      if (o.divisor_override) {
+        divisor.push_back(double(o.divisor_override));
+        continue;
+      }
+      const auto size = [&](const Axis& a, int64_t at) {
+        int64_t lo = at * a.s - a.p, hi = std::min(lo + a.k, a.n + a.p);
+        if (!o.count_include_pad) lo = std::max<int64_t>(lo, 0), hi = std::min(hi, a.n);
+        return hi - lo;
+      };
+      divisor.push_back(double(size(g.h, i) * size(g.w, j)));
+    }
+  Tensor div_map = Tensor::from_vector(divisor, {g.h.out, g.w.out});
+  return div(sums, cast(div_map, x.dtype(), loc), loc);
+}
+
+}  // namespace ws::nn
