@@ -8,15 +8,49 @@ from ._ir import (Transposed, Unsupported, aten, broadcast_shapes, ir_dtype, is_
                   out_shape)
 
 
+# What each translation covers, for the support table (_support.py).
+_ARITHMETIC = (
+    '`+`, `-`, `*`, `/`, `torch.add`, `torch.sub`, `torch.mul`, `torch.div`, their in-place forms')
+_VIEWS = (
+    '`view`, `reshape`, `expand`, `permute`, `transpose`, `t`, `squeeze`, `unsqueeze`, '
+    '`nn.Flatten` (and in-place forms)')
+_RECURRENT = ('`torch.stack`, `unbind`; `nn.LSTM`, `nn.GRU`, `nn.RNN` (layers, '
+              '`batch_first`, `bidirectional`, dropout between layers), which become them and '
+              'products')
+_SLICES = '`torch.cat`, `split`, `chunk`, indexing with slices and integers'
+_INDEXING = (
+    'indexing with integer tensors (`table[index]`), `index_select`, `torch.gather` from a 1-d '
+    'tensor')
+_INDEXING_LIMITS = 'index tensors on adjacent dims; no boolean masks'
+_REDUCTIONS = '`sum`, `mean`, `amax`'
+_SOFTMAX = '`nn.Softmax`, `nn.LogSoftmax`, `F.softmax`, `F.log_softmax`'
+_DROPOUT = '`nn.Dropout`, `nn.Dropout2d`, `F.dropout`'
+_DROPOUT_LIMITS = "the masks are wholestep's (below)"
+_FILLS = '`torch.zeros`, `ones`, `full`, `zeros_like`, `ones_like`, `full_like`'
+_COPIES = '`clone`, `contiguous`, `detach()`'
+_ELU = '`nn.ELU`, `nn.SELU`, `nn.CELU`'
+_HARD = '`nn.Hardsigmoid`, `nn.Hardswish`'
+_SOFTPLUS = '`nn.Softplus`, `nn.Mish`'
+_MATH = (
+    '`torch.neg`, `exp`, `log`, `sqrt`, `rsqrt`, `tanh`, `sigmoid`, `erf`; `nn.Tanh`, `nn.Sigmoid`')
+_COMPARISONS = 'comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`)'
+_MASKED_FILL = '`masked_fill` (a causal mask buffer)'
+
+
+def _opname(node):
+    """The ATen op's name without its namespace and overload ("zeros_like")."""
+    return node.target._schema.name.split("::")[-1]
+
+
 # ---------------------------------------------------------------- elementwise
 
 
-@aten("add.Tensor", "add_.Tensor", "add.Scalar")
+@aten("add.Tensor", "add_.Tensor", "add.Scalar", torch=_ARITHMETIC)
 def _add(b, node, x, y, alpha=1):
     return b.binary("add", x, _scaled(b, y, alpha), out_dtype(node))
 
 
-@aten("sub.Tensor", "sub_.Tensor", "sub.Scalar")
+@aten("sub.Tensor", "sub_.Tensor", "sub.Scalar", torch=_ARITHMETIC)
 def _sub(b, node, x, y, alpha=1):
     return b.binary("sub", x, _scaled(b, y, alpha), out_dtype(node))
 
@@ -27,22 +61,22 @@ def _scaled(b, y, alpha):
     return b.binary("mul", y, float(alpha)) if is_value(y) else y * alpha
 
 
-@aten("rsub.Scalar", "rsub.Tensor")
+@aten("rsub.Scalar", "rsub.Tensor", torch=_ARITHMETIC)
 def _rsub(b, node, x, y, alpha=1):
     return _sub(b, node, y, x, alpha)
 
 
-@aten("mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar")
+@aten("mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar", torch=_ARITHMETIC)
 def _mul(b, node, x, y):
     return b.binary("mul", x, y, out_dtype(node))
 
 
-@aten("div.Tensor", "div_.Tensor", "div.Scalar", "div_.Scalar")
+@aten("div.Tensor", "div_.Tensor", "div.Scalar", "div_.Scalar", torch=_ARITHMETIC)
 def _div(b, node, x, y):
     return b.binary("div", x, y, out_dtype(node))
 
 
-@aten("pow.Tensor_Scalar")
+@aten("pow.Tensor_Scalar", torch='`x ** c`, `torch.pow` with a number exponent')
 def _pow(b, node, x, y):
     if y == 2:
         return b.op("mul", [x, x])
@@ -53,53 +87,112 @@ def _pow(b, node, x, y):
 
 for _name, _ir in [("neg", "neg"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"),
                    ("rsqrt", "rsqrt"), ("tanh", "tanh"), ("sigmoid", "sigmoid"), ("erf", "erf")]:
-    aten(f"{_name}.default", f"{_name}_.default")(
+    aten(f"{_name}.default", f"{_name}_.default", torch=_MATH)(
         lambda b, node, x, _ir=_ir: b.unary(_ir, x))
 
 
-@aten("relu.default", "relu_.default")
+# The activations are the C++ library's composites (src/nn/activations.cpp):
+# each computes what torch computes, with torch's gradient at its kinks.
+@aten("relu.default", "relu_.default", torch='`nn.ReLU`, `F.relu`')
 def _relu(b, node, x):
-    # select, not maximum: torch's threshold_backward gives 0 at x = 0,
-    # maximum's rule would give one half.
-    return b.select(b.binary("le", x, 0.0), 0.0, x)
+    return b.composite("relu", x)
 
 
-@aten("hardtanh.default", "hardtanh_.default")
+@aten("hardtanh.default", "hardtanh_.default", torch='`nn.Hardtanh`, `nn.ReLU6`')
 def _hardtanh(b, node, x, lo=-1.0, hi=1.0):
-    inner = b.select(b.binary("ge", x, float(hi)), float(hi), x)
-    return b.select(b.binary("le", x, float(lo)), float(lo), inner)
+    return b.composite("hardtanh", x, min_value=float(lo), max_value=float(hi))
 
 
-@aten("clamp.default", "clamp_.default", "clamp_min.default", "clamp_max.default")
+@aten("clamp.default", "clamp_.default", "clamp_min.default", "clamp_max.default",
+      "clamp_min_.default", "clamp_max_.default",
+      torch='`torch.clamp`, `clamp_min`, `clamp_max`',
+      limits='number bounds')
 def _clamp(b, node, x, lo=None, hi=None):
     name = str(node.target)
     if "clamp_max" in name:
         lo, hi = None, lo
-    out = x
-    if hi is not None:
-        out = b.select(b.binary("ge", x, float(hi)), float(hi), out)
+    attrs = {}
     if lo is not None:
-        out = b.select(b.binary("le", x, float(lo)), float(lo), out)
-    return out
+        attrs["min"] = float(lo)
+    if hi is not None:
+        attrs["max"] = float(hi)
+    return b.composite("clamp", x, **attrs)
 
 
-@aten("gelu.default", "gelu_.default")
+@aten("gelu.default", "gelu_.default", torch='`nn.GELU` (`approximate="none"` or `"tanh"`)')
 def _gelu(b, node, x, approximate="none"):
-    half = b.binary("mul", x, 0.5)
-    if approximate == "tanh":
-        cube = b.binary("mul", b.op("mul", [b.op("mul", [x, x]), x]), 0.044715)
-        inner = b.binary("mul", b.binary("add", x, cube), math.sqrt(2.0 / math.pi))
-        return b.op("mul", [half, b.binary("add", b.unary("tanh", inner), 1.0)])
-    return b.op("mul", [half, b.binary("add", b.unary("erf", b.binary("mul", x, math.sqrt(0.5))),
-                                       1.0)])
+    return b.composite("gelu", x, approximate=approximate)
 
 
-@aten("silu.default", "silu_.default")
+@aten("silu.default", "silu_.default", torch='`nn.SiLU`, `F.silu`')
 def _silu(b, node, x):
-    return b.op("mul", [x, b.unary("sigmoid", x)])
+    return b.composite("silu", x)
 
 
-@aten("where.self")
+@aten("leaky_relu.default", "leaky_relu_.default", torch='`nn.LeakyReLU`, `F.leaky_relu`')
+def _leaky_relu(b, node, x, negative_slope=0.01):
+    return b.composite("leaky_relu", x, negative_slope=float(negative_slope))
+
+
+@aten("elu.default", "elu_.default", torch=_ELU)
+def _elu(b, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    return b.composite("elu", x, alpha=float(alpha), scale=float(scale),
+                       input_scale=float(input_scale))
+
+
+@aten("celu.default", "celu_.default", torch=_ELU)
+def _celu(b, node, x, alpha=1.0):
+    return b.composite("elu", x, alpha=float(alpha), input_scale=1.0 / float(alpha))
+
+
+@aten("hardsigmoid.default", "hardsigmoid_.default", torch=_HARD)
+def _hardsigmoid(b, node, x):
+    return b.composite("hardsigmoid", x)
+
+
+@aten("hardswish.default", "hardswish_.default", torch=_HARD)
+def _hardswish(b, node, x):
+    return b.composite("hardswish", x)
+
+
+@aten("softplus.default", torch=_SOFTPLUS)
+def _softplus(b, node, x, beta=1.0, threshold=20.0):
+    return b.composite("softplus", x, beta=float(beta), threshold=float(threshold))
+
+
+@aten("mish.default", "mish_.default", torch=_SOFTPLUS)
+def _mish(b, node, x):
+    return b.composite("mish", x)
+
+
+@aten("_prelu_kernel.default", "prelu.default", torch='`nn.PReLU`, `F.prelu`')
+def _prelu(b, node, x, weight):
+    return b.composite("prelu", x, weight)
+
+
+@aten("masked_fill.Scalar", "masked_fill_.Scalar", "masked_fill.Tensor", "masked_fill_.Tensor",
+      torch=_MASKED_FILL,
+      limits='the value a number or a 0-d tensor')
+def _masked_fill(b, node, x, mask, value):
+    if is_value(value):
+        if b.shape(value):
+            raise Unsupported(f"masked_fill with a value of shape {b.shape(value)} (a number or a "
+                              f"0-d tensor)")
+        value = b.broadcast(b.convert(value, b.dtype(x)), b.shape(x))
+    return b.select(b.broadcast(mask, b.shape(x)), value, x)
+
+
+@aten("fill_.Scalar", "fill_.Tensor", "copy_.default",
+      torch="`x[a:b] = v`, `x[i] = v`, `fill_`, `copy_`",
+      limits="into slices of step 1 and selections of a tensor the forward made, a buffer or "
+             "an argument")
+def _fill(b, node, x, value, non_blocking=False):
+    if is_value(value):
+        return b.broadcast(b.convert(value, b.dtype(x)), b.shape(x))
+    return b.full(value, b.dtype(x), b.shape(x))
+
+
+@aten("where.self", torch='`torch.where`')
 def _where(b, node, cond, x, y):
     shape = broadcast_shapes(*[b.shape(v) for v in (cond, x, y) if is_value(v)])
     return b.select(b.broadcast(cond, shape), b.operand(x, out_dtype(node), shape),
@@ -108,51 +201,56 @@ def _where(b, node, cond, x, y):
 
 for _name, _ir in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
                    ("ge", "ge")]:
-    aten(f"{_name}.Tensor", f"{_name}.Scalar")(
+    aten(f"{_name}.Tensor", f"{_name}.Scalar", torch=_COMPARISONS)(
         lambda b, node, x, y, _ir=_ir: b.binary(_ir, x, y))
 
 
-@aten("maximum.default")
+@aten("maximum.default", torch='`torch.maximum`')
 def _maximum(b, node, x, y):
     return b.binary("maximum", x, y)
 
 
-@aten("_to_copy.default")
+@aten("_to_copy.default",
+      torch='`.to(dtype)`, `.float()`, `.double()`',
+      limits='float32, float64, int64 and bool')
 def _to_copy(b, node, x, dtype=None, **kwargs):
     return b.convert(x, ir_dtype(dtype)) if dtype is not None else x
 
 
-@aten("clone.default", "contiguous.default", "alias.default", "lift_fresh_copy.default")
+@aten("clone.default", "contiguous.default", "alias.default", "lift_fresh_copy.default",
+      torch=_COPIES)
 def _identity(b, node, x, **kwargs):
     return x
 
 
-@aten("detach.default")
+@aten("detach.default", torch=_COPIES)
 def _detach(b, node, x):
-    # The value. One a loss's gradient would flow through is refused before
-    # the import (_grad_flow.py: the IR has no stop-gradient); any other
-    # (a buffer's update, a mask, the forward of compile_forward, autograd's
-    # unused saved values) is not differentiated.
+    # The value: the importer makes every value torch computed from tracked
+    # values without tracking it (a detach, a torch.no_grad() block) a
+    # stop_gradient.
     return x
 
 
-@aten("dropout.default", "native_dropout.default")
+@aten("dropout.default", "native_dropout.default", torch=_DROPOUT, limits=_DROPOUT_LIMITS)
 def _dropout(b, node, x, p, train):
-    if not train or p == 0:
-        return (x, None) if "native" in str(node.target) else x
-    keep = b.binary("lt", b.random_uniform(b.dtype(x), b.shape(x)), 1.0 - p)
-    out = b.select(keep, b.binary("div", x, 1.0 - p), 0.0)
-    return (out, keep) if "native" in str(node.target) else out
+    out = b.composite("dropout", x, p=float(p), training=int(bool(train)))
+    return (out, None) if "native" in str(node.target) else out
 
 
 # The dropout of F.dropout in training, as ATen composes it:
 # empty_like -> bernoulli_(p_keep) -> div_(p_keep) -> mul(x, mask).
-@aten("empty_like.default")
+@aten("empty_like.default", torch=_DROPOUT, limits=_DROPOUT_LIMITS)
 def _empty_like(b, node, x, **kwargs):
     return b.full(0.0, b.dtype(x), b.shape(x))
 
 
-@aten("bernoulli_.float")
+@aten("empty.memory_format", torch="`torch.empty` (as stochastic depth's mask)",
+      limits="its values are zeros; only writes of the whole tensor give it meaning")
+def _empty(b, node, *args, **kwargs):
+    return b.full(0.0, out_dtype(node), out_shape(node))
+
+
+@aten("bernoulli_.float", torch=_DROPOUT, limits=_DROPOUT_LIMITS)
 def _bernoulli(b, node, x, p=0.5, generator=None):
     if generator is not None:
         raise Unsupported("bernoulli_ with a generator (wholestep draws from its own stream)")
@@ -160,22 +258,31 @@ def _bernoulli(b, node, x, p=0.5, generator=None):
     return b.convert(b.binary("lt", u, float(p)), b.dtype(x))
 
 
-@aten("zeros_like.default", "ones_like.default", "full_like.default")
+@aten("zeros_like.default", "ones_like.default", "full_like.default", torch=_FILLS)
 def _like(b, node, x, *args, **kwargs):
-    value = {"zeros_like": 0.0, "ones_like": 1.0}.get(node.target._opname, args[0] if args else 0)
+    value = {"zeros_like": 0.0, "ones_like": 1.0}.get(_opname(node), args[0] if args else 0)
     return b.full(value, out_dtype(node), out_shape(node))
 
 
-@aten("zeros.default", "ones.default", "full.default", "scalar_tensor.default")
+@aten("new_zeros.default", "new_ones.default", "new_full.default", "new_empty.default",
+      torch=_FILLS)
+def _new_fill(b, node, x, size, *args, **kwargs):
+    value = {"new_zeros": 0.0, "new_ones": 1.0, "new_empty": 0.0}.get(_opname(node))
+    return b.full(args[0] if value is None else value, out_dtype(node), out_shape(node))
+
+
+@aten("zeros.default", "ones.default", "full.default", "scalar_tensor.default", torch=_FILLS)
 def _full(b, node, *args, **kwargs):
-    name = node.target._opname
+    name = _opname(node)
     value = {"zeros": 0.0, "ones": 1.0}.get(name)
     if value is None:
         value = args[1] if name == "full" else args[0]
     return b.full(value, out_dtype(node), out_shape(node))
 
 
-@aten("arange.default", "arange.start", "arange.start_step")
+@aten("arange.default", "arange.start", "arange.start_step",
+      torch='`torch.arange` (position ids)',
+      limits='a constant of at most 65536 elements')
 def _arange(b, node, *args, **kwargs):
     val = node.meta["val"]
     n = val.numel()
@@ -189,30 +296,47 @@ def _arange(b, node, *args, **kwargs):
 # ---------------------------------------------------------------- shapes
 
 
-@aten("view.default", "_reshape_alias.default", "_unsafe_view.default", "reshape.default")
+@aten("view.default", "_reshape_alias.default", "_unsafe_view.default", "reshape.default",
+      torch=_VIEWS)
 def _view(b, node, x, *args):
     return b.reshape(x, out_shape(node))
 
 
-@aten("expand.default")
+@aten("expand.default", torch=_VIEWS)
 def _expand(b, node, x, size, implicit=False):
     return b.broadcast(x, out_shape(node))
 
 
-@aten("t.default")
+@aten("as_strided.default", "as_strided_.default", torch="`as_strided` that keeps the order",
+      limits="only strides that read the elements in their order (a memory-format change of "
+             "size-1 dims)")
+def _as_strided(b, node, x, size, stride, storage_offset=None):
+    size, stride = list(size), list(stride)
+    expected, step = [0] * len(size), 1
+    for d in reversed(range(len(size))):
+        expected[d] = step
+        step *= size[d]
+    same = all(s == e for n, s, e in zip(size, stride, expected) if n > 1)
+    if not same or storage_offset not in (None, 0) or math.prod(size) != math.prod(b.shape(x)):
+        raise Unsupported(f"as_strided of {b.dtype(x)}{b.shape(x)} to size {size}, stride "
+                          f"{stride}: only strides that read the elements in their order")
+    return b.reshape(x, size)
+
+
+@aten("t.default", torch=_VIEWS)
 def _t(b, node, x):
     if len(b.shape(x)) < 2:
         return x
     return Transposed(x)
 
 
-@aten("permute.default")
+@aten("permute.default", torch=_VIEWS)
 def _permute(b, node, x, dims):
     rank = len(b.shape(x))
     return b.transpose(x, [d % rank for d in dims])
 
 
-@aten("transpose.int")
+@aten("transpose.int", "transpose_.default", torch=_VIEWS)
 def _transpose(b, node, x, d0, d1):
     rank = len(b.shape(x))
     perm = list(range(rank))
@@ -226,12 +350,12 @@ def _transpose(b, node, x, d0, d1):
 # The in-place forms: torch's Linear on one unbatched example squeezes its
 # product in place.
 @aten("unsqueeze.default", "squeeze.dim", "squeeze.default", "flatten.using_ints",
-      "unsqueeze_.default", "squeeze_.dim", "squeeze_.default")
+      "unsqueeze_.default", "squeeze_.dim", "squeeze_.default", torch=_VIEWS)
 def _reshape_like(b, node, x, *args):
     return b.reshape(x, out_shape(node))
 
 
-@aten("cat.default")
+@aten("cat.default", torch=_SLICES)
 def _cat(b, node, xs, dim=0):
     xs = [x for x in xs if math.prod(b.shape(x)) > 0 or len(xs) == 1]
     if len(xs) == 1:
@@ -239,7 +363,28 @@ def _cat(b, node, xs, dim=0):
     return b.op("concat", xs, axis=dim % len(b.shape(xs[0])))
 
 
-@aten("split.Tensor", "split_with_sizes.default")
+@aten("stack.default", torch=_RECURRENT)
+def _stack(b, node, xs, dim=0):
+    rank = len(b.shape(xs[0])) + 1
+    dim = dim % rank
+    parts = []
+    for x in xs:
+        shape = b.shape(x)
+        parts.append(b.reshape(x, shape[:dim] + [1] + shape[dim:]))
+    return parts[0] if len(parts) == 1 else b.op("concat", parts, axis=dim)
+
+
+@aten("unbind.int", torch=_RECURRENT)
+def _unbind(b, node, x, dim=0):
+    shape = b.shape(x)
+    dim = dim % len(shape)
+    rest = shape[:dim] + shape[dim + 1:]
+    return tuple(b.reshape(b.op("slice", [x], axis=dim, start=i, end=i + 1), rest)
+                 for i in range(shape[dim]))
+
+
+@aten("split.Tensor", "split_with_sizes.default", "unsafe_split.Tensor",
+      "unsafe_split_with_sizes.default", torch=_SLICES)
 def _split(b, node, x, sizes, dim=0):
     shape = b.shape(x)
     dim = dim % len(shape)
@@ -252,7 +397,24 @@ def _split(b, node, x, sizes, dim=0):
     return tuple(out)
 
 
-@aten("slice.Tensor")
+@aten("roll.default", torch="`torch.roll`")
+def _roll(b, node, x, shifts, dims=()):
+    shape = b.shape(x)
+    if not dims:  # over the flattened tensor
+        flat = b.reshape(x, [math.prod(shape)])
+        return b.reshape(_roll(b, node, flat, shifts, [0]), shape)
+    for shift, dim in zip(shifts, dims):
+        dim = dim % len(shape)
+        n = shape[dim]
+        k = shift % n if n else 0
+        if k:
+            tail = b.op("slice", [x], axis=dim, start=n - k, end=n)
+            head = b.op("slice", [x], axis=dim, start=0, end=n - k)
+            x = b.op("concat", [tail, head], axis=dim)
+    return x
+
+
+@aten("slice.Tensor", torch=_SLICES)
 def _slice(b, node, x, dim=0, start=None, end=None, step=1):
     shape = b.shape(x)
     dim = dim % len(shape)
@@ -260,14 +422,14 @@ def _slice(b, node, x, dim=0, start=None, end=None, step=1):
     start = 0 if start is None else (start + n if start < 0 else start)
     end = n if end is None else (end + n if end < 0 else end)
     start, end = max(0, min(start, n)), max(0, min(end, n))
-    if step != 1:
-        raise Unsupported(f"a slice with step {step} (only step 1)")
+    if step != 1:  # every step-th element: a gather
+        return b.take(x, dim, list(range(start, end, step)))
     if start == 0 and end == n:
         return x
     return b.op("slice", [x], axis=dim, start=start, end=end)
 
 
-@aten("select.int")
+@aten("select.int", torch=_SLICES)
 def _select_int(b, node, x, dim, index):
     shape = b.shape(x)
     dim = dim % len(shape)
@@ -276,42 +438,107 @@ def _select_int(b, node, x, dim, index):
     return b.reshape(s, out_shape(node))
 
 
+@aten("index.Tensor", torch=_INDEXING, limits=_INDEXING_LIMITS)
+def _index(b, node, x, indices):
+    """x[..., i, j, ...] with integer tensors i, j on adjacent dims: one
+    gather of rows of x with those dims merged (its gradient a scatter-add),
+    the index dims where torch puts them (in place of the indexed dims)."""
+    shape = b.shape(x)
+    dims = [d for d, ix in enumerate(indices) if ix is not None]
+    if not dims:
+        return x
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        raise Unsupported(f"indexing {b.dtype(x)}{shape} with tensors on dims {dims}, which are "
+                          f"not adjacent")
+    for d in dims:
+        if b.dtype(indices[d]) != "i64":
+            raise Unsupported(f"indexing with a {b.dtype(indices[d])} tensor: only integer "
+                              f"indices (a boolean mask gives a shape that depends on its values)")
+    index_shape = broadcast_shapes(*[b.shape(indices[d]) for d in dims])
+    flat = None
+    for d in dims:  # row-major over the indexed dims, negative indices wrapped
+        ix = b.broadcast(indices[d], index_shape)
+        ix = b.select(b.binary("lt", ix, 0), b.binary("add", ix, shape[d]), ix)
+        flat = ix if flat is None else b.binary("add", b.binary("mul", flat, shape[d]), ix)
+    rest = [d for d in range(len(shape)) if d not in dims]
+    table = b.reshape(b.transpose(x, dims + rest),
+                      [math.prod(shape[d] for d in dims)] + [shape[d] for d in rest])
+    rows = b.op("gather", [table, flat])  # [index_shape..., rest...]
+    k, lead = len(index_shape), dims[0]
+    perm = list(range(k, k + lead)) + list(range(k)) + list(range(k + lead, k + len(rest)))
+    return b.transpose(rows, perm)
+
+
+@aten("index_select.default", torch=_INDEXING, limits=_INDEXING_LIMITS)
+def _index_select(b, node, x, dim, index):
+    dim = dim % len(b.shape(x))
+    return _index(b, node, x, [None] * dim + [index])
+
+
+@aten("gather.default", torch=_INDEXING, limits=_INDEXING_LIMITS)
+def _gather(b, node, x, dim, index, sparse_grad=False):
+    if len(b.shape(x)) != 1:
+        raise Unsupported(f"torch.gather from {b.dtype(x)}{b.shape(x)} (only from a 1-d tensor; "
+                          f"x[index] or index_select index rows)")
+    return _index(b, node, x, [index])
+
+
 # ---------------------------------------------------------------- reductions
 
 
-@aten("sum.dim_IntList")
+@aten("sum.dim_IntList", torch=_REDUCTIONS)
 def _sum(b, node, x, dims, keepdim=False, dtype=None):
+    x = b.convert(x, out_dtype(node))  # a bool sum counts in int64
     return b.sum(x, dims if dims else range(len(b.shape(x))), keepdim)
 
 
-@aten("sum.default")
+@aten("sum.default", torch=_REDUCTIONS)
 def _sum_all(b, node, x, dtype=None):
-    return b.sum(x, range(len(b.shape(x))))
+    return b.sum(b.convert(x, out_dtype(node)), range(len(b.shape(x))))
 
 
-@aten("mean.dim")
+@aten("bitwise_not.default", "logical_not.default", torch="`~mask`, `logical_not`",
+      limits="of bool tensors")
+def _not(b, node, x):
+    if b.dtype(x) != "bool":
+        raise Unsupported(f"bitwise_not of {b.dtype(x)}{b.shape(x)} (only of bool tensors)")
+    shape = b.shape(x)
+    return b.select(x, b.full(0, "bool", shape), b.full(1, "bool", shape))
+
+
+@aten("tril.default", "triu.default", "tril_.default", "triu_.default",
+      torch="`torch.tril`, `torch.triu` (a causal mask)")
+def _triangle(b, node, x, diagonal=0):
+    shape = b.shape(x)
+    rows, cols = shape[-2], shape[-1]
+    row = b.broadcast(b.constant(range(rows), "i64", [rows, 1]), [rows, cols])
+    col = b.broadcast(b.constant(range(cols), "i64", [1, cols]), [rows, cols])
+    offset = b.binary("sub", col, row)  # j - i
+    lower = "tril" in _opname(node)
+    keep = b.binary("le" if lower else "ge", offset, diagonal)
+    return b.select(b.broadcast(keep, shape), x, b.full(0, b.dtype(x), shape))
+
+
+@aten("mean.dim", torch=_REDUCTIONS)
 def _mean(b, node, x, dims, keepdim=False, dtype=None):
     return b.mean(x, dims if dims else range(len(b.shape(x))), keepdim)
 
 
-@aten("mean.default")
+@aten("mean.default", torch=_REDUCTIONS)
 def _mean_all(b, node, x, dtype=None):
     return b.mean(x, range(len(b.shape(x))))
 
 
-@aten("amax.default")
+@aten("amax.default", torch=_REDUCTIONS)
 def _amax(b, node, x, dims=(), keepdim=False):
     return b.max(x, dims if dims else range(len(b.shape(x))), keepdim)
 
 
-@aten("_softmax.default")
+@aten("_softmax.default", torch=_SOFTMAX)
 def _softmax(b, node, x, dim, half_to_float=False):
-    e = b.unary("exp", b.binary("sub", x, b.max(x, [dim], keepdim=True)))
-    return b.binary("div", e, b.sum(e, [dim], keepdim=True))
+    return b.composite("softmax", x, axis=dim)
 
 
-@aten("_log_softmax.default")
+@aten("_log_softmax.default", torch=_SOFTMAX)
 def _log_softmax(b, node, x, dim, half_to_float=False):
-    s = b.binary("sub", x, b.max(x, [dim], keepdim=True))
-    lse = b.unary("log", b.sum(b.unary("exp", s), [dim], keepdim=True))
-    return b.binary("sub", s, lse)
+    return b.composite("log_softmax", x, axis=dim)

@@ -3,18 +3,31 @@ and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
 
-from ._ir import Unsupported, along, aten
+from ._aten_space import conv3d
+from ._ir import Unsupported, along, aten, out_dtype
+
+
+# What each translation covers, for the support table (_support.py).
+_PRODUCTS = '`nn.Linear`, `x @ w`, `torch.mm`, `torch.bmm`'
+_CONVOLUTIONS = (
+    '`nn.Conv1d`, `nn.Conv2d`, `nn.Conv3d`, `nn.ConvTranspose1d`, `nn.ConvTranspose2d` (stride, '
+    'padding, dilation, groups, output padding)')
+_BATCH_NORM = ('`nn.BatchNorm1d`, `nn.BatchNorm2d`, `nn.BatchNorm3d`, `nn.InstanceNorm1d`, '
+               '`nn.InstanceNorm2d` (`affine`, `track_running_stats`)')
+_BATCH_NORM_LIMITS = 'running statistics updated in place; `momentum=None` is refused'
+_MAX_POOL = '`nn.MaxPool1d`, `nn.MaxPool2d` (`ceil_mode`)'
+_AVG_POOL = '`nn.AvgPool2d` (`ceil_mode`, `count_include_pad`, `divisor_override`)'
 
 
 # ---------------------------------------------------------------- products
 
 
-@aten("mm.default", "bmm.default")
+@aten("mm.default", "bmm.default", torch=_PRODUCTS)
 def _mm(b, node, x, y):
     return b.matmul(x, y)
 
 
-@aten("addmm.default")
+@aten("addmm.default", torch=_PRODUCTS)
 def _addmm(b, node, bias, x, y, beta=1, alpha=1):
     prod = b.matmul(x, y)
     if alpha != 1:
@@ -24,17 +37,36 @@ def _addmm(b, node, bias, x, y, beta=1, alpha=1):
     return b.binary("add", prod, bias)
 
 
-@aten("convolution.default")
+@aten("convolution.default", torch=_CONVOLUTIONS, limits='transposed: 1-d and 2-d')
 def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
+    """2-d convolutions, and 1-d ones as 2-d over a height of 1; a transposed
+    convolution is conv2d's input gradient (its own gradients are conv2d and
+    conv2d's weight gradient)."""
+    rank = len(b.shape(x))
+    if rank == 5 and not transposed:
+        y = conv3d(b, x, w, stride, padding, dilation, groups)
+        if bias is not None:
+            y = b.op("add", [y, along(b, bias, b.shape(y), 1)])
+        return y
+    if rank not in (3, 4):
+        raise Unsupported(f"a {'transposed ' if transposed else ''}{rank - 2}-d convolution "
+                          f"(1-d and 2-d; 3-d not transposed)")
+    out_shape = list(node.meta["val"].shape)
+    if rank == 3:  # [N, C, L] as [N, C, 1, L]
+        x = b.reshape(x, b.shape(x)[:2] + [1] + b.shape(x)[2:])
+        w = b.reshape(w, b.shape(w)[:2] + [1] + b.shape(w)[2:])
+        stride, padding, dilation = [1] + list(stride), [0] + list(padding), \
+            [1] + list(dilation)
+    attrs = dict(stride=list(stride), padding=list(padding), dilation=list(dilation),
+                 groups=groups)
     if transposed:
-        raise Unsupported("a transposed convolution")
-    if len(b.shape(x)) != 4:
-        raise Unsupported(f"a {len(b.shape(x)) - 2}-d convolution (only 2-d)")
-    if len(set(padding)) > 1 and len(padding) != 2:
-        raise Unsupported(f"convolution padding {padding}")
-    y = b.op("conv2d", [x, w], stride=list(stride), padding=list(padding),
-             dilation=list(dilation), groups=groups)
+        shape4 = out_shape if rank == 4 else out_shape[:2] + [1] + out_shape[2:]
+        y = b.op("conv2d_input_grad", [x, w], input_shape=shape4, **attrs)
+    else:
+        y = b.op("conv2d", [x, w], **attrs)
+    if rank == 3:
+        y = b.reshape(y, out_shape)
     if bias is not None:
         y = b.op("add", [y, along(b, bias, b.shape(y), 1)])
     return y
@@ -43,48 +75,23 @@ def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, out
 # ---------------------------------------------------------------- pooling
 
 
-def _pool_out(n, k, s, p, ceil):
-    span = n + 2 * p - k
-    out = (-(-span // s) if ceil else span // s) + 1
-    if ceil and (out - 1) * s >= n + p:
-        out -= 1
-    return out
-
-
-@aten("max_pool2d_with_indices.default")
+@aten("max_pool2d_with_indices.default", torch=_MAX_POOL, limits='no dilation')
 def _max_pool2d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    kernel = _pair(kernel)
-    stride = _pair(stride) if stride else kernel
-    padding = _pair(padding)
-    if _pair(dilation) != [1, 1]:
-        raise Unsupported(f"max_pool2d with dilation {list(dilation)}")
-    h, w = b.shape(x)[2:]
-    if ceil_mode and any(_pool_out(n, k, s, p, True) != _pool_out(n, k, s, p, False)
-                         for n, k, s, p in zip((h, w), kernel, stride, padding)):
-        raise Unsupported(f"max_pool2d with ceil_mode=True where it adds a window "
-                          f"(input {h}x{w}, kernel {kernel}, stride {stride}); "
-                          f"choose an input size where it does not")
-    out = b.op("max_pool2d", [x], kernel=kernel, stride=stride, padding=padding)
+    out = b.composite("max_pool2d", x, kernel=list(kernel), stride=list(stride),
+                      padding=list(padding), dilation=list(dilation), ceil_mode=int(ceil_mode))
     return out, None
 
 
-@aten("avg_pool2d.default")
+@aten("avg_pool2d.default", torch=_AVG_POOL)
 def _avg_pool2d(b, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
-    kernel = _pair(kernel)
-    stride = _pair(stride) if stride else kernel
-    padding = _pair(padding)
-    h, w = b.shape(x)[2:]
-    if ceil_mode and any(_pool_out(n, k, s, p, True) != _pool_out(n, k, s, p, False)
-                         for n, k, s, p in zip((h, w), kernel, stride, padding)):
-        raise Unsupported("avg_pool2d with ceil_mode=True where it adds a window")
-    if divisor_override is not None:
-        raise Unsupported("avg_pool2d with divisor_override")
-    return b.op("avg_pool2d", [x], kernel=kernel, stride=stride, padding=padding,
-                count_include_pad=int(count_include_pad))
+    return b.composite("avg_pool2d", x, kernel=list(kernel), stride=list(stride),
+                       padding=list(padding), ceil_mode=int(ceil_mode),
+                       count_include_pad=int(count_include_pad),
+                       divisor_override=int(divisor_override or 0))
 
 
-@aten("_adaptive_avg_pool2d.default")
+@aten("_adaptive_avg_pool2d.default", torch='`nn.AdaptiveAvgPool2d`', limits='any output size')
 def _adaptive_avg_pool2d(b, node, x, output_size):
     n, c, h, w = b.shape(x)
     oh, ow = _pair(output_size)
@@ -120,106 +127,117 @@ def _pair(v):
 # ---------------------------------------------------------------- normalization
 
 
-@aten("native_batch_norm.default")
+@aten("native_batch_norm.default", torch=_BATCH_NORM, limits=_BATCH_NORM_LIMITS)
 def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, momentum, eps):
-    shape = b.shape(x)
-    axes = [a for a in range(len(shape)) if a != 1]
-    count = math.prod(shape[a] for a in axes)
-    if training:
-        if count < 2:
-            raise Unsupported(f"batch_norm training on input {shape}: more than one value per "
-                              f"channel is needed")
-        # Synchronized: the global batch's statistics, each mean averaged
-        # over the ranks' equal parts.
-        sync = b.world_size > 1
-        # Summed in double, as torch sums it (layers.cpp says why).
-        mu = b.convert(b.mean(b.convert(x, "f64"), axes), b.dtype(x))
-        if sync:
-            mu = b.all_reduce_mean(mu)
-        xc = b.op("sub", [x, along(b, mu, shape, 1)])
-        var = b.mean(b.op("mul", [xc, xc]), axes)
-        if sync:
-            var = b.all_reduce_mean(var)
-            count *= b.world_size
-        if running_mean is not None:
-            if momentum is None:
-                raise Unsupported("BatchNorm with momentum=None (a cumulative average)")
-            m = float(momentum)
-            b.assign(running_mean, b.binary(
-                "add", b.binary("mul", running_mean, 1.0 - m), b.binary("mul", mu, m)))
-            unbiased = b.binary("mul", var, count / (count - 1))
-            b.assign(running_var, b.binary(
-                "add", b.binary("mul", running_var, 1.0 - m), b.binary("mul", unbiased, m)))
-        inv = b.unary("rsqrt", b.binary("add", var, float(eps)))
-        y = b.op("mul", [xc, along(b, inv, shape, 1)])
-    else:
-        inv = b.unary("rsqrt", b.binary("add", running_var, float(eps)))
-        y = b.op("mul", [b.op("sub", [x, along(b, running_mean, shape, 1)]),
-                         along(b, inv, shape, 1)])
-    if weight is not None:
-        y = b.op("mul", [y, along(b, weight, shape, 1)])
-    if bias is not None:
-        y = b.op("add", [y, along(b, bias, shape, 1)])
+    if training and running_mean is not None and momentum is None:
+        raise Unsupported("BatchNorm with momentum=None (a cumulative average)")
+    y, new_mean, new_var = b.composite(
+        "batch_norm", x, weight, bias, running_mean, running_var, training=int(bool(training)),
+        momentum=float(momentum or 0.0), eps=float(eps), sync_world=b.world_size)
+    if new_mean is not None:
+        b.assign(running_mean, new_mean)
+        b.assign(running_var, new_var)
     return y, None, None
 
 
-@aten("native_layer_norm.default")
+@aten("native_layer_norm.default", torch='`nn.LayerNorm`')
 def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
-    shape = b.shape(x)
-    k = len(normalized_shape)
-    axes = list(range(len(shape) - k, len(shape)))
-    xc = b.binary("sub", x, b.mean(x, axes, keepdim=True))
-    var = b.mean(b.op("mul", [xc, xc]), axes, keepdim=True)
-    y = b.binary("mul", xc, b.unary("rsqrt", b.binary("add", var, float(eps))))
-    if weight is not None:
-        y = b.binary("mul", y, weight)
-    if bias is not None:
-        y = b.binary("add", y, bias)
+    y = b.composite("layer_norm", x, weight, bias, normalized_dims=len(normalized_shape),
+                    eps=float(eps))
     return y, None, None
 
 
-# ---------------------------------------------------------------- losses, lookups
+@aten("native_group_norm.default", torch='`nn.GroupNorm`')
+def _group_norm(b, node, x, weight, bias, n, c, hxw, groups, eps):
+    return b.composite("group_norm", x, weight, bias, groups=groups, eps=float(eps)), None, None
 
 
-@aten("nll_loss_forward.default")
-def _nll_loss(b, node, logp, target, weight, reduction, ignore_index):
-    if weight is not None:
-        raise Unsupported("nll_loss / cross_entropy with class weights")
-    shape = b.shape(logp)
-    if len(shape) != 2:
-        raise Unsupported(f"nll_loss over input {shape} (only [N, C])")
-    # A label equal to ignore_index (-100) is outside [0, C): the step
-    # reports it before running instead of ignoring it.
-    hot = b.op("one_hot", [target], dtype=b.dtype(logp), num_classes=shape[1])
-    picked = b.sum(b.op("mul", [logp, hot]), [1])
-    if reduction == 0:
-        return b.unary("neg", picked), None
-    total = b.sum(picked, [0])
-    if reduction == 1:
-        total = b.binary("div", total, float(shape[0]))
-    return b.unary("neg", total), None
+# ---------------------------------------------------------------- lookups
 
 
-@aten("mse_loss.default")
-def _mse_loss(b, node, x, y, reduction=1):
-    if b.dtype(x) != b.dtype(y):
-        # torch computes the loss in the wider dtype but its backward then
-        # fails ("Found dtype Double but expected Float"): refused alike.
-        raise Unsupported(f"mse_loss of {b.dtype(x)}{b.shape(x)} and {b.dtype(y)}{b.shape(y)}: "
-                          f"eager torch cannot differentiate it either; give both one dtype "
-                          f"(a float32 target: .float())")
-    d = b.binary("sub", x, y)
-    sq = b.op("mul", [d, d])
-    if reduction == 0:
-        return sq
-    axes = range(len(b.shape(sq)))
-    return b.mean(sq, axes) if reduction == 1 else b.sum(sq, axes)
-
-
-@aten("embedding.default")
+@aten("embedding.default", torch='`nn.Embedding` (`padding_idx`)',
+      limits='no `scale_grad_by_freq`')
 def _embedding(b, node, table, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if padding_idx is not None and padding_idx >= 0:
-        raise Unsupported("an Embedding with padding_idx")
     if scale_grad_by_freq:
         raise Unsupported("an Embedding with scale_grad_by_freq")
-    return b.op("gather", [table, indices])
+    rows = b.op("gather", [table, indices])
+    if padding_idx is not None and padding_idx >= 0:
+        # the padding row is read, but no gradient reaches it
+        at_pad = b.binary("eq", indices, padding_idx)
+        shape = b.shape(rows)
+        at_pad = b.broadcast(b.reshape(at_pad, b.shape(indices) + [1] * (len(shape) - len(
+            b.shape(indices)))), shape)
+        rows = b.select(at_pad, b.unary("stop_gradient", rows), rows)
+    return rows
+
+
+# ---------------------------------------------------------------- reductions, products, pooling
+
+
+@aten("var.correction", "std.correction", torch="`var`, `std` (any correction)")
+def _var(b, node, x, dims=None, correction=None, keepdim=False):
+    shape = b.shape(x)
+    axes = list(range(len(shape))) if not dims else [d % len(shape) for d in dims]
+    n = math.prod(shape[a] for a in axes)
+    c = 1 if correction is None else correction
+    centered = b.binary("sub", x, b.mean(x, axes, keepdim=True))
+    var = b.binary("div", b.sum(b.op("mul", [centered, centered]), axes, keepdim),
+                   float(max(n - c, 0)))
+    return b.unary("sqrt", var) if "std" in str(node.target) else var
+
+
+@aten("cumsum.default", torch="`torch.cumsum`", limits="at most 4096 elements along the dim")
+def _cumsum(b, node, x, dim, dtype=None):
+    """A product with the upper triangle of ones along the dim, moved last."""
+    shape = b.shape(x)
+    dim = dim % len(shape)
+    n = shape[dim]
+    if n > 4096:
+        raise Unsupported(f"cumsum over {n} elements (at most 4096)")
+    x = b.convert(x, out_dtype(node))
+    perm = [d for d in range(len(shape)) if d != dim] + [dim]
+    moved = b.transpose(x, perm)
+    lead = b.shape(moved)[:-1]
+    upper = b.constant([1.0 if i <= j else 0.0 for i in range(n) for j in range(n)],
+                       b.dtype(x), [n, n])
+    y = b.op("matmul", [b.reshape(moved, [math.prod(lead), n]), upper])
+    return b.transpose(b.reshape(y, lead + [n]), [perm.index(d) for d in range(len(shape))])
+
+
+@aten("baddbmm.default", "addbmm.default", torch="`torch.baddbmm`")
+def _baddbmm(b, node, bias, x, y, beta=1, alpha=1):
+    if "addbmm" == str(node.target).split(".")[1]:
+        raise Unsupported("addbmm")
+    prod = b.matmul(x, y)
+    if alpha != 1:
+        prod = b.binary("mul", prod, float(alpha))
+    if beta == 0:
+        return prod
+    if beta != 1:
+        bias = b.binary("mul", bias, float(beta))
+    return b.binary("add", prod, bias)
+
+
+@aten("adaptive_max_pool2d.default", torch="`nn.AdaptiveMaxPool2d`",
+      limits="output sizes dividing the input's")
+def _adaptive_max_pool2d(b, node, x, output_size):
+    h, w = b.shape(x)[-2:]
+    oh, ow = _pair(output_size)
+    if h % oh or w % ow:
+        raise Unsupported(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (only output sizes "
+                          f"dividing the input's)")
+    k = [h // oh, w // ow]
+    return b.composite("max_pool2d", x, kernel=k, stride=k), None
+
+
+@aten("repeat.default", torch="`x.repeat(...)`")
+def _repeat(b, node, x, repeats):
+    shape = b.shape(x)
+    lead = len(repeats) - len(shape)
+    shape = [1] * lead + shape
+    x = b.reshape(x, shape)
+    inter = []
+    for r, n in zip(repeats, shape):
+        inter += [r, n]
+    pairs = b.broadcast(b.reshape(x, [v for n in shape for v in (1, n)]), inter)
+    return b.reshape(pairs, [r * n for r, n in zip(repeats, shape)])

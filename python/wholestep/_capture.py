@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from . import _C, _guards
+from ._traceable import traceable
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils import stateless
@@ -175,7 +176,7 @@ def trace(model, params, buffers, fn, examples):
         # With gradients on whatever the caller's mode: what the trace
         # records as not requiring gradients is then what the model's own
         # code chose (torch.no_grad() inside its forward; _grad_flow.py).
-        with _tagging(where), torch.enable_grad():
+        with _tagging(where), torch.enable_grad(), traceable():
             try:
                 gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
             except Exception as e:

@@ -12,8 +12,9 @@ import operator
 import torch
 
 from . import _C
-from . import _aten, _aten_nn  # noqa: F401  (they fill the table)
+from . import _aten, _aten_loss, _aten_nn, _aten_space  # noqa: F401  (they fill the table)
 from ._capture import describe
+from ._grad_flow import untracked_from_tracked
 from ._ir import TABLE, Builder, Transposed, Unsupported, Value, ir_dtype
 
 # Ops whose translation reads a Transposed operand as a transpose flag.
@@ -40,6 +41,39 @@ def _written(node):
     return None
 
 
+# Views an in-place write can be scattered back through into its base, and
+# views it cannot (a write through one is refused).
+_REGION_VIEWS = {"aten.slice.Tensor", "aten.select.int", "aten.alias.default",
+                 "aten.detach.default"}
+_OTHER_VIEWS = {"aten.view.default", "aten._reshape_alias.default", "aten.transpose.int",
+                "aten.permute.default", "aten.t.default", "aten.unsqueeze.default",
+                "aten.squeeze.dim", "aten.squeeze.default", "aten.expand.default",
+                "aten.diagonal.default", "aten.as_strided.default", "aten.unfold.default",
+                "aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int"}
+
+
+def _is_view(node):
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:  # a part of a split, not a result of an op
+        return _is_view(node.args[0])
+    name = str(node.target)
+    return name in _REGION_VIEWS or name in _OTHER_VIEWS
+
+
+def _view_chain(node):
+    """For an in-place op writing through views (`mask[a:b] = v`): the base
+    tensor and the views from it to the one written; (None, []) when it
+    writes its operand itself, or changes only its view (transpose_)."""
+    if torch.Tag.inplace_view in node.target.tags:
+        return None, []
+    chain, n = [], node.args[0]
+    while _is_view(n):
+        chain.append(n)
+        n = n.args[0]
+    return (n, chain[::-1]) if chain else (None, [])
+
+
 def _live(gm, mutating):
     """Nodes the result or a buffer's mutation depends on."""
     live = set()
@@ -64,6 +98,7 @@ class Importer:
         self.env = {}
         self.buffers = {}  # IR input value -> the persistent _C.Tensor of a buffer
         self.roles = {}    # placeholder node -> its role
+        self.placeholders = {}  # placeholder node -> its input value
         self.b = Builder(graph, self._assign, sync_world_size)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for node, spec in zip(placeholders, inputs):
@@ -76,14 +111,25 @@ class Importer:
                 v = Value(graph.data(spec[1], spec[2]))
                 role = "data"
             self.env[node] = v
+            self.placeholders[node] = v
             self.roles[node] = (role, spec[2] if spec[0] == "persistent" else None)
         self.current = None
 
     def _assign(self, buffer_value, new_value):
+        """An op of the current node writes `new_value` into its operand of
+        value `buffer_value` (BatchNorm's running statistics): a buffer holds
+        it after the step; a tensor the forward made (InstanceNorm's
+        repeated statistics) is read as it from then on."""
         tensor = self.buffers.get(buffer_value)
-        if tensor is None:
+        if tensor is not None:
+            self.g.assign(tensor, new_value)
+            return
+        operands = [a for a in self.current.all_input_nodes if self.env.get(a) == buffer_value]
+        if not operands or any(a.op == "placeholder" and self.roles[a][0] != "data"
+                               for a in operands):
             raise Unsupported("a write to a tensor that is not one of the model's buffers")
-        self.g.assign(tensor, new_value)
+        for a in operands:
+            self.env[a] = new_value
 
     def value(self, x):
         if isinstance(x, torch.fx.Node):
@@ -101,10 +147,13 @@ class Importer:
         return v
 
     def run(self):
+        # Writes through views change their base without being its value:
+        # make_fx keeps reading the base's own node after them.
         mutating = {n for n in self.gm.graph.nodes
                     if _written(n) is not None
                     or n.op == "call_function"
-                    and str(n.target) == "aten.native_batch_norm.default"}
+                    and str(n.target) == "aten.native_batch_norm.default"
+                    or _is_inplace(n) and _view_chain(n)[0] is not None}
         live = _live(self.gm, mutating)
         result = None
         for node in self.gm.graph.nodes:
@@ -145,6 +194,9 @@ class Importer:
         if fn is None:
             raise Unsupported(f"the torch op {name} is not supported by wholestep "
                               f"(its operands: {self.describe(node.args)})")
+        base, chain = _view_chain(node) if _is_inplace(node) else (None, [])
+        if base is not None:
+            return self.write_through_views(node, fn, base, chain)
         target = _written(node)
         writes = target is not None
         if writes:
@@ -161,9 +213,73 @@ class Importer:
             args, kwargs = self.materialize(args), {k: self.materialize(v)
                                                      for k, v in kwargs.items()}
         out = fn(self.b, node, *args, **kwargs)
+        if untracked_from_tracked(node) and isinstance(out, Value):
+            # computed under no_grad or detached: no gradient crosses it
+            out = self.b.unary("stop_gradient", out)
         if writes:
             self._assign(self.env[target], out)
         self.check(node, out)
+        return out
+
+    def write_through_views(self, node, fn, base, chain):
+        """An in-place op on slices and selections of `base`: the op's value
+        on the view, scattered into the base's value (a select of the view's
+        new elements and the base's others), which later reads of the base
+        see; a buffer holds it after the step."""
+        name = str(node.target)
+        for v in reversed(chain):  # the view nearest the write first
+            if str(v.target) not in _REGION_VIEWS:
+                raise Unsupported(f"{name} writes in place through a view made by {v.target}; "
+                                  f"only writes into slices and selections (x[a:b] = ..., "
+                                  f"x[i] = ...) are translated")
+        role = self.roles.get(base, ("", None))[0] if base.op == "placeholder" else None
+        if role not in (None, "data", "buffer"):
+            raise Unsupported(f"{name} writes to the {role} '{self.roles[base][1]}' in place; only "
+                              f"buffers may be written")
+        args = self.materialize(self.value(node.args))
+        kwargs = {k: self.materialize(self.value(v)) for k, v in node.kwargs.items()}
+        out = fn(self.b, node, *args, **kwargs)
+        b = self.b
+        before = self.env[base]
+        shape = b.shape(before)
+        lo, hi, dims = [0] * len(shape), list(shape), list(range(len(shape)))
+        for v in chain:  # the region of the base the view is
+            if str(v.target) == "aten.slice.Tensor":
+                _, dim, start, end, step = (list(v.args) + [0, None, None, 1][len(v.args) - 1:])[:5]
+                d = dims[dim % len(dims)]
+                n = hi[d] - lo[d]
+                start = 0 if start is None else (start + n if start < 0 else start)
+                end = n if end is None else (end + n if end < 0 else end)
+                start, end = max(0, min(start, n)), max(0, min(end, n))
+                if step != 1:
+                    raise Unsupported(f"{name} writes in place into a slice of step {step} "
+                                      f"(only step 1)")
+                lo[d], hi[d] = lo[d] + start, lo[d] + max(start, end)
+            elif str(v.target) == "aten.select.int":
+                dim, index = v.args[1], v.args[2]
+                d = dims.pop(dim % len(dims))
+                lo[d] += index % (hi[d] - lo[d])
+                hi[d] = lo[d] + 1
+        region = [h - l for l, h in zip(lo, hi)]
+        value = b.convert(b.reshape(out, region), b.dtype(before))
+        mask = b.full(1.0, "bool", region)
+        for d in range(len(shape)):  # both placed in the base's shape
+            pads = [(lo[d], 0.0), (shape[d] - hi[d], 0.0)]
+            if any(size for size, _ in pads):
+                parts = []
+                for x in (value, mask):
+                    around = []
+                    for size, fill in pads:
+                        s = b.shape(x)
+                        s[d] = size
+                        around.append(b.full(fill, b.dtype(x), s) if size else None)
+                    parts.append(b.op("concat", [p for p in (around[0], x, around[1])
+                                                 if p is not None], axis=d))
+                value, mask = parts
+        after = b.select(mask, value, before)
+        self.env[base] = after
+        if role == "buffer":
+            self._assign(self.placeholders[base], after)
         return out
 
     def check(self, node, out):

@@ -11,26 +11,29 @@ lowering fuses them alike. An op not in the table is an error naming it,
 raised before any step runs.
 """
 
-import math
-
 import torch
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", torch.bool: "bool"}
 
 TABLE = {}
+# The support table's rows, in registration order: (torch, ATen overloads,
+# limits); docs/pytorch.md shows them (_support.py).
+SUPPORT = []
 
 
 def ir_dtype(dtype):
     return _DTYPES.get(dtype)
 
 
-def aten(*names):
+def aten(*names, torch, limits=""):
     """Registers a translation for the ATen overloads `names`
-    ("convolution.default")."""
+    ("convolution.default"): `torch` names what users write that becomes
+    them, `limits` what of it is not translated (an error when met)."""
 
     def register(fn):
         for name in names:
             TABLE["aten." + name] = fn
+        SUPPORT.append((torch, list(names), limits))
         return fn
 
     return register
@@ -71,6 +74,15 @@ class Builder:
 
     def op(self, name, args, **attrs):
         return Value(self.g.op(name, list(args), attrs))
+
+    def composite(self, name, *args, **attrs):
+        """Composite op `name` of wholestep's C++ library (the one the C++
+        API's layers call) on values `args`, None for an optional operand
+        absent: its result, or the tuple of its results (None for one it
+        does not give)."""
+        out = self.g.composite(name, [None if a is None else int(a) for a in args], attrs)
+        out = tuple(None if v is None else Value(v) for v in out)
+        return out[0] if len(out) == 1 else out
 
     def constant(self, values, dtype, shape):
         return Value(self.g.constant([float(v) for v in values], dtype, list(shape)))
@@ -150,8 +162,9 @@ class Builder:
     def mean(self, x, axes, keepdim=False):
         shape = self.shape(x)
         axes = sorted(a % len(shape) for a in axes) if shape else []
-        count = math.prod(shape[a] for a in axes)
-        return self.binary("div", self.sum(x, axes, keepdim), float(count))
+        if not axes:
+            return x
+        return self.composite("mean", x, axes=axes, keepdim=int(keepdim))
 
     def max(self, x, axes, keepdim=False):
         shape = self.shape(x)
@@ -167,6 +180,17 @@ class Builder:
         a = a.source if ta else a
         b = b.source if tb else b
         return self.op("matmul", [a, b], transpose_a=int(ta), transpose_b=int(tb))
+
+    def take(self, x, dim, index):
+        """x's elements at positions `index` (a list) along dim: one gather
+        with a constant index (its gradient sums into the positions read)."""
+        shape = self.shape(x)
+        if list(index) == list(range(shape[dim])):
+            return x
+        perm = [dim] + [d for d in range(len(shape)) if d != dim]
+        rows = self.op("gather", [self.transpose(x, perm),
+                                  self.constant(index, "i64", [len(index)])])
+        return self.transpose(rows, [perm.index(d) for d in range(len(shape))])
 
     def transpose(self, x, perm):
         if list(perm) == list(range(len(perm))):

@@ -37,6 +37,125 @@ def small_vit():
                                                 num_classes=10)
 
 
+class MaskedGPT(nn.Module):
+    """The GPT most copied: attention masked by a registered lower-triangular
+    buffer with masked_fill, pre-norm blocks with GELU, tied nothing."""
+
+    def __init__(self, vocab=50, d=32, heads=2, context=8, layers=2):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(context, d)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "ln1": nn.LayerNorm(d), "qkv": nn.Linear(d, 3 * d), "proj": nn.Linear(d, d),
+            "ln2": nn.LayerNorm(d), "fc": nn.Linear(d, 4 * d), "out": nn.Linear(4 * d, d)})
+            for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.heads = heads
+        self.register_buffer("bias", torch.tril(torch.ones(context, context))
+                             .view(1, 1, context, context))
+
+    def forward(self, idx):
+        B, T = idx.shape
+        x = self.tok(idx) + self.pos(torch.arange(T))
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["ln1"](x)).split(x.shape[-1], dim=2)
+            q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / k.shape[-1] ** 0.5)
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, -1)
+            x = x + blk["proj"](y)
+            x = x + blk["out"](F.gelu(blk["fc"](blk["ln2"](x))))
+        return self.head(self.ln(x))
+
+
+class UNet(nn.Module):
+    """A two-level UNet: convolutions with BatchNorm, max pooling down,
+    transposed convolutions up, skip connections, per-pixel classes."""
+
+    def __init__(self, classes=3, c=8):
+        super().__init__()
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o),
+                                 nn.ReLU(inplace=True), nn.Conv2d(o, o, 3, padding=1),
+                                 nn.ReLU())
+        self.down1, self.down2, self.mid = block(3, c), block(c, 2 * c), block(2 * c, 4 * c)
+        self.up2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
+        self.dec2 = block(4 * c, 2 * c)
+        self.up1 = nn.ConvTranspose2d(2 * c, c, 2, stride=2)
+        self.dec1 = block(2 * c, c)
+        self.head = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        d1 = self.down1(x)
+        d2 = self.down2(F.max_pool2d(d1, 2))
+        m = self.mid(F.max_pool2d(d2, 2))
+        u2 = self.dec2(torch.cat([self.up2(m), d2], 1))
+        u1 = self.dec1(torch.cat([self.up1(u2), d1], 1))
+        return self.head(u1)
+
+
+class AudioNet(nn.Module):
+    """A 1-d convolutional classifier of waveforms (Conv1d, BatchNorm1d,
+    MaxPool1d, LeakyReLU, global average)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv1d(1, 8, 9, stride=2, padding=4), nn.BatchNorm1d(8), nn.LeakyReLU(0.1),
+            nn.MaxPool1d(2), nn.Conv1d(8, 16, 5, padding=2), nn.BatchNorm1d(16), nn.ELU(),
+            nn.MaxPool1d(2, ceil_mode=True), nn.Conv1d(16, 16, 3, dilation=2, padding=2),
+            nn.Hardswish())
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.fc(self.net(x).mean(-1))
+
+
+class GroupNormNet(nn.Module):
+    """A CNN with GroupNorm and SiLU, upsampling and padding in between."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.SiLU(),
+            nn.MaxPool2d(3, 2, ceil_mode=True), nn.Conv2d(16, 16, 3), nn.GroupNorm(2, 16),
+            nn.Mish(), nn.Upsample(scale_factor=2, mode="bilinear"), nn.ReflectionPad2d(1),
+            nn.Conv2d(16, 32, 3, stride=2), nn.Softplus(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(32, classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CharRNN(nn.Module):
+    """A character model: an embedding, a two-layer recurrent net (LSTM,
+    GRU or RNN; batch first or not, one way or both), a linear head."""
+
+    def __init__(self, kind="LSTM", batch_first=True, bidirectional=False, vocab=50, d=16,
+                 hidden=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.rnn = getattr(nn, kind)(d, hidden, num_layers=2, batch_first=batch_first,
+                                     bidirectional=bidirectional)
+        self.head = nn.Linear(hidden * (2 if bidirectional else 1), vocab)
+        self.batch_first = batch_first
+
+    def forward(self, tokens):
+        x = self.embed(tokens if self.batch_first else tokens.t())
+        h, _ = self.rnn(x)
+        return self.head(h if self.batch_first else h.transpose(0, 1))
+
+
+def segmentation_loss(logits, target):
+    return F.cross_entropy(logits, target, ignore_index=2)
+
+
+def smoothed_loss(logits, target):
+    return F.cross_entropy(logits, target, label_smoothing=0.1)
+
+
 # name -> (make model, make batch(generator), loss function)
 def _images(n, size):
     def batch(gen):
@@ -50,6 +169,15 @@ def _tokens(gen):
     return x, torch.randint(0, 50, (4, 8), generator=gen)
 
 
+def _waves(gen):
+    return torch.randn(8, 1, 64, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+
+
+def _pixels(gen):
+    return (torch.randn(2, 3, 16, 16, generator=gen),
+            torch.randint(0, 3, (2, 16, 16), generator=gen))
+
+
 MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), _images(16, 64),
                  F.cross_entropy),
@@ -57,6 +185,13 @@ MODELS = {
                      F.cross_entropy),
     "vit": (small_vit, _images(4, 32), F.cross_entropy),
     "transformer_lm": (TokenLM, _tokens, lm_loss),
+    "gpt_masked_fill": (MaskedGPT, _tokens, lm_loss),
+    "unet": (UNet, _pixels, segmentation_loss),
+    "audio_conv1d": (AudioNet, _waves, F.cross_entropy),
+    "groupnorm_silu": (GroupNormNet, _images(4, 20), smoothed_loss),
+    "char_lstm": (CharRNN, _tokens, lm_loss),
+    "char_gru": (lambda: CharRNN("GRU", batch_first=False, bidirectional=True), _tokens, lm_loss),
+    "char_rnn": (lambda: CharRNN("RNN"), _tokens, lm_loss),
 }
 
 OPTIMIZERS = {

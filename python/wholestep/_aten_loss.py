@@ -1,0 +1,111 @@
+"""ATen's losses as IR ops: negative log-likelihood (the C++ library's
+composite), squared, absolute and smooth errors, binary cross-entropy and
+KL divergence's xlogy (the table and the builder: _ir.py)."""
+
+import math
+
+from ._ir import Unsupported, aten, is_value
+
+# What each translation covers, for the support table (_support.py).
+_NLL = (
+    '`F.cross_entropy`, `F.nll_loss` (class `weight`, `ignore_index`, `label_smoothing`, `[N, '
+    'C, d...]`)')
+_NLL_LIMITS = 'every label in `[0, C)` or `ignore_index`'
+
+
+@aten("nll_loss_forward.default", "nll_loss2d_forward.default", torch=_NLL, limits=_NLL_LIMITS)
+def _nll_loss(b, node, logp, target, weight, reduction, ignore_index):
+    loss = b.composite("nll_loss", logp, target, weight, reduction=reduction,
+                       ignore_index=ignore_index)
+    return loss, None
+
+
+@aten("mse_loss.default", torch='`F.mse_loss`')
+def _mse_loss(b, node, x, y, reduction=1):
+    if b.dtype(x) != b.dtype(y):
+        # torch computes the loss in the wider dtype but its backward then
+        # fails ("Found dtype Double but expected Float"): refused alike.
+        raise Unsupported(f"mse_loss of {b.dtype(x)}{b.shape(x)} and {b.dtype(y)}{b.shape(y)}: "
+                          f"eager torch cannot differentiate it either; give both one dtype "
+                          f"(a float32 target: .float())")
+    d = b.binary("sub", x, y)
+    sq = b.op("mul", [d, d])
+    if reduction == 0:
+        return sq
+    axes = range(len(b.shape(sq)))
+    return b.mean(sq, axes) if reduction == 1 else b.sum(sq, axes)
+
+
+_LOSSES = ('`F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`, `F.binary_cross_entropy`, '
+           '`F.binary_cross_entropy_with_logits` (`weight`, `pos_weight`), `F.kl_div`, '
+           '`F.cosine_embedding_loss`')
+
+
+def _abs(b, x):
+    """|x| with torch's gradient: sign(x), 0 at 0."""
+    return b.select(b.binary("lt", x, 0.0), b.unary("neg", x),
+                    b.select(b.binary("gt", x, 0.0), x, b.binary("mul", x, 0.0)))
+
+
+def _reduce(b, loss, reduction):
+    axes = range(len(b.shape(loss)))
+    return loss if reduction == 0 else b.mean(loss, axes) if reduction == 1 else b.sum(loss, axes)
+
+
+@aten("abs.default", "abs_.default", torch="`torch.abs`, `x.abs()`")
+def _abs_op(b, node, x):
+    return _abs(b, x)
+
+
+@aten("smooth_l1_loss.default", "huber_loss.default", torch=_LOSSES)
+def _smooth_l1(b, node, x, y, reduction=1, beta=1.0):
+    d = _abs(b, b.binary("sub", x, y))
+    huber = "huber" in str(node.target)
+    if beta == 0:
+        return _reduce(b, d, reduction)
+    square = b.binary("mul", b.op("mul", [d, d]), 0.5)
+    if huber:  # d < delta: d²/2; else delta (d - delta/2)
+        linear = b.binary("mul", b.binary("sub", d, 0.5 * beta), float(beta))
+    else:  # d < beta: d²/(2 beta); else d - beta/2
+        square = b.binary("div", square, float(beta))
+        linear = b.binary("sub", d, 0.5 * beta)
+    return _reduce(b, b.select(b.binary("lt", d, float(beta)), square, linear), reduction)
+
+
+@aten("binary_cross_entropy_with_logits.default", torch=_LOSSES)
+def _bce_with_logits(b, node, x, t, weight=None, pos_weight=None, reduction=1):
+    """torch's formula: (1 - t) x + w_p (log(exp(-m) + exp(-x - m)) + m),
+    m = max(-x, 0), w_p = (pos_weight - 1) t + 1."""
+    neg_x = b.unary("neg", x)
+    m = b.composite("clamp", neg_x, min=0.0)
+    lse = b.binary("add", b.unary("log", b.binary("add", b.unary("exp", b.unary("neg", m)),
+                                                   b.unary("exp", b.binary("sub", neg_x, m)))), m)
+    if pos_weight is not None:
+        lse = b.binary("mul", b.binary("add", b.binary("mul", b.binary("sub", pos_weight, 1.0),
+                                                       t), 1.0), lse)
+    one_minus_t = b.binary("sub", b.full(1.0, b.dtype(t), b.shape(t)), t)
+    loss = b.binary("add", b.binary("mul", one_minus_t, x), lse)
+    if weight is not None:
+        loss = b.binary("mul", loss, weight)
+    return _reduce(b, loss, reduction)
+
+
+@aten("binary_cross_entropy.default", torch=_LOSSES,
+      limits="each log clamped at -100, as torch")
+def _bce(b, node, p, t, weight=None, reduction=1):
+    def clamped_log(v):
+        return b.composite("clamp", b.unary("log", v), min=-100.0)
+    one_minus = b.binary("sub", b.full(1.0, b.dtype(p), b.shape(p)), p)
+    loss = b.unary("neg", b.binary("add", b.binary("mul", t, clamped_log(p)),
+                                   b.binary("mul", b.binary("sub", b.full(1.0, b.dtype(t),
+                                                                          b.shape(t)), t),
+                                            clamped_log(one_minus))))
+    if weight is not None:
+        loss = b.binary("mul", loss, weight)
+    return _reduce(b, loss, reduction)
+
+
+@aten("xlogy.Tensor", torch=_LOSSES)
+def _xlogy(b, node, x, y):
+    prod = b.binary("mul", x, b.unary("log", y) if is_value(y) else math.log(y))
+    return b.select(b.binary("eq", x, 0.0), 0.0, prod) if is_value(x) else prod

@@ -1,0 +1,272 @@
+"""ATen's padding and resizing as IR ops: constant padding by
+concatenation, reflection, replication and circular padding and nearest
+resizing by gathers, linear and cubic resizing by one interpolation matrix
+per axis (the table and the builder: _ir.py)."""
+
+import math
+
+import numpy as np
+
+from ._ir import Unsupported, aten
+
+# What each translation covers, for the support table (_support.py).
+_PADDING = (
+    '`F.pad` (`constant`, `reflect`, `replicate`, `circular`), `nn.ZeroPad2d`, '
+    '`nn.ReflectionPad2d`, `nn.ReplicationPad2d`')
+_RESIZE = (
+    '`nn.Upsample`, `F.interpolate` (`nearest`, `linear`, `bilinear`, `bicubic`, '
+    '`align_corners`, `size` or `scale_factor`)')
+
+
+def _pads(b, x, pad):
+    """torch's pad list (last dim first, before and after) as {dim: (before,
+    after)}."""
+    rank = len(b.shape(x))
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        raise Unsupported(f"padding {list(pad)} for input {b.shape(x)}")
+    return {rank - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+
+
+@aten("constant_pad_nd.default", torch=_PADDING)
+def _constant_pad(b, node, x, pad, value=0):
+    for dim, (lo, hi) in _pads(b, x, pad).items():
+        n = b.shape(x)[dim]
+        x = b.take(x, dim, list(range(max(0, -lo), n - max(0, -hi))))  # negative: cropped
+        parts = []
+        for size in (lo, hi):
+            if size > 0:
+                shape = b.shape(x)
+                shape[dim] = size
+                parts.append(b.full(value, b.dtype(x), shape))
+            else:
+                parts.append(None)
+        joined = [p for p in (parts[0], x, parts[1]) if p is not None]
+        if len(joined) > 1:
+            x = b.op("concat", joined, axis=dim)
+    return x
+
+
+def _index_pad(kind):
+    def translate(b, node, x, pad):
+        for dim, (lo, hi) in _pads(b, x, pad).items():
+            n = b.shape(x)[dim]
+            if kind == "reflect" and (lo >= n or hi >= n):
+                raise Unsupported(f"reflection padding {lo}, {hi} of a dim of size {n} (each "
+                                  f"must be below it)")
+            index = []
+            for i in range(-lo, n + hi):
+                if kind == "reflect":
+                    j = abs(i)
+                    j = 2 * (n - 1) - j if j > n - 1 else j
+                elif kind == "replicate":
+                    j = min(max(i, 0), n - 1)
+                else:  # circular
+                    j = i % n
+                index.append(j)
+            x = b.take(x, dim, index)
+        return x
+    return translate
+
+
+for _name in ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"):
+    aten(f"{_name}.default", torch=_PADDING)(_index_pad("reflect"))
+for _name in ("replication_pad1d", "replication_pad2d", "replication_pad3d"):
+    aten(f"{_name}.default", torch=_PADDING)(_index_pad("replicate"))
+
+
+def _source_scale(n_in, n_out, align_corners, scale):
+    """torch's area_pixel_compute_scale."""
+    if align_corners:
+        return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    return 1.0 / scale if scale else n_in / n_out
+
+
+def _interpolation(n_in, n_out, mode, align_corners, scale):
+    """The [n_out, n_in] matrix of torch's linear or cubic interpolation
+    along one axis (entries of clamped taps summed)."""
+    r = _source_scale(n_in, n_out, align_corners, scale)
+    m = [[0.0] * n_in for _ in range(n_out)]
+    for o in range(n_out):
+        src = o * r if align_corners else (o + 0.5) * r - 0.5
+        if mode == "linear":
+            src = max(src, 0.0)
+            i0 = min(int(math.floor(src)), n_in - 1)
+            i1 = min(i0 + 1, n_in - 1)
+            l1 = src - i0
+            m[o][i0] += 1.0 - l1
+            m[o][i1] += l1
+        else:  # cubic, A = -0.75, taps clamped to the edge
+            i = math.floor(src)
+            t = src - i
+            a = -0.75
+            w = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+                 ((a + 2) * t - (a + 3)) * t * t + 1,
+                 ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+                 ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+            for k in range(4):
+                m[o][min(max(i - 1 + k, 0), n_in - 1)] += w[k]
+    return [v for row in m for v in row]
+
+
+def _resize(b, node, x, mode, align_corners, scales):
+    """x [N, C, spatial...] resized to the node's output: nearest by
+    gathers, linear and cubic by one interpolation matrix per axis."""
+    out = list(node.meta["val"].shape)
+    shape = b.shape(x)
+    rank = len(shape)
+    scales = list(scales or [None] * (rank - 2))
+    for axis in range(2, rank):
+        n_in, n_out = shape[axis], out[axis]
+        scale = scales[axis - 2]
+        if mode == "nearest":  # torch's index: floor(o * scale) in float32
+            r = np.float32(1.0 / scale if scale else n_in / n_out)
+            x = b.take(x, axis, [min(int(np.floor(np.float32(o) * r)), n_in - 1)
+                                   for o in range(n_out)])
+            continue
+        if n_in == n_out and not align_corners and not scale:
+            continue
+        mat = b.constant(_interpolation(n_in, n_out, mode, align_corners, scale), b.dtype(x),
+                         [n_out, n_in])
+        # the axis last, a product with the matrix transposed, the axis back
+        perm = [d for d in range(rank) if d != axis] + [axis]
+        moved = b.transpose(x, perm)
+        lead = b.shape(moved)[:-1]
+        flat = b.reshape(moved, [math.prod(lead), n_in])
+        y = b.reshape(b.op("matmul", [flat, mat], transpose_b=1), lead + [n_out])
+        x = b.transpose(y, [perm.index(d) for d in range(rank)])
+    return x
+
+
+@aten("upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec", torch=_RESIZE)
+def _upsample_nearest_vec(b, node, x, output_size, scale_factors):
+    return _resize(b, node, x, "nearest", False, scale_factors)
+
+
+@aten("upsample_nearest2d.default", torch=_RESIZE)
+def _upsample_nearest2d(b, node, x, output_size, scales_h=None, scales_w=None):
+    return _resize(b, node, x, "nearest", False, [scales_h, scales_w])
+
+
+@aten("upsample_linear1d.vec", "upsample_bilinear2d.vec", "upsample_trilinear3d.vec", torch=_RESIZE)
+def _upsample_linear_vec(b, node, x, output_size, align_corners, scale_factors):
+    return _resize(b, node, x, "linear", align_corners, scale_factors)
+
+
+@aten("upsample_bilinear2d.default", torch=_RESIZE)
+def _upsample_bilinear2d(b, node, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _resize(b, node, x, "linear", align_corners, [scales_h, scales_w])
+
+
+@aten("upsample_bicubic2d.vec", torch=_RESIZE)
+def _upsample_bicubic_vec(b, node, x, output_size, align_corners, scale_factors):
+    return _resize(b, node, x, "cubic", align_corners, scale_factors)
+
+
+@aten("upsample_bicubic2d.default", torch=_RESIZE)
+def _upsample_bicubic2d(b, node, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _resize(b, node, x, "cubic", align_corners, [scales_h, scales_w])
+
+
+# ---------------------------------------------------------------- 3-d convolution and pooling
+#
+# Over [N, C, D, H, W], as 2-d ops over depth slices: the depth offsets of
+# a kernel are gathered (the input padded in depth first), each becomes a
+# batch of 2-d planes [N*D', C, H, W], and the per-offset results combine:
+# convolutions sum, max pooling keeps the first maximum (torch's window
+# order), average pooling sums and divides.
+
+_VOLUME = ('`nn.Conv3d`, `nn.MaxPool3d`, `nn.AvgPool3d`, `nn.AdaptiveAvgPool3d` (video '
+           'models), `nn.LocalResponseNorm`')
+_VOLUME_LIMITS = ('no transposed 3-d convolution; pooling without ceil_mode, dilation or '
+                  'divisor_override; adaptive average pooling to sizes dividing the input')
+
+
+def _triple(v):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * 3 if len(v) == 1 else v
+
+
+def _depth_slices(b, x, kernel, stride, pad, dilation, fill):
+    """For each kernel offset along depth: x's planes it reads for every
+    output depth, as [N*D', C, H, W]; and D'."""
+    n, c, d, h, w = b.shape(x)
+    out = (d + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    if pad:
+        side = b.full(fill, b.dtype(x), [n, c, pad, h, w])
+        x = b.op("concat", [side, x, side], axis=2)
+    planes = []
+    for k in range(kernel):
+        index = [o * stride + k * dilation for o in range(out)]
+        taken = b.take(x, 2, index)  # [N, C, D', H, W]
+        moved = b.transpose(taken, [0, 2, 1, 3, 4])
+        planes.append(b.reshape(moved, [n * out, c, h, w]))
+    return planes, out
+
+
+def _from_planes(b, y, n, out_d):
+    """[N*D', C', H', W'] back to [N, C', D', H', W']."""
+    _, c, h, w = b.shape(y)
+    return b.transpose(b.reshape(y, [n, out_d, c, h, w]), [0, 2, 1, 3, 4])
+
+
+def conv3d(b, x, w, stride, padding, dilation, groups):
+    stride, padding, dilation = _triple(stride), _triple(padding), _triple(dilation)
+    n = b.shape(x)[0]
+    o, cg, kd, kh, kw = b.shape(w)
+    planes, out_d = _depth_slices(b, x, kd, stride[0], padding[0], dilation[0], 0.0)
+    total = None
+    for k, plane in enumerate(planes):
+        wk = b.reshape(b.op("slice", [w], axis=2, start=k, end=k + 1), [o, cg, kh, kw])
+        y = b.op("conv2d", [plane, wk], stride=stride[1:], padding=padding[1:],
+                 dilation=dilation[1:], groups=groups)
+        total = y if total is None else b.op("add", [total, y])
+    return _from_planes(b, total, n, out_d)
+
+
+@aten("max_pool3d_with_indices.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
+def _max_pool3d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    kernel = _triple(kernel)
+    stride = _triple(stride) if stride else kernel
+    padding = _triple(padding)
+    if ceil_mode or _triple(dilation) != [1, 1, 1]:
+        raise Unsupported("max_pool3d with ceil_mode or dilation")
+    planes, out_d = _depth_slices(b, x, kernel[0], stride[0], padding[0], 1, -math.inf)
+    best = None
+    for plane in planes:
+        y = b.composite("max_pool2d", plane, kernel=kernel[1:], stride=stride[1:],
+                        padding=padding[1:])
+        # a later offset wins only when strictly larger: the first maximum
+        best = y if best is None else b.select(b.op("gt", [y, best]), y, best)
+    return _from_planes(b, best, b.shape(x)[0], out_d), None
+
+
+@aten("avg_pool3d.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
+def _avg_pool3d(b, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    kernel = _triple(kernel)
+    stride = _triple(stride) if stride else kernel
+    padding = _triple(padding)
+    if ceil_mode or divisor_override or (not count_include_pad and any(padding)):
+        raise Unsupported("avg_pool3d with ceil_mode, divisor_override or count_include_pad="
+                          "False with padding")
+    planes, out_d = _depth_slices(b, x, kernel[0], stride[0], padding[0], 1, 0.0)
+    total = None
+    for plane in planes:  # each a mean over its 2-d window: their mean is the 3-d mean
+        y = b.composite("avg_pool2d", plane, kernel=kernel[1:], stride=stride[1:],
+                        padding=padding[1:])
+        total = y if total is None else b.op("add", [total, y])
+    mean = total if kernel[0] == 1 else b.binary("div", total, float(kernel[0]))
+    return _from_planes(b, mean, b.shape(x)[0], out_d)
+
+
+@aten("_adaptive_avg_pool3d.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
+def _adaptive_avg_pool3d(b, node, x, output_size):
+    shape = b.shape(x)
+    out = _triple(output_size)
+    if out == [1, 1, 1]:
+        return b.mean(x, [2, 3, 4], keepdim=True)
+    if any(s % o for s, o in zip(shape[2:], out)):
+        raise Unsupported(f"adaptive_avg_pool3d from {shape[2:]} to {out} (only sizes dividing "
+                          f"the input's)")
+    k = [s // o for s, o in zip(shape[2:], out)]
+    return _avg_pool3d(b, node, x, k, k)

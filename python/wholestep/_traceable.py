@@ -1,0 +1,107 @@
+"""Torch functions whose C++ decomposition fake tensors cannot trace in
+this torch, rewritten in Python with the same maths while a model is
+traced (`traceable()`, entered by _capture.trace).
+
+cross_entropy with label_smoothing: torch's C++ composite zeroes the
+ignored positions' smoothing term with masked_fill_, which makes a real
+0-d tensor inside fake mode ("non-Fake Tensor inputs"); here it is a
+torch.where, and the rest is torch's formula term for term.
+
+Recurrent layers (nn.LSTM, nn.GRU, nn.RNN) keep a list of their weights,
+filled when they are made: the trace binds its own tensors to the weights'
+attributes, so while it runs the list is read from them; and oneDNN's
+fused recurrent op is off, so the layers decompose into products and
+gates the importer translates.
+
+A real tensor the traced code reads that is not one of the model's
+parameters or buffers (class weights kept in a plain attribute or a
+closure): this torch's fake mode refuses it; the trace has recorded it as a
+constant (as a tensor made inside the forward), so fake mode is given its
+fake copy. A tensor that requires gradients is refused instead: it would be
+a constant, never trained.
+"""
+
+import contextlib
+
+import torch
+from torch._subclasses import fake_tensor
+from torch.utils._pytree import tree_map
+
+from . import _C
+
+_MEAN, _SUM = 1, 2  # torch's reduction enum: 0 none, 1 mean, 2 sum
+
+
+def _cross_entropy_loss(original):
+    def cross_entropy_loss(input, target, weight=None, reduction=_MEAN, ignore_index=-100,
+                           label_smoothing=0.0):
+        if label_smoothing <= 0.0 or target.is_floating_point():
+            return original(input, target, weight, reduction, ignore_index, label_smoothing)
+        class_dim = 0 if input.dim() == 1 else 1
+        classes = input.shape[class_dim]
+        logp = torch.log_softmax(input, class_dim)
+        nll = torch._C._nn.nll_loss_nd(logp, target, weight, reduction, ignore_index)
+        ignored = target == ignore_index
+        if weight is not None:
+            shape = [1] * logp.dim()
+            shape[class_dim] = classes
+            smooth = -(logp * weight.view(shape)).sum(class_dim)
+        else:
+            smooth = -logp.sum(class_dim)
+        smooth = torch.where(ignored, torch.zeros_like(smooth), smooth)
+        if reduction == _MEAN:
+            if weight is not None:
+                kept = torch.where(ignored, torch.zeros_like(target), target)
+                picked = weight.gather(0, kept.flatten()).view_as(target)
+                smooth = smooth.sum() / torch.where(ignored, torch.zeros_like(picked), picked).sum()
+            else:
+                smooth = smooth.sum() / (~ignored).sum()
+        elif reduction == _SUM:
+            smooth = smooth.sum()
+        return (1 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+    return cross_entropy_loss
+
+
+def _fake_dispatch(original):
+    def dispatch(self, func, types, args=(), kwargs=None):
+        def fake(t):
+            if not isinstance(t, torch.Tensor) or isinstance(t, fake_tensor.FakeTensor):
+                return t
+            if t.requires_grad:
+                raise _C.Error(f"a tensor that requires gradients ({list(t.shape)}) reaches "
+                               f"{func} without being one of the model's parameters (a "
+                               f"parameter kept aside in a list or a closure): wholestep would "
+                               f"make it a constant that is never trained; read it through "
+                               f"its module's attribute")
+            return self.from_tensor(t)
+
+        if func not in self.lift_fns:
+            args, kwargs = tree_map(fake, args), tree_map(fake, kwargs or {})
+        return original(self, func, types, args, kwargs)
+    return dispatch
+
+
+def _flat_weights(self):
+    return [getattr(self, name) if hasattr(self, name) else None
+            for name in self._flat_weights_names]
+
+
+def _keep_flat_weights(self, value):
+    pass  # the module's own list stays as it was, for its eager calls
+
+
+@contextlib.contextmanager
+def traceable():
+    cross_entropy = torch._C._nn.cross_entropy_loss
+    dispatch = fake_tensor.FakeTensorMode.__torch_dispatch__
+    rnn = torch.nn.RNNBase
+    torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
+    fake_tensor.FakeTensorMode.__torch_dispatch__ = _fake_dispatch(dispatch)
+    rnn._flat_weights = property(_flat_weights, _keep_flat_weights)
+    try:
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
+    finally:
+        torch._C._nn.cross_entropy_loss = cross_entropy
+        fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
+        del rnn._flat_weights

@@ -1,0 +1,305 @@
+"""The ops models bring beyond the first few: each traced through
+wholestep.torch, its value and its gradients against float64 torch (within
+float32 torch's own error), and the writes through views that eager torch
+makes and a trace does not show as values."""
+
+import pytest
+import torch
+
+import wholestep
+import wholestep.torch as wst
+
+nn = torch.nn
+F = nn.functional
+
+
+class Probe(nn.Module):
+    """fn(*tensors) with the floating tensors as parameters: its loss is a
+    weighted sum of the result, so each parameter's gradient is the
+    result's weighted back-propagation."""
+
+    def __init__(self, fn, tensors):
+        super().__init__()
+        self.fn = fn
+        self.params = nn.ParameterList(nn.Parameter(t.clone()) for t in tensors
+                                       if t.is_floating_point())
+        self.indices = 0
+        for t in tensors:
+            if not t.is_floating_point():
+                self.register_buffer(f"index{self.indices}", t.clone())
+                self.indices += 1
+        self.order = [t.is_floating_point() for t in tensors]
+
+    def forward(self, weights):
+        # by attribute: the trace binds its own tensors to the attributes
+        floats = iter(self.params)
+        others = iter(getattr(self, f"index{i}") for i in range(self.indices))
+        out = self.fn(*[next(floats) if f else next(others) for f in self.order])
+        return (out * weights).sum()
+
+
+def _close(got, f32, f64):
+    ulp = f64.abs().max().clamp_min(1e-30) * 2.0 ** -23
+    allowed = max(8 * ulp.item(), 2 * (f32.double() - f64).abs().max().item())
+    return (got.double() - f64).abs().max().item() <= allowed
+
+
+def check(fn, *tensors):
+    """fn's value and gradients through wholestep against float64 torch."""
+    torch.manual_seed(0)
+    out_shape = fn(*tensors).shape
+    weights = torch.randn(out_shape)
+    refs = []
+    for dtype in (torch.float32, torch.float64):
+        probe = Probe(fn, [t.to(dtype) if t.is_floating_point() else t for t in tensors])
+        loss = probe(weights.to(dtype))
+        loss.backward()
+        refs.append((loss.detach(), [p.grad for p in probe.params]))
+    probe = Probe(fn, tensors)
+    step = wst.compile_train_step(probe, torch.optim.SGD(probe.parameters(), lr=0.0),
+                                  lambda loss, _: loss, mode="three_graph")
+    loss = step(weights, torch.zeros(1))
+    assert _close(loss, refs[0][0], refs[1][0]), (float(loss), float(refs[1][0]))
+    grads = step.gradients()
+    for i, (g32, g64) in enumerate(zip(refs[0][1], refs[1][1])):
+        got = grads[f"params.{i}"]
+        assert _close(got, g32, g64), (i, (got.double() - g64).abs().max())
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+X = r(2, 3, 7, 9)
+CLASS_WEIGHT = torch.tensor([0.5, 1.0, 2.0, 0.25, 1.5])  # a constant of the trace
+CASES = {
+    "roll": (lambda x: torch.roll(x, (2, -3), (2, 3)), X),
+    "roll_flat": (lambda x: torch.roll(x, 5), X),
+    "slice_step": (lambda x: x[:, :, 1::2, ::3], X),
+    "index_tensor": (lambda x, i: x[:, i], X, torch.tensor([[2, 0], [-1, 1]])),
+    "index_two_dims": (lambda x, i, j: x[:, :, i, j], X, torch.tensor([0, 6, 3]),
+                       torch.tensor([[8], [1]])),
+    "index_select": (lambda x, i: x.index_select(3, i), X, torch.tensor([4, 4, 0])),
+    "gather_1d": (lambda w, i: w.gather(0, i), r(5), torch.tensor([4, 0, 0, 2])),
+    "pad_constant": (lambda x: F.pad(x, (1, 2, -1, 3), value=0.5), X),
+    "pad_reflect": (lambda x: F.pad(x, (2, 1, 3, 0), mode="reflect"), X),
+    "pad_replicate": (lambda x: F.pad(x, (2, 1, 3, 0), mode="replicate"), X),
+    "pad_circular": (lambda x: F.pad(x, (2, 1, 3, 0), mode="circular"), X),
+    "upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), X),
+    "upsample_nearest_size": (lambda x: F.interpolate(x, size=(5, 13), mode="nearest"), X),
+    "upsample_bilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), X),
+    "upsample_bilinear_corners": (lambda x: F.interpolate(x, size=(11, 4), mode="bilinear",
+                                                          align_corners=True), X),
+    "upsample_bicubic": (lambda x: F.interpolate(x, size=(10, 12), mode="bicubic"), X),
+    "upsample_linear_1d": (lambda x: F.interpolate(x, scale_factor=1.5, mode="linear"),
+                           r(2, 3, 8)),
+    "conv1d": (lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=2, dilation=2),
+               r(2, 4, 17), r(6, 4, 3), r(6)),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1,
+                                                            output_padding=1, groups=2),
+                         r(2, 4, 5, 6), r(4, 3, 3, 3), r(6)),
+    "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x, w, stride=3), r(2, 4, 7),
+                         r(4, 5, 2)),
+    "max_pool_ceil": (lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), X),
+    "max_pool1d_ceil": (lambda x: F.max_pool1d(x, 2, ceil_mode=True), r(2, 3, 9)),
+    "avg_pool_ceil": (lambda x: F.avg_pool2d(x, 2, ceil_mode=True), X),
+    "avg_pool_ceil_padded": (lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                    count_include_pad=False), X),
+    "avg_pool_exclude_pad": (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), X),
+    "avg_pool_divisor": (lambda x: F.avg_pool2d(x, 3, 1, 1, divisor_override=5), X),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 3, w, b), r(2, 6, 4, 5), r(6), r(6)),
+    "masked_fill": (lambda x: x.masked_fill(torch.tril(torch.ones(7, 9)) == 0, -2.0), X),
+    "nll_weight_ignore_2d": (lambda x, y: F.nll_loss(F.log_softmax(x, 1), y,
+                                                      CLASS_WEIGHT[:4].to(x.dtype),
+                                                      ignore_index=1),
+                             r(2, 4, 3, 5), torch.randint(0, 4, (2, 3, 5))),
+    "cross_entropy_smoothing": (lambda x, y: F.cross_entropy(x, y, label_smoothing=0.1),
+                                r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
+    "cross_entropy_smoothing_ignore": (
+        lambda x, y: F.cross_entropy(x, y, label_smoothing=0.2, ignore_index=2),
+        r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
+    "cross_entropy_weight_sum": (lambda x, y: F.cross_entropy(x, y, CLASS_WEIGHT.to(x.dtype),
+                                                              reduction="sum"),
+                                 r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
+    "cross_entropy_weight_smoothing": (
+        lambda x, y: F.cross_entropy(x, y, CLASS_WEIGHT.to(x.dtype), label_smoothing=0.1,
+                                     ignore_index=4),
+        r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
+    "stochastic_depth_off": (lambda x: x * x.new_empty([2, 1, 1, 1]).fill_(1.0), X),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_op_matches_float64_torch(name):
+    fn, *tensors = CASES[name]
+    check(fn, *tensors)
+
+
+def _mask_writes(x):
+    """Swin's shifted-window mask: a fresh tensor written through slices."""
+    m = x.new_zeros((7, 9))
+    count = 0
+    for h in ((0, -3), (-3, -1), (-1, None)):
+        for w in ((0, -4), (-4, -2), (-2, None)):
+            m[h[0]:h[1], w[0]:w[1]] = count
+            count += 1
+    m[2] = m[2] * 2 + x[0, 0, 0]  # a row read after the writes, written from a parameter
+    return x + m
+
+
+def test_writes_through_slices_are_seen_by_later_reads():
+    check(_mask_writes, X)
+
+
+class PartialBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("seen", torch.zeros(3, 4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        self.seen[1] = y.detach().mean(0)
+        self.seen[2, :2] += 1
+        return y
+
+
+def test_a_buffer_written_through_a_view_holds_the_write_after_the_step():
+    torch.manual_seed(0)
+    model, x = PartialBuffer(), torch.randn(5, 4)
+    expected = PartialBuffer()
+    expected.load_state_dict(model.state_dict())
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda y, t: ((y - t) ** 2).mean())
+    for _ in range(2):
+        step(x, torch.zeros(5, 4))
+        y = expected(x)
+        loss = ((y - torch.zeros(5, 4)) ** 2).mean()
+        loss.backward()
+        with torch.no_grad():
+            for p in expected.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+    torch.testing.assert_close(model.seen, expected.seen)
+    assert model.seen[2, 0] == 2
+
+
+def test_a_write_through_a_transposed_view_is_refused_naming_it():
+    class Transposed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            m = torch.zeros(4, 3)
+            m.t()[0] = 1.0
+            return self.fc(x) + m.sum()
+
+    model = Transposed()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda y, t: y.sum())
+    with pytest.raises(wholestep.Error,
+                       match=r"writes in place through a view made by aten.t.default"):
+        step(torch.randn(2, 4), torch.zeros(1))
+
+
+POS_WEIGHT = torch.tensor([0.5, 2.0, 1.0, 3.0, 0.25])
+LOSS_CASES = {
+    "l1": (lambda x, y: F.l1_loss(x, y), r(4, 5), r(4, 5)),
+    "abs_at_zero": (lambda x: torch.cat([x, x * 0]).abs(), r(4, 5)),
+    "smooth_l1": (lambda x, y: F.smooth_l1_loss(x, y, beta=0.5), r(4, 5), r(4, 5)),
+    "huber": (lambda x, y: F.huber_loss(x, y, reduction="sum", delta=0.7), r(4, 5), r(4, 5)),
+    "bce_logits": (lambda x, y: F.binary_cross_entropy_with_logits(x * 30, y.sigmoid()),
+                   r(4, 5), r(4, 5)),
+    "bce_logits_pos_weight": (lambda x, y: F.binary_cross_entropy_with_logits(
+        x, y.sigmoid(), pos_weight=POS_WEIGHT.to(x.dtype)), r(4, 5), r(4, 5)),
+    "bce": (lambda x, y: F.binary_cross_entropy(x.sigmoid(), y.sigmoid()), r(4, 5), r(4, 5)),
+    "kl_div": (lambda x, y: F.kl_div(x.log_softmax(1), y.softmax(1), reduction="batchmean"),
+               r(4, 5), r(4, 5)),
+    "cosine_embedding": (lambda x, y: F.cosine_embedding_loss(
+        x, y, torch.tensor([1, -1, 1, -1]), margin=0.1), r(4, 5), r(4, 5)),
+    "var": (lambda x: x.var(1), r(4, 5)),
+    "std_all": (lambda x: x.std(unbiased=False).reshape(1), r(4, 5)),
+    "cumsum": (lambda x: x.cumsum(1), r(3, 6, 4)),
+    "baddbmm": (lambda c, a, m: torch.baddbmm(c, a, m, beta=0.5, alpha=2.0), r(2, 3, 4),
+                r(2, 3, 5), r(2, 5, 4)),
+    "einsum": (lambda a, m: torch.einsum("bij,bjk->bik", a, m), r(2, 3, 5), r(2, 5, 4)),
+    "adaptive_max_pool": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), r(2, 3, 4, 9)),
+    "repeat": (lambda x: x.repeat(2, 1, 3), r(3, 4)),
+    "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=2), r(5, 3),
+                              torch.tensor([[0, 2, 4], [2, 2, 1]])),
+}
+
+
+@pytest.mark.parametrize("name", LOSS_CASES)
+def test_loss_and_op_matches_float64_torch(name):
+    fn, *tensors = LOSS_CASES[name]
+    check(fn, *tensors)
+
+
+V5 = r(2, 3, 5, 6, 7)
+VOLUME_CASES = {
+    "conv3d": (lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 2), padding=(1, 0, 1),
+                                        dilation=(1, 2, 1)), V5, r(4, 3, 3, 2, 3), r(4)),
+    "conv3d_groups": (lambda x, w: F.conv3d(x, w, groups=3, padding=1), V5, r(6, 1, 3, 3, 3)),
+    "max_pool3d": (lambda x: F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0)), V5),
+    "max_pool3d_ties": (lambda x: F.max_pool3d(x, 2, 1),  # the first maximum takes it
+                        torch.randint(0, 3, (2, 3, 5, 6, 7), generator=torch.Generator()
+                                      .manual_seed(0)).float()),
+    "avg_pool3d": (lambda x: F.avg_pool3d(x, (3, 2, 2), (2, 1, 2), (1, 1, 0)), V5),
+    "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, 1), V5),
+    "batch_norm3d": (lambda x: F.batch_norm(x, None, None, training=True), V5),
+    "local_response_norm": (lambda x: F.local_response_norm(x, 3), r(2, 6, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("name", VOLUME_CASES)
+def test_volume_op_matches_float64_torch(name):
+    fn, *tensors = VOLUME_CASES[name]
+    check(fn, *tensors)
+
+
+def test_instance_norm_with_running_statistics_trains_as_eager():
+    """InstanceNorm's statistics are a BatchNorm's over repeated running
+    statistics, which it averages back into its buffers afterwards."""
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True,
+                                                                    track_running_stats=True),
+                             nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    model, eager = make(), make()
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([0, 2])
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    for _ in range(3):
+        loss = float(step(x, y))
+        opt.zero_grad()
+        expected = F.cross_entropy(eager(x), y)
+        expected.backward()
+        opt.step()
+        assert loss == pytest.approx(expected.item(), rel=1e-5)
+    for (name, a), (_, b) in zip(model.state_dict().items(), eager.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+    assert model[1].running_var.ne(1).all()
+
+
+def test_dropout2d_drops_whole_channels_with_wholesteps_masks():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.drop = nn.Dropout2d(0.5)
+
+        def forward(self, x):
+            return self.drop(self.conv(x))
+
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(4, 3, 6, 6)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.0),
+                                  lambda y, t: (y * t).sum(), mode="three_graph")
+    step(x, torch.ones(4, 8, 6, 6))
+    grad = step.gradients()["conv.bias"]  # each kept channel's bias gets 2 * 36 per sample
+    kept = grad / 72.0
+    assert torch.allclose(kept, kept.round(), atol=1e-4)  # whole channels kept or dropped
+    assert 0 < kept.sum() < 32  # of 4 samples x 8 channels, some kept and some dropped
