@@ -266,6 +266,8 @@ Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0,
                 Loc loc = Loc::current());
 // x · tanh(softplus(x)).
 Tensor mish(const Tensor& x, Loc loc = Loc::current());
+// log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), exact at both tails.
+Tensor log_sigmoid(const Tensor& x, Loc loc = Loc::current());
 // x · sigmoid(x).
 Tensor silu(const Tensor& x, Loc loc = Loc::current());
 // x if x > 0, else weight·x; weight has one value or one per channel (dim 1).

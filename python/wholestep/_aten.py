@@ -165,6 +165,11 @@ def _mish(b, node, x):
     return b.composite("mish", x)
 
 
+@aten("log_sigmoid_forward.default", torch="`nn.LogSigmoid`, `F.logsigmoid`")
+def _log_sigmoid(b, node, x):
+    return b.composite("log_sigmoid", x), None
+
+
 @aten("_prelu_kernel.default", "prelu.default", torch='`nn.PReLU`, `F.prelu`')
 def _prelu(b, node, x, weight):
     return b.composite("prelu", x, weight)

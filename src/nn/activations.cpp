@@ -89,6 +89,15 @@ Tensor mish(const Tensor& x, Loc loc) {
   return mul(x, tanh(softplus(x, 1.0, 20.0, loc), loc), loc);
 }
 
+Tensor log_sigmoid(const Tensor& x, Loc loc) {
+  // |x| differentiated as -1 below 0 and 1 from 0 on: torch's backward
+  // gives 1/2 at 0.
+  Tensor negative = lt(x, scalar(x, 0), loc);
+  Tensor low = where(negative, x, scalar(x, 0), loc);
+  Tensor magnitude = where(negative, neg(x, loc), x, loc);
+  return sub(low, log1p(exp(neg(magnitude, loc), loc), loc), loc);
+}
+
 Tensor silu(const Tensor& x, Loc loc) { return mul(x, sigmoid(x, loc), loc); }
 
 Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc) {

@@ -92,6 +92,8 @@ const Composite kTable[] = {
    }},
   {"leaky_relu", "x", "negative_slope:float=0.01", "y", "x for x > 0, else negative_slope x",
    [](In in, A a, Loc loc) -> Out { return {leaky_relu(in[0], a.f64("negative_slope"), loc)}; }},
+  {"log_sigmoid", "x", "", "y", "log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))",
+   [](In in, A, Loc loc) -> Out { return {log_sigmoid(in[0], loc)}; }},
   {"log_softmax", "x", "axis:int", "y", "x - log(sum(exp(x))) along axis, the max subtracted first",
    [](In in, A a, Loc loc) -> Out { return {log_softmax(in[0], a.i64("axis"), loc)}; }},
   {"mean", "x", "axes:ints keepdim:int=0", "y", "the sum over axes divided by their size",

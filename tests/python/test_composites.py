@@ -48,6 +48,7 @@ CASES = {
                  (lambda x: F.softplus(x, 2.0, 5.0), [V], [0], {"beta": 2.0, "threshold": 5.0})],
     "mish": [(F.mish, [V], [0], {})],
     "silu": [(F.silu, [V], [0], {})],
+    "log_sigmoid": [(F.logsigmoid, [V], [0], {})],
     "gelu": [(F.gelu, [V], [0], {}),
              (lambda x: F.gelu(x, approximate="tanh"), [V], [0], {"approximate": "tanh"})],
     "prelu": [(F.prelu, [X, W6], [0, 1], {}), (F.prelu, [V, t(1)], [0, 1], {})],
@@ -134,7 +135,7 @@ POINTS = [-100.0, -25.0, -20.0, -3.0, -2.5, -1.0, -1e-4, -1e-7, 0.0, 1e-7, 1e-4,
 
 ACTIVATIONS = [nn.ReLU(), nn.LeakyReLU(0.1), nn.ELU(), nn.ELU(0.3), nn.SELU(), nn.CELU(1.5),
                nn.Hardtanh(), nn.ReLU6(), nn.Hardsigmoid(), nn.Hardswish(), nn.Softplus(),
-               nn.Softplus(2.0, 10.0), nn.Mish(), nn.SiLU(), nn.GELU(), nn.GELU("tanh")]
+               nn.Softplus(2.0, 10.0), nn.Mish(), nn.SiLU(), nn.LogSigmoid(), nn.GELU(), nn.GELU("tanh")]
 
 
 class Probe(nn.Module):
