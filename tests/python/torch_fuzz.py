@@ -4,8 +4,11 @@ one training step each, in every mode, against float64 eager torch.
 A case is a JSON-able spec (the generator's output for a seed): the input
 (images [N, C, H, W], token features [N, T, D], token ids through an
 Embedding, or vectors [N, F]), a list of layer specs (convolutions with and
-without bias and groups, BatchNorm, LayerNorm, activations, max and average
-pooling, adaptive average pooling, residual blocks, concatenations,
+without bias and groups, transposed convolutions, BatchNorm, LayerNorm,
+GroupNorm, the activations of the support table, max and average pooling
+(ceil_mode, count_include_pad, divisor_override), adaptive average
+pooling, padding of every mode, upsampling (nearest, bilinear, bicubic,
+align_corners both ways), residual blocks, concatenations,
 squeeze-excitation, token mixing over a transposed axis, multi-head
 attention, reductions over the token axis, ...), the classifier head the
 builder appends (flatten or mean over tokens, then Linear), the loss
@@ -192,15 +195,32 @@ class GELU(nn.GELU):
         return _ContiguousGrad.apply(super().forward(x))
 
 
+class Pad(nn.Module):
+    def __init__(self, p, mode):
+        super().__init__()
+        self.p, self.mode = p, mode
+
+    def forward(self, x):
+        return F.pad(x, (self.p,) * 4, mode=self.mode)
+
+
 ACTS = {"relu": nn.ReLU, "gelu": GELU, "gelu_tanh": lambda: GELU(approximate="tanh"),
-        "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "silu": nn.SiLU, "relu6": nn.ReLU6}
+        "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "silu": nn.SiLU, "relu6": nn.ReLU6,
+        "leaky_relu": lambda: nn.LeakyReLU(0.1), "elu": nn.ELU, "selu": nn.SELU,
+        "celu": lambda: nn.CELU(0.7), "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid,
+        "hardtanh": lambda: nn.Hardtanh(-0.5, 0.8), "softplus": lambda: nn.Softplus(2.0, 5.0),
+        "mish": nn.Mish, "logsigmoid": nn.LogSigmoid, "prelu": lambda: nn.PReLU(init=0.2)}
 
 
 # ---------------------------------------------------------------- building
 
 
-def _pool_out(n, k, s, p):
-    return (n + 2 * p - k) // s + 1
+def _pool_out(n, k, s, p, ceil=False):
+    span = n + 2 * p - k
+    out = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= n + p:
+        out -= 1
+    return out
 
 
 def make_layer(layer, shape):
@@ -255,12 +275,36 @@ def make_layer(layer, shape):
             k, s, p = layer["k"], layer["s"], layer["p"]
             if p > k // 2:
                 raise Invalid("pool padding over half the kernel")
-            oh, ow = _pool_out(h, k, s, p), _pool_out(w, k, s, p)
-            if oh < 1 or ow < 1:
+            ceil = layer.get("ceil", False)
+            oh, ow = _pool_out(h, k, s, p, ceil), _pool_out(w, k, s, p, ceil)
+            if oh < 1 or ow < 1 or h + 2 * p < k or w + 2 * p < k:
                 raise Invalid("pool output empty")
-            mod = (nn.MaxPool2d(k, s, p) if op == "maxpool"
-                   else nn.AvgPool2d(k, s, p, count_include_pad=layer.get("cip", True)))
+            mod = (nn.MaxPool2d(k, s, p, ceil_mode=ceil) if op == "maxpool"
+                   else nn.AvgPool2d(k, s, p, ceil_mode=ceil,
+                                     count_include_pad=layer.get("cip", True),
+                                     divisor_override=layer.get("div")))
             return mod, ("img", c, oh, ow)
+        if op == "gn":
+            if c % layer["g"]:
+                raise Invalid("groups")
+            return nn.GroupNorm(layer["g"], c), shape
+        if op == "up":
+            mode = layer["mode"]
+            corners = layer.get("corners") if mode != "nearest" else None
+            return (nn.Upsample(scale_factor=layer["f"], mode=mode, align_corners=corners),
+                    ("img", c, h * layer["f"], w * layer["f"]))
+        if op == "pad":
+            p, mode = layer["p"], layer["mode"]
+            if mode == "reflect" and (p >= h or p >= w):
+                raise Invalid("reflection padding of a dim not larger")
+            return Pad(p, mode), ("img", c, h + 2 * p, w + 2 * p)
+        if op == "convT":
+            k, s, op_ = layer["k"], layer["s"], layer["op_"]
+            if op_ >= s:
+                raise Invalid("output padding not below the stride")
+            oh, ow = (h - 1) * s + k + op_, (w - 1) * s + k + op_
+            return (nn.ConvTranspose2d(c, layer["out"], k, s, output_padding=op_,
+                                       bias=layer["bias"]), ("img", layer["out"], oh, ow))
         if op == "adaptive":
             o = layer["o"]
             return nn.AdaptiveAvgPool2d(o), ("img", c, o, o)
@@ -409,7 +453,9 @@ def gen_layer(r, shape, depth):
     if kind == "img":
         _, c, h, w = shape
         ops = ["conv"] * 5 + ["bn"] * 3 + ["act"] * 4 + ["maxpool", "avgpool"] * 2 + \
-            ["adaptive", "se", "ln", "head_pattern", "tokens", "flatten"]
+            ["adaptive", "se", "ln", "head_pattern", "tokens", "flatten", "gn", "pad"]
+        if h * w <= 64:
+            ops += ["up", "convT"]
         if depth < 2:
             ops += ["res", "res", "cat"]
         op = r.choice(ops)
@@ -431,9 +477,25 @@ def gen_layer(r, shape, depth):
         if op in ("maxpool", "avgpool"):
             k = r.choice([1, 2, 2, 3, 3])
             layer = {"op": op, "k": k, "s": r.choice([1, 2, k]), "p": r.randint(0, k // 2)}
+            if r.random() < 0.3:
+                layer["ceil"] = True
             if op == "avgpool":
                 layer["cip"] = r.random() < 0.7
+                if r.random() < 0.1:
+                    layer["div"] = r.randint(1, 5)
             return layer
+        if op == "gn":
+            return {"op": "gn", "g": r.choice([d for d in (1, 2, 3, 4) if c % d == 0])}
+        if op == "up":
+            mode = r.choice(["nearest", "bilinear", "bicubic"])
+            return {"op": "up", "f": 2, "mode": mode, "corners": r.random() < 0.5}
+        if op == "pad":
+            return {"op": "pad", "p": r.randint(1, 2),
+                    "mode": r.choice(["constant", "reflect", "replicate", "circular"])}
+        if op == "convT":
+            s = r.choice([1, 2])
+            return {"op": "convT", "out": r.randint(1, 8), "k": r.choice([1, 2, 3]), "s": s,
+                    "op_": r.randint(0, s - 1), "bias": r.random() < 0.6}
         if op == "adaptive":
             return {"op": "adaptive", "o": r.choice([1, 1, 2, 3])}
         if op == "se":
