@@ -187,8 +187,13 @@ def _masked_fill(b, node, x, mask, value):
     return b.select(b.broadcast(mask, b.shape(x)), value, x)
 
 
+@aten("zero_.default", torch="`x[a:b] = v`, `x[i] = v`, `fill_`, `zero_`, `copy_`")
+def _zero(b, node, x):
+    return b.full(0.0, b.dtype(x), b.shape(x))
+
+
 @aten("fill_.Scalar", "fill_.Tensor", "copy_.default",
-      torch="`x[a:b] = v`, `x[i] = v`, `fill_`, `copy_`",
+      torch="`x[a:b] = v`, `x[i] = v`, `fill_`, `zero_`, `copy_`",
       limits="into slices of step 1 and selections of a tensor the forward made, a buffer or "
              "an argument")
 def _fill(b, node, x, value, non_blocking=False):

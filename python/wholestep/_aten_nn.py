@@ -186,6 +186,20 @@ def _var(b, node, x, dims=None, correction=None, keepdim=False):
     return b.unary("sqrt", var) if "std" in str(node.target) else var
 
 
+@aten("norm.ScalarOpt_dim", "linalg_vector_norm.default",
+      torch="`torch.norm`, `linalg.vector_norm`, `F.normalize` (2-norm)", limits="p = 2")
+def _norm(b, node, x, p=2, dims=None, keepdim=False, dtype=None):
+    """sqrt(sum(x²)) with torch's gradient: x / norm, 0 where the norm is 0."""
+    if p != 2:
+        raise Unsupported(f"a {p}-norm (only the 2-norm)")
+    shape = b.shape(x)
+    axes = list(range(len(shape))) if not dims else [d % len(shape) for d in dims]
+    sq = b.sum(b.op("mul", [x, x]), axes, keepdim)
+    zero = b.binary("eq", sq, 0.0)
+    root = b.unary("sqrt", b.select(zero, 1.0, sq))
+    return b.select(zero, 0.0, root)
+
+
 @aten("cumsum.default", torch="`torch.cumsum`", limits="at most 4096 elements along the dim")
 def _cumsum(b, node, x, dim, dtype=None):
     """A product with the upper triangle of ones along the dim, moved last."""

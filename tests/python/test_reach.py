@@ -219,6 +219,8 @@ LOSS_CASES = {
     "cosine_embedding": (lambda x, y: F.cosine_embedding_loss(
         x, y, torch.tensor([1, -1, 1, -1]), margin=0.1), r(4, 5), r(4, 5)),
     "var": (lambda x: x.var(1), r(4, 5)),
+    "normalize": (lambda x: F.normalize(torch.cat([x, x * 0]), dim=-1), r(4, 5)),
+    "norm_all": (lambda x: x.norm().reshape(1), r(4, 5)),
     "std_all": (lambda x: x.std(unbiased=False).reshape(1), r(4, 5)),
     "cumsum": (lambda x: x.cumsum(1), r(3, 6, 4)),
     "baddbmm": (lambda c, a, m: torch.baddbmm(c, a, m, beta=0.5, alpha=2.0), r(2, 3, 4),
