@@ -18,8 +18,16 @@ struct UpdateSpec {
   std::string kind;  // "sgd", "adam" or "adamw"
   bool momentum = false, nesterov = false, weight_decay = false;
   bool amsgrad = false;
-  bool maximize = false;                  // ascend: the gradient is negated first
-  bool clip = false;                      // global-norm gradient clipping first
+  bool maximize = false;  // ascend: the gradient is negated first
+  // Global-norm gradient clipping before the update, by the hyperparameter
+  // "max_grad_norm", of every group's gradients together (the step's: at
+  // most one group of a step clips).
+  bool clip = false;
+  // With clip: a step whose gradients' norm is inf or NaN updates no
+  // parameter and no optimizer state (StepResult::skipped; buffers and the
+  // random stream move on), as torch's clip_grad_norm_ with
+  // error_if_nonfinite raises before the optimizer steps.
+  bool skip_nonfinite_norm = false;
   std::vector<std::string> state_slots;   // per-parameter state, e.g. "momentum_buffer"
   std::vector<std::string> global_slots;  // 0-d state shared by all parameters ("step")
   std::vector<std::string> hyper_names;   // 0-d inputs, in order
@@ -68,8 +76,10 @@ class Optimizer {
 
   // Gradient clipping by global norm, as torch.nn.utils.clip_grad_norm_
   // before each step: all gradients are scaled by min(1, max_norm / (norm +
-  // 1e-6)). 0 turns it off; like other structural options it may change
-  // between steps but not between zero and non-zero once compiled.
+  // 1e-6)), a NaN norm making them NaN as torch's clamp does; the norm is
+  // StepResult::grad_norm. 0 turns it off; like other structural options it
+  // may change between steps but not between zero and non-zero once
+  // compiled.
   void set_max_grad_norm(double max_norm);
   double max_grad_norm() const { return max_grad_norm_; }
 

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -136,9 +137,16 @@ struct StepCounters {
 
 struct StepResult {
   double loss = 0;
-  int64_t step = 0;      // the optimizer's step count after this step
-  bool skipped = false;  // NonFinite::skip: the loss or a gradient was not finite
-  int threads = 0;       // threads the step's parallel regions ran on
+  int64_t step = 0;  // the optimizer's step count after this step
+  // The update was not applied: NonFinite::skip found the loss or a
+  // gradient not finite, or the gradients' norm was not finite in a step
+  // that clips with UpdateSpec::skip_nonfinite_norm (optim.hpp).
+  bool skipped = false;
+  int threads = 0;  // threads the step's parallel regions ran on
+  // When the optimizer clips (global-norm gradient clipping): the 2-norm
+  // of all the gradients together, before clipping (what
+  // torch.nn.utils.clip_grad_norm_ returns).
+  std::optional<double> grad_norm;
   StepCounters counters;
   // Data parallel: the time some collective of this step was in flight
   // (from a start until its completion was seen), and the part of it

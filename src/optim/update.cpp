@@ -16,9 +16,6 @@ class UpdateBuilder {
   UpdateOutputs run() {
     UpdateOutputs out;
     b_.loc = {};
-    std::vector<ValueId> grads;
-    for (const ParamValues& p : in_.params) grads.push_back(p.grad);
-    if (spec_.clip) clip(grads);
     const bool is_adam = spec_.kind == "adam" || spec_.kind == "adamw";
     if (is_adam && !per_param_step()) {
       WS_CHECK(!spec_.global_slots.empty() && spec_.global_slots[0] == kStepSlot)
@@ -29,8 +26,9 @@ class UpdateBuilder {
     }
     for (size_t i = 0; i < in_.params.size(); ++i) {
       ParamValues p = in_.params[i];
-      WS_CHECK(p.state.size() == spec_.state_slots.size()) << "state count";
-      p.grad = spec_.maximize ? b_.unary(Op::neg, grads[i]) : grads[i];
+      WS_CHECK(p.state.size() + (p.steps.empty() ? 0 : 1) == spec_.state_slots.size())
+          << "state count";
+      if (spec_.maximize) p.grad = b_.unary(Op::neg, p.grad);
       if (spec_.kind == "sgd")
         out.params.push_back(sgd(p));
       else if (spec_.kind == "adam" || spec_.kind == "adamw")
@@ -56,26 +54,6 @@ class UpdateBuilder {
   // corrections, 1 - lr * wd) are computed here in f64 from the f64
   // hyperparameters and rounded once where a tensor reads them: in f32,
   // 1 - 0.999f is 1.3e-5 from 1 - 0.999, and Adam's second moment with it.
-
-  // torch.nn.utils.clip_grad_norm_: g *= min(1, max_norm / (||g||₂ + 1e-6)),
-  // the norm over all gradients together, accumulated in f32.
-  void clip(std::vector<ValueId>& grads) {
-    ValueId total = b_.scalar(0.0);
-    for (ValueId g : grads) {
-      const ir::Type t = b_.type(g);
-      std::vector<int64_t> axes;
-      for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
-      ValueId sq = bin(Op::mul, g, g);
-      ValueId s = axes.empty() ? sq : b_.reduce(Op::reduce_sum, sq, axes);
-      total = bin(Op::add, total, b_.convert(s, DType::f32));
-    }
-    if (in_.sharded) total = b_.all_reduce(total, "sum");
-    ValueId norm = b_.unary(Op::sqrt, total);
-    ValueId coef =
-        bin(Op::div, hv("max_grad_norm", DType::f32), bin(Op::add, norm, b_.scalar(1e-6)));
-    ValueId clamped = b_.add(Op::select, {bin(Op::lt, coef, one()), coef, one()});
-    for (ValueId& g : grads) g = b_.scale(g, b_.convert(clamped, b_.type(g).dtype));
-  }
 
   ParamValues sgd(const ParamValues& in) {
     ParamValues out;
@@ -107,19 +85,52 @@ class UpdateBuilder {
     sqrt_bc2_ = b_.unary(Op::sqrt, bc2);
   }
 
+  // Packed parameters with a step count each (ParamValues::steps): each
+  // count advanced, and the step size and sqrt(1 - β2^t) of every element
+  // of this rank's part, as dtype dt: each parameter's scalar repeated over
+  // its elements, packed as the parameters are (the padding 1, never read).
+  void packed_adam_scalars(const ParamValues& in, ParamValues& out, DType dt) {
+    std::vector<ValueId> sizes, roots;
+    int64_t n = 0;
+    for (size_t j = 0; j < in.steps.size(); ++j) {
+      ValueId t = bin(Op::add, in.steps[j], one());
+      out.steps.push_back(t);
+      adam_scalars(t);
+      const Shape shape = in.packed[j].shape;
+      sizes.push_back(b_.broadcast_to(b_.convert(step_size_, dt), shape));
+      roots.push_back(b_.broadcast_to(b_.convert(sqrt_bc2_, dt), shape));
+      n += in.packed[j].numel();
+    }
+    const int64_t padded = (n + in.world - 1) / in.world * in.world;
+    if (padded > n) {
+      sizes.push_back(b_.full(1.0, ir::Type{dt, {padded - n}}));
+      roots.push_back(b_.full(1.0, ir::Type{dt, {padded - n}}));
+    }
+    step_size_ = b_.local_shard(sizes, in.world);
+    sqrt_bc2_ = b_.local_shard(roots, in.world);
+  }
+
   ParamValues adam(const ParamValues& in) {
     ParamValues out;
     // With a step per parameter, the state is (step, exp_avg, exp_avg_sq
-    // [, max_exp_avg_sq]) and the bias corrections are this parameter's.
+    // [, max_exp_avg_sq]) and the bias corrections are this parameter's;
+    // packed (ZeRO), the steps are apart and the corrections per element.
     size_t s0 = 0;
-    if (per_param_step()) {
+    const DType dt = b_.type(in.param).dtype;
+    const bool packed = !in.steps.empty();
+    if (packed) {
+      packed_adam_scalars(in, out, dt);
+    } else if (per_param_step()) {
       ValueId t = bin(Op::add, in.state[0], one());
       out.state.push_back(t);
       adam_scalars(t);
       s0 = 1;
     }
-    const DType dt = b_.type(in.param).dtype;
-    auto s = [&](ValueId v) { return b_.convert(v, dt); };
+    // A scalar as dtype dt; the packed corrections are so already.
+    auto s = [&](ValueId v) { return packed && b_.type(v).rank() > 0 ? v : b_.convert(v, dt); };
+    auto times = [&](ValueId x, ValueId f) {
+      return b_.type(f).rank() > 0 ? bin(Op::mul, x, f) : b_.scale(x, f);
+    };
     ValueId p = in.param, g = in.grad;
     if (spec_.weight_decay) {
       if (spec_.kind == "adamw")  // p *= 1 - lr·wd
@@ -142,10 +153,12 @@ class UpdateBuilder {
     }
     // denom = sqrt(v) / sqrt(1 - β2^t) + eps; p -= step_size · m / denom
     const Shape shape = b_.type(p).shape;  // a copy: hv() may append, moving the nodes
-    ValueId denom =
-        bin(Op::add, bin(Op::div, b_.unary(Op::sqrt, v_used), b_.broadcast_to(s(sqrt_bc2_), shape)),
-            b_.broadcast_to(hv("eps", dt), shape));
-    out.param = bin(Op::sub, p, b_.scale(bin(Op::div, m, denom), s(step_size_)));
+    const ValueId root = s(sqrt_bc2_);
+    ValueId denom = bin(Op::add,
+                        bin(Op::div, b_.unary(Op::sqrt, v_used),
+                            b_.type(root).rank() > 0 ? root : b_.broadcast_to(root, shape)),
+                        b_.broadcast_to(hv("eps", dt), shape));
+    out.param = bin(Op::sub, p, times(bin(Op::div, m, denom), s(step_size_)));
     return out;
   }
 
@@ -156,6 +169,34 @@ class UpdateBuilder {
 };
 
 }  // namespace
+
+Clipped clip_by_global_norm(ir::Builder& b, std::vector<ValueId> grads, ValueId max_norm,
+                            bool sharded) {
+  const char* const caller = b.internal;
+  const SourceLoc loc = b.loc;
+  b.internal = "global-norm gradient clipping";
+  b.loc = {};
+  ValueId total = b.scalar(0.0);
+  for (ValueId g : grads) {
+    const ir::Type t = b.type(g);  // a copy: appending moves the nodes
+    std::vector<int64_t> axes;
+    for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
+    ValueId sq = b.binary(Op::mul, g, g);
+    ValueId s = axes.empty() ? sq : b.reduce(Op::reduce_sum, sq, axes);
+    total = b.binary(Op::add, total, b.convert(s, DType::f32));
+  }
+  if (sharded) total = b.all_reduce(total, "sum");
+  const ValueId norm = b.unary(Op::sqrt, total);
+  const ValueId coef =
+      b.binary(Op::div, b.convert(max_norm, DType::f32), b.binary(Op::add, norm, b.scalar(1e-6)));
+  // clamp(coef, max=1): a NaN coefficient stays NaN (torch's clamp).
+  const ValueId one = b.scalar(1.0);
+  const ValueId clamped = b.add(Op::select, {b.binary(Op::gt, coef, one), one, coef});
+  for (ValueId& g : grads) g = b.scale(g, b.convert(clamped, b.type(g).dtype));
+  b.internal = caller;
+  b.loc = loc;
+  return {std::move(grads), norm};
+}
 
 UpdateOutputs build_updates(ir::Builder& b, const UpdateSpec& spec, const UpdateInputs& in) {
   WS_CHECK(in.hypers.size() == spec.hyper_names.size()) << "hyper count";

@@ -1,6 +1,8 @@
 // The joint graph from a frontend's forward graph: the backward, the
 // optimizer's updates, and the non-finite guard. Nothing here knows where
 // the forward came from (step_source.hpp).
+#include <algorithm>
+
 #include "autograd/reverse.hpp"
 #include "optim/update.hpp"
 #include "step/capture_step.hpp"
@@ -8,6 +10,34 @@
 #include "step/zero.hpp"
 
 namespace ws::step {
+
+StepClip step_clip(const std::vector<optim::UpdateGroup>& groups,
+                   const std::vector<GroupInputs>& inputs) {
+  StepClip clip;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const optim::UpdateSpec& spec = groups[gi].spec;
+    if (!spec.clip) continue;
+    if (clip.max_norm != ir::kNoValue)
+      throw Error(
+          "two update groups clip the gradients: a step clips every group's gradients "
+          "together, by one max_grad_norm");
+    const auto it = std::find(spec.hyper_names.begin(), spec.hyper_names.end(), "max_grad_norm");
+    WS_CHECK(it != spec.hyper_names.end()) << "a group clips without a max_grad_norm";
+    clip.max_norm = inputs[gi].hypers.at(size_t(it - spec.hyper_names.begin()));
+    clip.skip_nonfinite = spec.skip_nonfinite_norm;
+  }
+  return clip;
+}
+
+ir::ValueId append_clip(ir::Builder& b, const StepClip& clip, std::vector<ir::ValueId>& grads,
+                        bool sharded) {
+  if (clip.max_norm == ir::kNoValue) return ir::kNoValue;
+  optim::Clipped c = optim::clip_by_global_norm(b, grads, clip.max_norm, sharded);
+  grads = std::move(c.grads);
+  b.graph().outputs.push_back(
+      ir::Output{ir::OutputRole::user, c.norm, ir::kNoValue, kGradNormOutput});
+  return c.norm;
+}
 
 std::vector<GroupInputs> group_inputs(const ir::Graph& g,
                                       const std::vector<optim::UpdateGroup>& groups) {
@@ -40,22 +70,39 @@ std::vector<GroupInputs> group_inputs(const ir::Graph& g,
 
 namespace {
 
-// Each group's updates of the whole parameters, and each gradient as an
-// output (what three_graph passes between its graphs).
-void append_updates(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
-                    const std::vector<ir::ValueId>& grads, ir::Builder& b) {
+// Each group's updates of the whole parameters, after clipping, and each
+// gradient as an output (what three_graph passes between its graphs).
+// Returns the gradients' norm when the step clips, else kNoValue.
+ir::ValueId append_updates(CapturedStep& out, const std::vector<optim::UpdateGroup>& groups,
+                           const std::vector<ir::ValueId>& grads, ir::Builder& b) {
   ir::Graph& g = out.joint.graph;
   const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
   const std::vector<GroupInputs> inputs = group_inputs(g, groups);
+  // The gradients the updates read: those of the groups' parameters
+  // clipped together, when a group clips.
+  std::vector<ir::ValueId> used = grads;
+  std::vector<size_t> trained;
+  for (const optim::UpdateGroup& group : groups)
+    for (size_t p : group.params) {
+      WS_CHECK(p < param_ids.size())
+          << "an optimizer parameter names param input " << p << " of " << param_ids.size();
+      trained.push_back(p);
+    }
+  std::vector<ir::ValueId> clipped;
+  for (size_t p : trained) clipped.push_back(grads[p]);
+  const ir::ValueId norm = append_clip(b, step_clip(groups, inputs), clipped, false);
+  for (size_t i = 0; i < trained.size(); ++i) used[trained[i]] = clipped[i];
   std::vector<std::pair<ir::ValueId, ir::ValueId>> updates;  // (new value, input)
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const optim::UpdateGroup& group = groups[gi];
     optim::UpdateInputs in;
     for (size_t j = 0; j < group.params.size(); ++j) {
       const size_t p = group.params[j];
-      WS_CHECK(p < param_ids.size())
-          << "an optimizer parameter names param input " << p << " of " << param_ids.size();
-      in.params.push_back({param_ids[p], grads[p], inputs[gi].state[j]});
+      optim::ParamValues pv;
+      pv.param = param_ids[p];
+      pv.grad = used[p];
+      pv.state = inputs[gi].state[j];
+      in.params.push_back(std::move(pv));
     }
     in.globals = inputs[gi].globals;
     in.hypers = inputs[gi].hypers;
@@ -73,6 +120,24 @@ void append_updates(CapturedStep& out, const std::vector<optim::UpdateGroup>& gr
                                    "grad." + g.input_name(param_ids[j])});
   for (auto [value, input] : updates)
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
+  return norm;
+}
+
+// Every update of a parameter or of optimizer state becomes
+// select(finite, new, old): a step whose gradients' norm is not finite
+// writes back what it read there (UpdateSpec::skip_nonfinite_norm).
+void keep_unless_finite(ir::Graph& g, ir::Builder& b, ir::ValueId norm) {
+  b.loc = {};
+  b.internal = "the clipping's non-finite norm";
+  const ir::ValueId zero = b.scalar(0);
+  const ir::ValueId finite = b.binary(ir::Op::eq, b.binary(ir::Op::mul, norm, zero), zero);
+  for (ir::Output& o : g.outputs) {
+    if (o.role != ir::OutputRole::update) continue;
+    const ir::InputRole role = g.input_role(o.aliased_input);
+    if (role != ir::InputRole::param && role != ir::InputRole::opt_state) continue;
+    const ir::Type& t = g.type(o.value);
+    o.value = b.add(ir::Op::select, {b.broadcast_to(finite, t.shape), o.value, o.aliased_input});
+  }
 }
 
 }  // namespace
@@ -104,11 +169,13 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
   std::vector<ir::ValueId> grads = autograd::append_backward(g, loss_id, param_ids);
   ir::Builder b(g);
   ir::ValueId probe = ir::kNoValue;  // the guard's, when the sharded step built it
+  ir::ValueId norm = ir::kNoValue;   // the gradients' when the step clips
   std::vector<ir::ValueId> replaced;
   if (opts.zero) {
     ShardedStep sharded = append_sharded_step(out, groups, grads, opts.bucket_bytes,
                                               opts.guard_nonfinite, *opts.zero);
     probe = sharded.probe;
+    norm = sharded.norm;
     replaced = std::move(sharded.replaced);
     loss_id = g.outputs[0].value;
   } else {
@@ -120,8 +187,13 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
       grads = std::move(r.grads);
     }
     out.joint.backward_end = g.size();
-    append_updates(out, groups, grads, b);
+    norm = append_updates(out, groups, grads, b);
   }
+  if (norm != ir::kNoValue &&
+      std::any_of(groups.begin(), groups.end(), [](const optim::UpdateGroup& group) {
+        return group.spec.clip && group.spec.skip_nonfinite_norm;
+      }))
+    keep_unless_finite(g, b, norm);
   if (opts.guard_nonfinite) {
     b.loc = g.node(loss_id).loc;
     b.internal = "the non-finite guard";

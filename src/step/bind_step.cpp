@@ -62,6 +62,8 @@ void TrainStep::Impl::bind_program(step::Compiled& c, exec::Executable& exe,
     if (o.role == ir::OutputRole::loss) c.loss = static_cast<float*>(ptr);
     if (o.role == ir::OutputRole::user && o.name == step::kFiniteOutput)
       c.finite = static_cast<const uint8_t*>(ptr);
+    if (o.role == ir::OutputRole::user && o.name == step::kGradNormOutput)
+      c.grad_norm = static_cast<const float*>(ptr);
     exe.bind_output(i, ptr);
   }
 }

@@ -107,6 +107,26 @@ struct GroupInputs {
 std::vector<GroupInputs> group_inputs(const ir::Graph& g,
                                       const std::vector<optim::UpdateGroup>& groups);
 
+// The name of the f32[] output that holds the 2-norm of all the gradients
+// together, before clipping, when the step clips (UpdateSpec::clip).
+inline constexpr const char* kGradNormOutput = "grad_norm";
+
+// A step's global-norm clipping: the max_grad_norm hyper input of the one
+// update group whose spec clips (none: no group clips; two are an error),
+// and whether a non-finite norm keeps the update from being applied.
+struct StepClip {
+  ir::ValueId max_norm = ir::kNoValue;
+  bool skip_nonfinite = false;  // UpdateSpec::skip_nonfinite_norm
+};
+StepClip step_clip(const std::vector<optim::UpdateGroup>& groups,
+                   const std::vector<GroupInputs>& inputs);
+// Clips `grads` together by `clip` (optim::clip_by_global_norm; `sharded`:
+// each rank holds its part of them) and records their norm as the output
+// kGradNormOutput. Returns the norm, or kNoValue (nothing done) when the
+// step does not clip.
+ir::ValueId append_clip(ir::Builder& b, const StepClip& clip, std::vector<ir::ValueId>& grads,
+                        bool sharded);
+
 // 0 when `loss` and every gradient are finite, NaN otherwise (in the
 // loss's dtype): the non-finite guard's probe.
 ir::ValueId nonfinite_probe(ir::Builder& b, ir::ValueId loss,

@@ -75,6 +75,8 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::T
   if (zero) zero->take_over();
   auto c = std::make_unique<step::Compiled>();
   c->index_checks = cap.index_checks;
+  for (const optim::UpdateGroup& group : source->update_groups())
+    c->skip_nonfinite_norm |= group.spec.clip && group.spec.skip_nonfinite_norm;
   for (ir::ValueId v : cap.joint.graph.inputs) {
     const ir::InputRole role = cap.joint.graph.input_role(v);
     // The step writes each hyperparameter as a double (a frontend declares

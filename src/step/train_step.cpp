@@ -138,6 +138,8 @@ void interpret_step(step::Compiled& c, const std::vector<Tensor>& data,
     if (o.role == ir::OutputRole::loss) r.loss = outs[i].item();
     if (o.role == ir::OutputRole::user && o.name == step::kFiniteOutput)
       r.skipped = outs[i].item() == 0;
+    if (o.role == ir::OutputRole::user && o.name == step::kGradNormOutput)
+      r.grad_norm = outs[i].item();
     if (o.role == ir::OutputRole::update)
       inputs[size_t(g.input_index(o.aliased_input))].copy_(outs[i]);
   }
@@ -183,7 +185,10 @@ StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
     step::run_programs(c, data, nullptr);
     r.loss = *c.loss;
     r.skipped = c.finite && *c.finite == 0;
+    if (c.grad_norm) r.grad_norm = *c.grad_norm;
   }
+  // The clipping's guard kept the update out (UpdateSpec::skip_nonfinite_norm).
+  if (c.skip_nonfinite_norm && r.grad_norm && !std::isfinite(*r.grad_norm)) r.skipped = true;
   const clock::time_point end = clock::now();
   if (m.opts.adapt_threads && m.cache.traces() == traces)  // a step that compiled says nothing
     c.team.ran(r.threads, std::chrono::duration<double>(end - start).count(), seconds(end));

@@ -80,7 +80,10 @@ struct Compiled {
   std::vector<step::IndexCheck> index_checks;
   std::vector<Copy> shadows;  // aliasing off
   float* loss = nullptr;
-  const uint8_t* finite = nullptr;  // NonFinite::skip: the step's verdict
+  const uint8_t* finite = nullptr;   // NonFinite::skip: the step's verdict
+  const float* grad_norm = nullptr;  // when the optimizer clips: the gradients' norm
+  // UpdateSpec::skip_nonfinite_norm: a non-finite norm kept the update out.
+  bool skip_nonfinite_norm = false;
   StepCounters counters;
   // The team its steps run on (StepOptions::adapt_threads): its own, since
   // another signature's steps take another time.

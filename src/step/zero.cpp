@@ -20,7 +20,7 @@ std::string shard_input_name(size_t bucket, const std::string& slot) {
 }
 
 void OptimizerShards::take_over() {
-  if (released_) return;
+  if (taken_) return;
   const int64_t rank = dist::rank();
   for (Bucket& b : buckets_)
     for (size_t s = 0; s < b.shards.size(); ++s) {
@@ -30,16 +30,17 @@ void OptimizerShards::take_over() {
                         b.shards[s].impl()->storage->data);
       for (const Tensor& t : b.full[s]) {
         detail::TensorImpl& impl = *t.impl();
+        if (impl.storage->borrowed) continue;  // not ours to free
         impl.storage = std::make_shared<detail::Storage>(0);
         impl.type.shape = {0};
         impl.sharded = true;
       }
     }
-  released_ = true;
+  taken_ = true;
 }
 
 void OptimizerShards::gather() {
-  if (!released_) return;
+  if (!taken_) return;
   const int64_t world = dist::world_size(), rank = dist::rank();
   for (Bucket& b : buckets_)
     for (size_t s = 0; s < b.shards.size(); ++s) {
@@ -52,17 +53,30 @@ void OptimizerShards::gather() {
       size_t at = 0;
       for (size_t i = 0; i < b.full[s].size(); ++i) {
         detail::TensorImpl& impl = *b.full[s][i].impl();
-        impl.type = b.types[i];
-        impl.storage = std::make_shared<detail::Storage>(b.types[i].bytes());
+        if (!impl.storage->borrowed) {
+          impl.type = b.types[i];
+          impl.storage = std::make_shared<detail::Storage>(b.types[i].bytes());
+          impl.sharded = false;
+        }
         std::memcpy(impl.storage->data, all.data() + at, b.types[i].bytes());
         at += b.types[i].bytes();
-        impl.sharded = false;
       }
     }
-  released_ = false;
+  taken_ = false;
 }
 
 namespace {
+
+// The first state slot of `spec` the shards hold: a step count per
+// parameter (PyTorch's) stays whole, as every rank advances it alike.
+size_t first_sharded_slot(const optim::UpdateSpec& spec) {
+  return !spec.state_slots.empty() && spec.state_slots[0] == optim::kStepSlot ? 1 : 0;
+}
+
+// The place of param input `p` among `group`'s parameters.
+size_t index_in(const optim::UpdateGroup& group, size_t p) {
+  return size_t(std::find(group.params.begin(), group.params.end(), p) - group.params.begin());
+}
 
 // Each group's parameters in the order the backward computes their
 // gradients, in buckets of at most `bucket_bytes` (a larger parameter is a
@@ -112,32 +126,18 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
   ir::Graph& g = cap.joint.graph;
   const int64_t world = dist::world_size();
   const std::vector<ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
-  for (const optim::UpdateGroup& group : groups)
-    if (!group.spec.state_slots.empty() && group.spec.state_slots[0] == optim::kStepSlot)
-      throw Error(
-          "ZeRO (StepOptions::zero) with a step count per parameter (PyTorch's optimizers keep "
-          "one) is not built yet; the optimizers of wholestep's C++ API keep one for all");
-
   const std::vector<GroupInputs> inputs = group_inputs(g, groups);
 
   if (!shards.laid_out()) {
     shards.buckets() = lay_out(g, groups, param_ids, grads, bucket_bytes);
     for (OptimizerShards::Bucket& b : shards.buckets()) {
       const optim::UpdateGroup& group = groups[b.group];
-      for (size_t s = 0; s < group.spec.state_slots.size(); ++s) {
+      for (size_t s = first_sharded_slot(group.spec); s < group.spec.state_slots.size(); ++s) {
         b.full.emplace_back();
         for (size_t p : b.params) {
-          const size_t j =
-              size_t(std::find(group.params.begin(), group.params.end(), p) - group.params.begin());
-          const auto& [name, t] = cap.persistent[cap.source(inputs[b.group].state[j][s]).index];
-          // Another framework's tensor: releasing ours would free none of
-          // its memory, and gathering would not write into it.
-          if (t.impl()->storage->borrowed)
-            throw Error(fmt::format(
-                "ZeRO (StepOptions::zero) over optimizer state another framework owns ('{}') "
-                "is not built yet; it shards the state of wholestep's own optimizers",
-                name));
-          b.full.back().push_back(t);
+          b.full.back().push_back(
+              cap.persistent[cap.source(inputs[b.group].state[index_in(group, p)][s]).index]
+                  .second);
         }
         b.shards.push_back(Tensor::zeros({b.part}, b.types[0].dtype));
       }
@@ -170,12 +170,16 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
   g.outputs[0].value = reduced[0];
   cap.joint.backward_end = g.size();
 
-  // Optimizer: each group's buckets, this rank's part of each.
+  // Optimizer: the parts clipped together (over the ranks), then each
+  // group's buckets, this rank's part of each.
+  ShardedStep r;
+  r.norm = append_clip(b, step_clip(groups, inputs), grad_parts, true);
+  b.internal = "the sharded optimizer update";
   std::vector<std::pair<ValueId, ValueId>> updates;  // (new value, input)
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const optim::UpdateSpec& spec = groups[gi].spec;
+    const size_t first = first_sharded_slot(spec);
     optim::UpdateInputs in;
-    in.sharded = true;
     std::vector<size_t> mine;  // its buckets
     for (size_t k = 0; k < buckets.size(); ++k) {
       if (buckets[k].group != gi) continue;
@@ -185,12 +189,18 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
       for (size_t p : buckets[k].params) ps.push_back(param_ids[p]);
       pv.param = b.local_shard(ps, world);
       pv.grad = grad_parts[k];
-      for (size_t s = 0; s < spec.state_slots.size(); ++s) {
+      if (first > 0) {  // each parameter's step count, whole on every rank
+        for (size_t p : buckets[k].params)
+          pv.steps.push_back(inputs[gi].state[index_in(groups[gi], p)][0]);
+        pv.packed = buckets[k].types;
+        pv.world = world;
+      }
+      for (size_t s = first; s < spec.state_slots.size(); ++s) {
         const std::string name = shard_input_name(k, spec.state_slots[s]);
         pv.state.push_back(b.input(ir::InputRole::opt_state, name, g.type(pv.param)));
         cap.sources.push_back({ir::InputRole::opt_state, cap.persistent.size()});
         cap.rank_local.push_back(cap.persistent.size());
-        cap.persistent.emplace_back(name, buckets[k].shards[s]);
+        cap.persistent.emplace_back(name, buckets[k].shards[s - first]);
       }
       in.params.push_back(std::move(pv));
     }
@@ -203,19 +213,21 @@ ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::Upda
           b.unpack(b.all_gather(out.params[i].param, world), k.types);
       for (size_t j = 0; j < parts.size(); ++j)
         updates.emplace_back(parts[j], param_ids[k.params[j]]);
-      for (size_t s = 0; s < spec.state_slots.size(); ++s)
+      for (size_t s = 0; s < in.params[i].state.size(); ++s)
         updates.emplace_back(out.params[i].state[s], in.params[i].state[s]);
+      for (size_t j = 0; j < in.params[i].steps.size(); ++j)
+        updates.emplace_back(out.params[i].steps[j], in.params[i].steps[j]);
     }
     for (size_t s = 0; s < in.globals.size(); ++s)
       updates.emplace_back(out.globals[s], in.globals[s]);
   }
   for (auto [value, input] : updates)
     g.outputs.push_back(ir::Output{ir::OutputRole::update, value, input, g.input_name(input)});
-  ShardedStep r;
   r.probe = guard ? reduced[1] : ir::kNoValue;
-  for (const GroupInputs& group : inputs)
-    for (const auto& param : group.state)
-      r.replaced.insert(r.replaced.end(), param.begin(), param.end());
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (const auto& param : inputs[gi].state)
+      r.replaced.insert(r.replaced.end(), param.begin() + long(first_sharded_slot(groups[gi].spec)),
+                        param.end());
   return r;
 }
 

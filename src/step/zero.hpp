@@ -19,7 +19,10 @@
 // guard's verdict, are averaged over the ranks by one more all-reduce (the
 // guard reads each rank's own gradients: a gradient mean is not finite
 // only when some rank's part is not). Global-norm clipping sums its
-// squares over the ranks by one all-reduce.
+// squares over the ranks by one all-reduce. A step count per parameter
+// (PyTorch's Adam keeps one) is not sharded: every rank keeps and advances
+// all of them alike, and a bucket's update reads each element's bias
+// corrections from its parameter's count.
 //
 // The updates are elementwise, so the padding (zero gradient, zero
 // parameter, zero state) stays zero and is never read back.
@@ -45,6 +48,10 @@ namespace ws::step {
 // optimizer state takes 1/W of the memory it did; gather makes them whole
 // again from every rank's shards, and the next step takes them over again
 // (a checkpoint loaded into them in between is what it continues from).
+// Another framework's tensors (borrowed: PyTorch's optimizer state) are
+// not released, since their memory is not ours to free: they keep their
+// values from the take-over, stale while the shards train, until gather
+// writes the current ones into them.
 class OptimizerShards {
  public:
   struct Bucket {
@@ -53,8 +60,8 @@ class OptimizerShards {
     std::vector<ir::Type> types;
     int64_t part = 0;  // elements of one rank's part
     // The optimizer's tensor of each of the group's per-parameter state
-    // slots, per parameter ([slot][param]); and this rank's shard of each
-    // slot.
+    // slots that are sharded (all but a step count per parameter), per
+    // parameter ([slot][param]); and this rank's shard of each such slot.
     std::vector<std::vector<Tensor>> full;
     std::vector<Tensor> shards;
   };
@@ -63,17 +70,20 @@ class OptimizerShards {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   std::vector<Bucket>& buckets() { return buckets_; }
 
-  // Fills the shards from the optimizer's tensors and releases those, when
-  // they are whole (after construction, or after gather). Not collective.
+  // Fills the shards from the optimizer's tensors and releases those (not
+  // borrowed ones), unless the shards hold the state already (after
+  // construction, or after gather). Not collective.
   void take_over();
-  // Makes the optimizer's tensors whole from every rank's shards.
-  // Collective: every rank calls it.
+  // Makes the optimizer's tensors whole and current from every rank's
+  // shards. Collective: every rank calls it.
   void gather();
-  bool released() const { return released_; }
+  // Whether the shards hold the state (the optimizer's tensors are empty,
+  // or, borrowed, stale).
+  bool taken() const { return taken_; }
 
  private:
   std::vector<Bucket> buckets_;
-  bool released_ = false;
+  bool taken_ = false;
 };
 
 // The name of the input that is this rank's shard of `slot` of bucket k.
@@ -87,6 +97,7 @@ std::string shard_input_name(size_t bucket, const std::string& slot);
 // out on the first call.
 struct ShardedStep {
   ir::ValueId probe = ir::kNoValue;   // nonfinite_probe's value averaged over the ranks
+  ir::ValueId norm = ir::kNoValue;    // the gradients' norm, when the step clips
   std::vector<ir::ValueId> replaced;  // the per-parameter state inputs the shards replace
 };
 ShardedStep append_sharded_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,

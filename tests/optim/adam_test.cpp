@@ -97,6 +97,41 @@ TEST(GradientClipping, AppliesToSgdToo) {
   EXPECT_NEAR(w[2], 2.0 - 0.4, 1e-6);
 }
 
+// StepResult::grad_norm is the norm before clipping (what
+// torch.nn.utils.clip_grad_norm_ returns), in every mode; none without
+// clipping.
+TEST(GradientClipping, TheStepReportsTheNormItClippedBy) {
+  for (StepMode mode : {StepMode::interpret, StepMode::three_graph, StepMode::single_graph}) {
+    SCOPED_TRACE(mode_name(mode));
+    Linear1 model;
+    optim::SGD opt(model, {.lr = 1.0, .max_grad_norm = 0.5});
+    TrainStep step = compile_train_step(
+        model, opt, [&](const Tensor& x) { return sum(mul(x, model.w), {0}); }, {.mode = mode});
+    const StepResult r = step(Tensor::from_vector(std::vector<float>{3, 0, 4}, {3}));
+    ASSERT_TRUE(r.grad_norm.has_value());
+    EXPECT_NEAR(*r.grad_norm, 5.0, 1e-6);
+    EXPECT_FALSE(r.skipped);
+  }
+  Linear1 model;
+  optim::SGD opt(model, {.lr = 1.0});
+  TrainStep step =
+      compile_train_step(model, opt, [&](const Tensor& x) { return sum(mul(x, model.w), {0}); });
+  EXPECT_FALSE(step(Tensor::from_vector(std::vector<float>{3, 0, 4}, {3})).grad_norm.has_value());
+}
+
+// A NaN norm makes the clipping coefficient NaN, so every gradient, finite
+// ones too, as torch's clamp(max_norm / (norm + 1e-6), max=1) does.
+TEST(GradientClipping, ANanNormMakesEveryGradientNan) {
+  Linear1 model;
+  optim::SGD opt(model, {.lr = 1.0, .max_grad_norm = 0.5});
+  TrainStep step =
+      compile_train_step(model, opt, [&](const Tensor& x) { return sum(mul(x, model.w), {0}); },
+                         {.on_nonfinite = NonFinite::ignore});
+  const StepResult r = step(Tensor::from_vector(std::vector<float>{3, NAN, 4}, {3}));
+  EXPECT_TRUE(std::isnan(*r.grad_norm));
+  for (double w : model.w.to_vector()) EXPECT_TRUE(std::isnan(w));
+}
+
 TEST(AdamErrors, BadOptionsAreNamed) {
   Linear1 model;
   EXPECT_EQ(error_of([&] { optim::Adam(model, {.beta1 = 1.0}); }),
