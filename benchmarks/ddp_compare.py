@@ -226,8 +226,8 @@ def compare_model(runner, spec, sides, args):
                 add(side, {"ms_per_step": ms, "examples_per_s": world * batch * 1e3 / ms})
             else:
                 for mode, row in runner.ws_side(spec["name"], side).items():
-                    # compare --zero runs each mode plain and "(zero)": the
-                    # zero side keeps the latter.
+                    # compare --zero runs each mode with ZeRO, named
+                    # "<mode> (zero)": the zero side keeps those alone.
                     zero_mode = mode.endswith(" (zero)")
                     if zero_mode == side.endswith("_zero"):
                         add(f"{side} {mode.removesuffix(' (zero)')}", row)

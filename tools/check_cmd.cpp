@@ -31,7 +31,7 @@ class CheckCommand : public Command {
       : Command(parent, "check",
                 "check every parameter's gradient against f64 finite differences, and that the "
                 "modes agree after some steps",
-                c) {
+                c, /*with_mode=*/false) {
     app_->get_option("--model")
         ->description("reference model: mlp, tiny_mlp, cnn or gpt (default: all four)")
         ->default_str("");
@@ -127,11 +127,15 @@ class CheckCommand : public Command {
         "{}: {} {} steps in each mode on random batches of {}; max diff: largest over parameters "
         "and buffers of max|p - p_interpret| / max|p_interpret|; pass below {}\n",
         c.model, steps_, optimizer_name(c), spec.batch, kModeTolerance);
+    // Each mode with the step options given.
+    std::vector<ws::CompareConfig> configs;
+    for (ws::StepMode m :
+         {ws::StepMode::interpret, ws::StepMode::three_graph, ws::StepMode::single_graph}) {
+      configs.push_back(c.step);
+      configs.back().mode = m;
+    }
     const std::vector<ws::CompareRow> rows =
-        ws::compare_modes([&] { return make_setup(c); },
-                          {{ws::StepMode::interpret},
-                           {.mode = ws::StepMode::three_graph, .memory_budget = c.memory_budget},
-                           {.mode = ws::StepMode::single_graph, .memory_budget = c.memory_budget}},
+        ws::compare_modes([&] { return make_setup(c); }, configs,
                           [&](int64_t i) { return random_step_batch(spec, c.seed, i); }, steps_, 0);
     fmt::print("{:<13}  {:>10}  {:>9}  {:<24}  {}\n", "mode", "final loss", "max diff", "at",
                "result");

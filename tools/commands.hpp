@@ -13,10 +13,12 @@ namespace cli {
 
 class Command {
  public:
-  // Adds the subcommand `name` to `parent`, with the common flags.
-  Command(CLI::App& parent, const char* name, const char* help, Common& c)
+  // Adds the subcommand `name` to `parent`, with the common flags and the
+  // step options' (step_flags.hpp; without --mode when `with_mode` is
+  // false: the command compiles several modes).
+  Command(CLI::App& parent, const char* name, const char* help, Common& c, bool with_mode = true)
       : app_(parent.add_subcommand(name, help)) {
-    add_common(app_, c);
+    add_common(app_, c, with_mode);
   }
   // Adds the subcommand `name` to `parent`, without the common flags (it
   // trains no model).

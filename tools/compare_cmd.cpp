@@ -72,7 +72,8 @@ ordered_json counters_json(const ws::StepCounters& k) {
 class CompareCommand : public Command {
  public:
   CompareCommand(CLI::App& parent, Common& c)
-      : Command(parent, "compare", "train in every mode and compare time, memory, agreement", c) {
+      : Command(parent, "compare", "train in every mode and compare time, memory, agreement", c,
+                /*with_mode=*/false) {
     add_integer(app_, "--steps", steps_, "timed steps", 1)->capture_default_str();
     add_integer(app_, "--warmup", warmup_, "untimed first steps", 0)->capture_default_str();
     app_->add_option("--modes", modes_text_,
@@ -85,13 +86,20 @@ class CompareCommand : public Command {
     app_->add_flag("--save-all-rows", save_all_rows_,
                    "also run both modes keeping every value the backward reads (no "
                    "recomputation)");
+    app_->add_flag("--zero-rows", zero_rows_,
+                   "--data-parallel: also run the compiled modes with ZeRO stage 1, beside the "
+                   "rows without it");
     app_->add_option("--json", json_,
                      "write the rows to this file as JSON: {\"rows\": [{mode, ms_per_step, "
                      "examples_per_s, comm_bytes, comm_wait_ms, hidden_share, ...}]}");
-    add_data_parallel(app_, c);
   }
 
   void check(const Common& c) override {
+    if (zero_rows_ && !c.step.data_parallel) throw UsageError("--zero-rows needs --data-parallel");
+    if (zero_rows_ && c.step.zero)
+      throw UsageError(
+          "--zero-rows adds rows with ZeRO beside those without; --zero makes "
+          "every row use it: give one of them");
     require_count("--steps", steps_, 1);
     require_count("--warmup", warmup_, 0);
     // compare runs --steps + --warmup steps, which must be a count too.
@@ -119,45 +127,39 @@ class CompareCommand : public Command {
   int run(const Common& c) override {
     const ws::models::Spec spec = ws::models::spec(c.model);
     BatchSource source(c, spec);
+    // Every row has the step options given, in its own mode.
     std::vector<ws::CompareConfig> configs;
-    for (ws::StepMode m : modes_) configs.push_back({m});
-    // The extra rows, for each compiled mode compared: aliasing, fusion or
-    // recomputation off.
-    auto add_rows = [&](bool wanted, bool aliasing, bool fuse, bool recompute) {
-      for (ws::StepMode m : modes_)
-        if (wanted && m != ws::StepMode::interpret)
-          configs.push_back({m, aliasing, fuse, recompute});
+    auto row = [&](ws::StepMode m) {
+      ws::CompareConfig config = c.step;
+      config.mode = m;
+      return config;
     };
-    add_rows(no_alias_rows_, false, true, true);
-    add_rows(unfused_rows_, true, false, true);
-    add_rows(save_all_rows_, true, true, false);
-    for (ws::CompareConfig& config : configs) {
-      config.memory_budget = c.memory_budget;
-      config.data_parallel = c.data_parallel;
-      config.bucket_bytes = bucket_bytes(c);
-      config.sync_batch_norm = c.sync_batch_norm;
-    }
-    // --zero: each compiled mode again with the optimizer state sharded.
-    if (c.zero) {
-      const size_t plain = configs.size();
-      for (size_t i = 0; i < plain; ++i)
-        if (configs[i].mode != ws::StepMode::interpret && configs[i].aliasing && configs[i].fuse &&
-            configs[i].recompute) {
-          configs.push_back(configs[i]);
-          configs.back().zero = true;
+    for (ws::StepMode m : modes_) configs.push_back(row(m));
+    // The extra rows, for each compiled mode compared: aliasing, fusion or
+    // recomputation off, or ZeRO on.
+    auto add_rows = [&](bool wanted, auto change) {
+      for (ws::StepMode m : modes_)
+        if (wanted && m != ws::StepMode::interpret) {
+          configs.push_back(row(m));
+          change(configs.back());
         }
-    }
+    };
+    add_rows(no_alias_rows_, [](ws::CompareConfig& r) { r.aliasing = false; });
+    add_rows(unfused_rows_, [](ws::CompareConfig& r) { r.fuse = false; });
+    add_rows(save_all_rows_, [](ws::CompareConfig& r) { r.recompute = false; });
+    add_rows(zero_rows_, [](ws::CompareConfig& r) { r.zero = true; });
     fmt::print(
         "comparing modes on {} (batch {}, {}{}): {} timed steps after {} warm-up, round robin, "
         "median ms/step; max diff is parameters and buffers vs {} after the last step\n",
         c.model, batch_text(spec.batch), optimizer_name(c),
-        c.data_parallel ? ", data parallel" : "", steps_, warmup_, ws::config_name(configs[0]));
+        c.step.data_parallel ? ", data parallel" : "", steps_, warmup_,
+        ws::config_name(configs[0]));
     auto rows =
         ws::compare_modes([&] { return make_setup(c); }, configs,
                           [&](int64_t i) { return source.get(i); }, steps_ + warmup_, warmup_);
     const int64_t global_batch = global_spec(spec).batch;
     const std::string table = ws::format_comparison(rows);
-    fmt::print("{}", c.data_parallel ? with_comm_columns(table, rows, global_batch) : table);
+    fmt::print("{}", c.step.data_parallel ? with_comm_columns(table, rows, global_batch) : table);
     if (!json_.empty() && leads()) {
       write_text_file(json_, rows_json(c, rows, spec.batch, global_batch).dump(1) + "\n",
                       "compare");
@@ -173,8 +175,8 @@ class CompareCommand : public Command {
                         {"batch", batch},
                         {"global_batch", global_batch},
                         {"world_size", ws::dist::world_size()},
-                        {"data_parallel", c.data_parallel},
-                        {"bucket_bytes", c.data_parallel ? bucket_bytes(c) : 0},
+                        {"data_parallel", c.step.data_parallel},
+                        {"bucket_bytes", c.step.data_parallel ? c.step.bucket_bytes : 0},
                         {"threads", ws::num_threads()},
                         {"steps", steps_},
                         {"warmup", warmup_},
@@ -201,7 +203,7 @@ class CompareCommand : public Command {
   int64_t steps_ = 20, warmup_ = 3;
   std::string modes_text_ = "interpret,three_graph,single_graph", json_;
   std::vector<ws::StepMode> modes_;
-  bool no_alias_rows_ = false, unfused_rows_ = false, save_all_rows_ = false;
+  bool no_alias_rows_ = false, unfused_rows_ = false, save_all_rows_ = false, zero_rows_ = false;
 };
 
 }  // namespace

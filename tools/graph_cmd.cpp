@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "group.hpp"
+#include "run.hpp"
 
 extern char** environ;
 
@@ -68,7 +70,6 @@ class GraphCommand : public Command {
                 "parameters and their in-place updates, values passed between graphs, fused "
                 "kernels",
                 c) {
-    app_->add_option("--mode", mode_, "single_graph | three_graph")->capture_default_str();
     app_->add_option("--stage", stage_,
                      "joint (traced and differentiated, one graph) | partitioned (the graphs "
                      "the step runs) | lowered (as their programs run them, with fused kernels)")
@@ -77,9 +78,8 @@ class GraphCommand : public Command {
         ->required();
   }
 
-  void check(const Common&) override {
-    check_mode(mode_);
-    if (mode_ == "interpret")
+  void check(const Common& c) override {
+    if (c.step.mode == ws::StepMode::interpret)
       throw UsageError(
           "--mode interpret: graph draws a compiled step; use single_graph or "
           "three_graph");
@@ -93,11 +93,12 @@ class GraphCommand : public Command {
 
   int run(const Common& c) override {
     ws::TrainSetup s = make_setup(c);
-    ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
-                       {.mode = ws::parse_mode(mode_), .memory_budget = c.memory_budget});
-    step.run(ws::models::random_batch(ws::models::spec(c.model), 0));  // compiles the step
+    ws::TrainStep step(*s.model, *s.opt, s.loss_fn, c.step);
+    // Compiles the step, on this rank's rows of one random global batch.
+    step.run(rank_rows(ws::models::random_batch(global_spec(ws::models::spec(c.model)), 0)));
+    if (!leads()) return 0;  // rank 0 writes the picture
     const std::string dot = step.graph_dot(*stage_named(stage_));
-    const std::string what = fmt::format("{} {} ({})", c.model, mode_, stage_);
+    const std::string what = fmt::format("{} {} ({})", c.model, ws::mode_name(c.step.mode), stage_);
     if (fs::path(output_).extension() == ".dot") {
       write_text_file(output_, dot, "graph");
       fmt::print("wrote {}: {} (render: dot -Tsvg {} -o step.svg)\n", output_, what, output_);
@@ -127,7 +128,7 @@ class GraphCommand : public Command {
   }
 
  private:
-  std::string mode_ = "single_graph", stage_ = "partitioned", output_;
+  std::string stage_ = "partitioned", output_;
 };
 
 }  // namespace

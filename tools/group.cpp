@@ -31,11 +31,12 @@ void join_process_group(const CLI::App* command, const Common& c) {
     if (launched > 1)
       throw UsageError(fmt::format(
           "this process is one of {} that mpirun started, but `wholestep {}` runs in one "
-          "process: run it without mpirun (train, compare and profile take --data-parallel)",
+          "process: run it without mpirun (the commands that compile a step take "
+          "--data-parallel)",
           launched, command->get_name()));
     return;
   }
-  if (!c.data_parallel) {
+  if (!c.step.data_parallel) {
     if (launched > 1)
       throw UsageError(fmt::format(
           "this process is one of {} that mpirun started, but --data-parallel is not given: "

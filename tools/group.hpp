@@ -22,8 +22,8 @@
 namespace cli {
 
 // Before any other check: launched by mpirun as one of several processes,
-// a command must take --data-parallel (train, compare, profile) and be
-// given it. --data-parallel joins the process group (without mpirun, a
+// a command must take --data-parallel (every command that compiles a step)
+// and be given it. --data-parallel joins the process group (without mpirun, a
 // group of one). A UsageError otherwise, the same on every rank.
 void join_process_group(const CLI::App* command, const Common& c);
 

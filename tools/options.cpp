@@ -12,11 +12,13 @@
 
 #include <fmt/format.h>
 
+#include "step_flags.hpp"
+
 namespace cli {
 
 using ws::models::DataKind;
 
-void add_common(CLI::App* app, Common& c) {
+void add_common(CLI::App* app, Common& c, bool with_mode) {
   app->add_option("--model", c.model, "reference model: mlp, tiny_mlp, cnn or gpt")
       ->capture_default_str();
   app->add_option("--data", c.data_dir, "Fashion-MNIST directory")->capture_default_str();
@@ -30,37 +32,10 @@ void add_common(CLI::App* app, Common& c) {
   app->add_option("--max-grad-norm", c.max_grad_norm, "global-norm gradient clipping (0: off)")
       ->capture_default_str();
   add_integer(app, "--threads", c.threads, "threads (0: all cores)", 0)->capture_default_str();
-  app->add_option("--memory-budget", c.memory_budget,
-                  "forward values kept for the backward: a fraction in (0, 1] of keeping all, "
-                  "or bytes; the backward recomputes the rest (0: none)")
-      ->capture_default_str();
   app->add_option("--schedule", c.schedule,
                   "learning rate schedule: cosine (decay to 0 over the run) or constant")
       ->capture_default_str();
-}
-
-void add_data_parallel(CLI::App* app, Common& c) {
-  app->add_flag("--data-parallel", c.data_parallel,
-                "train as one of the processes mpirun started, each on its part of every "
-                "global batch (the model's batch times the processes), gradients averaged "
-                "inside the step; without mpirun, a group of one");
-  app->add_option("--bucket-mb", c.bucket_mb,
-                  "--data-parallel: MiB of gradients each collective reduces, at most")
-      ->capture_default_str();
-  app->add_flag("--sync-batch-norm", c.sync_batch_norm,
-                "--data-parallel: BatchNorm normalizes by the global batch's statistics, "
-                "averaged over the processes in the step");
-  app->add_flag("--zero", c.zero,
-                "--data-parallel: ZeRO stage 1, each process keeps and updates its part of the "
-                "optimizer state (compare: beside the rows without it)");
-  app->add_option("--comm-progress", c.comm_progress,
-                  "--data-parallel: what moves a reduction while the step computes: kernels "
-                  "(tests between kernels), thread (a thread of its own) or wait (only waiting)")
-      ->capture_default_str();
-}
-
-int64_t bucket_bytes(const Common& c) {
-  return std::max<int64_t>(1, std::llround(c.bucket_mb * double(1 << 20)));
+  add_step_flags(app, c.step, c.comm_progress, with_mode);
 }
 
 void canonical_integer(const std::string& flag, std::string& text, bool is_signed, int64_t lo,
@@ -185,24 +160,12 @@ void check_common(CLI::App* app, const Common& c) {
   if (app->get_option("--weight-decay")->count() > 0)
     require_nonnegative("--weight-decay", c.weight_decay);
   require_nonnegative("--max-grad-norm", c.max_grad_norm);
-  require_nonnegative("--memory-budget", c.memory_budget);
   require(c.threads >= 0, "--threads", std::to_string(c.threads), "must be >= 0 (0: all cores)");
   // OpenMP would try to start every one of them at the first parallel region.
   require(c.threads <= 1024, "--threads", std::to_string(c.threads), "must be at most 1024");
   require(c.schedule == "cosine" || c.schedule == "constant", "--schedule", c.schedule,
           "expected cosine or constant");
-  if (const CLI::Option* bucket = app->get_option_no_throw("--bucket-mb")) {
-    if (bucket->count() > 0 && !c.data_parallel)
-      throw UsageError("--bucket-mb needs --data-parallel");
-    for (const char* flag : {"--sync-batch-norm", "--zero", "--comm-progress"})
-      if (app->get_option(flag)->count() > 0 && !c.data_parallel)
-        throw UsageError(fmt::format("{} needs --data-parallel", flag));
-    require(
-        c.comm_progress == "kernels" || c.comm_progress == "thread" || c.comm_progress == "wait",
-        "--comm-progress", c.comm_progress, "expected kernels, thread or wait");
-    require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= 1 << 20, "--bucket-mb",
-            fmt::format("{}", c.bucket_mb), "must be a number of MiB above 0, at most 1048576");
-  }
+  check_step_flags(app, c.step, c.comm_progress);
 }
 
 // The data a training run reads: a directory the user named must exist,
@@ -228,14 +191,6 @@ void check_data(CLI::App* app, const Common& c) {
     } catch (const ws::Error& e) {
       throw UsageError(fmt::format("--text {}: {}", c.text, e.what()));
     }
-  }
-}
-
-void check_mode(const std::string& mode) {
-  try {
-    ws::parse_mode(mode);
-  } catch (const ws::Error& e) {
-    throw UsageError(fmt::format("--mode {}: {}", mode, e.what()));
   }
 }
 

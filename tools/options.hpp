@@ -34,22 +34,16 @@ struct Common {
   double momentum = 0.9, weight_decay = -1, max_grad_norm = 0;
   std::string schedule = "cosine";
   int threads = 0;
-  double memory_budget = 0;
-  // train, compare and profile (add_data_parallel).
-  bool data_parallel = false;
-  double bucket_mb = 0.0625;
-  bool sync_batch_norm = false;
-  bool zero = false;
-  std::string comm_progress = "kernels";  // ws::dist::Progress by name
+  // The step options (step_flags.hpp: every command that takes these
+  // options compiles a step), and how the process group's collectives
+  // move (ws::dist::Progress by name; group.hpp joins the group).
+  ws::StepOptions step;
+  std::string comm_progress = "kernels";
 };
 
-// The options every subcommand takes.
-void add_common(CLI::App* app, Common& c);
-// --data-parallel and --bucket-mb (train, compare, profile; group.hpp joins
-// the process group).
-void add_data_parallel(CLI::App* app, Common& c);
-// StepOptions::bucket_bytes from --bucket-mb.
-int64_t bucket_bytes(const Common& c);
+// The options every subcommand that trains a model takes, and the step
+// options' flags (but --mode when `with_mode` is false).
+void add_common(CLI::App* app, Common& c, bool with_mode);
 
 // `text` with an integer flag's value made canonical: a decimal integer
 // (an optional sign, then digits) in [lo, hi] is rewritten without leading
@@ -115,6 +109,7 @@ void check_output_file(const char* flag, const std::string& path);
 void write_text_file(const std::string& path, std::string_view text, const char* command);
 // A directory `train --save` can write checkpoints into (made if missing).
 void check_writable_dir(const char* flag, const std::string& dir);
+// The common options and the step options, checked.
 void check_common(CLI::App* app, const Common& c);
 // The data a training run reads: a directory the user named must exist,
 // and a text must hold a window for training and one for validation.
@@ -132,6 +127,5 @@ auto read_data(const char* flag, const std::string& where, F&& read) {
     throw UsageError(std::string(flag) + " " + where + ": " + e.what());
   }
 }
-void check_mode(const std::string& mode);
 
 }  // namespace cli

@@ -21,32 +21,22 @@ class ProfileCommand : public Command {
   ProfileCommand(CLI::App& parent, Common& c)
       : Command(parent, "profile", "time every kernel of a compiled step", c) {
     add_integer(app_, "--steps", steps_, "profiled steps", 1)->capture_default_str();
-    app_->add_option("--mode", mode_, "three_graph | single_graph")->capture_default_str();
     add_integer(app_, "--top", top_, "kernels listed", 1)->capture_default_str();
     app_->add_option("--trace", trace_, "write the last step as Chrome trace JSON to this file");
-    app_->add_flag("--no-fuse", no_fuse_, "one kernel per op (for comparison)");
-    add_data_parallel(app_, c);
   }
 
-  void check(const Common&) override {
+  void check(const Common& c) override {
     require_count("--steps", steps_, 1);
     require_at_most("--steps", steps_, std::numeric_limits<int>::max());  // StepProfile's int
     require_count("--top", top_, 1);
-    if (mode_ == "interpret") throw UsageError("--mode interpret: profile times compiled modes");
+    if (c.step.mode == ws::StepMode::interpret)
+      throw UsageError("--mode interpret: profile times compiled modes");
     if (!trace_.empty()) check_output_file("--trace", trace_);
-    check_mode(mode_);
   }
 
   int run(const Common& c) override {
     ws::TrainSetup s = make_setup(c);
-    ws::TrainStep step(*s.model, *s.opt, s.loss_fn,
-                       {.mode = ws::parse_mode(mode_),
-                        .fuse = !no_fuse_,
-                        .memory_budget = c.memory_budget,
-                        .data_parallel = c.data_parallel,
-                        .bucket_bytes = bucket_bytes(c),
-                        .sync_batch_norm = c.sync_batch_norm,
-                        .zero = c.zero});
+    ws::TrainStep step(*s.model, *s.opt, s.loss_fn, c.step);
     // This rank's part of a global batch (all of it in one process).
     const std::vector<ws::Tensor> batch =
         rank_rows(ws::models::random_batch(global_spec(ws::models::spec(c.model)), 0));
@@ -62,8 +52,8 @@ class ProfileCommand : public Command {
     fmt::print(
         "{} {} ({} steps): {:.2f} ms/step median, {} kernels, {:.2f} GFLOP/step; first call "
         "(trace, compile, one step) {:.0f} ms\n",
-        c.model, mode_, p.steps, p.step_ms, r.counters.kernels, double(r.counters.flops) * 1e-9,
-        first_ms);
+        c.model, ws::mode_name(c.step.mode), p.steps, p.step_ms, r.counters.kernels,
+        double(r.counters.flops) * 1e-9, first_ms);
     // The name column fits the longest listed name (fused kernels are named
     // by their ops).
     size_t width = 6;
@@ -85,7 +75,7 @@ class ProfileCommand : public Command {
     fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
                p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
                p.step_ms / p.contraction_ms);
-    if (c.data_parallel) {
+    if (c.step.data_parallel) {
       // The profiled steps' collectives, per step (the contractions alone
       // run none).
       const ws::dist::CommCounters& now = ws::dist::counters();
@@ -114,9 +104,8 @@ class ProfileCommand : public Command {
 
  private:
   int64_t steps_ = 20;
-  std::string mode_ = "single_graph", trace_;
+  std::string trace_;
   int top_ = 12;
-  bool no_fuse_ = false;
 };
 
 }  // namespace

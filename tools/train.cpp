@@ -75,15 +75,11 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
       f.steps.value_or(source.epoch_steps() > 0 ? int64_t(f.epochs) * source.epoch_steps() : 300);
   ws::TrainSetup s = make_setup(c);
   auto& model = static_cast<ws::models::Model&>(*s.model);
-  ws::TrainStep step(
-      *s.model, *s.opt, s.loss_fn,
-      {.mode = ws::parse_mode(f.mode),
-       .memory_budget = c.memory_budget,
-       .on_nonfinite = f.skip_nonfinite ? ws::NonFinite::skip : ws::NonFinite::ignore,
-       .data_parallel = c.data_parallel,
-       .bucket_bytes = bucket_bytes(c),
-       .sync_batch_norm = c.sync_batch_norm,
-       .zero = c.zero});
+  // A non-finite loss with --on-nonfinite error stops the run here, with
+  // what to do about it, rather than in the step.
+  ws::StepOptions options = c.step;
+  if (options.on_nonfinite == ws::NonFinite::error) options.on_nonfinite = ws::NonFinite::ignore;
+  ws::TrainStep step(*s.model, *s.opt, s.loss_fn, options);
   int64_t skipped = 0;
   int64_t one_thread = 0;  // steps run on one thread (StepOptions::adapt_threads)
   HeldOut evaluator(c, spec, model);
@@ -134,8 +130,8 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
                      : spec.data == DataKind::text        ? c.text.c_str()
                                                           : "random data";
   fmt::print("training {} on {}: {} steps, batch {}, {} lr {} ({}), mode {}{}\n", c.model, data,
-             steps, batch_text(spec.batch), optimizer_name(c), learning_rate(c), c.schedule, f.mode,
-             c.data_parallel ? ", data parallel" : "");
+             steps, batch_text(spec.batch), optimizer_name(c), learning_rate(c), c.schedule,
+             ws::mode_name(c.step.mode), c.step.data_parallel ? ", data parallel" : "");
   if (!f.metrics.empty())
     fmt::print("metrics: {} ({})\n", f.metrics, f.resume.empty() ? "written anew" : "appended");
   std::fflush(stdout);  // training starts: the first step traces and compiles
@@ -210,16 +206,16 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
           fmt::print(stderr, "step {}: the loss or a gradient is not finite (loss {}); skipped\n",
                      i + 1, loss_text(r.loss));
       } else {
-        if (!std::isfinite(r.loss)) {
+        if (!std::isfinite(r.loss) && c.step.on_nonfinite == ws::NonFinite::error) {
           progress.break_line();
           const std::string what = fmt::format(
               "step {}: the loss is {}; training stops here (its update made the parameters "
-              "non-finite{}). Lower --lr, check the data, or use --skip-nonfinite",
+              "non-finite{}). Lower --lr, check the data, or use --on-nonfinite skip",
               i + 1, loss_text(r.loss),
               f.save_dir.empty() ? "" : "; the checkpoints saved so far are intact");
           // The loss is the ranks' mean: every rank of a data-parallel run
           // stops here alike.
-          if (c.data_parallel) throw ws::dist::GroupError(what);
+          if (c.step.data_parallel) throw ws::dist::GroupError(what);
           throw ws::Error(what);
         }
         if (i == start) first = r.loss;
@@ -337,7 +333,6 @@ class TrainCommand : public Command {
       : Command(parent, "train",
                 "train a model (Fashion-MNIST: then test accuracy; gpt: then validation loss)", c) {
     add_train_flags(app_, f_);
-    add_data_parallel(app_, c);
   }
   void adopt(Common& c) override {
     f_.steps_given = app_->get_option("--steps")->count() > 0;

@@ -10,6 +10,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+namespace ws {
+
+// A step mode in a checkpoint's configuration: its name.
+static void to_json(nlohmann::json& j, StepMode m) { j = mode_name(m); }
+static void from_json(const nlohmann::json& j, StepMode& m) {
+  m = parse_mode(j.get<std::string>());
+}
+
+}  // namespace ws
+
 namespace cli {
 
 using nlohmann::json;
@@ -73,11 +83,14 @@ T value_of(const std::optional<T>& v) {
   return v.value_or(T{});
 }
 
-// The member M of Common or of TrainFlags.
+// The member M of Common, of its step options, or of TrainFlags.
 template <auto M, class C, class F>
 auto& storage(C& c, F& f) {
-  if constexpr (std::is_same_v<typename MemberOf<decltype(M)>::Owner, Common>)
+  using Owner = typename MemberOf<decltype(M)>::Owner;
+  if constexpr (std::is_same_v<Owner, Common>)
     return c.*M;
+  else if constexpr (std::is_same_v<Owner, ws::StepOptions>)
+    return c.step.*M;
   else
     return f.*M;
 }
@@ -111,15 +124,15 @@ constexpr ConfigField kRunConfig[] = {
     field<&Common::model>("model", "--model", Kind::model, Resume::keep),
     field<&Common::optimizer>("optimizer", "--optimizer", Kind::optimizer, Resume::keep),
     field<&Common::schedule>("schedule", "--schedule", Kind::schedule, Resume::keep),
-    field<&TrainFlags::mode>("mode", "--mode", Kind::mode, Resume::keep),
+    field<&ws::StepOptions::mode>("mode", "--mode", Kind::mode, Resume::keep),
     field<&Common::data_dir>("data", "--data", Kind::dir, Resume::moved),
     field<&Common::text>("text", "--text", Kind::file, Resume::moved),
     field<&Common::lr>("lr", "--lr", Kind::nonnegative, Resume::keep),
     field<&Common::momentum>("momentum", "--momentum", Kind::nonnegative, Resume::keep),
     field<&Common::max_grad_norm>("max_grad_norm", "--max-grad-norm", Kind::nonnegative,
                                   Resume::keep),
-    field<&Common::memory_budget>("memory_budget", "--memory-budget", Kind::nonnegative,
-                                  Resume::keep),
+    field<&ws::StepOptions::memory_budget>("memory_budget", "--memory-budget", Kind::nonnegative,
+                                           Resume::keep),
     // Below 0: the optimizer's default.
     field<&Common::weight_decay>("weight_decay", "--weight-decay", Kind::number, Resume::keep),
     field<&Common::seed>("seed", "--seed", Kind::seed, Resume::keep),
@@ -207,7 +220,6 @@ void add_train_flags(CLI::App* tr, TrainFlags& f) {
               "epochs (Fashion-MNIST models); with --resume, the run's new end", 1)
       ->capture_default_str();
   add_integer(tr, "--steps", f.steps, "steps (default: the epochs, or 300 for gpt)", 1);
-  tr->add_option("--mode", f.mode, "interpret | three_graph | single_graph")->capture_default_str();
   tr->add_option("--save", f.save_dir,
                  "write checkpoints into this directory (checkpoint-<step>/: model.safetensors, "
                  "optimizer.safetensors, trainer_state.json) at the end, every --save-every "
@@ -219,9 +231,6 @@ void add_train_flags(CLI::App* tr, TrainFlags& f) {
   tr->add_option("--resume", f.resume,
                  "continue the run saved in this checkpoint (or the newest in this directory), "
                  "with its configuration");
-  tr->add_flag("--skip-nonfinite", f.skip_nonfinite,
-               "skip a step whose loss or gradients are inf or NaN (parameters and state stay "
-               "as they were); without it such a step stops training with an error");
   add_integer(tr, "--stop-after", f.stop_after,
               "stop after this many steps of this run (saving when --save is given)", 1);
 
@@ -278,7 +287,6 @@ void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
                     f.sample, c.model));
   if (f.prompt && f.prompt->empty())
     throw UsageError("--prompt \"\": is empty; give at least one byte to continue");
-  check_mode(f.mode);
   if (!f.save_dir.empty()) check_writable_dir("--save", f.save_dir);
   if (!f.metrics.empty()) check_output_file("--metrics", f.metrics);
   check_data(tr, c);

@@ -18,13 +18,11 @@ namespace cli {
 struct TrainFlags {
   int epochs = 1;
   std::optional<int64_t> steps;
-  std::string mode = "single_graph";
   std::string save_dir;
   int64_t save_every = 0;  // 0: at the end and when interrupted only
   int keep = 3;
   std::string resume;
   std::optional<int64_t> stop_after;
-  bool skip_nonfinite = false;
   std::string metrics;  // --metrics FILE: JSON Lines
   int64_t log_every = 50;
   std::optional<int64_t> eval_every;  // default: each epoch (Fashion-MNIST), the end (text)

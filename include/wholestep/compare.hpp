@@ -19,17 +19,8 @@ struct TrainSetup {
   LossFn loss_fn;
 };
 
-struct CompareConfig {
-  StepMode mode;
-  bool aliasing = true;
-  bool fuse = true;
-  bool recompute = true;
-  double memory_budget = 0;    // StepOptions::memory_budget
-  bool data_parallel = false;  // StepOptions::data_parallel
-  int64_t bucket_bytes = int64_t(64) << 10;
-  bool sync_batch_norm = false;
-  bool zero = false;  // StepOptions::zero
-};
+// One row of a comparison: the options its step is compiled with.
+using CompareConfig = StepOptions;
 
 struct CompareRow {
   CompareConfig config;
@@ -59,7 +50,7 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
                                       int64_t warmup_steps);
 
 // A configuration's name in the table: the mode, then "(no alias)",
-// "(unfused)", "(save all)" for what it turns off.
+// "(unfused)", "(save all)" for what it turns off, "(zero)" for ZeRO.
 std::string config_name(const CompareConfig& c);
 
 // A table: mode, ms/step, speedup over the first row, graphs/step,

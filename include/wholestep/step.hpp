@@ -12,105 +12,10 @@
 
 #include "wholestep/nn.hpp"
 #include "wholestep/optim.hpp"
+#include "wholestep/step_options.hpp"
 #include "wholestep/tensor.hpp"
 
 namespace ws {
-
-enum class StepMode {
-  interpret,     // the step graph node by node on reference kernels (the oracle)
-  three_graph,   // forward, backward and optimizer Programs, as AOTAutograd + eager optimizer
-  single_graph,  // one Program: forward, backward and updates together
-};
-
-const char* mode_name(StepMode m);
-// Parses "interpret", "three_graph" or "single_graph"; throws ws::Error otherwise.
-StepMode parse_mode(const std::string& s);
-
-// What a step does when its loss (or, skipping, any gradient element) is
-// inf or NaN.
-enum class NonFinite {
-  // TrainStep::run throws a ws::Error naming the step, after the step ran
-  // (its update is applied, as PyTorch's would be; the error makes it seen).
-  error,
-  // Decided inside the step graph before any in-place write: the update
-  // writes back what it read, so parameters, optimizer state, buffers and
-  // the random stream stay bit-identical, the optimizer's step count does
-  // not advance, and StepResult::skipped says so. Costs a pass over the
-  // gradients.
-  skip,
-  // Nothing is checked.
-  ignore,
-};
-
-struct StepOptions {
-  StepMode mode = StepMode::single_graph;
-  // Update parameters and optimizer state in their own storage. Off (for
-  // comparison only): the step keeps its own copy and copies in and out.
-  bool aliasing = true;
-  // Fuse chains of elementwise ops into one loop kernel each. Off (for
-  // comparison only): one kernel per op.
-  bool fuse = true;
-  // The forward keeps a minimum cut of what the backward needs (three_graph:
-  // saves it between the graphs; single_graph: keeps it alive into the
-  // backward) and the backward recomputes the rest (cheap elementwise,
-  // reduction and shape ops). Off (for comparison): every forward value the
-  // backward reads is kept.
-  bool recompute = true;
-  // Bytes of forward values kept alive for the backward, at most: in
-  // (0, 1], that fraction of what saving every value the backward reads
-  // keeps; above 1, bytes. The backward recomputes the rest (the fewest
-  // recomputations that fit; never below the minimum cut). Applies to
-  // three_graph (what the forward saves) and single_graph (what stays alive
-  // across the forward/backward boundary). 0: no budget.
-  double memory_budget = 0;
-  NonFinite on_nonfinite = NonFinite::error;
-  // interpret mode: the first node of the step graph whose result holds an
-  // inf or a NaN stops the step with a ws::Error naming it and the user's
-  // source line (PyTorch's detect_anomaly). Checks every value: slow.
-  bool detect_anomaly = false;
-  // Compiled input signatures kept (each holds its Programs and arenas);
-  // the least recently used one is freed when a new one would exceed this.
-  // 0: no limit.
-  int max_cached = 8;
-  // A warning is printed when one step has been traced more often than this
-  // (each new input signature traces again).
-  int recompile_warning = 8;
-  // Data parallelism over the process group (wholestep/dist.hpp: the
-  // processes `mpirun` started): each rank runs the step on its own part of
-  // the global batch, and the step graph averages the gradients (and the
-  // loss) over the ranks before any update reads them, so every rank makes
-  // the same update. The reductions are collectives in the graph, in
-  // buckets of at most `bucket_bytes` of gradients: each starts as soon as
-  // its last gradient exists and is waited for by the first update that
-  // reads it (docs/distributed.md). Compiling broadcasts parameters,
-  // buffers and optimizer state from rank 0 and checks that every rank
-  // compiled the same step graph. A rank that fails in a step ends the job
-  // (dist::abort_job): the others would wait for it forever.
-  bool data_parallel = false;
-  // 64 KiB: the last bucket starts only when the backward ends, so small
-  // buckets hide more; on one machine more collectives cost nothing
-  // measurable (docs/distributed.md).
-  int64_t bucket_bytes = int64_t(64) << 10;
-  // Data parallel: BatchNorm normalizes with the statistics of the global
-  // batch, averaged over the ranks inside the step graph (two small
-  // collectives per layer in the forward, two in the backward), and every
-  // rank's running statistics are the same. Off (as PyTorch's DDP without
-  // SyncBatchNorm): each rank's own batch.
-  bool sync_batch_norm = false;
-  // Data parallel: ZeRO stage 1. Each rank keeps and updates only its
-  // 1/world part of the optimizer state: the gradients are reduce-scattered
-  // instead of all-reduced, each rank updates its part of the parameters,
-  // and the updated parts are all-gathered, all in the step graph
-  // (docs/distributed.md). The optimizer's own state tensors are released
-  // (empty) while the step keeps their parts; gather_optimizer_state()
-  // makes them whole again (a checkpoint needs them).
-  bool zero = false;
-  // Run a step on one thread while that measures clearly faster than the
-  // whole pool (other processes hold the cores), probing the other team
-  // now and then; every result is the same bits on either. Off: always the
-  // whole pool (ws::num_threads()).
-  bool adapt_threads = true;
-};
 
 // What a picture of the compiled step shows (TrainStep::graph_dot).
 enum class GraphStage {

@@ -1,4 +1,4 @@
-"""What a compiled step checks around each call: its options' types, state
+"""What a compiled step checks around each call: its options, state
 of the Python program a trace read (module attributes, hooks, autocast),
 the user's torch thread count, and Ctrl-C held back while a call changes
 the model's and the optimizer's state."""
@@ -15,36 +15,15 @@ from . import _C
 
 Error = _C.Error
 
-# The step options and their types (src/frontend/torch/steps.cpp reads them).
-_BOOL, _INT, _NUMBER = "a bool", "an int", "a number"
-_OPTIONS = {"fuse": _BOOL, "recompute": _BOOL, "memory_budget": _NUMBER, "aliasing": _BOOL,
-            "detect_anomaly": _BOOL, "max_cached": _INT, "recompile_warning": _INT,
-            "adapt_threads": _BOOL, "data_parallel": _BOOL, "bucket_bytes": _INT,
-            "sync_batch_norm": _BOOL, "on_nonfinite": ("error", "skip", "ignore")}
 
-
-def _has_type(value, expected):
-    if isinstance(expected, tuple):
-        return value in expected
-    if expected == _BOOL:
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or expected == _NUMBER and isinstance(value, float)
-
-
-def check_options(options, who):
-    """Raises an Error naming an unknown option or one of the wrong type."""
-    for name, value in options.items():
-        expected = _OPTIONS.get(name)
-        if expected is None:
-            raise Error(f"{who}: unknown option '{name}'; the options are "
-                        f"{', '.join(sorted(_OPTIONS))}")
-        if not _has_type(value, expected):
-            want = (" or ".join(repr(v) for v in expected) if isinstance(expected, tuple)
-                    else expected)
-            raise Error(f"{who}: option {name}={value!r} ({type(value).__name__}); it must be "
-                        f"{want}")
+def step_options(options, who):
+    """Every step option, those of `options` set: the extension module
+    checks each against the one table of them (step_options.def), naming an
+    unknown option, a value of the wrong type or out of range."""
+    try:
+        return _C.step_options(options)
+    except Error as e:
+        raise Error(f"{who}: {e}") from None
 
 
 def check_autocast(who):

@@ -30,8 +30,6 @@ from ._compare import compare
 
 Error = _C.Error
 
-_MODES = ("single_graph", "three_graph", "interpret")
-
 
 def _modes(model):
     return tuple(m.training for m in model.modules())
@@ -62,11 +60,10 @@ class TrainStep:
         if not isinstance(model, torch.nn.Module):
             raise Error(f"compile_train_step: model is a {type(model).__name__}, not a "
                         f"torch.nn.Module")
-        if mode not in _MODES:
-            raise Error(f"compile_train_step: mode '{mode}' is not one of {', '.join(_MODES)}")
         if not isinstance(num_inputs, int) or num_inputs < 0:
             raise Error(f"compile_train_step: num_inputs must be an int >= 0, got {num_inputs!r}")
-        _guards.check_options(options, "compile_train_step")
+        # Every step option, checked as the step layer checks them.
+        options = _guards.step_options(dict(options, mode=mode), "compile_train_step")
         _guards.check_autocast("compile_train_step")
         try:
             self._opt = Optimizer(opt)
@@ -77,11 +74,11 @@ class TrainStep:
         # A non-finite loss is reported here, after the step's bookkeeping
         # (the optimizer's step count, its state kept): the step layer
         # would raise before it.
-        self._on_nonfinite = options.get("on_nonfinite", "error")
+        self._on_nonfinite = options["on_nonfinite"]
         nonfinite = "ignore" if self._on_nonfinite == "error" else self._on_nonfinite
-        self._options = dict(options, mode=mode, on_nonfinite=nonfinite)
-        self._max_cached = options.get("max_cached", 8)
-        self._warn_after = options.get("recompile_warning", 8)
+        self._options = dict(options, on_nonfinite=nonfinite)
+        self._max_cached = options["max_cached"]
+        self._warn_after = options["recompile_warning"]
         # key -> _Entry, least recently used first. Each _C.TrainStep
         # compiles one key, so this bounds them all (max_cached).
         self._steps = collections.OrderedDict()
@@ -292,6 +289,11 @@ class TrainStep:
         interface_bytes, arena_bytes, persistent_bytes, peak_bytes, flops."""
         return self._step().stats()
 
+    def options(self):
+        """Every step option of the step, as the compiled step holds it
+        ({name: value}; on_nonfinite as given: 'error' is raised here)."""
+        return dict(self._options, on_nonfinite=self._on_nonfinite)
+
     def graphs_text(self):
         """The IR of the graphs the last step ran, as their Programs run them."""
         return self._step().graphs_text()
@@ -329,13 +331,30 @@ def compile_train_step(model, optimizer, loss_fn, mode="single_graph", num_input
     Adam or AdamW): step(*inputs, *targets) computes
     loss_fn(model(*inputs), *targets), its gradients and the update, and
     returns the loss. `num_inputs`: how many leading arguments the model
-    takes. `options`: wholestep's StepOptions (fuse, recompute,
-    memory_budget, on_nonfinite, max_cached, adapt_threads, aliasing,
-    data_parallel, bucket_bytes, sync_batch_norm). With data_parallel=True, under `mpirun`,
-    each process passes its own part of the global batch and the step
-    averages the gradients (and the loss it returns) over the processes
-    inside the compiled step (docs/distributed.md)."""
+    takes.
+
+    `mode` and `options` are the step options (docs/pytorch.md lists them;
+    wholestep.torch.step_options() describes them; an unknown one is an
+    Error naming the options):
+
+"""
     return TrainStep(model, optimizer, loss_fn, mode, num_inputs, options)
+
+
+def step_options():
+    """The step options compile_train_step takes, one dict each: name,
+    kind (flag, integer, number, choice), default, allowed (what a value
+    must be), needs (the flag option without which it has no effect, or
+    '') and meaning; from include/wholestep/step_options.def, which the
+    command line's flags and the docs' tables come from too."""
+    return [{k: o[k] for k in ("name", "kind", "default", "allowed", "needs", "meaning")}
+            for o in _C.step_option_schema()]
+
+
+if compile_train_step.__doc__:  # not under python -OO
+    compile_train_step.__doc__ += "".join(
+        f"    {o['name']}={o['default']!r}: {o['meaning']} ({o['allowed']})\n"
+        for o in step_options())
 
 
 class Forward:
@@ -416,4 +435,4 @@ def set_num_threads(n):
 
 
 __all__ = ["compile_train_step", "compile_forward", "TrainStep", "Forward", "Error",
-           "set_num_threads", "process_group", "check", "compare"]
+           "set_num_threads", "process_group", "step_options", "check", "compare"]

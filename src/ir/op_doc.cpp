@@ -9,16 +9,6 @@
 namespace ws::ir {
 namespace {
 
-// Text in a table cell: `|` would end the cell and `*` start emphasis.
-std::string cell(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '|' || c == '*') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 // "`kernel:ints` `stride?:ints`": each word of a schema as code.
 std::string schema_cell(std::string_view schema) {
   std::string out;
@@ -42,29 +32,55 @@ std::string op_table_markdown() {
     out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", info.name,
                        info.arity < 0 ? std::string("any") : std::to_string(info.arity),
                        category_name(info.category), info.differentiable ? "yes" : "no",
-                       schema_cell(info.attrs), cell(info.meaning));
+                       schema_cell(info.attrs), table_cell(info.meaning));
   }
   out += fmt::format("\n{} ops. Every op also takes the common attributes {}.\n", kOpTable.size(),
                      schema_cell(kCommonAttrs));
   return out;
 }
 
-std::string with_current_op_table(std::string_view page) {
-  auto line_at = [&](std::string_view marker, size_t from) {
-    size_t at = page.find(marker, from);
-    while (at != std::string_view::npos && at > 0 && page[at - 1] != '\n')
-      at = page.find(marker, at + 1);
-    return at;
-  };
-  const size_t begin = line_at(kOpTableBegin, 0);
-  if (begin == std::string_view::npos)
-    throw Error(fmt::format("the page has no line '{}' opening the op table", kOpTableBegin));
-  const size_t body = page.find('\n', begin);
-  const size_t end = body == std::string_view::npos ? body : line_at(kOpTableEnd, body);
+std::string table_cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|' || c == '*') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+namespace {
+
+// Where the line `marker` starts in `page` at or after `from`, or npos.
+size_t line_at(std::string_view page, std::string_view marker, size_t from) {
+  size_t at = page.find(marker, from);
+  while (at != std::string_view::npos && at > 0 && page[at - 1] != '\n')
+    at = page.find(marker, at + 1);
+  return at;
+}
+
+}  // namespace
+
+bool has_line(std::string_view page, std::string_view marker) {
+  return line_at(page, marker, 0) != std::string_view::npos;
+}
+
+std::string with_generated_part(std::string_view page, std::string_view begin,
+                                std::string_view end_marker, std::string_view body,
+                                std::string_view what) {
+  const size_t begin_at = line_at(page, begin, 0);
+  if (begin_at == std::string_view::npos)
+    throw Error(fmt::format("the page has no line '{}' opening {}", begin, what));
+  const size_t body_at = page.find('\n', begin_at);
+  const size_t end =
+      body_at == std::string_view::npos ? body_at : line_at(page, end_marker, body_at);
   if (end == std::string_view::npos)
-    throw Error(fmt::format("the page has no line '{}' after '{}' closing the op table",
-                            kOpTableEnd, kOpTableBegin));
-  return fmt::format("{}\n{}{}", page.substr(0, body), op_table_markdown(), page.substr(end));
+    throw Error(
+        fmt::format("the page has no line '{}' after '{}' closing {}", end_marker, begin, what));
+  return fmt::format("{}\n{}{}", page.substr(0, body_at), body, page.substr(end));
+}
+
+std::string with_current_op_table(std::string_view page) {
+  return with_generated_part(page, kOpTableBegin, kOpTableEnd, op_table_markdown(), "the op table");
 }
 
 }  // namespace ws::ir

@@ -24,4 +24,18 @@ std::string op_table_markdown();
 // order, is a ws::Error naming the missing one.
 std::string with_current_op_table(std::string_view page);
 
+// What with_current_op_table does, for any generated part of a page (the
+// step options' tables too): `page` with the text between the line
+// `begin` and the next line `end` replaced by `body`; a page without both
+// lines, in that order, is a ws::Error naming the missing one and `what`
+// the part is ("the op table"). A marker is a line of its own: mentioned
+// in a sentence, it is not one.
+std::string with_generated_part(std::string_view page, std::string_view begin, std::string_view end,
+                                std::string_view body, std::string_view what);
+// Text in a Markdown table cell: `|` would end the cell and `*` start
+// emphasis, so they are escaped.
+std::string table_cell(std::string_view text);
+// Whether `page` has the line `marker`.
+bool has_line(std::string_view page, std::string_view marker);
+
 }  // namespace ws::ir

@@ -51,16 +51,7 @@ std::vector<CompareRow> compare_modes(const std::function<TrainSetup()>& make_se
     setups.push_back(make_setup());
     streams.push_back(random_stream());
     TrainSetup& s = setups.back();
-    train_steps.emplace_back(*s.model, *s.opt, s.loss_fn,
-                             StepOptions{.mode = c.mode,
-                                         .aliasing = c.aliasing,
-                                         .fuse = c.fuse,
-                                         .recompute = c.recompute,
-                                         .memory_budget = c.memory_budget,
-                                         .data_parallel = c.data_parallel,
-                                         .bucket_bytes = c.bucket_bytes,
-                                         .sync_batch_norm = c.sync_batch_norm,
-                                         .zero = c.zero});
+    train_steps.emplace_back(*s.model, *s.opt, s.loss_fn, c);
   }
   std::vector<CompareRow> rows(configs.size());
   std::vector<std::vector<double>> times(configs.size()), comm(configs.size()),

@@ -13,43 +13,14 @@
 
 namespace ws {
 
-const char* mode_name(StepMode m) {
-  switch (m) {
-    case StepMode::interpret: return "interpret";
-    case StepMode::three_graph: return "three_graph";
-    case StepMode::single_graph: return "single_graph";
-  }
-  return "?";
-}
-
-StepMode parse_mode(const std::string& s) {
-  for (StepMode m : {StepMode::interpret, StepMode::three_graph, StepMode::single_graph})
-    if (s == mode_name(m)) return m;
-  throw Error(
-      fmt::format("unknown step mode '{}': expected interpret, three_graph or single_graph", s));
-}
-
 namespace {
 
 const StepOptions& checked(const StepOptions& o) {
-  if (o.detect_anomaly && o.mode != StepMode::interpret)
-    throw Error(
-        fmt::format("TrainStep: detect_anomaly checks every value of the interpreted "
-                    "step graph; it needs mode interpret, not {}",
-                    mode_name(o.mode)));
-  if (o.max_cached < 0)
-    throw Error(
-        fmt::format("TrainStep: max_cached must be >= 0 (0: no limit); got {}", o.max_cached));
-  if (o.zero && !o.data_parallel)
-    throw Error(
-        "TrainStep: zero shards the optimizer state over the ranks of a data-parallel step; it "
-        "needs data_parallel");
-  if (o.bucket_bytes <= 0)
-    throw Error(fmt::format("TrainStep: bucket_bytes must be > 0; got {}", o.bucket_bytes));
-  if (!(o.memory_budget >= 0) || !std::isfinite(o.memory_budget))
-    throw Error(fmt::format(
-        "TrainStep: memory_budget must be 0 (none), a fraction in (0, 1] or bytes above 1; got {}",
-        o.memory_budget));
+  try {
+    check_step_options(o);
+  } catch (const Error& e) {
+    throw Error(fmt::format("TrainStep: {}", e.what()));
+  }
   return o;
 }
 

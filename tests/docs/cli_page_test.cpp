@@ -1,7 +1,8 @@
 // docs/cli.md documents the program as it is: a section for every command
 // `wholestep --help` lists, and in each section's option table exactly the
 // options the command's --help lists (those every command but info and opt
-// takes are in one table of their own).
+// takes are in one table of their own, and so are the step options, which
+// they take too, but compare and check --mode).
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -13,8 +14,11 @@ namespace ws::testing::docs {
 namespace {
 
 constexpr const char* kCommonSection = "Options of every command but info and opt";
-// The commands that take none of the common options.
+constexpr const char* kStepSection = "Step options of every command that compiles a step";
+// The commands that take none of the common options, nor the step options.
 const std::set<std::string> kWithoutCommon = {"info", "opt"};
+// The commands that take the step options but --mode (they compile several).
+const std::set<std::string> kWithoutMode = {"compare", "check"};
 
 // The page's `## <title>` sections: title -> lines.
 std::map<std::string, std::vector<std::string>> sections() {
@@ -77,14 +81,21 @@ TEST(CliPage, EveryCommandHasASection) {
 
 TEST(CliPage, EachSectionListsExactlyTheOptionsOfItsCommand) {
   const auto page = sections();
-  ASSERT_TRUE(page.contains(kCommonSection)) << "docs/cli.md has no '## " << kCommonSection << "'";
-  const std::set<std::string> common = documented(page.at(kCommonSection));
+  for (const char* section : {kCommonSection, kStepSection})
+    ASSERT_TRUE(page.contains(section)) << "docs/cli.md has no '## " << section << "'";
+  const std::set<std::string> common = documented(page.at(kCommonSection)),
+                              step = documented(page.at(kStepSection));
   EXPECT_GE(common.size(), 10u);
+  EXPECT_GE(step.size(), 10u);
   for (const std::string& c : commands()) {
     if (!page.contains(c)) continue;  // EveryCommandHasASection says so
     const std::set<std::string> options = options_of(c), own = documented(page.at(c));
     std::set<std::string> shown = own;
-    if (!kWithoutCommon.contains(c)) shown.insert(common.begin(), common.end());
+    if (!kWithoutCommon.contains(c)) {
+      shown.insert(common.begin(), common.end());
+      shown.insert(step.begin(), step.end());
+      if (kWithoutMode.contains(c)) shown.erase("--mode");
+    }
     for (const std::string& o : options)
       EXPECT_TRUE(shown.contains(o)) << "docs/cli.md does not document " << c << " " << o;
     for (const std::string& o : shown)

@@ -68,7 +68,7 @@ def test_unsupported_optimizers_and_options_are_errors():
     model = small()
     with pytest.raises(wholestep.Error, match="RMSprop is not supported"):
         wst.compile_train_step(model, torch.optim.RMSprop(model.parameters()), F.cross_entropy)
-    with pytest.raises(wholestep.Error, match="mode 'fast'"):
+    with pytest.raises(wholestep.Error, match="mode='fast'"):
         wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
                                F.cross_entropy, mode="fast")
     other = nn.Linear(2, 2)

@@ -41,8 +41,18 @@ TEST(Cli, NonFiniteAndUnknownValuesAreUsageErrors) {
   expect_usage_error("train --momentum inf", "--momentum inf: must be a finite number >= 0");
   expect_usage_error("train --weight-decay -0.5", "--weight-decay -0.5");
   expect_usage_error("train --max-grad-norm nan", "--max-grad-norm nan");
-  expect_usage_error("train --memory-budget -1", "--memory-budget -1");
-  expect_usage_error("train --mode fast", "--mode fast: unknown step mode 'fast'");
+  expect_usage_error("train --memory-budget -1",
+                     "--memory-budget -1: must be a finite number >= 0");
+  expect_usage_error("train --mode fast",
+                     "--mode fast: must be interpret, three_graph or single_graph");
+  expect_usage_error("dump --on-nonfinite warn",
+                     "--on-nonfinite warn: must be error, skip or ignore");
+  expect_usage_error("check --max-cached -1", "--max-cached -1: must be an integer from 0 to");
+  expect_usage_error("graph -o x.svg --bucket-bytes 0",
+                     "--bucket-bytes 0: must be an integer from 1");
+  expect_usage_error("train --detect-anomaly",
+                     "detect_anomaly checks every value of the "
+                     "interpreted step graph; it needs mode interpret");
   expect_usage_error("profile --mode interpret", "--mode interpret: profile times compiled modes");
   expect_usage_error("train --model resnet", "--model resnet: unknown model 'resnet'");
   expect_usage_error("train --optimizer rmsprop",
@@ -105,15 +115,15 @@ TEST(Cli, ResumingInANewProcessGivesTheSameBits) {
 }
 
 // A learning rate that drives the loss to NaN stops training at that step
-// with a message naming it (exit 1); --skip-nonfinite skips such steps.
+// with a message naming it (exit 1); --on-nonfinite skip skips such steps.
 TEST(Cli, ANonFiniteLossStopsTrainingUnlessSkipped) {
   const Result r = run("train --model mlp --lr 10000 --steps 20");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err.rfind("error: step ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(": the loss is NaN; training stops here"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("--skip-nonfinite"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--on-nonfinite skip"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("test accuracy"), std::string::npos) << r.out;
-  const Result skipped = run("train --model mlp --lr 10000 --steps 20 --skip-nonfinite");
+  const Result skipped = run("train --model mlp --lr 10000 --steps 20 --on-nonfinite skip");
   EXPECT_EQ(skipped.status, 0) << skipped.err;
   EXPECT_NE(skipped.err.find("is not finite (loss NaN); skipped"), std::string::npos)
       << skipped.err;

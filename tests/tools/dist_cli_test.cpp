@@ -1,9 +1,9 @@
-// The command line's data parallelism: `train`, `compare` and `profile`
-// with --data-parallel in one process (a group of one, the same bits as
-// without), and as 2 ranks under mpirun (skipped in a build without MPI):
-// one rank's output, the ranks agreeing on the checks, one rank's error
-// ending the job within seconds and naming the rank, checkpoints saved by
-// rank 0 and resumed at the same or another world size, compare's JSON.
+// The command line's data parallelism: `train`, `compare`, `profile` and
+// `dump` (every command that compiles a step) with --data-parallel in one process (a group of one,
+// the same bits as without), and as 2 ranks under mpirun (skipped in a build without MPI): one
+// rank's output, the ranks agreeing on the checks, one rank's error ending the job within seconds
+// and naming the rank, checkpoints saved by rank 0 and resumed at the same or another world size,
+// compare's JSON.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -69,11 +69,14 @@ TEST(DistCli, DataParallelAloneIsAGroupOfOneWithTheSameBits) {
 }
 
 TEST(DistCli, DataParallelFlagsAreChecked) {
-  expect_usage_error("train --bucket-mb 2", "--bucket-mb needs --data-parallel");
-  expect_usage_error("compare --data-parallel --bucket-mb 0",
-                     "--bucket-mb 0: must be a number of MiB above 0");
-  expect_usage_error("profile --data-parallel --bucket-mb -1", "--bucket-mb -1: must be");
+  expect_usage_error("train --bucket-bytes 2", "--bucket-bytes needs --data-parallel");
+  expect_usage_error("compare --data-parallel --bucket-bytes 0",
+                     "--bucket-bytes 0: must be an integer from 1 to");
+  expect_usage_error("profile --data-parallel --bucket-bytes -1", "--bucket-bytes -1: must be");
   expect_usage_error("train --zero", "--zero needs --data-parallel");
+  expect_usage_error("dump --sync-batch-norm", "--sync-batch-norm needs --data-parallel");
+  expect_usage_error("check --comm-progress wait", "--comm-progress needs --data-parallel");
+  expect_usage_error("compare --zero-rows", "--zero-rows needs --data-parallel");
   expect_usage_error("compare --modes three_graph,fast", "--modes three_graph,fast: unknown");
   expect_usage_error("compare --modes single_graph,single_graph", "single_graph is named twice");
   expect_usage_error("compare --modes ,", "--modes ,: unknown step mode ''");
@@ -222,6 +225,23 @@ TEST(DistCli, ZeroSavesTheWholeOptimizerStateAndResumesToTheBitsOfPlainDataParal
   ASSERT_EQ(r.status, 0) << r.err;
   expect_same_checkpoint(dir + "/a/checkpoint-6", dir + "/b/checkpoint-6");
   std::filesystem::remove_all(dir);
+}
+
+// Every command that compiles a step takes the step options: dump prints
+// the step of one rank, with the collectives that reduce its gradients
+// (ZeRO: reduce-scatters and all-gathers).
+TEST(DistCli, TwoRanksDumpPrintsTheStepsCollectives) {
+  REQUIRE_MPI();
+  const std::string args = "dump --model tiny_mlp --threads 1 --data-parallel";
+  Result r = mpirun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_GE(count(r.out, "all_reduce_start"), 2u) << r.out;
+  EXPECT_EQ(count(r.out, "reduce_scatter_start"), 0u) << r.out;
+  EXPECT_EQ(count(r.out, "graph step"), 1u) << "rank 0 alone prints";
+  r = mpirun(args + " --zero --mode three_graph");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_GE(count(r.out, "reduce_scatter_start"), 1u) << r.out;
+  EXPECT_GE(count(r.out, "all_gather_start"), 1u) << r.out;
 }
 
 TEST(DistCli, TwoRanksCompareWritesTheCommunicationOfEachRow) {

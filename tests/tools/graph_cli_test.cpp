@@ -283,7 +283,8 @@ TEST(CliGraph, BadFlagsAreUsageErrors) {
   const std::string dir = temp_dir("graph_flags");
   const std::string out = " -o " + dir + "/x.svg";
   expect_usage_error("graph --mode interpret" + out, "--mode interpret: graph draws a compiled");
-  expect_usage_error("graph --mode fast" + out, "--mode fast: unknown step mode 'fast'");
+  expect_usage_error("graph --mode fast" + out,
+                     "--mode fast: must be interpret, three_graph or single_graph");
   expect_usage_error("graph --stage final" + out,
                      "--stage final: expected joint, partitioned or lowered");
   expect_usage_error("graph --model resnet" + out, "--model resnet: unknown model 'resnet'");

@@ -5,9 +5,14 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "frontend/torch/frontend.hpp"
+#include "step/option_doc.hpp"
 #include "step/step_source.hpp"
 #include "tensor/tensor_impl.hpp"
 #include "wholestep/dist.hpp"
@@ -141,49 +146,90 @@ optim::UpdateGroup update_group(const py::dict& d) {
   return g;
 }
 
+// `v` as option `info` holds it, or none when it is of another type (a
+// bool is not an int here, as it is in Python).
+std::optional<StepOptionValue> from_python(const StepOptionInfo& info, const py::handle& v) {
+  const bool is_bool = py::isinstance<py::bool_>(v), is_int = py::isinstance<py::int_>(v);
+  switch (info.kind) {
+    case StepOptionKind::flag:
+      if (is_bool) return StepOptionValue(v.cast<bool>());
+      break;
+    case StepOptionKind::integer:
+      if (is_int && !is_bool) return StepOptionValue(v.cast<int64_t>());
+      break;
+    case StepOptionKind::number:
+      if (is_int && !is_bool) return StepOptionValue(v.cast<double>());
+      if (py::isinstance<py::float_>(v)) return StepOptionValue(v.cast<double>());
+      break;
+    case StepOptionKind::choice:
+      if (py::isinstance<py::str>(v) && step_option_fits(info, v.cast<std::string>()))
+        return StepOptionValue(v.cast<std::string>());
+      break;
+  }
+  return std::nullopt;
+}
+
+py::object to_python(const StepOptionValue& v) {
+  return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+}
+
+// The step options `d` names, every other at its default, checked as a
+// TrainStep checks them: a ws::Error naming an unknown key (and the
+// options), a value of the wrong type, or one out of range.
 StepOptions step_options(const py::dict& d) {
   StepOptions o;
   for (auto [k, v] : d) {
     const std::string key = k.cast<std::string>();
-    if (key == "mode")
-      o.mode = parse_mode(v.cast<std::string>());
-    else if (key == "aliasing")
-      o.aliasing = v.cast<bool>();
-    else if (key == "fuse")
-      o.fuse = v.cast<bool>();
-    else if (key == "recompute")
-      o.recompute = v.cast<bool>();
-    else if (key == "memory_budget")
-      o.memory_budget = v.cast<double>();
-    else if (key == "detect_anomaly")
-      o.detect_anomaly = v.cast<bool>();
-    else if (key == "max_cached")
-      o.max_cached = v.cast<int>();
-    else if (key == "recompile_warning")
-      o.recompile_warning = v.cast<int>();
-    else if (key == "adapt_threads")
-      o.adapt_threads = v.cast<bool>();
-    else if (key == "data_parallel")
-      o.data_parallel = v.cast<bool>();
-    else if (key == "bucket_bytes")
-      o.bucket_bytes = v.cast<int64_t>();
-    else if (key == "sync_batch_norm")  // the importer's (_aten_nn.py)
-      o.sync_batch_norm = v.cast<bool>();
-    else if (key == "on_nonfinite") {
-      const std::string s = v.cast<std::string>();
-      if (s == "error")
-        o.on_nonfinite = NonFinite::error;
-      else if (s == "skip")
-        o.on_nonfinite = NonFinite::skip;
-      else if (s == "ignore")
-        o.on_nonfinite = NonFinite::ignore;
-      else
-        throw Error(fmt::format("on_nonfinite is error, skip or ignore, not '{}'", s));
-    } else {
-      throw Error(fmt::format("unknown step option '{}'", key));
+    std::optional<StepOptionInfo> info;
+    for (const StepOptionInfo& i : step_option_infos())
+      if (i.name == key) info = i;
+    if (!info) {
+      std::vector<std::string> names;
+      for (const StepOptionInfo& i : step_option_infos()) names.emplace_back(i.name);
+      std::sort(names.begin(), names.end());
+      throw Error(
+          fmt::format("unknown option '{}'; the options are {}", key, fmt::join(names, ", ")));
     }
+    const std::optional<StepOptionValue> value = from_python(*info, v);
+    if (!value)
+      throw Error(fmt::format("option {}={} ({}); it must be {}", key,
+                              py::repr(v).cast<std::string>(),
+                              py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(),
+                              step::python_allowed(*info)));
+    set_step_option(o, key, *value);
   }
+  check_step_options(o);
   return o;
+}
+
+// Every option of `o`, by name.
+py::dict options_dict(const StepOptions& o) {
+  py::dict out;
+  for (const StepOptionInfo& info : step_option_infos())
+    out[py::str(std::string(info.name))] = to_python(get_step_option(o, info.name));
+  return out;
+}
+
+// Each option's description, for the package's docstrings and checks.
+py::list option_schema() {
+  py::list out;
+  for (const StepOptionInfo& info : step_option_infos()) {
+    py::dict d;
+    d["name"] = std::string(info.name);
+    d["kind"] = info.kind == StepOptionKind::flag      ? "flag"
+                : info.kind == StepOptionKind::integer ? "integer"
+                : info.kind == StepOptionKind::number  ? "number"
+                                                       : "choice";
+    d["default"] = to_python(get_step_option(StepOptions{}, info.name));
+    d["least"] = info.least;
+    d["most"] = info.most;
+    d["choices"] = std::vector<std::string>(info.choices.begin(), info.choices.end());
+    d["needs"] = std::string(info.needs);
+    d["allowed"] = step::python_allowed(info);
+    d["meaning"] = std::string(info.meaning);
+    out.append(d);
+  }
+  return out;
 }
 
 py::dict counters_dict(const StepCounters& c) {
@@ -283,6 +329,7 @@ void bind_steps(py::module_& m) {
           },
           py::arg("data"), py::arg("hypers"), py::arg("steps"))
       .def("stats", [](const PyTrainStep& s) { return counters_dict(s.last.counters); })
+      .def("options", [](const PyTrainStep& s) { return options_dict(s.step.options()); })
       .def("traces", [](const PyTrainStep& s) { return s.step.traces(); })
       .def("cached", [](const PyTrainStep& s) { return s.step.cached(); })
       .def("clear_cache", [](PyTrainStep& s) { s.step.clear_cache(); })
@@ -322,6 +369,13 @@ void bind_steps(py::module_& m) {
       .def("traces", [](const PyForward& f) { return f.forward.traces(); })
       .def("graph_text", [](const PyForward& f) { return f.forward.graph_text(); });
 
+  m.def("step_option_schema", &option_schema,
+        "Each step option (include/wholestep/step_options.def): name, kind, default, least, "
+        "most, choices, needs, allowed, meaning.");
+  m.def(
+      "step_options", [](const py::dict& d) { return options_dict(step_options(d)); },
+      py::arg("options"),
+      "Every step option, those of `options` set and checked as a TrainStep checks them.");
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("num_threads", &num_threads);
   m.def("backend_info", &backend_info);
