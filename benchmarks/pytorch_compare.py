@@ -43,8 +43,8 @@ import sys
 import tempfile
 import time
 
-from torch_env import (best_openblas_core, clean_env, cpu_flags, cpu_model, is_fallback_core,
-                       loaded_openblas, mapped_libraries, set_torch_threads)
+from torch_env import (best_openblas_core, clean_env, cpu_flags, cpu_summary,
+                       is_fallback_core, loaded_openblas, mapped_libraries, set_torch_threads)
 from torch_reference_models import (loss_of, make_cnn, make_model, make_optimizer, parse_type,
                                     random_batch)
 
@@ -65,9 +65,11 @@ def run_probe(kind, env):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def settle_environment(args):
+def settle_environment(script=__file__):
     """First pass: probe PyTorch's OpenBLAS in a clean environment, then
-    re-execute this script in the environment chosen for PyTorch."""
+    re-execute `script` (this one, or another benchmark that takes
+    --user-blas-core and --forced-blas-core) in the environment chosen for
+    PyTorch."""
     env = clean_env(os.environ)
     probed = run_probe("blas", env)
     core = probed.get("core") or "none"
@@ -76,7 +78,7 @@ def settle_environment(args):
     if probed.get("core") and best and is_fallback_core(core, cpu_flags()):
         env["OPENBLAS_CORETYPE"] = best
         forced = best
-    argv = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:]
+    argv = [sys.executable, os.path.abspath(script)] + sys.argv[1:]
     argv += ["--user-blas-core", core, "--forced-blas-core", forced]
     sys.stdout.flush()
     os.execve(sys.executable, argv, env)
@@ -177,9 +179,12 @@ class TorchSide:
         for group in self.opt.param_groups:
             group["foreach"] = foreach
 
+    def loss(self):
+        return loss_of(self.spec, self.model, self.x, self.y)
+
     def step(self):
         self.opt.zero_grad(set_to_none=True)
-        loss = loss_of(self.spec, self.model, self.x, self.y)
+        loss = self.loss()
         loss.backward()
         self.opt.step()
         return loss.item()
@@ -351,9 +356,7 @@ def torch_report(args, threads):
 
 def print_header(args, peer, threads):
     *info, threads_line = peer.ask("info")
-    flags = cpu_flags()
-    isa = "AVX-512F" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs, {isa}")
+    print(f"CPU: {cpu_summary()}")
     print(f"wholestep (clean environment): ws::num_threads() {threads_line.split()[-1]}")
     for line in info:
         print("  " + line)
@@ -469,7 +472,7 @@ def main():
     if args.user_blas_core is None:
         if importlib.util.find_spec("torch") is None:
             sys.exit(f"{sys.executable} has no torch: run with /usr/bin/python3 (python3-torch)")
-        return settle_environment(args)  # does not return
+        return settle_environment()  # does not return
     set_torch_threads(args.threads)
     names = [m for m in args.models.split(",") if m]
     peer = Peer(os.path.join(args.build_dir, "benchmarks", "peer_server"), args.threads, names)

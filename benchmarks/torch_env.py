@@ -1,8 +1,9 @@
 """The environment PyTorch runs in for a fair comparison, shared by the
 benchmarks that time it against wholestep (pytorch_compare.py,
-torchvision_compare.py): every threading and kernel-selection variable
-removed, the CPU's instruction set, the OpenBLAS core PyTorch picked (and
-the best one for this CPU), and its thread count."""
+torchvision_compare.py, torchvision_coverage.py): every threading and
+kernel-selection variable removed, the CPU's instruction set, the OpenBLAS
+core PyTorch picked (and the best one for this CPU), its threading and its
+thread count."""
 
 import ctypes
 import os
@@ -34,6 +35,13 @@ def cpu_model():
     return "{} (family {} model {})".format(
         fields.get("model name", "unknown CPU"), fields.get("cpu family", "?"),
         fields.get("model", "?"))
+
+
+def cpu_summary():
+    """The CPU's model, how many CPUs, and its widest vector instructions."""
+    flags = cpu_flags()
+    isa = "AVX-512F" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, {isa}"
 
 
 def best_openblas_core(flags):
@@ -70,6 +78,16 @@ def loaded_openblas():
         lib.openblas_get_config.restype = ctypes.c_char_p
         return lib
     return None
+
+
+OPENBLAS_THREADING = {0: "sequential", 1: "pthreads", 2: "OpenMP"}
+
+
+def openblas_threading(lib):
+    """How an OpenBLAS library runs its threads: "OpenMP" (Debian's
+    libopenblas0-openmp, sharing torch's OpenMP pool), "pthreads" (its own
+    pool beside torch's), "sequential"."""
+    return OPENBLAS_THREADING.get(lib.openblas_get_parallel(), "unknown")
 
 
 def set_torch_threads(threads):

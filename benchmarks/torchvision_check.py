@@ -80,13 +80,18 @@ def build(name):
     if name in SIZE_KWARG:
         kwargs[SIZE_KWARG[name]] = input_size(name)
     torch.manual_seed(0)
-    model = torchvision.models.get_model(name, **kwargs)
-    for m in model.modules():  # a deterministic step
-        if isinstance(m, (torch.nn.Dropout, torch.nn.Dropout2d)):
+    return deterministic(torchvision.models.get_model(name, **kwargs)).train()
+
+
+def deterministic(model):
+    """`model` with its dropout and stochastic depth off: a step that eager
+    torch and wholestep can be compared on."""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Dropout, torch.nn.Dropout2d, torch.nn.Dropout3d)):
             m.p = 0.0
         if type(m).__name__ == "StochasticDepth":
             m.p = 0.0
-    return model.train()
+    return model
 
 
 def _refused(text):

@@ -182,7 +182,7 @@ class WholestepSide:
         self.model, self.batch, self.loss_fn, self.mode = model, batch, loss_fn, mode
         self.opt = make_sgd(model)
         self.compiled = None
-        self.compile_s = None
+        self.compile_s = self.first_loss = None
         self.error = None
 
     def compile(self):
@@ -194,7 +194,7 @@ class WholestepSide:
         # makes every side's masks differ) keeps its row.
         self.compiled = wst.compile_train_step(self.model, self.opt, loss_fn=self.loss_fn,
                                                mode=self.mode, on_nonfinite="ignore")
-        self.step()
+        self.first_loss = self.step()
         self.compile_s = time.perf_counter() - t0
 
     def step(self):
@@ -327,10 +327,7 @@ def markdown_table(results, rounds):
 
 
 def header(args):
-    flags = pc.cpu_flags()
-    isa = "AVX-512F" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    lines = [f"CPU: {pc.cpu_model()}, {os.cpu_count()} CPUs, {isa}; {args.threads} threads "
-             f"on both sides",
+    lines = [f"CPU: {pc.cpu_summary()}; {args.threads} threads on both sides",
              f"batch {args.batch}; images {args.image_size}x{args.image_size}; SGD lr "
              f"{SGD['lr']}, momentum {SGD['momentum']}, weight decay {SGD['weight_decay']}; "
              f"{args.rounds} alternating rounds after {args.warmup} warm-up steps per side"]
@@ -340,20 +337,6 @@ def header(args):
 
 
 # ---------------------------------------------------------------------------
-
-
-def settle_environment():
-    """pytorch_compare's clean environment and OpenBLAS core, then this script again."""
-    env = pc.clean_env(os.environ)
-    core = pc.run_probe("blas", env).get("core")
-    best = pc.best_openblas_core(pc.cpu_flags())
-    forced = best if core and best and pc.is_fallback_core(core, pc.cpu_flags()) else ""
-    if forced:
-        env["OPENBLAS_CORETYPE"] = forced
-    argv = [sys.executable, os.path.abspath(__file__), *sys.argv[1:],
-            "--user-blas-core", core or "none", "--forced-blas-core", forced]
-    sys.stdout.flush()
-    os.execve(sys.executable, argv, env)
 
 
 def parse_args():
@@ -392,7 +375,7 @@ def main():
     if args.user_blas_core is None:
         if importlib.util.find_spec("torch") is None:
             sys.exit(f"{sys.executable} has no torch: run with /usr/bin/python3 (python3-torch)")
-        return settle_environment()  # does not return
+        return pc.settle_environment(__file__)  # does not return
     try:
         import wholestep.torch as wst
     except ImportError as e:
