@@ -5,6 +5,7 @@ the model's and the optimizer's state."""
 
 import _signal  # signal's functions without its enum wrapping: this runs every call
 import contextlib
+import math
 import signal
 import threading
 import weakref
@@ -24,6 +25,23 @@ def step_options(options, who):
         return _C.step_options(options)
     except Error as e:
         raise Error(f"{who}: {e}") from None
+
+
+def check_clipping(clip_grad_norm, error_if_nonfinite, who):
+    """clip_grad_norm: None (off) or a finite number >= 0, as
+    torch.nn.utils.clip_grad_norm_'s max_norm; error_if_nonfinite: a bool,
+    with clipping."""
+    if clip_grad_norm is not None and (isinstance(clip_grad_norm, bool)
+                                       or not isinstance(clip_grad_norm, (int, float))
+                                       or not math.isfinite(clip_grad_norm)
+                                       or clip_grad_norm < 0):
+        raise Error(f"{who}: clip_grad_norm={clip_grad_norm!r}; it must be None (no clipping) "
+                    f"or a finite number >= 0, the largest total norm the gradients keep")
+    if not isinstance(error_if_nonfinite, bool):
+        raise Error(f"{who}: error_if_nonfinite={error_if_nonfinite!r}; it must be a bool")
+    if error_if_nonfinite and clip_grad_norm is None:
+        raise Error(f"{who}: error_if_nonfinite=True checks the norm clip_grad_norm computes; "
+                    f"give clip_grad_norm too")
 
 
 def check_autocast(who):

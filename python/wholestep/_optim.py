@@ -43,11 +43,20 @@ class Optimizer:
     """Reads `opt`'s groups. A step updates the parameters of a plan: per
     param group, those that get a gradient ([(group index, [params])],
     from plan()); the others are left alone with no state, as torch skips
-    a parameter whose .grad is None."""
+    a parameter whose .grad is None.
 
-    def __init__(self, opt):
+    `clip_grad_norm` (None: off) clips every gradient of the plan together
+    first, as torch.nn.utils.clip_grad_norm_ over the optimizer's
+    parameters; with `error_if_nonfinite`, a step whose gradients' norm is
+    not finite applies no update. The plan's first update group carries
+    both (the step clips every group's gradients together, by its
+    max_grad_norm)."""
+
+    def __init__(self, opt, clip_grad_norm=None, error_if_nonfinite=False):
         self.opt = opt
         self.kind = _kind(opt)
+        self.clip_grad_norm = clip_grad_norm
+        self.error_if_nonfinite = error_if_nonfinite
         # SGD: ids of parameters whose momentum buffer we made and no step
         # has used yet (torch's first step makes the buffer the gradient).
         self._first = set()
@@ -66,7 +75,7 @@ class Optimizer:
 
     def structure(self):
         """What the compiled graph depends on (a change recompiles)."""
-        out = []
+        out = [(self.clip_grad_norm is not None, self.error_if_nonfinite)]
         for g in self.opt.param_groups:
             if self.kind == "sgd":
                 out.append((g["momentum"] != 0, g["nesterov"], g["weight_decay"] != 0,
@@ -113,11 +122,16 @@ class Optimizer:
         return ["lr", "beta1", "beta2", "eps"] + (["weight_decay"] if g["weight_decay"] != 0
                                                   else [])
 
+    def _clips(self, i):
+        """Whether the plan's update group `i` carries the clipping."""
+        return i == 0 and self.clip_grad_norm is not None
+
     def groups(self, plan, param_index):
         """The update groups of `plan` for the extension module."""
         out = []
-        for gi, ps in plan:
+        for i, (gi, ps) in enumerate(plan):
             g = self.opt.param_groups[gi]
+            clips = self._clips(i)
             out.append({
                 "kind": self.kind,
                 "momentum": self.kind == "sgd" and g["momentum"] != 0,
@@ -125,9 +139,11 @@ class Optimizer:
                 "weight_decay": g["weight_decay"] != 0,
                 "amsgrad": self.kind != "sgd" and bool(g["amsgrad"]),
                 "maximize": bool(g["maximize"]),
+                "clip": clips,
+                "skip_nonfinite_norm": clips and self.error_if_nonfinite,
                 "state_slots": self._slots(g),
                 "global_slots": [],
-                "hyper_names": self._hyper_names(g),
+                "hyper_names": self._hyper_names(g) + (["max_grad_norm"] if clips else []),
                 "params": [param_index(p) for p in ps],
             })
         return out
@@ -175,7 +191,7 @@ class Optimizer:
     def hypers(self, plan):
         """This step's hyperparameters, update group after update group."""
         out = []
-        for gi, ps in plan:
+        for i, (gi, ps) in enumerate(plan):
             g = self.opt.param_groups[gi]
             if self.kind == "sgd":
                 out.append(g["lr"])
@@ -189,6 +205,8 @@ class Optimizer:
                 out += [g["lr"], beta1, beta2, g["eps"]]
                 if g["weight_decay"] != 0:
                     out.append(g["weight_decay"])
+            if self._clips(i):
+                out.append(self.clip_grad_norm)
         return [float(v) for v in out]
 
     def stepped(self):

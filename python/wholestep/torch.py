@@ -56,17 +56,19 @@ class TrainStep:
     tensor) computed before the update. Calls from several threads run one
     at a time (with those of every step and forward of the same model)."""
 
-    def __init__(self, model, opt, loss_fn, mode, num_inputs, options):
+    def __init__(self, model, opt, loss_fn, mode, num_inputs, options, clip_grad_norm=None,
+                 error_if_nonfinite=False):
         if not isinstance(model, torch.nn.Module):
             raise Error(f"compile_train_step: model is a {type(model).__name__}, not a "
                         f"torch.nn.Module")
         if not isinstance(num_inputs, int) or num_inputs < 0:
             raise Error(f"compile_train_step: num_inputs must be an int >= 0, got {num_inputs!r}")
+        _guards.check_clipping(clip_grad_norm, error_if_nonfinite, "compile_train_step")
         # Every step option, checked as the step layer checks them.
         options = _guards.step_options(dict(options, mode=mode), "compile_train_step")
         _guards.check_autocast("compile_train_step")
         try:
-            self._opt = Optimizer(opt)
+            self._opt = Optimizer(opt, clip_grad_norm, error_if_nonfinite)
         except OptimizerError as e:
             raise Error(f"compile_train_step: {e}") from None
         self.model, self.optimizer, self.loss_fn = model, opt, loss_fn
@@ -218,10 +220,17 @@ class TrainStep:
             with _guards.sigint_held():
                 threads = _guards.follow_torch_threads()
                 try:
-                    loss = self._run(key, data, params, buffers)
+                    loss, norm = self._run(key, data, params, buffers)
                 finally:
                     _guards.restore_torch_threads(threads)
             step_count = self._stepped
+        if self._opt.error_if_nonfinite and norm is not None and not math.isfinite(norm):
+            raise Error(f"step {step_count + 1}: the total norm of the gradients is {norm}, so "
+                        f"they cannot be clipped (clip_grad_norm={self._opt.clip_grad_norm}, "
+                        f"error_if_nonfinite=True): the update was not applied, the parameters "
+                        f"and the optimizer's state are as they were (as torch's "
+                        f"clip_grad_norm_ raises before optimizer.step()). To clip by the "
+                        f"non-finite norm anyway, set error_if_nonfinite=False")
         if self._on_nonfinite == "error" and not math.isfinite(loss):
             raise Error(f"step {step_count}: the loss is {loss}; the step's update has been "
                         f"applied (as torch's would be). Lower the learning rate or check the "
@@ -238,8 +247,12 @@ class TrainStep:
             fresh = None
             self._steps.move_to_end(key)
         current = fresh or entry
+        if self._options["zero"] and self._last is not None and self._last is not current:
+            # ZeRO: the step that trained last holds the optimizer state in
+            # its shards; this one takes it over from torch's tensors.
+            self._last.step.gather_optimizer_state()
         try:
-            loss, skipped, _ = current.step.run(data, self._opt.hypers(current.plan))
+            loss, skipped, _, norm = current.step.run(data, self._opt.hypers(current.plan))
         except BaseException:
             if undo is not None:
                 undo()  # it failed before it ran: nothing changed
@@ -261,7 +274,7 @@ class TrainStep:
             if hasattr(self.optimizer, "_step_count"):
                 self.optimizer._step_count += 1
         self._last = current
-        return loss
+        return loss, norm
 
     def profile(self, *args, steps=10):
         """One step on this batch (compiling it if it is new), then `steps`
@@ -286,13 +299,38 @@ class TrainStep:
 
     def stats(self):
         """Counters of the last step: graphs, kernels, bytes_copied,
-        interface_bytes, arena_bytes, persistent_bytes, peak_bytes, flops."""
+        interface_bytes, arena_bytes, persistent_bytes, peak_bytes, flops,
+        collectives, comm_bytes; and grad_norm: with clip_grad_norm, the
+        total 2-norm of the gradients before clipping (what
+        torch.nn.utils.clip_grad_norm_ returns), else None."""
         return self._step().stats()
+
+    @property
+    def clip_grad_norm(self):
+        """The total norm the gradients are clipped to (None: no
+        clipping). Another number, set between steps, is read by the next
+        step without recompiling; switching clipping on or off recompiles."""
+        return self._opt.clip_grad_norm
+
+    @clip_grad_norm.setter
+    def clip_grad_norm(self, value):
+        _guards.check_clipping(value, self._opt.error_if_nonfinite, "clip_grad_norm")
+        self._opt.clip_grad_norm = value
 
     def options(self):
         """Every step option of the step, as the compiled step holds it
         ({name: value}; on_nonfinite as given: 'error' is raised here)."""
         return dict(self._options, on_nonfinite=self._on_nonfinite)
+
+    def gather_optimizer_state(self):
+        """zero=True: makes the optimizer's state tensors (torch's own,
+        opt.state) current from every process's part, which the step keeps
+        and updates between; call it on every process before reading them
+        (opt.state_dict() for a checkpoint). The next step takes the state
+        over again from them. Nothing to do otherwise."""
+        with self._lock:
+            if self._last is not None:
+                self._last.step.gather_optimizer_state()
 
     def graphs_text(self):
         """The IR of the graphs the last step ran, as their Programs run them."""
@@ -326,19 +364,27 @@ class TrainStep:
 
 
 def compile_train_step(model, optimizer, loss_fn, mode="single_graph", num_inputs=1,
-                       **options):
+                       clip_grad_norm=None, error_if_nonfinite=False, **options):
     """A compiled training step of `model` with `optimizer` (torch.optim.SGD,
     Adam or AdamW): step(*inputs, *targets) computes
     loss_fn(model(*inputs), *targets), its gradients and the update, and
     returns the loss. `num_inputs`: how many leading arguments the model
     takes.
 
+    `clip_grad_norm`: clip the gradients by their total 2-norm inside the
+    step before the update, as torch.nn.utils.clip_grad_norm_(the
+    optimizer's parameters, clip_grad_norm) between backward and
+    optimizer.step() would (None: no clipping); step.stats()["grad_norm"]
+    is the norm before clipping. `error_if_nonfinite`: a step whose norm is
+    inf or NaN applies no update and raises an Error (torch's).
+
     `mode` and `options` are the step options (docs/pytorch.md lists them;
     wholestep.torch.step_options() describes them; an unknown one is an
     Error naming the options):
 
 """
-    return TrainStep(model, optimizer, loss_fn, mode, num_inputs, options)
+    return TrainStep(model, optimizer, loss_fn, mode, num_inputs, options, clip_grad_norm,
+                     error_if_nonfinite)
 
 
 def step_options():

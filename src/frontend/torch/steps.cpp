@@ -132,6 +132,10 @@ optim::UpdateGroup update_group(const py::dict& d) {
       s.amsgrad = v.cast<bool>();
     else if (key == "maximize")
       s.maximize = v.cast<bool>();
+    else if (key == "clip")
+      s.clip = v.cast<bool>();
+    else if (key == "skip_nonfinite_norm")
+      s.skip_nonfinite_norm = v.cast<bool>();
     else if (key == "state_slots")
       s.state_slots = v.cast<std::vector<std::string>>();
     else if (key == "global_slots")
@@ -240,10 +244,19 @@ py::dict counters_dict(const StepCounters& c) {
   d["interface_bytes"] = c.interface_bytes;
   d["arena_bytes"] = c.arena_bytes;
   d["persistent_bytes"] = c.persistent_bytes;
+  d["state_bytes"] = c.state_bytes;
   d["peak_bytes"] = c.peak_bytes;
   d["flops"] = c.flops;
   d["collectives"] = c.collectives;
   d["comm_bytes"] = c.comm_bytes;
+  return d;
+}
+
+// The counters of the last step, and its gradients' norm (None unless the
+// step clips).
+py::dict stats_dict(const StepResult& r) {
+  py::dict d = counters_dict(r.counters);
+  d["grad_norm"] = r.grad_norm ? py::object(py::float_(*r.grad_norm)) : py::object(py::none());
   return d;
 }
 
@@ -301,7 +314,9 @@ void bind_steps(py::module_& m) {
               py::gil_scoped_release nogil;
               s.last = s.step.run(tensors);
             }
-            return py::make_tuple(s.last.loss, s.last.skipped, s.last.step);
+            return py::make_tuple(s.last.loss, s.last.skipped, s.last.step,
+                                  s.last.grad_norm ? py::object(py::float_(*s.last.grad_norm))
+                                                   : py::object(py::none()));
           },
           py::arg("data"), py::arg("hypers"))
       .def(
@@ -328,8 +343,13 @@ void bind_steps(py::module_& m) {
             return d;
           },
           py::arg("data"), py::arg("hypers"), py::arg("steps"))
-      .def("stats", [](const PyTrainStep& s) { return counters_dict(s.last.counters); })
+      .def("stats", [](const PyTrainStep& s) { return stats_dict(s.last); })
       .def("options", [](const PyTrainStep& s) { return options_dict(s.step.options()); })
+      .def("gather_optimizer_state",
+           [](PyTrainStep& s) {
+             py::gil_scoped_release nogil;
+             s.step.gather_optimizer_state();
+           })
       .def("traces", [](const PyTrainStep& s) { return s.step.traces(); })
       .def("cached", [](const PyTrainStep& s) { return s.step.cached(); })
       .def("clear_cache", [](PyTrainStep& s) { s.step.clear_cache(); })
