@@ -73,8 +73,18 @@ def reference(name, opt_name):
     return model, batches, loss_fn, losses64, loss_spread, ref64, spread, eager
 
 
-@pytest.mark.parametrize("opt_name", OPTIMIZERS)
-@pytest.mark.parametrize("name", MODELS)
+# The models as users write them train with one optimizer each, every
+# optimizer covered by some (the suite's time: each is ten steps in two
+# modes against a float64 run and several float32 orders); the others with
+# every optimizer.
+USER_MODEL_OPTIMIZER = {"gpt_masked_fill": "adamw", "unet": "sgd_nesterov_wd",
+                        "audio_conv1d": "adam", "groupnorm_silu": "sgd_nesterov_wd",
+                        "char_lstm": "adam", "char_gru": "adamw", "char_rnn": "sgd_nesterov_wd"}
+CASES = [(name, opt) for name in MODELS for opt in OPTIMIZERS
+         if USER_MODEL_OPTIMIZER.get(name, opt) == opt]
+
+
+@pytest.mark.parametrize("name,opt_name", CASES)
 def test_ten_steps_match_torch_and_torch_continues(name, opt_name):
     model, batches, loss_fn, losses64, loss_spread, ref64, spread, eager = \
         reference(name, opt_name)
