@@ -83,8 +83,7 @@ def _bce_with_logits(b, node, x, t, weight=None, pos_weight=None, reduction=1):
     if pos_weight is not None:
         lse = b.binary("mul", b.binary("add", b.binary("mul", b.binary("sub", pos_weight, 1.0),
                                                        t), 1.0), lse)
-    one_minus_t = b.binary("sub", b.full(1.0, b.dtype(t), b.shape(t)), t)
-    loss = b.binary("add", b.binary("mul", one_minus_t, x), lse)
+    loss = b.binary("add", b.binary("mul", b.binary("sub", 1.0, t), x), lse)
     if weight is not None:
         loss = b.binary("mul", loss, weight)
     return _reduce(b, loss, reduction)
@@ -95,11 +94,9 @@ def _bce_with_logits(b, node, x, t, weight=None, pos_weight=None, reduction=1):
 def _bce(b, node, p, t, weight=None, reduction=1):
     def clamped_log(v):
         return b.composite("clamp", b.unary("log", v), min=-100.0)
-    one_minus = b.binary("sub", b.full(1.0, b.dtype(p), b.shape(p)), p)
     loss = b.unary("neg", b.binary("add", b.binary("mul", t, clamped_log(p)),
-                                   b.binary("mul", b.binary("sub", b.full(1.0, b.dtype(t),
-                                                                          b.shape(t)), t),
-                                            clamped_log(one_minus))))
+                                   b.binary("mul", b.binary("sub", 1.0, t),
+                                            clamped_log(b.binary("sub", 1.0, p)))))
     if weight is not None:
         loss = b.binary("mul", loss, weight)
     return _reduce(b, loss, reduction)

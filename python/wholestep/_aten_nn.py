@@ -212,16 +212,13 @@ def _cumsum(b, node, x, dim, dtype=None):
     perm = [d for d in range(len(shape)) if d != dim] + [dim]
     moved = b.transpose(x, perm)
     lead = b.shape(moved)[:-1]
-    upper = b.constant([1.0 if i <= j else 0.0 for i in range(n) for j in range(n)],
-                       b.dtype(x), [n, n])
+    upper = b.convert(b.binary("ge", b.diagonal_offsets(n, n), 0), b.dtype(x))
     y = b.op("matmul", [b.reshape(moved, [math.prod(lead), n]), upper])
     return b.transpose(b.reshape(y, lead + [n]), [perm.index(d) for d in range(len(shape))])
 
 
-@aten("baddbmm.default", "addbmm.default", torch="`torch.baddbmm`")
+@aten("baddbmm.default", torch="`torch.baddbmm`")
 def _baddbmm(b, node, bias, x, y, beta=1, alpha=1):
-    if "addbmm" == str(node.target).split(".")[1]:
-        raise Unsupported("addbmm")
     prod = b.matmul(x, y)
     if alpha != 1:
         prod = b.binary("mul", prod, float(alpha))

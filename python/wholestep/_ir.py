@@ -181,6 +181,12 @@ class Builder:
         b = b.source if tb else b
         return self.op("matmul", [a, b], transpose_a=int(ta), transpose_b=int(tb))
 
+    def diagonal_offsets(self, rows, cols):
+        """i64 [rows, cols] holding j - i at (i, j): masks of triangles."""
+        row = self.broadcast(self.constant(range(rows), "i64", [rows, 1]), [rows, cols])
+        col = self.broadcast(self.constant(range(cols), "i64", [1, cols]), [rows, cols])
+        return self.binary("sub", col, row)
+
     def take(self, x, dim, index):
         """x's elements at positions `index` (a list) along dim: one gather
         with a constant index (its gradient sums into the positions read)."""

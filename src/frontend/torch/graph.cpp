@@ -81,7 +81,6 @@ class Graph {
       ScopedSourceLoc stamp(loc);
       out = nn::call_composite(name, in, kv);
     }
-    b().loc = loc;
     py::list result;
     for (const Tensor& t : out) {
       if (t.defined())
