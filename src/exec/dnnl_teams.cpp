@@ -5,10 +5,12 @@
 // things follow. A step that runs on one thread under load (team_chooser.hpp)
 // needs primitives made for one thread: TeamOrSoloOp holds both and runs the
 // one team() asks for. And a primitive that splits a sum across its threads
-// rounds differently for each team: of the backend ops only the convolution
-// weight gradient does (products and the other convolutions compute each
-// output whole on one thread), so it sums fixed parts of the batch itself
-// (BatchPartsOp). With both, a step gives the same bits on any team.
+// rounds differently for each team: of the backend ops the convolution
+// weight gradient does, so it sums fixed parts of the batch itself
+// (BatchPartsOp), and so does a product with a transposed A and a long K,
+// run as fixed parts of its output (dnnl_backend.cpp, TransposedAPartsOp);
+// the other products and convolutions compute each output whole on one
+// thread. With both, a step gives the same bits on any team.
 #include "exec/dnnl_teams.hpp"
 
 #include <algorithm>

@@ -259,6 +259,77 @@ TEST(DnnlBackend, OneAndTwoThreadsGiveTheSameBits) {
   set_num_threads(before);
 }
 
+// A product with a transposed A and a long K (every weight gradient X^T dY
+// of a large batch): oneDNN's own primitive splits its sums by its team, so
+// it runs as fixed parts of its output. Plain, with a bias (columns split
+// too) and accumulating (alpha and beta), by rows and by columns, batched:
+// the same bits on 1, 2 and 3 threads and on the one-thread team, and
+// values within float rounding of the f64 reference.
+TEST(DnnlBackend, TransposedProductsWithALongSumGiveTheSameBitsOnAnyTeam) {
+  std::mt19937 rng(10);
+  const int before = num_threads();
+  for (const MatmulCase& c :
+       {MatmulCase{1, 2, 2048, 16, true, false}, MatmulCase{1, 64, 2048, 33, true, true},
+        MatmulCase{2, 8, 4096, 64, true, false}, MatmulCase{1, 100, 8192, 16, true, false},
+        MatmulCase{1, 1, 4096, 1, true, false}}) {
+    SCOPED_TRACE(describe(c));
+    const ir::Type ta = f32(stored(c.batch, c.m, c.k, c.ta)),
+                   tb = f32(stored(c.batch, c.k, c.n, c.tb)),
+                   tc = f32(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n});
+    const Vec a = random_vec(ta.numel(), rng), b = random_vec(tb.numel(), rng),
+              bias = random_vec(c.n, rng), acc = random_vec(tc.numel(), rng);
+    // The product, and the product of the magnitudes that bounds its rounding.
+    const std::vector<ir::Type> types64 = {{DType::f64, ta.shape}, {DType::f64, tb.shape}};
+    auto product = [&](const Vec& x, const Vec& y) {
+      Vec p(size_t(tc.numel()));
+      const void* in64[2] = {x.data(), y.data()};
+      run_reference(Op::matmul, matmul_attrs(c), types64, in64, {DType::f64, tc.shape}, p.data());
+      return p;
+    };
+    auto magnitudes = [](Vec v) {
+      for (double& x : v) x = std::abs(x);
+      return v;
+    };
+    const Vec prod = product(a, b), size = product(magnitudes(a), magnitudes(b));
+    const std::vector<float> a32 = to_f32(a), b32 = to_f32(b), bias32 = to_f32(bias),
+                             acc32 = to_f32(acc);
+    const float alpha = 0.5f, beta = 0.75f;
+    for (Op op : {Op::matmul, Op::matmul_bias, Op::matmul_add}) {
+      SCOPED_TRACE(ir::op_name(op));
+      std::vector<ir::Type> in{ta, tb};
+      if (op == Op::matmul_bias) in.push_back(f32({c.n}));
+      auto run = [&](int threads, int team) {
+        set_num_threads(threads);
+        const auto k = make_backend_op(op, matmul_attrs(c), in, tc);
+        EXPECT_EQ(k->impl().find("ref:"), std::string::npos) << k->impl();
+        std::optional<TeamScope> on_team;
+        if (team > 0) on_team.emplace(team);
+        std::vector<float> y = op == Op::matmul_add ? acc32 : std::vector<float>(prod.size());
+        std::vector<std::byte> scratch(size_t(k->scratch_bytes()) + 64);
+        void* aligned =
+            reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+        k->run(a32.data(), b32.data(), y.data(), aligned,
+               op == Op::matmul_bias  ? static_cast<const void*>(bias32.data())
+               : op == Op::matmul_add ? &alpha
+                                      : nullptr,
+               op == Op::matmul_add ? &beta : nullptr);
+        return y;
+      };
+      const std::vector<float> one = run(1, 0);
+      EXPECT_EQ(one, run(2, 0));
+      EXPECT_EQ(one, run(2, 1));
+      EXPECT_EQ(one, run(3, 0));
+      for (size_t i = 0; i < one.size(); ++i) {
+        const double want = op == Op::matmul_bias  ? prod[i] + bias[i % size_t(c.n)]
+                            : op == Op::matmul_add ? double(beta) * acc[i] + double(alpha) * prod[i]
+                                                   : prod[i];
+        ASSERT_NEAR(one[i], want, 1e-5 * (size[i] + 1.0)) << "element " << i;
+      }
+    }
+  }
+  set_num_threads(before);
+}
+
 // The thread count is the library's, not the calling thread's OpenMP
 // setting: a step run from a thread of its own uses it too.
 TEST(DnnlBackend, ProductsRunWithTheLibrarysThreadCountFromAnyThread) {
