@@ -11,7 +11,9 @@ torch.manual_seed(0); the children check that the initial parameters and
 buffers are the same bits). Each side runs in a fresh process of its own,
 so that its peak resident memory (VmHWM, the maxrss of its own image) is
 its own: a process that imports torch, torchvision and wholestep.torch,
-builds the model, takes the steps and times them.
+builds the model, takes the steps and times them. Then the models users
+write (user_models.py, the "users" family: recurrent language models, a
+masked GPT, a UNet, a Conv1d classifier, ...) at the sizes given there.
 
 Inputs, at small sizes the models accept: classification batch 4 of
 64x64 images (inception_v3 75x75, its smallest; maxvit_t 224x224, whose
@@ -64,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_compare as pc  # noqa: E402  (environment, eager timing)
 import torch_env  # noqa: E402
 import torchvision_compare as tc  # noqa: E402  (the two sides of one SGD step)
+import user_models  # noqa: E402
 
 BATCH = {"classification": 4, "segmentation": 2, "video": 2}
 IMAGE_SIZE = {"inception_v3": 75, "maxvit_t": 224}  # else torchvision_check's (64 mostly)
@@ -78,17 +81,21 @@ REPORT = "@@ "  # a child's lines to the parent: REPORT + JSON
 
 
 def families():
-    """{model name: family}, in list_models' order."""
+    """{model name: family}, in list_models' order, then the models users
+    write (user_models.py)."""
     import torchvision.models as tvm
     out = {}
     for family, module in (("classification", tvm), ("segmentation", tvm.segmentation),
                            ("video", tvm.video)):
         out.update((name, family) for name in tvm.list_models(module=module))
+    out.update((name, "users") for name in user_models.MODELS)
     return out
 
 
 def input_shape(name, family):
-    """The model's input [N, 3, (T,) H, W]."""
+    """The model's input: [N, 3, (T,) H, W] (users: as its batch makes)."""
+    if family == "users":
+        return user_models.MODELS[name][1][1]
     batch = BATCH[family]
     if family == "video":
         return (batch, 3, *VIDEO_SIZE.get(name, DEFAULT_VIDEO))
@@ -109,6 +116,9 @@ def build(name, family):
     import torch
     import torchvision
     import torchvision_check
+    if family == "users":
+        torch.manual_seed(0)
+        return user_models.MODELS[name][0]().train()
     if family == "classification":
         return torchvision_check.build(name)
     kwargs = {"weights": None, "num_classes": 10}
@@ -119,11 +129,13 @@ def build(name, family):
     return torchvision_check.deterministic(model).train()
 
 
-def make_batch(shape, family):
+def make_batch(name, shape, family):
     """Images or clips in N(0, 1) and labels in [0, 10) (per pixel for
-    segmentation), from a seeded generator."""
+    segmentation), or the user model's batch, from a seeded generator."""
     import torch
     g = torch.Generator().manual_seed(1)
+    if family == "users":
+        return user_models.MODELS[name][1][0](g)
     x = torch.randn(*shape, generator=g)
     labels = (shape[0], *shape[2:]) if family == "segmentation" else (shape[0],)
     return x, torch.randint(0, 10, labels, generator=g)
@@ -137,8 +149,10 @@ def pixel_cross_entropy(output, target):
     return F.cross_entropy(logits.permute(0, 2, 3, 1).reshape(-1, classes), target.reshape(-1))
 
 
-def loss_fn_of(family):
+def loss_fn_of(name, family):
     import torch.nn.functional as F
+    if family == "users":
+        return user_models.MODELS[name][2]
     return pixel_cross_entropy if family == "segmentation" else F.cross_entropy
 
 
@@ -197,8 +211,8 @@ def run_side(args):
     family = families()[args.model]
     shape = input_shape(args.model, family)
     model = build(args.model, family)
-    batch = make_batch(shape, family)
-    loss_fn = loss_fn_of(family)
+    batch = make_batch(args.model, shape, family)
+    loss_fn = loss_fn_of(args.model, family)
     params = sum(p.numel() for p in model.parameters())
     report(phase="built", params=params, digest=state_digest(model))
     if args.side == "eager":
