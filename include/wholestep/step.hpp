@@ -47,6 +47,13 @@ struct StepResult {
   // gradient not finite, or the gradients' norm was not finite in a step
   // that clips with UpdateSpec::skip_nonfinite_norm (optim.hpp).
   bool skipped = false;
+  // The optimizer updated in this call (not skipped; with
+  // StepOptions::accumulate = k, only a cycle's k-th call updates).
+  bool updated = false;
+  // StepOptions::accumulate: the calls whose gradients the step holds
+  // summed after this one, 0 .. k-1 (0 after an update: the next call
+  // starts a cycle). Always 0 when accumulate is 1.
+  int64_t accumulated = 0;
   int threads = 0;  // threads the step's parallel regions ran on
   // When the optimizer clips (global-norm gradient clipping): the 2-norm
   // of all the gradients together, before clipping (what
@@ -124,7 +131,9 @@ class TrainStep {
   TrainStep(TrainStep&&) noexcept;
   TrainStep& operator=(TrainStep&&) noexcept;
 
-  // One step on this batch: returns the loss before the update.
+  // One step on this batch: returns the loss before the update. With
+  // StepOptions::accumulate = k, the k-th call of each cycle updates and
+  // the calls before it add their gradients into sums the step keeps.
   StepResult run(const std::vector<Tensor>& data, Loc loc = Loc::current());
   template <class... T>
   StepResult operator()(const T&... data) {
@@ -156,7 +165,8 @@ class TrainStep {
   std::vector<std::pair<std::string, const void*>> bound_storage() const;
   // three_graph: each parameter's gradient from the last step, as the
   // backward graph passed it to the optimizer graph (copies), named
-  // "grad.<parameter>". Empty in the other modes, which never hold them
+  // "grad.<parameter>" (StepOptions::accumulate: the total the last update
+  // read). Empty in the other modes, which never hold them
   // whole (single_graph fuses each into its update).
   std::vector<std::pair<std::string, Tensor>> gradients() const;
   // The partitioned joint graph in Graphviz DOT (forward, backward and
@@ -169,13 +179,29 @@ class TrainStep {
   // when interpreted.
   std::string graph_dot(GraphStage stage) const;
   // Runs `steps` real steps on this batch (parameters are updated) with every
-  // kernel timed, then times the contractions alone. Compiled modes only.
+  // kernel timed, then times the contractions alone. Compiled modes only,
+  // and not with StepOptions::accumulate above 1.
   StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());
   // StepOptions::zero: makes the optimizer's state tensors whole again
   // from every rank's part (before a checkpoint is saved); the next step
   // takes them over again, from what they hold then (a checkpoint loaded
   // into them). Collective: every rank calls it. Nothing to do otherwise.
   void gather_optimizer_state();
+
+  // StepOptions::accumulate: the calls of the current cycle whose gradients
+  // the step holds summed (0: the next call starts a cycle; it updates when
+  // this is accumulate - 1).
+  int64_t accumulated() const;
+  // Copies of those sums, by parameter name (empty before the first call):
+  // a checkpoint taken mid-cycle saves them and accumulated() with the
+  // model and optimizer (save_checkpoint holds neither), else the resumed
+  // run starts a new cycle and the calls summed so far are lost.
+  std::vector<std::pair<std::string, Tensor>> accumulated_gradients() const;
+  // Continues a saved cycle: `calls` calls summed into `grads` (by
+  // parameter name; a sum not named is zero). A ws::Error, with nothing
+  // changed, when `calls` is outside [0, accumulate) or a tensor's type is
+  // not its sum's.
+  void load_accumulated(int64_t calls, const std::vector<std::pair<std::string, Tensor>>& grads);
 
  private:
   friend struct step::StepFactory;

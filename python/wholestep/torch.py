@@ -80,6 +80,11 @@ class TrainStep:
         nonfinite = "ignore" if self._on_nonfinite == "error" else self._on_nonfinite
         self._options = dict(options, on_nonfinite=nonfinite)
         self._max_cached = options["max_cached"]
+        # accumulate=k: the gradient sums and the cycle's position, shared
+        # by the compiled step of every key (a short last batch continues
+        # the cycle).
+        self._accumulate = options["accumulate"]
+        self._accumulation = _C.Accumulation()
         self._warn_after = options["recompile_warning"]
         # key -> _Entry, least recently used first. Each _C.TrainStep
         # compiles one key, so this bounds them all (max_cached).
@@ -151,7 +156,7 @@ class TrainStep:
             def trace(called_types):
                 return built.pop() if built else build()
 
-            step = _C.TrainStep(trace, groups, self._options)
+            step = _C.TrainStep(trace, groups, self._options, self._accumulation)
         except BaseException:
             undo()
             raise
@@ -220,21 +225,27 @@ class TrainStep:
             with _guards.sigint_held():
                 threads = _guards.follow_torch_threads()
                 try:
-                    loss, norm = self._run(key, data, params, buffers)
+                    loss, norm, updated = self._run(key, data, params, buffers)
                 finally:
                     _guards.restore_torch_threads(threads)
             step_count = self._stepped
+            calls = self._accumulation.calls
         if self._opt.error_if_nonfinite and norm is not None and not math.isfinite(norm):
+            dropped = (f"; the gradients summed over the cycle (accumulate={self._accumulate}) "
+                       f"are dropped, as opt.zero_grad() would" if self._accumulate > 1 else "")
             raise Error(f"step {step_count + 1}: the total norm of the gradients is {norm}, so "
                         f"they cannot be clipped (clip_grad_norm={self._opt.clip_grad_norm}, "
                         f"error_if_nonfinite=True): the update was not applied, the parameters "
                         f"and the optimizer's state are as they were (as torch's "
-                        f"clip_grad_norm_ raises before optimizer.step()). To clip by the "
-                        f"non-finite norm anyway, set error_if_nonfinite=False")
+                        f"clip_grad_norm_ raises before optimizer.step()){dropped}. To clip by "
+                        f"the non-finite norm anyway, set error_if_nonfinite=False")
         if self._on_nonfinite == "error" and not math.isfinite(loss):
-            raise Error(f"step {step_count}: the loss is {loss}; the step's update has been "
-                        f"applied (as torch's would be). Lower the learning rate or check the "
-                        f"data, or skip such steps (on_nonfinite='skip')")
+            what = ("the step's update has been applied" if updated or calls == 0 else
+                    f"its gradients have been added to those summed for the next update "
+                    f"(call {calls} of accumulate={self._accumulate})")
+            raise Error(f"step {step_count}: the loss is {loss}; {what} (as torch's would "
+                        f"be). Lower the learning rate or check the data, or skip such steps "
+                        f"(on_nonfinite='skip')")
         return torch.tensor(loss, dtype=torch.float32)
 
     def _run(self, key, data, params, buffers):
@@ -252,7 +263,7 @@ class TrainStep:
             # its shards; this one takes it over from torch's tensors.
             self._last.step.gather_optimizer_state()
         try:
-            loss, skipped, _, norm = current.step.run(data, self._opt.hypers(current.plan))
+            loss, _, _, norm, updated = current.step.run(data, self._opt.hypers(current.plan))
         except BaseException:
             if undo is not None:
                 undo()  # it failed before it ran: nothing changed
@@ -265,7 +276,7 @@ class TrainStep:
                 self._steps.popitem(last=False)
             self._steps[key] = fresh
         self._last_key = key
-        if not skipped:
+        if updated:
             self._stepped += 1
             self._opt.stepped()
             # The count torch's lr schedulers check to see that the
@@ -274,7 +285,7 @@ class TrainStep:
             if hasattr(self.optimizer, "_step_count"):
                 self.optimizer._step_count += 1
         self._last = current
-        return loss, norm
+        return loss, norm, updated
 
     def profile(self, *args, steps=10):
         """One step on this batch (compiling it if it is new), then `steps`
@@ -300,10 +311,60 @@ class TrainStep:
     def stats(self):
         """Counters of the last step: graphs, kernels, bytes_copied,
         interface_bytes, arena_bytes, persistent_bytes, peak_bytes, flops,
-        collectives, comm_bytes; and grad_norm: with clip_grad_norm, the
+        collectives, comm_bytes; grad_norm: with clip_grad_norm, the
         total 2-norm of the gradients before clipping (what
-        torch.nn.utils.clip_grad_norm_ returns), else None."""
+        torch.nn.utils.clip_grad_norm_ returns; None in a call that did
+        not update), else None; updated: whether the optimizer updated;
+        accumulated: with accumulate=k, the calls of the current cycle
+        whose gradients the step holds summed after it (0 .. k-1; 0 after
+        an update)."""
         return self._step().stats()
+
+    @property
+    def accumulated(self):
+        """accumulate=k: the calls of the current cycle whose gradients the
+        step holds summed (0: the next call starts a cycle; k - 1: it
+        updates)."""
+        return self._accumulation.calls
+
+    def state_dict(self):
+        """What the step holds besides the model and the optimizer: with
+        accumulate=k, the gradients summed in the current cycle, which
+        neither model.state_dict() nor optimizer.state_dict() holds.
+        {"accumulate": k, "accumulated": calls summed, "grads": {parameter
+        name: sum}} (copies). Saved mid-cycle with the model and the
+        optimizer and loaded back (load_state_dict), the cycle continues
+        where it was; without it, the resumed run starts a new cycle."""
+        with self._lock:
+            return {"accumulate": self._accumulate, "accumulated": self._accumulation.calls,
+                    "grads": {name: torch.from_numpy(a)
+                              for name, a in self._accumulation.sums().items()}}
+
+    def load_state_dict(self, state):
+        """Continues the cycle `state` (state_dict()) was saved in. An Error,
+        with nothing changed, when it was saved with another accumulate or
+        a sum's shape or dtype is not the parameter's."""
+        with self._lock:
+            if not isinstance(state, dict) or set(state) != {"accumulate", "accumulated",
+                                                              "grads"}:
+                raise Error("load_state_dict: expected the dict TrainStep.state_dict() returns "
+                            "({'accumulate', 'accumulated', 'grads'}), got "
+                            f"{sorted(state) if isinstance(state, dict) else type(state)}")
+            if state["accumulate"] != self._accumulate:
+                raise Error(f"load_state_dict: the state was saved by a step with "
+                            f"accumulate={state['accumulate']}, this one has "
+                            f"accumulate={self._accumulate}")
+            params = dict(self.model.named_parameters())
+            sums = {}
+            for name, t in state["grads"].items():
+                p = params.get(name)
+                if p is None or tuple(t.shape) != tuple(p.shape) or t.dtype != p.dtype:
+                    have = "no such parameter" if p is None else \
+                        f"the parameter is {p.dtype} {list(p.shape)}"
+                    raise Error(f"load_state_dict: the gradient sum of '{name}' is "
+                                f"{t.dtype} {list(t.shape)}; {have}")
+                sums[name] = t.detach().contiguous().numpy()
+            self._accumulation.load(self._accumulate, state["accumulated"], sums)
 
     @property
     def clip_grad_norm(self):

@@ -27,18 +27,30 @@ int stage_of(const JointGraph& j, ValueId v) {
   return v < j.backward_end ? kBackward : kOptimizer;
 }
 
+// Per value, the last stage that reads it (kGlobal when none does).
+std::vector<int> last_reads(const JointGraph& j) {
+  std::vector<int> last(size_t(j.graph.size()), kGlobal);
+  for (ValueId v = 0; v < j.graph.size(); ++v)
+    for (ValueId a : j.graph.node(v).args)
+      last[size_t(a)] = std::max(last[size_t(a)], stage_of(j, v));
+  return last;
+}
+
 // Where an output is produced: optimizer updates in the optimizer graph;
 // the loss, user outputs and forward mutations (buffers, the random offset)
 // in the forward graph, as a module's forward does them; but never before
 // the stage that computes its value (a guarded step's buffer update and its
 // `finite` flag wait for the gradients: an earlier graph would read the
-// previous step's value).
-int home_of(const JointGraph& j, const ir::Output& o) {
+// previous step's value), nor before a stage that reads the old value of
+// the input it updates (a gradient sum the backward reads, set to zero:
+// accumulate.hpp). `last_read`: last_reads(j).
+int home_of(const JointGraph& j, const ir::Output& o, const std::vector<int>& last_read) {
   const Graph& g = j.graph;
   int home = kForward;
   if (o.role == ir::OutputRole::update) {
     const ir::InputRole r = g.input_role(o.aliased_input);
     home = r == ir::InputRole::buffer || r == ir::InputRole::rng ? kForward : kOptimizer;
+    home = std::max(home, last_read[size_t(o.aliased_input)]);
   }
   return std::max(home, stage_of(j, o.value));
 }
@@ -59,6 +71,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
   const int64_t n = g.size();
   std::vector<int> stage(static_cast<size_t>(n));
   for (ValueId v = 0; v < n; ++v) stage[size_t(v)] = stage_of(j, v);
+  const std::vector<int> last_read = last_reads(j);
 
   // Which values of other stages does each stage read, and which sources?
   std::vector<bool> imported(static_cast<size_t>(n), false),
@@ -83,7 +96,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
   // elsewhere (an unchanged parameter, say).
   for (const ir::Output& o : g.outputs) {
     if (o.role == ir::OutputRole::grad) continue;
-    int home = home_of(j, o);
+    int home = home_of(j, o, last_read);
     int sv = stage[size_t(o.value)];
     if (home != s) {
       if (sv == s) exported[size_t(o.value)] = true;
@@ -121,7 +134,7 @@ Graph extract(const JointGraph& j, int s, const std::string& name) {
 
   for (const ir::Output& o : g.outputs) {
     if (o.role == ir::OutputRole::grad) continue;
-    if (home_of(j, o) != s) continue;
+    if (home_of(j, o, last_read) != s) continue;
     ir::Output r = o;
     r.value = map[size_t(o.value)];
     if (o.aliased_input != ir::kNoValue) r.aliased_input = map[size_t(o.aliased_input)];

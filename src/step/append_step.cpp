@@ -2,9 +2,11 @@
 // optimizer's updates, and the non-finite guard. Nothing here knows where
 // the forward came from (step_source.hpp).
 #include <algorithm>
+#include <numeric>
 
 #include "autograd/reverse.hpp"
 #include "optim/update.hpp"
+#include "step/accumulate.hpp"
 #include "step/capture_step.hpp"
 #include "step/reduce_gradients.hpp"
 #include "step/zero.hpp"
@@ -140,6 +142,41 @@ void keep_unless_finite(ir::Graph& g, ir::Builder& b, ir::ValueId norm) {
   }
 }
 
+// Each gradient plus its sum (accumulate.hpp), added in the order the
+// backward computes the gradients: a data-parallel step buckets them in
+// the order of their values.
+std::vector<ir::ValueId> plus_sums(ir::Builder& b, const std::vector<ir::ValueId>& grads,
+                                   const std::vector<ir::ValueId>& sums) {
+  std::vector<size_t> order(grads.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return grads[x] < grads[y]; });
+  b.internal = "gradient accumulation";
+  std::vector<ir::ValueId> out(grads.size());
+  for (size_t i : order) {
+    b.loc = b.graph().node(grads[i]).loc;
+    out[i] = b.binary(ir::Op::add, grads[i], sums[i]);
+  }
+  return out;
+}
+
+// The summing graph's end: each gradient as an output (what three_graph's
+// backward passes on), and each gradient added into its sum, in place.
+// Returns the new sums.
+std::vector<ir::ValueId> append_sums(ir::Graph& g, ir::Builder& b,
+                                     const std::vector<ir::ValueId>& grads,
+                                     const std::vector<ir::ValueId>& sums) {
+  const std::vector<ir::ValueId> param_ids = g.inputs_with_role(ir::InputRole::param);
+  const std::vector<ir::ValueId> summed = plus_sums(b, grads, sums);
+  for (size_t j = 0; j < param_ids.size(); ++j)
+    g.outputs.push_back(ir::Output{ir::OutputRole::grad, grads[j], ir::kNoValue,
+                                   "grad." + g.input_name(param_ids[j])});
+  for (size_t j = 0; j < sums.size(); ++j)
+    g.outputs.push_back(
+        ir::Output{ir::OutputRole::update, summed[j], sums[j], g.input_name(sums[j])});
+  return summed;
+}
+
 }  // namespace
 
 ir::ValueId nonfinite_probe(ir::Builder& b, ir::ValueId loss,
@@ -170,8 +207,31 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
   ir::Builder b(g);
   ir::ValueId probe = ir::kNoValue;  // the guard's, when the sharded step built it
   ir::ValueId norm = ir::kNoValue;   // the gradients' when the step clips
+  // Inputs nothing reads: the per-parameter state ZeRO's shards replace,
+  // and in the summing graph the optimizer's state and hyperparameters.
   std::vector<ir::ValueId> replaced;
-  if (opts.zero) {
+  std::vector<ir::ValueId> sums;  // accumulating: each parameter's gradient sum
+  if (opts.accumulation) {
+    sums = accumulator_inputs(out, *opts.accumulation);
+    if (opts.update) grads = plus_sums(b, grads, sums);
+  }
+  if (opts.accumulation && !opts.update) {
+    out.joint.backward_end = g.size();
+    grads = append_sums(g, b, grads, sums);  // what the guard checks: the new sums
+    // No update, so no gradient reduction (DDP's no_sync); the loss is
+    // still the mean over the ranks, as every call returns it, and the
+    // guard's verdict the same on every rank.
+    if (opts.data_parallel) {
+      if (opts.guard_nonfinite) probe = nonfinite_probe(b, loss_id, grads);
+      std::vector<ir::ValueId> also;
+      if (probe != ir::kNoValue) also.push_back(probe);
+      ReducedGradients r = reduce_gradients(g, loss_id, also, opts.bucket_bytes);
+      loss_id = g.outputs[0].value = r.loss;
+      if (probe != ir::kNoValue) probe = r.grads[0];
+    }
+    for (ir::InputRole role : {ir::InputRole::opt_state, ir::InputRole::hyper})
+      for (ir::ValueId v : g.inputs_with_role(role)) replaced.push_back(v);
+  } else if (opts.zero) {
     ShardedStep sharded = append_sharded_step(out, groups, grads, opts.bucket_bytes,
                                               opts.guard_nonfinite, *opts.zero);
     probe = sharded.probe;
@@ -188,6 +248,13 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
     }
     out.joint.backward_end = g.size();
     norm = append_updates(out, groups, grads, b);
+  }
+  if (opts.accumulation && opts.update) {
+    b.loc = {};
+    b.internal = "gradient accumulation";
+    for (ir::ValueId s : sums)
+      g.outputs.push_back(
+          ir::Output{ir::OutputRole::update, b.full(0, g.type(s)), s, g.input_name(s)});
   }
   if (norm != ir::kNoValue &&
       std::any_of(groups.begin(), groups.end(), [](const optim::UpdateGroup& group) {
@@ -206,7 +273,7 @@ void append_step(CapturedStep& out, const std::vector<optim::UpdateGroup>& group
     }
     g.outputs.push_back(ir::Output{ir::OutputRole::user, finite, ir::kNoValue, kFiniteOutput});
   }
-  if (opts.zero) inputs_first(out, replaced);
+  if (opts.zero || opts.accumulation) inputs_first(out, replaced);
   partition::mark_stages(out.joint);
   after_stage(g, "joint");
 }

@@ -84,6 +84,7 @@ inline constexpr const char* kFiniteOutput = "finite";
 // `opts.guard_nonfinite` as for capture_step. Knows nothing of Modules: every
 // frontend goes through it (step_source.hpp).
 class OptimizerShards;
+struct Accumulation;
 struct JointOptions {
   bool guard_nonfinite = false;
   // Gradients and loss averaged over the process group in the graph
@@ -93,6 +94,14 @@ struct JointOptions {
   // Data parallel with the optimizer state sharded over the ranks (ZeRO
   // stage 1, zero.hpp), kept here.
   OptimizerShards* zero = nullptr;
+  // StepOptions::accumulate > 1 (accumulate.hpp): the gradient sums, and
+  // which of the two graphs this is. `update`: the update reads each
+  // gradient plus its sum, and the sums are set to zero. Otherwise the
+  // graph adds each gradient into its sum and updates nothing else but
+  // buffers and the random stream (the optimizer's state and
+  // hyperparameters are not inputs).
+  Accumulation* accumulation = nullptr;
+  bool update = true;
 };
 void append_step(CapturedStep& cap, const std::vector<optim::UpdateGroup>& groups,
                  const JointOptions& opts);

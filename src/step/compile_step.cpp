@@ -66,17 +66,30 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile(const std::vector<ir::T
     capture::SyncBatchStatistics sync(opts.data_parallel && opts.sync_batch_norm);
     return source->trace(types, loc);
   }();
+  if (opts.accumulate == 1) return compile_graphs(std::move(cap), true);
+  // Gradient accumulation: the summing graph from the same trace.
+  step::CapturedStep summing = cap;
+  std::unique_ptr<step::Compiled> c = compile_graphs(std::move(cap), true);
+  c->summing = compile_graphs(std::move(summing), false);
+  return c;
+}
+
+std::unique_ptr<step::Compiled> TrainStep::Impl::compile_graphs(step::CapturedStep cap,
+                                                                bool update) {
+  const bool accumulating = opts.accumulate > 1;
   step::append_step(cap, source->update_groups(),
                     {.guard_nonfinite = opts.on_nonfinite == NonFinite::skip,
                      .data_parallel = opts.data_parallel,
                      .bucket_bytes = opts.bucket_bytes,
-                     .zero = zero.get()});
+                     .zero = zero.get(),
+                     .accumulation = accumulating ? &source->accumulation() : nullptr,
+                     .update = update});
   if (opts.data_parallel) step::synchronize_ranks(cap);
   if (zero) zero->take_over();
   auto c = std::make_unique<step::Compiled>();
   c->index_checks = cap.index_checks;
   for (const optim::UpdateGroup& group : source->update_groups())
-    c->skip_nonfinite_norm |= group.spec.clip && group.spec.skip_nonfinite_norm;
+    c->skip_nonfinite_norm |= update && group.spec.clip && group.spec.skip_nonfinite_norm;
   for (ir::ValueId v : cap.joint.graph.inputs) {
     const ir::InputRole role = cap.joint.graph.input_role(v);
     // The step writes each hyperparameter as a double (a frontend declares

@@ -20,6 +20,12 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
         fmt::format("profile: the interpret mode runs no kernels to time; use "
                     "three_graph or single_graph{}",
                     at(SourceLoc::from(sloc))));
+  if (m.opts.accumulate > 1)
+    throw Error(fmt::format(
+        "profile: step option accumulate={} alternates two compiled graphs over a cycle, and "
+        "profile times one step graph run again and again; profile a step compiled with "
+        "accumulate=1{}",
+        m.opts.accumulate, at(SourceLoc::from(sloc))));
   if (steps < 1)
     throw Error(fmt::format("profile: steps must be at least 1, got {}{}", steps,
                             at(SourceLoc::from(sloc))));

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "step/accumulate.hpp"
 #include "step/capture_step.hpp"
 #include "wholestep/step.hpp"
 
@@ -36,6 +37,14 @@ class StepSource {
   virtual void advance() = 0;
   // Updates applied so far.
   virtual int64_t step_count() const = 0;
+  // StepOptions::accumulate: the gradient sums and the cycle's position,
+  // shared by every signature the step compiles (accumulate.hpp). Kept
+  // here by default; a frontend that makes several TrainSteps train one
+  // model together (one per key) returns one they share.
+  virtual Accumulation& accumulation() { return accumulation_; }
+
+ private:
+  Accumulation accumulation_;
 };
 
 // A frontend's inference function: traced once per input signature into a

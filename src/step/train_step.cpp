@@ -138,7 +138,11 @@ StepResult TrainStep::run(const std::vector<Tensor>& data, Loc sloc) {
 StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
   Impl& m = *this;
   const int64_t traces = m.cache.traces();
-  step::Compiled& c = m.lookup(data, sloc);
+  step::Accumulation& acc = m.source->accumulation();
+  // The cycle's last call updates; the others sum (accumulate.hpp).
+  const bool last = acc.calls + 1 >= m.opts.accumulate;
+  step::Compiled& compiled = m.lookup(data, sloc);
+  step::Compiled& c = last ? compiled : *compiled.summing;
   m.prepare(c, data);
 
   StepResult r;
@@ -158,22 +162,36 @@ StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
     r.skipped = c.finite && *c.finite == 0;
     if (c.grad_norm) r.grad_norm = *c.grad_norm;
   }
-  // The clipping's guard kept the update out (UpdateSpec::skip_nonfinite_norm).
+  // NonFinite::skip: nothing was written, as if the call had not been made
+  // (the cycle stays where it was).
+  const bool guarded = r.skipped;
+  // The clipping's guard kept the update out (UpdateSpec::skip_nonfinite_norm);
+  // the cycle ends, its sums set to zero.
   if (c.skip_nonfinite_norm && r.grad_norm && !std::isfinite(*r.grad_norm)) r.skipped = true;
+  if (!guarded) acc.calls = last ? 0 : acc.calls + 1;
+  r.accumulated = acc.calls;
+  r.updated = last && !r.skipped;
   const clock::time_point end = clock::now();
   if (m.opts.adapt_threads && m.cache.traces() == traces)  // a step that compiled says nothing
     c.team.ran(r.threads, std::chrono::duration<double>(end - start).count(), seconds(end));
   r.comm_ms = dist::counters().busy_ms - comm.busy_ms;
   r.comm_wait_ms = dist::counters().wait_ms - comm.wait_ms;
-  if (!r.skipped) m.source->advance();
+  if (r.updated) m.source->advance();
   r.step = m.source->step_count();
   r.counters = c.counters;
-  if (m.opts.on_nonfinite == NonFinite::error && !std::isfinite(r.loss))
+  if (m.opts.on_nonfinite == NonFinite::error && !std::isfinite(r.loss)) {
+    const std::string what =
+        last ? "the step's update has been applied"
+             : fmt::format(
+                   "its gradients have been added to those summed for the next update "
+                   "(call {} of {}: accumulate={})",
+                   r.accumulated, m.opts.accumulate, m.opts.accumulate);
     throw Error(fmt::format(
-        "step {}: the loss is {}; the step's update has been applied. Lower the learning rate or "
-        "check the data, or skip such steps (StepOptions::on_nonfinite = NonFinite::skip){}",
-        r.step, std::isnan(r.loss) ? std::string("NaN") : fmt::format("{}", r.loss),
+        "step {}: the loss is {}; {}. Lower the learning rate or check the data, or skip such "
+        "steps (StepOptions::on_nonfinite = NonFinite::skip){}",
+        r.step, std::isnan(r.loss) ? std::string("NaN") : fmt::format("{}", r.loss), what,
         at(SourceLoc::from(sloc))));
+  }
   return r;
 }
 

@@ -85,6 +85,10 @@ struct Compiled {
   // UpdateSpec::skip_nonfinite_norm: a non-finite norm kept the update out.
   bool skip_nonfinite_norm = false;
   StepCounters counters;
+  // StepOptions::accumulate > 1: this is the graph of a cycle's last call
+  // (the update), and `summing` the one of the calls before it, compiled
+  // from the same trace (accumulate.hpp).
+  std::unique_ptr<Compiled> summing;
   // The team its steps run on (StepOptions::adapt_threads): its own, since
   // another signature's steps take another time.
   exec::TeamChooser team{exec::num_threads()};
@@ -124,6 +128,9 @@ struct TrainStep::Impl {
   // Checks the batch's indices and writes the hyperparameters for one step.
   void prepare(step::Compiled& c, const std::vector<Tensor>& data);
   std::unique_ptr<step::Compiled> compile(const std::vector<ir::Type>& types, const SourceLoc& loc);
+  // One graph's Compiled from the forward `cap` (compile's; `update`:
+  // JointOptions::update).
+  std::unique_ptr<step::Compiled> compile_graphs(step::CapturedStep cap, bool update);
   // What the input `name` in `role` of a graph made from `cap` reads, with
   // the storage a Program binds now (persistent, hyper and owned).
   step::Binding bind_input(step::Compiled& c, const step::CapturedStep& cap, ir::InputRole role,

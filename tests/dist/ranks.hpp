@@ -1,5 +1,5 @@
 // What the data-parallel tests share: each rank's part of a global batch,
-// and how far two trained states are apart.
+// how far two trained states are apart, and their main.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dist/collectives.hpp"
+#include "ir/verify.hpp"
 #include "wholestep/wholestep.hpp"
 
 namespace ws::test {
@@ -53,6 +54,17 @@ inline Difference relative_difference(const State& a, const State& b) {
     }
   }
   return {diff / scale, std::sqrt(diff2 / scale2)};
+}
+
+// A data-parallel test program's main: graphs verified, MPI made ready
+// for the progress thread, then the tests.
+inline int run_tests_on_ranks(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ir::set_verify_enabled(true);
+  dist::set_progress(dist::Progress::thread);
+  dist::init();
+  dist::set_progress(dist::Progress::kernels);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace ws::test

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
@@ -65,8 +66,11 @@ step::CapturedStep call_trace(const py::object& fn, const std::vector<ir::Type>&
 
 class PyStepSource final : public step::StepSource {
  public:
-  PyStepSource(py::object trace, std::vector<optim::UpdateGroup> groups)
-      : trace_(std::move(trace)), groups_(std::move(groups)) {
+  PyStepSource(py::object trace, std::vector<optim::UpdateGroup> groups,
+               std::shared_ptr<step::Accumulation> accumulation)
+      : trace_(std::move(trace)),
+        groups_(std::move(groups)),
+        accumulation_(std::move(accumulation)) {
     size_t n = 0;
     for (const optim::UpdateGroup& g : groups_) n += g.spec.hyper_names.size();
     hypers_.assign(n, 0.0);
@@ -85,6 +89,8 @@ class PyStepSource final : public step::StepSource {
   }
   void advance() override { ++steps_; }
   int64_t step_count() const override { return steps_; }
+  // Shared by the package's steps of one model, one per key.
+  step::Accumulation& accumulation() override { return *accumulation_; }
 
   void set_hypers(const std::vector<double>& h) {
     if (h.size() != hypers_.size())
@@ -98,6 +104,7 @@ class PyStepSource final : public step::StepSource {
   std::vector<optim::UpdateGroup> groups_;
   std::vector<double> hypers_;
   int64_t steps_ = 0;
+  std::shared_ptr<step::Accumulation> accumulation_;
 };
 
 class PyForwardSource final : public step::ForwardSource {
@@ -257,6 +264,8 @@ py::dict counters_dict(const StepCounters& c) {
 py::dict stats_dict(const StepResult& r) {
   py::dict d = counters_dict(r.counters);
   d["grad_norm"] = r.grad_norm ? py::object(py::float_(*r.grad_norm)) : py::object(py::none());
+  d["updated"] = r.updated;
+  d["accumulated"] = r.accumulated;
   return d;
 }
 
@@ -271,10 +280,12 @@ struct PyForward {
 };
 
 PyTrainStep make_train_step(py::object trace, const std::vector<py::dict>& groups,
-                            const py::dict& options) {
+                            const py::dict& options,
+                            std::shared_ptr<step::Accumulation> accumulation) {
   std::vector<optim::UpdateGroup> gs;
   for (const py::dict& g : groups) gs.push_back(update_group(g));
-  auto src = std::make_unique<PyStepSource>(std::move(trace), std::move(gs));
+  auto src =
+      std::make_unique<PyStepSource>(std::move(trace), std::move(gs), std::move(accumulation));
   PyStepSource* raw = src.get();
   return PyTrainStep{raw, step::StepFactory::train_step(std::move(src), step_options(options)), {}};
 }
@@ -291,6 +302,19 @@ py::array to_array(const Tensor& t) {
   return py::array(dt, shape, impl->storage->data, base);
 }
 
+// A copy of a float32 or float64 numpy array.
+Tensor from_array(const py::array& a) {
+  const bool f32 = py::isinstance<py::array_t<float>>(a),
+             f64 = py::isinstance<py::array_t<double>>(a);
+  if (!f32 && !f64)
+    throw Error(fmt::format("an array of {} where float32 or float64 was expected",
+                            py::str(a.dtype()).cast<std::string>()));
+  const py::array c = py::array::ensure(a, py::array::c_style);
+  Tensor t = Tensor::zeros(Shape(c.shape(), c.shape() + c.ndim()), f32 ? DType::f32 : DType::f64);
+  std::memcpy(t.impl()->storage->data, c.data(), t.nbytes());
+  return t;
+}
+
 }  // namespace
 
 void bind_steps(py::module_& m) {
@@ -303,8 +327,33 @@ void bind_steps(py::module_& m) {
   m.def("borrow", &borrow, py::arg("ptr"), py::arg("dtype"), py::arg("shape"), py::arg("owner"),
         "A tensor over memory `owner` holds (a torch tensor), kept alive while it is.");
 
+  py::class_<step::Accumulation, std::shared_ptr<step::Accumulation>>(
+      m, "Accumulation",
+      "Gradient sums and the cycle's position (step option accumulate), shared by the "
+      "TrainSteps given it.")
+      .def(py::init<>())
+      .def_property_readonly("calls", [](const step::Accumulation& a) { return a.calls; })
+      .def(
+          "sums",
+          [](const step::Accumulation& a) {
+            py::dict d;
+            for (auto& [name, t] : step::saved_sums(a)) d[py::str(name)] = to_array(t);
+            return d;
+          },
+          "Copies of the gradient sums, {parameter name: array}.")
+      .def(
+          "load",
+          [](step::Accumulation& a, int64_t k, int64_t calls, const py::dict& sums) {
+            std::vector<std::pair<std::string, Tensor>> grads;
+            for (auto [name, v] : sums)
+              grads.emplace_back(name.cast<std::string>(), from_array(v.cast<py::array>()));
+            step::load_sums(a, k, calls, grads, "load_state_dict");
+          },
+          py::arg("accumulate"), py::arg("calls"), py::arg("sums"));
+
   py::class_<PyTrainStep>(m, "TrainStep")
-      .def(py::init(&make_train_step), py::arg("trace"), py::arg("groups"), py::arg("options"))
+      .def(py::init(&make_train_step), py::arg("trace"), py::arg("groups"), py::arg("options"),
+           py::arg("accumulation"))
       .def(
           "run",
           [](PyTrainStep& s, const std::vector<DataArg>& data, const std::vector<double>& hypers) {
@@ -316,7 +365,8 @@ void bind_steps(py::module_& m) {
             }
             return py::make_tuple(s.last.loss, s.last.skipped, s.last.step,
                                   s.last.grad_norm ? py::object(py::float_(*s.last.grad_norm))
-                                                   : py::object(py::none()));
+                                                   : py::object(py::none()),
+                                  s.last.updated);
           },
           py::arg("data"), py::arg("hypers"))
       .def(
