@@ -273,6 +273,13 @@ void check_train(CLI::App* tr, const Common& c, const TrainFlags& f) {
   if (f.save_dir.empty() &&
       (tr->get_option("--save-every")->count() > 0 || tr->get_option("--keep")->count() > 0))
     throw UsageError("--save-every and --keep need --save DIR");
+  // A checkpoint holds the model and the optimizer, not the gradients a
+  // cycle has summed (TrainStep::accumulated_gradients), nor the option.
+  if (c.step.accumulate > 1 && (!f.save_dir.empty() || !f.resume.empty()))
+    throw UsageError(fmt::format(
+        "--accumulate {} with {}: a checkpoint holds the model and the optimizer, not the "
+        "gradients summed mid-cycle; train with --accumulate 1, or without checkpoints",
+        c.step.accumulate, f.save_dir.empty() ? "--resume" : "--save"));
   require_count("--log-every", f.log_every, 1);
   if (f.eval_every) require_count("--eval-every", *f.eval_every, 0);
   require_count("--sample", f.sample, 0);
