@@ -16,6 +16,7 @@ dataset-fashion-mnist).
 """
 
 import argparse
+import copy
 import gzip
 import os
 import struct
@@ -31,7 +32,8 @@ import wholestep.torch as wst
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # of the training images, scaled to [0, 1]
-PEAK_LR = {"sgd": 0.1, "adam": 0.004}
+PEAK_LR = {"sgd": 0.1, "adam": 0.004, "adamw": 0.004}
+WEIGHT_DECAY = {"sgd": 5e-4, "adam": 0.0, "adamw": 0.05}
 
 
 def read_idx(path):
@@ -65,6 +67,13 @@ def prepare(images, size):
     return x.repeat(1, 3, 1, 1)  # a contiguous copy: wholestep binds contiguous tensors
 
 
+def random_flips(images, g):
+    """A uint8 batch [B, 28, 28], each image mirrored left to right with
+    probability 1/2."""
+    mirror = torch.rand(len(images), generator=g) < 0.5
+    return torch.where(mirror[:, None, None], images.flip(2), images)
+
+
 def batches(images, labels, batch, seed=0):
     """Shuffled batches, epoch after epoch. The last partial batch of an
     epoch is dropped: a new input shape would trace the step again."""
@@ -83,20 +92,40 @@ def smoothed_cross_entropy(smoothing):
     return loss_fn
 
 
-def make_optimizer(model, name, lr):
+def make_optimizer(model, name, lr, weight_decay):
     if name == "sgd":
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True,
-                               weight_decay=5e-4)
-    return torch.optim.Adam(model.parameters(), lr=lr)
+                               weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
 
 
-def make_schedule(opt, name, lr, steps):
+class EMA:
+    """An exponential moving average of a model's parameters and floating
+    buffers (BatchNorm's running statistics; its integer step count is
+    copied), kept in a copy of the model and updated after every step."""
+
+    def __init__(self, model, decay):
+        self.model = copy.deepcopy(model)
+        self.decay = decay
+
+    @torch.no_grad()
+    def update(self, model):
+        for avg, new in zip(self.model.state_dict().values(), model.state_dict().values()):
+            if avg.is_floating_point():
+                avg.lerp_(new, 1 - self.decay)
+            else:
+                avg.copy_(new)
+
+
+def make_schedule(opt, name, lr, steps, pct_start):
     """The learning rate (and, one-cycle, the momentum or Adam's beta1) of
     every step. wholestep reads them from opt.param_groups before each
     step: a scheduler needs no recompile."""
     if name == "onecycle":
         return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps,
-                                                   pct_start=0.25)
+                                                   pct_start=pct_start)
     return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
 
 
@@ -120,13 +149,28 @@ def parse_args():
     p.add_argument("--batch", type=int, default=64, help="batch size")
     p.add_argument("--mode", default="single_graph",
                    choices=["single_graph", "three_graph", "interpret"])
-    p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"],
-                   help="adam, or sgd (Nesterov momentum 0.9, weight decay 5e-4)")
+    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"],
+                   help="adam, adamw (decoupled weight decay) or sgd (Nesterov momentum "
+                        "0.9)")
+    p.add_argument("--weight-decay", type=float,
+                   help=f"weight decay (sgd {WEIGHT_DECAY['sgd']}, adam "
+                        f"{WEIGHT_DECAY['adam']:g}, adamw {WEIGHT_DECAY['adamw']})")
     p.add_argument("--lr", type=float,
-                   help=f"peak learning rate (sgd {PEAK_LR['sgd']}, adam {PEAK_LR['adam']})")
+                   help=f"peak learning rate (sgd {PEAK_LR['sgd']}, adam and adamw "
+                        f"{PEAK_LR['adam']})")
     p.add_argument("--schedule", default="onecycle", choices=["onecycle", "cosine"],
-                   help="onecycle: warm up over the first quarter, then anneal (momentum "
-                        "cycled the other way); cosine: from the peak down to 0")
+                   help="onecycle: warm up over the first --pct-start of the steps, then "
+                        "anneal (momentum cycled the other way); cosine: from the peak "
+                        "down to 0")
+    p.add_argument("--pct-start", type=float, default=0.25,
+                   help="one-cycle: the fraction of the steps spent warming up")
+    p.add_argument("--ema", type=float, default=0.0,
+                   help="decay of an exponential moving average of the weights, "
+                        "evaluated instead of them (0: none)")
+    p.add_argument("--flip", action="store_true",
+                   help="augment the training images with random horizontal flips")
+    p.add_argument("--seed", type=int, default=0,
+                   help="of the initial weights, the data order and the flips")
     p.add_argument("--label-smoothing", type=float, default=0.1,
                    help="of the cross-entropy's targets (0: plain F.cross_entropy)")
     p.add_argument("--size", type=int, default=32,
@@ -146,31 +190,38 @@ def main():
     args = parse_args()
     if args.threads:
         wst.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     train_images, train_labels = load("train", args.data)
     test_images, test_labels = load("t10k", args.data)
     steps = args.steps or max(1, round(args.epochs * (len(train_labels) // args.batch)))
 
     model = torchvision.models.resnet18(num_classes=10)
     lr = args.lr or PEAK_LR[args.optimizer]
-    opt = make_optimizer(model, args.optimizer, lr)
-    sched = make_schedule(opt, args.schedule, lr, steps)
+    wd = WEIGHT_DECAY[args.optimizer] if args.weight_decay is None else args.weight_decay
+    opt = make_optimizer(model, args.optimizer, lr, wd)
+    sched = make_schedule(opt, args.schedule, lr, steps, args.pct_start)
+    ema = EMA(model, args.ema) if args.ema else None
     loss_fn = smoothed_cross_entropy(args.label_smoothing)
     step = wst.compile_train_step(model, opt, loss_fn, mode=args.mode)
     print(f"{steps} steps of batch {args.batch} at {args.size}x{args.size}: "
           f"{type(opt).__name__}, {args.schedule} schedule to lr {lr:g}", flush=True)
 
-    data = batches(train_images, train_labels, args.batch)
+    data = batches(train_images, train_labels, args.batch, args.seed)
+    flips = torch.Generator().manual_seed(args.seed + 1)
     start = time.perf_counter()
     compile_s = 0.0  # the first step traces and compiles
     for i in range(1, steps + 1):
         images, labels = next(data)
+        if args.flip:
+            images = random_flips(images, flips)
         x, lr_now = prepare(images, args.size), opt.param_groups[0]["lr"]
         t0 = time.perf_counter()
         loss = step(x, labels)  # forward, backward and the update
         if i == 1:
             compile_s = time.perf_counter() - t0
         sched.step()
+        if ema:
+            ema.update(model)
         if i % args.print_every == 0 or i in (1, steps):
             print(f"step {i:5d}  loss {loss.item():.4f}  lr {lr_now:.4g}", flush=True)
     train_s = time.perf_counter() - start
@@ -178,16 +229,25 @@ def main():
     start = time.perf_counter()
     n = len(test_labels) if args.eval_batches is None else args.eval_batches * args.batch
     accuracy = evaluate(model, test_images[:n], test_labels[:n], args.batch, args.size)
+    n = min(n, len(test_labels))
+    if ema:
+        print(f"test accuracy of the trained weights {accuracy:.4f} ({n} images)")
+        accuracy = evaluate(ema.model, test_images[:n], test_labels[:n], args.batch,
+                            args.size)
     eval_s = time.perf_counter() - start
-    print(f"test accuracy {accuracy:.4f} ({min(n, len(test_labels))} images)")
+    print(f"test accuracy {accuracy:.4f} ({n} images)"
+          + (f" of the weights' moving average (decay {args.ema:g})" if ema else ""))
     ms = (train_s - compile_s) * 1e3 / max(1, steps - 1)
     print(f"training {train_s:.1f} s: {ms:.1f} ms/step after the first, which took "
           f"{compile_s:.1f} s with the compile ({args.mode}; traced {step.traces()}x); "
           f"evaluation {eval_s:.1f} s")
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "test_accuracy": accuracy}, args.out)
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+             "scheduler": sched.state_dict(), "test_accuracy": accuracy}
+    if ema:
+        saved["ema_model"] = ema.model.state_dict()  # the weights evaluated
+    torch.save(saved, args.out)
     print(f"saved {args.out}")
     if args.min_accuracy is not None and accuracy < args.min_accuracy:
         print(f"test accuracy {accuracy:.4f} is below {args.min_accuracy}", file=sys.stderr)
