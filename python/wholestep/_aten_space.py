@@ -177,8 +177,8 @@ def _upsample_bicubic2d(b, node, x, output_size, align_corners, scales_h=None, s
 
 _VOLUME = ('`nn.Conv3d`, `nn.MaxPool3d`, `nn.AvgPool3d`, `nn.AdaptiveAvgPool3d` (video '
            'models), `nn.LocalResponseNorm`')
-_VOLUME_LIMITS = ('no transposed 3-d convolution; pooling without ceil_mode, dilation or '
-                  'divisor_override; adaptive average pooling to sizes dividing the input')
+_VOLUME_LIMITS = ('no transposed 3-d convolution; pooling dilated in depth only (as 2-d '
+                  'pooling, not in height or width)')
 
 
 def _triple(v):
@@ -186,14 +186,26 @@ def _triple(v):
     return v * 3 if len(v) == 1 else v
 
 
-def _depth_slices(b, x, kernel, stride, pad, dilation, fill):
+def _pool_size(n, k, s, p, dilation=1, ceil_mode=False):
+    """torch's pooled size along one dim: the last window starts inside the
+    input or its left padding."""
+    span = n + 2 * p - dilation * (k - 1) - 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= n + p else out
+
+
+def _depth_slices(b, x, kernel, stride, pad, dilation, fill, out=None):
     """For each kernel offset along depth: x's planes it reads for every
-    output depth, as [N*D', C, H, W]; and D'."""
+    output depth, as [N*D', C, H, W]; and D' (floor mode unless `out` is
+    given; the input padded with `fill`, past its end as far as the last
+    window reads)."""
     n, c, d, h, w = b.shape(x)
-    out = (d + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
-    if pad:
-        side = b.full(fill, b.dtype(x), [n, c, pad, h, w])
-        x = b.op("concat", [side, x, side], axis=2)
+    if out is None:
+        out = _pool_size(d, kernel, stride, pad, dilation)
+    right = max(pad, (out - 1) * stride + dilation * (kernel - 1) + 1 - d - pad)
+    if pad or right:
+        sides = [b.full(fill, b.dtype(x), [n, c, m, h, w]) for m in (pad, right)]
+        x = b.op("concat", [v for v in (sides[0], x, sides[1]) if b.shape(v)[2]], axis=2)
     planes = []
     for k in range(kernel):
         index = [o * stride + k * dilation for o in range(out)]
@@ -227,17 +239,32 @@ def conv3d(b, x, w, stride, padding, dilation, groups):
 def _max_pool3d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     kernel = _triple(kernel)
     stride = _triple(stride) if stride else kernel
-    padding = _triple(padding)
-    if ceil_mode or _triple(dilation) != [1, 1, 1]:
-        raise Unsupported("max_pool3d with ceil_mode or dilation")
-    planes, out_d = _depth_slices(b, x, kernel[0], stride[0], padding[0], 1, -math.inf)
+    padding, dilation = _triple(padding), _triple(dilation)
+    if dilation[1:] != [1, 1]:
+        raise Unsupported(f"max_pool3d dilated in height or width (dilation {dilation})")
+    out_d = _pool_size(b.shape(x)[2], kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
+    planes, _ = _depth_slices(b, x, kernel[0], stride[0], padding[0], dilation[0], -math.inf,
+                              out_d)
     best = None
     for plane in planes:
         y = b.composite("max_pool2d", plane, kernel=kernel[1:], stride=stride[1:],
-                        padding=padding[1:])
+                        padding=padding[1:], ceil_mode=int(ceil_mode))
         # a later offset wins only when strictly larger: the first maximum
         best = y if best is None else b.select(b.op("gt", [y, best]), y, best)
     return _from_planes(b, best, b.shape(x)[0], out_d), None
+
+
+def _window_sizes(n, k, s, p, out, count_include_pad):
+    """Each window's element count along one dim as torch's average pooling
+    counts it: clipped to the padded input, or to the input itself."""
+    sizes = []
+    for o in range(out):
+        lo = o * s - p
+        hi = min(lo + k, n + p)
+        if not count_include_pad:
+            lo, hi = max(lo, 0), min(hi, n)
+        sizes.append(hi - lo)
+    return sizes
 
 
 @aten("avg_pool3d.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
@@ -246,27 +273,49 @@ def _avg_pool3d(b, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
     kernel = _triple(kernel)
     stride = _triple(stride) if stride else kernel
     padding = _triple(padding)
-    if ceil_mode or divisor_override or (not count_include_pad and any(padding)):
-        raise Unsupported("avg_pool3d with ceil_mode, divisor_override or count_include_pad="
-                          "False with padding")
-    planes, out_d = _depth_slices(b, x, kernel[0], stride[0], padding[0], 1, 0.0)
+    dims = b.shape(x)[2:]
+    out = [_pool_size(n, k, s, p, 1, ceil_mode)
+           for n, k, s, p in zip(dims, kernel, stride, padding)]
+    floor_out = [_pool_size(n, k, s, p) for n, k, s, p in zip(dims, kernel, stride, padding)]
+    plain = (out == floor_out and not divisor_override
+             and (count_include_pad or not any(padding)))
+    planes, _ = _depth_slices(b, x, kernel[0], stride[0], padding[0], 1, 0.0, out[0])
     total = None
-    for plane in planes:  # each a mean over its 2-d window: their mean is the 3-d mean
+    for plane in planes:
+        # plain: each a mean over its 2-d window, their mean the 3-d mean;
+        # else each window's sum, divided below by torch's divisor
         y = b.composite("avg_pool2d", plane, kernel=kernel[1:], stride=stride[1:],
-                        padding=padding[1:])
+                        padding=padding[1:], ceil_mode=int(ceil_mode),
+                        **({} if plain else {"divisor_override": 1}))
         total = y if total is None else b.op("add", [total, y])
-    mean = total if kernel[0] == 1 else b.binary("div", total, float(kernel[0]))
-    return _from_planes(b, mean, b.shape(x)[0], out_d)
+    n = b.shape(x)[0]
+    if plain:
+        mean = total if kernel[0] == 1 else b.binary("div", total, float(kernel[0]))
+        return _from_planes(b, mean, n, out[0])
+    if divisor_override:
+        return _from_planes(b, b.binary("div", total, float(divisor_override)), n, out[0])
+    sizes = [_window_sizes(*a, count_include_pad)
+             for a in zip(dims, kernel, stride, padding, out)]
+    divisor = np.einsum("i,j,k->ijk", *[np.array(v, dtype=np.float64) for v in sizes])
+    sums = _from_planes(b, total, n, out[0])  # [N, C, D', H', W']
+    div = b.constant(divisor.ravel().tolist(), b.dtype(x), out)
+    return b.op("div", [sums, b.broadcast(div, b.shape(sums))])
 
 
 @aten("_adaptive_avg_pool3d.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
 def _adaptive_avg_pool3d(b, node, x, output_size):
-    shape = b.shape(x)
+    n, c, d, h, w = b.shape(x)
     out = _triple(output_size)
     if out == [1, 1, 1]:
         return b.mean(x, [2, 3, 4], keepdim=True)
-    if any(s % o for s, o in zip(shape[2:], out)):
-        raise Unsupported(f"adaptive_avg_pool3d from {shape[2:]} to {out} (only sizes dividing "
-                          f"the input's)")
-    k = [s // o for s, o in zip(shape[2:], out)]
-    return _avg_pool3d(b, node, x, k, k)
+    if all(s % o == 0 for s, o in zip((d, h, w), out)):
+        k = [s // o for s, o in zip((d, h, w), out)]
+        return _avg_pool3d(b, node, x, k, k)
+    # Uneven windows: depth by an averaging matrix, then height and width as
+    # 2-d adaptive pooling of the [N, C*D', H, W] planes.
+    from ._aten_nn import _adaptive_avg_pool2d, _averaging
+    depth = b.constant(_averaging(d, out[0]), b.dtype(x), [out[0], d])
+    y = b.op("matmul", [b.op("broadcast", [depth], dims=[2, 3], shape=[n, c, out[0], d]),
+                        b.reshape(x, [n, c, d, h * w])])
+    y = _adaptive_avg_pool2d(b, node, b.reshape(y, [n, c * out[0], h, w]), out[1:])
+    return b.reshape(y, [n, c, *out])

@@ -259,7 +259,16 @@ VOLUME_CASES = {
                         torch.randint(0, 3, (2, 3, 5, 6, 7), generator=torch.Generator()
                                       .manual_seed(0)).float()),
     "avg_pool3d": (lambda x: F.avg_pool3d(x, (3, 2, 2), (2, 1, 2), (1, 1, 0)), V5),
+    "max_pool3d_ceil_dilated": (lambda x: F.max_pool3d(x, (2, 3, 3), 2, (1, 1, 1), (2, 1, 1),
+                                                       ceil_mode=True), V5),
+    "avg_pool3d_ceil": (lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True), V5),
+    "avg_pool3d_ceil_excluding_padding": (
+        lambda x: F.avg_pool3d(x, (2, 3, 3), (2, 2, 2), (1, 1, 0), ceil_mode=True,
+                               count_include_pad=False), V5),
+    "avg_pool3d_divisor_override": (
+        lambda x: F.avg_pool3d(x, 2, 2, ceil_mode=True, divisor_override=3), V5),
     "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, 1), V5),
+    "adaptive_avg_pool3d_uneven": (lambda x: F.adaptive_avg_pool3d(x, (2, 4, 3)), V5),
     "batch_norm3d": (lambda x: F.batch_norm(x, None, None, training=True), V5),
     "local_response_norm": (lambda x: F.local_response_norm(x, 3), r(2, 6, 4, 5)),
 }
