@@ -3,15 +3,15 @@ and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
 
-from ._aten_space import conv3d
+from ._aten_space import conv3d, conv_transpose3d
 from ._ir import Unsupported, along, aten, out_dtype
 
 
 # What each translation covers, for the support table (_support.py).
 _PRODUCTS = '`nn.Linear`, `x @ w`, `torch.mm`, `torch.bmm`'
 _CONVOLUTIONS = (
-    '`nn.Conv1d`, `nn.Conv2d`, `nn.Conv3d`, `nn.ConvTranspose1d`, `nn.ConvTranspose2d` (stride, '
-    'padding, dilation, groups, output padding)')
+    '`nn.Conv1d`, `nn.Conv2d`, `nn.Conv3d`, `nn.ConvTranspose1d`, `nn.ConvTranspose2d`, '
+    '`nn.ConvTranspose3d` (stride, padding, dilation, groups, output padding)')
 _BATCH_NORM = ('`nn.BatchNorm1d`, `nn.BatchNorm2d`, `nn.BatchNorm3d`, `nn.InstanceNorm1d`, '
                '`nn.InstanceNorm2d` (`affine`, `track_running_stats`)')
 _BATCH_NORM_LIMITS = 'running statistics updated in place; `momentum=None` is refused'
@@ -37,22 +37,23 @@ def _addmm(b, node, bias, x, y, beta=1, alpha=1):
     return b.binary("add", prod, bias)
 
 
-@aten("convolution.default", torch=_CONVOLUTIONS, limits='transposed: 1-d and 2-d')
+@aten("convolution.default", torch=_CONVOLUTIONS)
 def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
-    """2-d convolutions, and 1-d ones as 2-d over a height of 1; a transposed
-    convolution is conv2d's input gradient (its own gradients are conv2d and
-    conv2d's weight gradient)."""
+    """2-d convolutions, 1-d ones as 2-d over a height of 1, 3-d ones over
+    depth slices (_aten_space.py); a transposed convolution is conv2d's input
+    gradient (its own gradients are conv2d and conv2d's weight gradient)."""
     rank = len(b.shape(x))
-    if rank == 5 and not transposed:
-        y = conv3d(b, x, w, stride, padding, dilation, groups)
+    out_shape = list(node.meta["val"].shape)
+    if rank == 5:
+        y = (conv_transpose3d(b, x, w, stride, padding, dilation, groups, out_shape)
+             if transposed else conv3d(b, x, w, stride, padding, dilation, groups))
         if bias is not None:
             y = b.op("add", [y, along(b, bias, b.shape(y), 1)])
         return y
     if rank not in (3, 4):
         raise Unsupported(f"a {'transposed ' if transposed else ''}{rank - 2}-d convolution "
-                          f"(1-d and 2-d; 3-d not transposed)")
-    out_shape = list(node.meta["val"].shape)
+                          f"(1-d, 2-d and 3-d)")
     if rank == 3:  # [N, C, L] as [N, C, 1, L]
         x = b.reshape(x, b.shape(x)[:2] + [1] + b.shape(x)[2:])
         w = b.reshape(w, b.shape(w)[:2] + [1] + b.shape(w)[2:])

@@ -254,6 +254,11 @@ VOLUME_CASES = {
     "conv3d": (lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 2), padding=(1, 0, 1),
                                         dilation=(1, 2, 1)), V5, r(4, 3, 3, 2, 3), r(4)),
     "conv3d_groups": (lambda x, w: F.conv3d(x, w, groups=3, padding=1), V5, r(6, 1, 3, 3, 3)),
+    "conv_transpose3d": (lambda x, w, b: F.conv_transpose3d(
+        x, w, b, stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 1),
+        dilation=(1, 2, 1)), V5, r(3, 4, 3, 2, 3), r(4)),
+    "conv_transpose3d_groups_dilated_depth": (lambda x, w: F.conv_transpose3d(
+        x, w, stride=3, padding=2, groups=3, dilation=(2, 1, 1)), V5, r(3, 2, 3, 3, 2)),
     "max_pool3d": (lambda x: F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0)), V5),
     "max_pool3d_ties": (lambda x: F.max_pool3d(x, 2, 1),  # the first maximum takes it
                         torch.randint(0, 3, (2, 3, 5, 6, 7), generator=torch.Generator()
