@@ -180,11 +180,14 @@ def _index(b, node, x, indices):
             raise Unsupported(f"indexing with a {b.dtype(indices[d])} tensor: only integer "
                               f"indices (a boolean mask gives a shape that depends on its values)")
     index_shape = broadcast_shapes(*[b.shape(indices[d]) for d in dims])
-    flat = None
+    flat, valid = None, None
     for d in dims:  # row-major over the indexed dims, negative indices wrapped
         ix = b.broadcast(indices[d], index_shape)
         ix = b.select(b.binary("lt", ix, 0), b.binary("add", ix, shape[d]), ix)
+        valid = _and(b, valid, _in_range(b, ix, shape[d]))
         flat = ix if flat is None else b.binary("add", b.binary("mul", flat, shape[d]), ix)
+    if len(dims) > 1:
+        flat = _poisoned(b, flat, valid)
     rest = [d for d in range(len(shape)) if d not in dims]
     table = b.reshape(b.transpose(x, dims + rest),
                       [math.prod(shape[d] for d in dims)] + [shape[d] for d in rest])
@@ -192,6 +195,22 @@ def _index(b, node, x, indices):
     k, lead = len(index_shape), dims[0]
     perm = list(range(k, k + lead)) + list(range(k)) + list(range(k + lead, k + len(rest)))
     return b.transpose(rows, perm)
+
+
+def _in_range(b, ix, n):
+    return b.op("mul", [b.convert(b.binary("ge", ix, 0), "i64"),
+                        b.convert(b.binary("lt", ix, n), "i64")])
+
+
+def _and(b, a, c):
+    return c if a is None else b.op("mul", [a, c])
+
+
+def _poisoned(b, flat, valid):
+    """A position merged from several dims' indices, -1 where one of them is
+    out of its dim's range: the gather then fails as torch does (a merged
+    position could land inside the table at another element)."""
+    return b.select(b.binary("eq", valid, 0), b.full(-1, "i64", b.shape(flat)), flat)
 
 
 @aten("index_select.default", torch=_INDEXING, limits=_INDEXING_LIMITS)
@@ -202,7 +221,19 @@ def _index_select(b, node, x, dim, index):
 
 @aten("gather.default", torch=_INDEXING, limits=_INDEXING_LIMITS)
 def _gather(b, node, x, dim, index, sparse_grad=False):
-    if len(b.shape(x)) != 1:
-        raise Unsupported(f"torch.gather from {b.dtype(x)}{b.shape(x)} (only from a 1-d tensor; "
-                          f"x[index] or index_select index rows)")
-    return _index(b, node, x, [index])
+    """out[p] = x[p with p[dim] = index[p]]: one gather from x flattened, at
+    each element's flat position (its gradient a scatter-add)."""
+    shape = b.shape(x)
+    if len(shape) <= 1:
+        return _index(b, node, x, [index])
+    dim = dim % len(shape)
+    ishape = b.shape(index)
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    flat = b.binary("mul", index, strides[dim]) if strides[dim] != 1 else index
+    for d in range(len(shape)):
+        if d != dim and ishape[d] > 1:
+            at = b.iota("i64", ishape, d)
+            flat = b.binary("add", flat, b.binary("mul", at, strides[d]) if strides[d] != 1
+                            else at)
+    flat = _poisoned(b, flat, _in_range(b, index, shape[dim]))
+    return b.op("gather", [b.reshape(x, [math.prod(shape)]), flat])

@@ -87,6 +87,10 @@ class Builder:
     def constant(self, values, dtype, shape):
         return Value(self.g.constant([float(v) for v in values], dtype, list(shape)))
 
+    def iota(self, dtype, shape, axis):
+        """Each element's index along `axis`."""
+        return Value(self.g.iota(dtype, list(shape), axis))
+
     def random_uniform(self, dtype, shape):
         return Value(self.g.random_uniform(dtype, list(shape)))
 

@@ -75,8 +75,10 @@ constexpr int64_t kScatterMinRows = 512;
 void check_indices(const int64_t* idx, int64_t n, int64_t rows, const SourceLoc& loc) {
   for (int64_t i = 0; i < n; ++i)
     if (idx[i] < 0 || idx[i] >= rows)
-      throw Error(fmt::format("embedding index {} at position {} is out of range [0, {}){}", idx[i],
-                              i, rows, at(loc)));
+      throw Error(fmt::format(
+          "index {} at position {} is out of range [0, {}) (an embedding's ids, or a gather's "
+          "indices: -1 where an index was out of its dim's range){}",
+          idx[i], i, rows, at(loc)));
 }
 
 }  // namespace

@@ -278,12 +278,16 @@ TEST(GatherRows, OutOfRangeIndexNamesIndexPositionRowsAndLocation) {
   Vec out(14, -3.0);
   EXPECT_EQ(testing::error_of(
                 [&] { gather_rows(table.data(), 256, 2, idx.data(), 7, out.data(), kLoc); }),
-            "embedding index 300 at position 5 is out of range [0, 256) (at model.cpp:12)");
+            "index 300 at position 5 is out of range [0, 256)"
+            " (an embedding's ids, or a gather's indices: -1 where an index was out of its dim's "
+            "range) (at model.cpp:12)");
   EXPECT_EQ(out, Vec(14, -3.0)) << "nothing is written before the check";
   idx[5] = 7;
-  EXPECT_EQ(testing::error_of(
-                [&] { gather_rows(table.data(), 256, 2, idx.data(), 7, out.data(), SourceLoc{}); }),
-            "embedding index -1 at position 6 is out of range [0, 256)");
+  EXPECT_EQ(
+      testing::error_of(
+          [&] { gather_rows(table.data(), 256, 2, idx.data(), 7, out.data(), SourceLoc{}); }),
+      "index -1 at position 6 is out of range [0, 256)"
+      " (an embedding's ids, or a gather's indices: -1 where an index was out of its dim's range)");
 }
 
 TEST(ScatterAddRows, ZeroesThenAddsDuplicateIndices) {
@@ -300,7 +304,9 @@ TEST(ScatterAddRows, OutOfRangeIndexThrowsBeforeWriting) {
   std::vector<float> out(4, 7.0f);
   EXPECT_EQ(testing::error_of(
                 [&] { scatter_add_rows(src.data(), 1, idx.data(), 3, 4, out.data(), kLoc); }),
-            "embedding index 4 at position 1 is out of range [0, 4) (at model.cpp:12)");
+            "index 4 at position 1 is out of range [0, 4)"
+            " (an embedding's ids, or a gather's indices: -1 where an index was out of its dim's "
+            "range) (at model.cpp:12)");
   EXPECT_EQ(out, std::vector<float>(4, 7.0f));
 }
 

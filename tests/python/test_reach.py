@@ -91,6 +91,12 @@ CASES = {
                        torch.tensor([[8], [1]])),
     "index_select": (lambda x, i: x.index_select(3, i), X, torch.tensor([4, 4, 0])),
     "gather_1d": (lambda w, i: w.gather(0, i), r(5), torch.tensor([4, 0, 0, 2])),
+    "gather_classes": (lambda x, i: x.log_softmax(1).gather(1, i), r(4, 6),
+                       torch.tensor([[5], [0], [3], [2]])),
+    "gather_3d_smaller_index": (lambda x, i: x.gather(0, i), r(3, 4, 5),
+                                torch.tensor([[[2, 0, 1], [1, 1, 0]], [[0, 2, 2], [2, 0, 1]]])),
+    "gather_last_dim": (lambda x, i: x.gather(-1, i), r(2, 3, 4),
+                        torch.tensor([[[3, 3], [0, 1], [2, 2]], [[1, 0], [3, 2], [0, 0]]])),
     "pad_constant": (lambda x: F.pad(x, (1, 2, -1, 3), value=0.5), X),
     "pad_reflect": (lambda x: F.pad(x, (2, 1, 3, 0), mode="reflect"), X),
     "pad_replicate": (lambda x: F.pad(x, (2, 1, 3, 0), mode="replicate"), X),
@@ -211,6 +217,38 @@ def test_a_write_through_a_transposed_view_is_refused_naming_it():
     with pytest.raises(wholestep.Error,
                        match=r"writes in place through a view made by aten.t.default"):
         step(torch.randn(2, 4), torch.zeros(1))
+
+
+class Picks(nn.Module):
+    """Elements of a parameter picked by index tensors the step is given."""
+
+    def __init__(self, pick):
+        super().__init__()
+        self.w = nn.Parameter(torch.arange(12.0).reshape(3, 4))
+        self.pick = pick
+
+    def forward(self, i, j):
+        return self.pick(self.w, i, j)
+
+
+@pytest.mark.parametrize("pick,i,j", [
+    (lambda w, i, j: w[i, j], [0, 2], [1, 4]),  # column 4 of 4: flat 12 would be past the end
+    (lambda w, i, j: w[i, j], [0, 1], [1, 4]),  # flat 8, inside: another element
+    (lambda w, i, j: w[i, j], [0, -4], [1, 0]),
+    (lambda w, i, j: w.gather(1, i.view(2, 1) + j.view(2, 1)), [0, 2], [1, 2]),  # 4: next row
+    (lambda w, i, j: w.gather(0, i.view(1, 2)), [0, -1], [0, 0]),  # torch takes no negatives
+])
+def test_an_index_out_of_its_dims_range_fails_as_in_torch_and_changes_nothing(pick, i, j):
+    i, j = torch.tensor(i), torch.tensor(j)
+    model = Picks(pick)
+    with pytest.raises((IndexError, RuntimeError)):
+        pick(model.w, i, j)  # eager torch refuses it too
+    before = model.w.detach().clone()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda y, t: y.sum(), num_inputs=2)
+    with pytest.raises(wholestep.Error, match=r"out of range"):
+        step(i, j, torch.zeros(1))
+    assert torch.equal(model.w, before)
 
 
 POS_WEIGHT = torch.tensor([0.5, 2.0, 1.0, 3.0, 0.25])

@@ -93,6 +93,10 @@ class Graph {
   int64_t full(double value, const std::string& dtype, const Shape& shape) {
     return int64_t(b().full(value, ir::Type{parse_dtype(dtype), shape}));
   }
+  // Each element's index along `axis`.
+  int64_t iota(const std::string& dtype, const Shape& shape, int64_t axis) {
+    return int64_t(b().iota(ir::Type{parse_dtype(dtype), shape}, axis));
+  }
   int64_t constant(const std::vector<double>& values, const std::string& dtype,
                    const Shape& shape) {
     return int64_t(b().constant(values, ir::Type{parse_dtype(dtype), shape}));
@@ -169,6 +173,7 @@ void bind_graph(py::module_& m) {
            py::arg("attrs") = py::dict())
       .def("full", &Graph::full, py::arg("value"), py::arg("dtype"), py::arg("shape"))
       .def("constant", &Graph::constant, py::arg("values"), py::arg("dtype"), py::arg("shape"))
+      .def("iota", &Graph::iota, py::arg("dtype"), py::arg("shape"), py::arg("axis"))
       .def("random_uniform", &Graph::random_uniform, py::arg("dtype"), py::arg("shape"))
       .def("all_reduce", &Graph::all_reduce, py::arg("value"), py::arg("reduce"))
       .def("assign", &Graph::assign, py::arg("buffer"), py::arg("value"))
