@@ -188,16 +188,34 @@ def _var(b, node, x, dims=None, correction=None, keepdim=False):
 
 
 @aten("norm.ScalarOpt_dim", "linalg_vector_norm.default",
-      torch="`torch.norm`, `linalg.vector_norm`, `F.normalize` (2-norm)", limits="p = 2")
+      torch="`torch.norm`, `linalg.vector_norm`, `F.normalize` (p-norms)",
+      limits="p = 0, p >= 1 or ±inf")
 def _norm(b, node, x, p=2, dims=None, keepdim=False, dtype=None):
-    """sqrt(sum(x²)) with torch's gradient: x / norm, 0 where the norm is 0."""
-    if p != 2:
-        raise Unsupported(f"a {p}-norm (only the 2-norm)")
+    """The p-norm with torch's gradients: 2-norm x / norm, 0 where the norm
+    is 0; 1-norm sign(x), 0 at 0; ±inf the sign at the extreme elements,
+    split evenly among ties; p-norm x |x|^(p-2) / norm^(p-1), 0 where the
+    norm is 0; the count of nonzeros (p = 0) none."""
+    from ._aten_loss import _abs
+    p = 2 if p is None else float(p)
     shape = b.shape(x)
     axes = list(range(len(shape))) if not dims else [d % len(shape) for d in dims]
-    sq = b.sum(b.op("mul", [x, x]), axes, keepdim)
-    zero = b.binary("eq", sq, 0.0)
-    root = b.unary("sqrt", b.select(zero, 1.0, sq))
+    if p == 0:
+        nonzero = b.convert(b.binary("ne", x, 0.0), b.dtype(x))
+        return b.sum(b.op("stop_gradient", [nonzero]), axes, keepdim)
+    if math.isinf(p):
+        a = _abs(b, x)
+        if p > 0:
+            return b.max(a, axes, keepdim)
+        return b.unary("neg", b.max(b.unary("neg", a), axes, keepdim))
+    if p < 1:
+        raise Unsupported(f"a {p:g}-norm (p = 0, p >= 1 or ±inf)")
+    if p == 1:
+        return b.sum(_abs(b, x), axes, keepdim)
+    powered = b.op("mul", [x, x]) if p == 2 else b.binary("pow", _abs(b, x), p)
+    total = b.sum(powered, axes, keepdim)
+    zero = b.binary("eq", total, 0.0)
+    safe = b.select(zero, 1.0, total)
+    root = b.unary("sqrt", safe) if p == 2 else b.binary("pow", safe, 1.0 / p)
     return b.select(zero, 0.0, root)
 
 
