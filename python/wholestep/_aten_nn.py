@@ -219,21 +219,43 @@ def _norm(b, node, x, p=2, dims=None, keepdim=False, dtype=None):
     return b.select(zero, 0.0, root)
 
 
-@aten("cumsum.default", torch="`torch.cumsum`", limits="at most 4096 elements along the dim")
+@aten("cumsum.default", torch="`torch.cumsum`")
 def _cumsum(b, node, x, dim, dtype=None):
-    """A product with the upper triangle of ones along the dim, moved last."""
+    """Along the dim moved last, rows of a matrix: _cumsum_rows."""
     shape = b.shape(x)
     dim = dim % len(shape)
     n = shape[dim]
-    if n > 4096:
-        raise Unsupported(f"cumsum over {n} elements (at most 4096)")
     x = b.convert(x, out_dtype(node))
     perm = [d for d in range(len(shape)) if d != dim] + [dim]
     moved = b.transpose(x, perm)
     lead = b.shape(moved)[:-1]
-    upper = b.convert(b.binary("ge", b.diagonal_offsets(n, n), 0), b.dtype(x))
-    y = b.op("matmul", [b.reshape(moved, [math.prod(lead), n]), upper])
+    y = _cumsum_rows(b, b.reshape(moved, [math.prod(lead), n]))
     return b.transpose(b.reshape(y, lead + [n]), [perm.index(d) for d in range(len(shape))])
+
+
+_TRIANGLE = 1024  # the longest row summed by one product with a triangle of ones
+
+
+def _cumsum_rows(b, x):
+    """Running sums along the rows of x [R, n]: a product with the upper
+    triangle of ones; a longer row in blocks of about sqrt(n), each block's
+    running sums plus the sums of the blocks before it (running sums of the
+    block totals, one level down): n * sqrt(n) work, not n²."""
+    rows, n = b.shape(x)
+    if n <= _TRIANGLE:
+        upper = b.convert(b.binary("ge", b.diagonal_offsets(n, n), 0), b.dtype(x))
+        return b.op("matmul", [x, upper])
+    block = math.isqrt(n - 1) + 1
+    m = -(-n // block)
+    if m * block > n:
+        x = b.op("concat", [x, b.full(0.0, b.dtype(x), [rows, m * block - n])], axis=1)
+    inner = b.reshape(_cumsum_rows(b, b.reshape(x, [rows * m, block])), [rows, m, block])
+    totals = b.reshape(b.op("slice", [inner], axis=2, start=block - 1, end=block), [rows, m])
+    before = _cumsum_rows(b, b.op("slice", [totals], axis=1, start=0, end=m - 1))
+    before = b.op("concat", [b.full(0.0, b.dtype(x), [rows, 1]), before], axis=1)
+    y = b.op("add", [inner, b.broadcast(b.reshape(before, [rows, m, 1]), [rows, m, block])])
+    y = b.reshape(y, [rows, m * block])
+    return y if m * block == n else b.op("slice", [y], axis=1, start=0, end=n)
 
 
 @aten("baddbmm.default", torch="`torch.baddbmm`")

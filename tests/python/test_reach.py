@@ -278,6 +278,8 @@ LOSS_CASES = {
     "norm_0": (lambda x: x * torch.linalg.vector_norm(torch.cat([x, x * 0]), 0), r(4, 5)),
     "std_all": (lambda x: x.std(unbiased=False).reshape(1), r(4, 5)),
     "cumsum": (lambda x: x.cumsum(1), r(3, 6, 4)),
+    "cumsum_long_in_blocks": (lambda x: x.cumsum(0), r(5003, 2)),
+    "cumsum_just_past_one_triangle": (lambda x: x.cumsum(-1), r(2, 1025)),
     "baddbmm": (lambda c, a, m: torch.baddbmm(c, a, m, beta=0.5, alpha=2.0), r(2, 3, 4),
                 r(2, 3, 5), r(2, 5, 4)),
     "einsum": (lambda a, m: torch.einsum("bij,bjk->bik", a, m), r(2, 3, 5), r(2, 5, 4)),
