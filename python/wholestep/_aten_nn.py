@@ -270,16 +270,27 @@ def _baddbmm(b, node, bias, x, y, beta=1, alpha=1):
     return b.binary("add", prod, bias)
 
 
-@aten("adaptive_max_pool2d.default", torch="`nn.AdaptiveMaxPool2d`",
-      limits="output sizes dividing the input's")
+@aten("adaptive_max_pool2d.default", torch="`nn.AdaptiveMaxPool2d`", limits="any output size")
 def _adaptive_max_pool2d(b, node, x, output_size):
     h, w = b.shape(x)[-2:]
     oh, ow = _pair(output_size)
-    if h % oh or w % ow:
-        raise Unsupported(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (only output sizes "
-                          f"dividing the input's)")
-    k = [h // oh, w // ow]
-    return b.composite("max_pool2d", x, kernel=k, stride=k), None
+    if h % oh == 0 and w % ow == 0:
+        k = [h // oh, w // ow]
+        return b.composite("max_pool2d", x, kernel=k, stride=k), None
+    # Uneven windows [floor(i*n/o), ceil((i+1)*n/o)): a box's maximum is the
+    # maximum over its columns of the maxima over its rows. Along an axis,
+    # the t-th element of every window (its last again where a window is
+    # shorter), a later one kept only when strictly larger; columns first,
+    # so that of equal maxima the first in torch's row-major scan wins.
+    def along(v, axis, n, out):
+        windows = [((i * n) // out, -(-((i + 1) * n) // out)) for i in range(out)]
+        best = None
+        for t in range(max(hi - lo for lo, hi in windows)):
+            y = b.take(v, axis, [min(lo + t, hi - 1) for lo, hi in windows])
+            best = y if best is None else b.select(b.op("gt", [y, best]), y, best)
+        return best
+    rank = len(b.shape(x))
+    return along(along(x, rank - 1, w, ow), rank - 2, h, oh), None
 
 
 @aten("repeat.default", torch="`x.repeat(...)`")

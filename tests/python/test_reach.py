@@ -284,6 +284,12 @@ LOSS_CASES = {
                 r(2, 3, 5), r(2, 5, 4)),
     "einsum": (lambda a, m: torch.einsum("bij,bjk->bik", a, m), r(2, 3, 5), r(2, 5, 4)),
     "adaptive_max_pool": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), r(2, 3, 4, 9)),
+    "adaptive_max_pool_uneven": (lambda x: F.adaptive_max_pool2d(x, (3, 4)), r(2, 3, 7, 9)),
+    # ties in every window (ReLU's zeros, integers): torch's gradient goes to
+    # the first maximum in row-major order
+    "adaptive_max_pool_uneven_ties": (lambda x: F.adaptive_max_pool2d(x, (3, 5)),
+                                      torch.randint(0, 2, (2, 2, 5, 7), generator=torch.Generator()
+                                                    .manual_seed(0)).float()),
     "repeat": (lambda x: x.repeat(2, 1, 3), r(3, 4)),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=2), r(5, 3),
                               torch.tensor([[0, 2, 4], [2, 2, 1]])),
