@@ -18,7 +18,7 @@ _SLICES = '`torch.cat`, `split`, `chunk`, indexing with slices and integers'
 _INDEXING = (
     'indexing with integer tensors (`table[index]`), `index_select`, `torch.gather` from a 1-d '
     'tensor')
-_INDEXING_LIMITS = 'index tensors on adjacent dims; no boolean masks'
+_INDEXING_LIMITS = 'no boolean masks (a result whose shape depends on the values)'
 
 
 @aten("view.default", "_reshape_alias.default", "_unsafe_view.default", "reshape.default",
@@ -165,16 +165,13 @@ def _select_int(b, node, x, dim, index):
 
 @aten("index.Tensor", torch=_INDEXING, limits=_INDEXING_LIMITS)
 def _index(b, node, x, indices):
-    """x[..., i, j, ...] with integer tensors i, j on adjacent dims: one
-    gather of rows of x with those dims merged (its gradient a scatter-add),
-    the index dims where torch puts them (in place of the indexed dims)."""
+    """x[..., i, j, ...] with integer tensors i, j: one gather of rows of x
+    with those dims merged (its gradient a scatter-add), the index dims where
+    torch puts them."""
     shape = b.shape(x)
     dims = [d for d, ix in enumerate(indices) if ix is not None]
     if not dims:
         return x
-    if dims != list(range(dims[0], dims[-1] + 1)):
-        raise Unsupported(f"indexing {b.dtype(x)}{shape} with tensors on dims {dims}, which are "
-                          f"not adjacent")
     for d in dims:
         if b.dtype(indices[d]) != "i64":
             raise Unsupported(f"indexing with a {b.dtype(indices[d])} tensor: only integer "
@@ -192,7 +189,10 @@ def _index(b, node, x, indices):
     table = b.reshape(b.transpose(x, dims + rest),
                       [math.prod(shape[d] for d in dims)] + [shape[d] for d in rest])
     rows = b.op("gather", [table, flat])  # [index_shape..., rest...]
-    k, lead = len(index_shape), dims[0]
+    # torch puts the index dims where the indexed ones were when those are
+    # adjacent, else first
+    k = len(index_shape)
+    lead = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
     perm = list(range(k, k + lead)) + list(range(k)) + list(range(k + lead, k + len(rest)))
     return b.transpose(rows, perm)
 

@@ -90,6 +90,10 @@ CASES = {
     "index_two_dims": (lambda x, i, j: x[:, :, i, j], X, torch.tensor([0, 6, 3]),
                        torch.tensor([[8], [1]])),
     "index_select": (lambda x, i: x.index_select(3, i), X, torch.tensor([4, 4, 0])),
+    "index_dims_apart": (lambda x, i, j: x[i, :, j], X, torch.tensor([[1], [0]]),
+                         torch.tensor([6, 0, -2])),  # the index dims go first
+    "index_dims_apart_with_slice": (lambda x, i, j: x[:, i, 1:5, j], X, torch.tensor([2, 0]),
+                                    torch.tensor([[8, 3]])),
     "gather_1d": (lambda w, i: w.gather(0, i), r(5), torch.tensor([4, 0, 0, 2])),
     "gather_classes": (lambda x, i: x.log_softmax(1).gather(1, i), r(4, 6),
                        torch.tensor([[5], [0], [3], [2]])),
