@@ -16,8 +16,8 @@ _RECURRENT = ('`torch.stack`, `unbind`; `nn.LSTM`, `nn.GRU`, `nn.RNN` (layers, '
               'products')
 _SLICES = '`torch.cat`, `split`, `chunk`, indexing with slices and integers'
 _INDEXING = (
-    'indexing with integer tensors (`table[index]`), `index_select`, `torch.gather` from a 1-d '
-    'tensor')
+    'indexing with integer tensors (`table[index]`, `x[i, :, j]`), `index_select`, '
+    '`torch.gather` along any dim')
 _INDEXING_LIMITS = 'no boolean masks (a result whose shape depends on the values)'
 
 
