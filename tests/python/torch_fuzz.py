@@ -6,15 +6,16 @@ A case is a JSON-able spec (the generator's output for a seed): the input
 Embedding, or vectors [N, F]), a list of layer specs (convolutions with and
 without bias and groups, transposed convolutions, BatchNorm, LayerNorm,
 GroupNorm, the activations of the support table, max and average pooling
-(ceil_mode, count_include_pad, divisor_override), adaptive average
-pooling, padding of every mode, upsampling (nearest, bilinear, bicubic,
-align_corners both ways), residual blocks, concatenations,
+(ceil_mode, count_include_pad, divisor_override), adaptive average and max
+pooling to any size, padding of every mode, upsampling (nearest, bilinear,
+bicubic, align_corners both ways), residual blocks, concatenations,
 squeeze-excitation, token mixing over a transposed axis, multi-head
-attention, reductions over the token axis, ...), the classifier head the
-builder appends (flatten or mean over tokens, then Linear), the loss
-(cross_entropy or mse) and the optimizer (SGD with momentum, nesterov and
-weight decay; Adam; AdamW; one or two parameter groups; fresh or after an
-eager step). Only what the importer supports is generated.
+attention, reductions, running means (cumsum) and p-norm normalization
+over the token axis, ...), the classifier head the builder appends
+(flatten or mean over tokens, then Linear), the loss (cross_entropy or mse)
+and the optimizer (SGD with momentum, nesterov and weight decay; Adam;
+AdamW; one or two parameter groups; fresh or after an eager step). Only
+what the importer supports is generated.
 
 Each case is checked with wst.check's rule (float64 eager torch the truth,
 twice float32 eager torch's spread over batch orders the bound) in
@@ -172,6 +173,25 @@ class Softmax(nn.Module):
         return torch.softmax(x, dim=-1)
 
 
+class RunningMean(nn.Module):
+    """The running mean over the tokens (a causal average: cumsum)."""
+
+    def forward(self, x):
+        counts = torch.arange(1, x.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)
+        return x.cumsum(1) / counts
+
+
+class Normalize(nn.Module):
+    """F.normalize with a p-norm over the features."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.normalize(x, p=self.p, dim=-1)
+
+
 class _ContiguousGrad(torch.autograd.Function):
     """The identity, whose backward hands on a contiguous gradient."""
 
@@ -307,7 +327,8 @@ def make_layer(layer, shape):
                                        bias=layer["bias"]), ("img", layer["out"], oh, ow))
         if op == "adaptive":
             o = layer["o"]
-            return nn.AdaptiveAvgPool2d(o), ("img", c, o, o)
+            pool = nn.AdaptiveMaxPool2d if layer.get("max") else nn.AdaptiveAvgPool2d
+            return pool(o), ("img", c, o, o)
         if op == "se":
             return SqueezeExcite(c, layer["r"]), shape
         if op == "tokens":
@@ -331,6 +352,10 @@ def make_layer(layer, shape):
             return cls(d, layer["heads"], layer["bias"]), shape
         if op == "softmax":
             return Softmax(), shape
+        if op == "running":
+            return RunningMean(), shape
+        if op == "normalize":
+            return Normalize(layer["p"]), shape
         if op == "reduce":
             dim = layer["dim"]
             return Reduce(layer["how"], dim), ("vec", d if dim == 1 else t)
@@ -497,7 +522,7 @@ def gen_layer(r, shape, depth):
             return {"op": "convT", "out": r.randint(1, 8), "k": r.choice([1, 2, 3]), "s": s,
                     "op_": r.randint(0, s - 1), "bias": r.random() < 0.6}
         if op == "adaptive":
-            return {"op": "adaptive", "o": r.choice([1, 1, 2, 3])}
+            return {"op": "adaptive", "o": r.choice([1, 1, 2, 3]), "max": r.random() < 0.3}
         if op == "se":
             return {"op": "se", "r": r.randint(1, max(1, c // 2))}
         if op == "ln":
@@ -538,7 +563,8 @@ def gen_layer(r, shape, depth):
     if kind == "seq":
         _, t, d = shape
         ops = ["linear"] * 3 + ["ln"] * 2 + ["act"] * 2 + ["tokmix", "attn", "mha", "softmax",
-                                                           "bn", "reduce", "first"]
+                                                           "bn", "reduce", "first", "running",
+                                                           "normalize"]
         if depth < 2:
             ops += ["res", "res", "cat", "mixer", "block"]
         op = r.choice(ops)
@@ -546,8 +572,10 @@ def gen_layer(r, shape, depth):
         if op == "linear":
             return {"op": "linear", "out": r.choice([d, 2 * d, r.randint(2, 24)]),
                     "bias": r.random() < 0.8}
-        if op in ("ln", "softmax", "bn", "first"):
+        if op in ("ln", "softmax", "bn", "first", "running"):
             return {"op": op}
+        if op == "normalize":
+            return {"op": op, "p": r.choice([1, 2, 2, 3, math.inf])}
         if op == "act":
             return act
         if op == "tokmix":
@@ -932,12 +960,15 @@ def _simpler(layer):
             out.append(("s", layer["k"]))
         if layer["k"] > 1:
             out.append(("k", layer["k"] - 1))
-    elif op == "adaptive" and layer["o"] > 1:
-        out.append(("o", 1))
+    elif op == "adaptive" and (layer["o"] > 1 or layer.get("max")):
+        out += [("o", 1)] if layer["o"] > 1 else []
+        out += [("max", False)] if layer.get("max") else []
     elif op == "se" and layer["r"] > 1:
         out.append(("r", 1))
     elif op == "act" and layer["fn"] != "relu":
         out.append(("fn", "relu"))
+    elif op == "normalize" and layer["p"] != 2:
+        out.append(("p", 2))
     elif op == "reduce" and layer["how"] != "mean":
         out.append(("how", "mean"))
     return out
