@@ -156,18 +156,28 @@ def _group_norm(b, node, x, weight, bias, n, c, hxw, groups, eps):
 # ---------------------------------------------------------------- lookups
 
 
-@aten("embedding.default", torch='`nn.Embedding` (`padding_idx`)',
-      limits='no `scale_grad_by_freq`')
+@aten("embedding.default", torch='`nn.Embedding` (`padding_idx`, `scale_grad_by_freq`)')
 def _embedding(b, node, table, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if scale_grad_by_freq:
-        raise Unsupported("an Embedding with scale_grad_by_freq")
     rows = b.op("gather", [table, indices])
+    shape, ishape = b.shape(rows), b.shape(indices)
+
+    def per_row(v):  # a value per index, broadcast over its row
+        return b.broadcast(b.reshape(v, ishape + [1] * (len(shape) - len(ishape))), shape)
+
+    if scale_grad_by_freq:
+        # each row's gradient divided by how often its index occurs in the
+        # batch: rows + (rows - rows) * scale has the value of rows exactly
+        # and the gradient scale
+        flat = b.reshape(indices, [math.prod(ishape)])
+        ones = b.full(1.0, b.dtype(table), [math.prod(ishape), 1])
+        counts = b.op("scatter_add", [flat, ones], rows=b.shape(table)[0])
+        scale = b.op("div", [b.full(1.0, b.dtype(table), ishape),
+                             b.reshape(b.op("gather", [counts, flat]), ishape)])
+        frozen = b.unary("stop_gradient", rows)
+        rows = b.op("add", [frozen, b.op("mul", [b.op("sub", [rows, frozen]), per_row(scale)])])
     if padding_idx is not None and padding_idx >= 0:
         # the padding row is read, but no gradient reaches it
-        at_pad = b.binary("eq", indices, padding_idx)
-        shape = b.shape(rows)
-        at_pad = b.broadcast(b.reshape(at_pad, b.shape(indices) + [1] * (len(shape) - len(
-            b.shape(indices)))), shape)
+        at_pad = per_row(b.binary("eq", indices, padding_idx))
         rows = b.select(at_pad, b.unary("stop_gradient", rows), rows)
     return rows
 

@@ -297,6 +297,12 @@ LOSS_CASES = {
     "repeat": (lambda x: x.repeat(2, 1, 3), r(3, 4)),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=2), r(5, 3),
                               torch.tensor([[0, 2, 4], [2, 2, 1]])),
+    "embedding_scale_grad_by_freq": (
+        lambda w, i: F.embedding(i, w, scale_grad_by_freq=True), r(5, 3),
+        torch.tensor([[4, 0, 4], [1, 4, 0]])),
+    "embedding_scale_grad_by_freq_padding": (
+        lambda w, i: F.embedding(i, w, padding_idx=0, scale_grad_by_freq=True), r(5, 3),
+        torch.tensor([[4, 0, 4], [1, 4, 0]])),
 }
 
 
