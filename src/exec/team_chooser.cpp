@@ -26,7 +26,7 @@ int TeamChooser::team_for_step(double now) {
   if (next_probe_ < 0) next_probe_ = now + interval_;
   const bool slower =
       baseline_ > 0 && recent_.n == kWindow && recent_.median() > kSlower * baseline_;
-  const bool due = now >= next_probe_ && since_probe_ >= kMinSteps;
+  const bool due = now >= next_probe_ && since_probe_ >= (decided_ ? kMinSteps : kWindow);
   if (probing_ == 0 && recent_.n > 0 && (due || slower)) {
     probing_ = kProbeSteps;
     probe_.clear();
@@ -57,6 +57,7 @@ void TeamChooser::decide(double now) {
     interval_ = std::min(2 * interval_, kMaxInterval);
   }
   baseline_ = recent_.n == kWindow ? recent_.median() : 0;
+  decided_ = true;
   next_probe_ = now + interval_;
   since_probe_ = 0;
 }

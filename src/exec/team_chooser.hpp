@@ -17,7 +17,10 @@
 // (on a quiet machine a probe costs a few slow steps, 0.2% of the run), and
 // never fewer than kMinSteps steps of the chosen team apart (a step of a
 // large model can take longer than the interval: probing by the clock alone
-// would run most of its steps on the slower team);
+// would run most of its steps on the slower team), except the first, which
+// comes once kWindow steps are timed (a machine loaded from the start, a
+// large model's step ten times slower on two threads than on one, would
+// otherwise wait twenty slow steps);
 // when recent steps turn much slower than at the last decision (a neighbour
 // arrives), a probe comes at once. Both teams give the same bits, so the
 // choice changes only the time.
@@ -67,6 +70,7 @@ class TeamChooser {
   double baseline_ = 0;      // recent median at the last decision
   double next_probe_ = -1;   // when the next probe starts (-1: one interval after the first step)
   double interval_ = kFirstInterval;
+  bool decided_ = false;  // a probe has been decided
   int64_t switches_ = 0;
 };
 

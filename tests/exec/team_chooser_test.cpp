@@ -48,6 +48,24 @@ TEST(TeamChooser, SlowStepsProbeAtMostOnceInTwentyStepsOfTheChosenTeam) {
   EXPECT_LE(solo, 5 * TeamChooser::kProbeSteps);  // one probe per 20 + 3 steps
 }
 
+// A machine loaded from the start, a large model whose step takes 2 s on
+// two threads and 0.2 s on one: the first probe comes once five steps are
+// timed, not twenty.
+TEST(TeamChooser, AMachineLoadedFromTheStartMovesToOneThreadWithinTenSteps) {
+  TeamChooser c(2);
+  double now = 0;
+  int steps = 0;
+  while (c.chosen() == 2 && steps < 100) {
+    const int team = c.team_for_step(now);
+    const double t = team == 2 ? 2.0 : 0.2;
+    now += t;
+    c.ran(team, t, now);
+    ++steps;
+  }
+  EXPECT_EQ(c.chosen(), 1);
+  EXPECT_LE(steps, TeamChooser::kWindow + TeamChooser::kProbeSteps);
+}
+
 TEST(TeamChooser, AQuietMachineKeepsTheWholePoolAndProbesRarely) {
   TeamChooser c(2);
   double now = 0;
