@@ -96,11 +96,17 @@ class Fuser {
       const ValueId old = update_of_[size_t(m)];
       if (old != ir::kNoValue && std::find(reads.begin(), reads.end(), old) != reads.end())
         continue;
-      bool outside = is_output_[size_t(m)];
-      for (ValueId u : users_[size_t(m)]) outside = outside || mark_[size_t(u)] != epoch_;
-      streams += outside;
+      streams += read_outside(m);
     }
     return streams <= kMaxStreams;
+  }
+
+  // Whether member m of the group marked with epoch_ is a result: an output
+  // of the graph or read by a node outside the group.
+  bool read_outside(ValueId m) const {
+    bool outside = is_output_[size_t(m)];
+    for (ValueId u : users_[size_t(m)]) outside = outside || mark_[size_t(u)] != epoch_;
+    return outside;
   }
 
   // Tries to make v one group with the groups `join`; false if that would
@@ -132,6 +138,12 @@ class Fuser {
           reads.push_back(r);
       }
     if (reads.size() > exec::kMaxOperands) return false;
+    // Its results (members read outside it) are a kernel's outputs too: a
+    // recurrent step's gates, each kept for the backward, made a group of
+    // twenty (found by the differential tester).
+    int64_t results = 0;
+    for (ValueId m : members) results += read_outside(m);
+    if (results > int64_t(exec::kMaxOperands)) return false;
     if (!few_streams(members, reads)) return false;
     // No value read from outside may depend on the group: walk back from
     // them, seeing other groups as single nodes.

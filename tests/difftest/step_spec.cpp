@@ -15,7 +15,7 @@ namespace {
 const char* kKindNames[] = {"unary",     "binary",  "reduce",        "normalize",  "conv",
                             "pool",      "linear",  "batch_norm",    "layer_norm", "channel_affine",
                             "transpose", "reshape", "slice",         "concat",     "softmax",
-                            "dropout",   "select",  "cross_entropy", "embed"};
+                            "dropout",   "select",  "cross_entropy", "embed",      "recurrent"};
 constexpr int kKinds = int(sizeof kKindNames / sizeof kKindNames[0]);
 constexpr int kUnaries = 16, kBinaries = 5;
 const char* kOptNames[] = {"sgd", "adam", "adamw"};
@@ -247,6 +247,16 @@ Tensor SpecModel::apply(size_t i, const std::vector<Tensor>& v) {
       if (l[1]) y = add(y, param(i, 1, {l[0]}, bound));
       return y;
     }
+    case OpKind::recurrent: {
+      need(rank >= 1, "recurrent of a 0-d value");
+      const int64_t d = s.back(), steps = ints(1)[0];
+      need(steps >= 1 && steps <= 64, "recurrent steps out of [1, 64]");
+      Tensor w = param(i, 0, {d, d}, 1.0 / std::sqrt(double(d)));
+      const Tensor x = reshape(a, {a.numel() / d, d});
+      Tensor h = x;
+      for (int64_t t = 0; t < steps; ++t) h = add(tanh(matmul(h, w)), x);
+      return reshape(h, s);
+    }
     case OpKind::batch_norm: {
       need(rank == 4, "batch_norm of a non-4-d value");
       const int64_t c = s[1];
@@ -461,6 +471,7 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
     }
     case OpKind::dropout: o.ints = {g.of({10, 25, 50})}; break;
     case OpKind::embed: o.ints = {g.of({1, 2, 5, 11}), g.of({1, 3, 8, 16})}; break;
+    case OpKind::recurrent: o.ints = {g.of({1, 2, 3, 5, 8})}; break;
     default: break;
   }
   return o;

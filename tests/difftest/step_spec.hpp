@@ -40,6 +40,9 @@ enum class OpKind : int {
   select,          // where(a > b, a, c * a) (arg: c in tenths)
   cross_entropy,   // cross-entropy of a [N, C] against fixed labels (a 0-d value)
   embed,           // rows of a table [V, D] at fixed indices, one per row of a, plus a's rows
+  // h <- tanh(h @ W) + a, `steps` times from h = a, one weight W [D, D] for
+  // every step, as a recurrent network's (ints: steps)
+  recurrent,
 };
 
 struct OpSpec {
