@@ -9,6 +9,7 @@
 #include "lower/fuse_residual_into_product.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/merge_padded_sums.hpp"
+#include "lower/merge_product_sums.hpp"
 #include "lower/move_reshapes.hpp"
 #include "lower/schedule_collectives.hpp"
 #include "lower/simplify.hpp"
@@ -18,6 +19,7 @@ namespace ws::lower {
 const std::vector<Pass>& all_passes() {
   static const std::vector<Pass> passes = {
       {"simplify", simplify},
+      {"merge_product_sums", merge_product_sums},
       {"update_into_product", fuse_update_into_product},
       {"bias_into_product", fuse_bias_into_product},
       {"activation_into_product", fuse_activation_into_product},
