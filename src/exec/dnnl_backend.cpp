@@ -233,7 +233,11 @@ class TransposedAPartsOp final : public BackendOp {
             const float* x = static_cast<const float*>(a) + l_.a[size_t(p.batch)] + p.m0 * l_.sm;
             auto* dense = reinterpret_cast<float*>(base + p.a_offset);
             for (int64_t k = 0; k < l_.k; ++k)
-              for (int64_t m = 0; m < p.rows; ++m) dense[k * p.rows + m] = x[k * l_.sk + m * l_.sm];
+              if (l_.sm == 1)
+                std::memcpy(dense + k * p.rows, x + k * l_.sk, size_t(p.rows) * 4);
+              else
+                for (int64_t m = 0; m < p.rows; ++m)
+                  dense[k * p.rows + m] = x[k * l_.sk + m * l_.sm];
             p.op->run(dense, static_cast<const float*>(b) + l_.b[size_t(p.batch)],
                       static_cast<float*>(out) + l_.out[size_t(p.batch)] + p.m0 * l_.out_row,
                       base + p.scratch_offset, extra, extra2);
