@@ -292,7 +292,6 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   const std::vector<int64_t> b_st{sb[r - 2], sb[r - 1]}, out_st{so[r - 2], so[r - 1]};
   const int64_t row_parts = d.batch == 1 ? std::min(d.m, kRowParts) : 1;
   std::vector<TransposedAPartsOp::Part> parts;
-  std::vector<std::shared_ptr<const BackendOp>> ops(static_cast<size_t>(row_parts));
   TeamScope one(1);
   for (int64_t batch = 0; batch < d.batch; ++batch)
     for (int64_t i = 0; i < row_parts; ++i) {
@@ -300,13 +299,12 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
       p.batch = batch;
       p.m0 = d.m * i / row_parts;
       p.rows = d.m * (i + 1) / row_parts - p.m0;
-      if (!ops[size_t(i)]) {
-        const std::vector<ir::Type> part_in{{DType::f32, {d.k, p.rows}}, b};
-        const std::vector<std::vector<int64_t>> part_st{{}, b_st};
-        ops[size_t(i)] = make_matmul_primitive(part_in, {DType::f32, {p.rows, d.n}}, attrs, part_st,
-                                               out_st, accumulate, bias, residual);
-      }
-      p.op = ops[size_t(i)];
+      // An op of its own: parts run at once, and an op binds its operands'
+      // pointers when it runs (oneDNN's cache shares the primitive itself).
+      const std::vector<ir::Type> part_in{{DType::f32, {d.k, p.rows}}, b};
+      const std::vector<std::vector<int64_t>> part_st{{}, b_st};
+      p.op = make_matmul_primitive(part_in, {DType::f32, {p.rows, d.n}}, attrs, part_st, out_st,
+                                   accumulate, bias, residual);
       parts.push_back(std::move(p));
     }
   return std::make_shared<TransposedAPartsOp>(std::move(parts), std::move(l));
