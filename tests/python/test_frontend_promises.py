@@ -641,7 +641,7 @@ def test_a_submodule_replaced_after_the_optimizer_is_an_error_naming_the_paramet
     ({"fuse": "no"}, r"option fuse='no' \(str\); it must be a bool"),
     ({"max_cached": 2.5}, r"option max_cached=2.5 \(float\); it must be an int"),
     ({"on_nonfinite": "warn"}, r"option on_nonfinite='warn'.*'error', 'skip' or 'ignore'"),
-    ({"fusion": True}, r"unknown option 'fusion'; the options are adapt_threads"),
+    ({"fusion": True}, r"unknown option 'fusion'; the options are accumulate, adapt_threads"),
 ], ids=["fuse", "max_cached", "on_nonfinite", "unknown"])
 def test_wrong_options_are_errors_naming_the_option_and_its_type(options, message):
     model = mlp()
