@@ -38,7 +38,7 @@ def _mse_loss(b, node, x, y, reduction=1):
 
 _LOSSES = ('`F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`, `F.binary_cross_entropy`, '
            '`F.binary_cross_entropy_with_logits` (`weight`, `pos_weight`), `F.kl_div`, '
-           '`F.cosine_embedding_loss`')
+           '`F.cosine_embedding_loss`, `F.soft_margin_loss`')
 
 
 def _abs(b, x):
@@ -55,6 +55,13 @@ def _reduce(b, loss, reduction):
 @aten("abs.default", "abs_.default", torch="`torch.abs`, `x.abs()`")
 def _abs_op(b, node, x):
     return _abs(b, x)
+
+
+@aten("soft_margin_loss.default", torch=_LOSSES)
+def _soft_margin(b, node, x, y, reduction=1):
+    """log(1 + exp(-y x)), torch's formula."""
+    return _reduce(b, b.unary("log1p", b.unary("exp", b.unary("neg", b.op("mul", [x, y])))),
+                   reduction)
 
 
 @aten("smooth_l1_loss.default", "huber_loss.default", torch=_LOSSES)

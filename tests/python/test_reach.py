@@ -255,6 +255,7 @@ def test_an_index_out_of_its_dims_range_fails_as_in_torch_and_changes_nothing(pi
     assert torch.equal(model.w, before)
 
 
+SIGNS = torch.tensor([[1.0, -1.0, 1.0, 1.0, -1.0]] * 4)
 POS_WEIGHT = torch.tensor([0.5, 2.0, 1.0, 3.0, 0.25])
 LOSS_CASES = {
     "l1": (lambda x, y: F.l1_loss(x, y), r(4, 5), r(4, 5)),
@@ -295,6 +296,7 @@ LOSS_CASES = {
                                       torch.randint(0, 2, (2, 2, 5, 7), generator=torch.Generator()
                                                     .manual_seed(0)).float()),
     "repeat": (lambda x: x.repeat(2, 1, 3), r(3, 4)),
+    "soft_margin": (lambda x: F.soft_margin_loss(x, SIGNS).reshape(1), r(4, 5)),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=2), r(5, 3),
                               torch.tensor([[0, 2, 4], [2, 2, 1]])),
     "embedding_scale_grad_by_freq": (
@@ -309,6 +311,45 @@ LOSS_CASES = {
 @pytest.mark.parametrize("name", LOSS_CASES)
 def test_loss_and_op_matches_float64_torch(name):
     fn, *tensors = LOSS_CASES[name]
+    check(fn, *tensors)
+
+
+HALVES = torch.tensor([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [0.3, -0.7, 1e8, -3.2, 0.0, 7.5]])
+TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
+MATH_CASES = {
+    "floor_ceil_trunc": (lambda x: x * 0 + x.floor() + 2 * x.ceil() + 3 * x.trunc(), HALVES),
+    "round_halves_to_even": (lambda x: x.round() * x, HALVES),
+    "sign_frac": (lambda x: x.sign() * x + x.frac(), HALVES),
+    "log2_log10_exp2": (lambda x: (x.abs() + 1).log2() + (x.abs() + 1).log10() + x.exp2(),
+                        r(4, 5)),
+    "reciprocal": (lambda x: (x.abs() + 0.5).reciprocal(), r(4, 5)),
+    "logit": (lambda x: torch.sigmoid(x).logit(), r(4, 5)),
+    "logit_eps": (lambda x: (torch.sigmoid(3 * x)).logit(eps=0.1), r(4, 5)),
+    "nan_to_num": (lambda x: torch.nan_to_num(x.log()), r(4, 5)),
+    "hardshrink_softshrink_threshold": (
+        lambda x: F.hardshrink(x, 0.3) + F.softshrink(x, 0.2) + F.threshold(x, 0.1, -2.0),
+        r(4, 5)),
+    "glu": (lambda x: F.glu(x, 1), r(3, 6, 2)),
+    "max_dim_ties": (lambda x: x.max(dim=1).values * 2 + x.max(dim=2, keepdim=True)[0].sum(),
+                     TIES),
+    "min_dim_indices": (lambda x: x.min(-1)[0] + x.min(-1)[1].float(), TIES),
+    "argmax_argmin": (lambda x: x * (x.argmax(0) - x.argmin(2, keepdim=True)), TIES),
+    "argmax_flat": (lambda x: x * x.argmax(), r(3, 4)),
+    "logsumexp": (lambda x: x.logsumexp(1) + x.logsumexp((0, 2), keepdim=True).sum(), r(3, 4, 5)),
+    "logsumexp_with_minus_inf": (lambda x: torch.cat([x, x * 0 - float("inf")], 1).logsumexp(1),
+                                 r(3, 4)),
+    "var_mean": (lambda x: torch.stack(torch.var_mean(x, 1)), r(3, 4, 5)),
+    "var_mean_all_keepdim": (lambda x: torch.var_mean(x, (0, 1), correction=0, keepdim=True)[0]
+                             + torch.var_mean(x, (0, 1), keepdim=True)[1], r(3, 4, 5)),
+    "flip": (lambda x: x.flip(0, 2) * x, r(3, 4, 5)),
+    "pixel_shuffle_unshuffle": (lambda x: F.pixel_unshuffle(F.pixel_shuffle(x, 2) * 2, 2) * x
+                                + F.pixel_shuffle(x, 2).sum(), r(2, 8, 3, 5)),
+}
+
+
+@pytest.mark.parametrize("name", MATH_CASES)
+def test_math_op_matches_float64_torch(name):
+    fn, *tensors = MATH_CASES[name]
     check(fn, *tensors)
 
 

@@ -1,0 +1,273 @@
+"""More of ATen's elementwise functions, the reductions that also give
+indices, and two rearrangements: each a few IR ops with torch's gradient
+(the table and the builder: _ir.py)."""
+
+import math
+
+from ._aten_shape import _gather
+from ._ir import Unsupported, aten
+
+_ROUNDING = '`torch.floor`, `ceil`, `trunc`, `round`, `sign`, `frac`'
+_ROUNDING_LIMITS = 'no gradient through the rounding (as torch: zero)'
+_LOGS = '`torch.log2`, `log10`, `exp2`, `reciprocal`, `logit`, `nan_to_num`'
+_SHRINK = '`nn.Hardshrink`, `nn.Softshrink`, `nn.Threshold`, `nn.GLU`'
+_INDEXED = '`torch.max(x, dim)`, `min(x, dim)`, `argmax`, `argmin`'
+_INDEXED_LIMITS = "a NaN is not preferred as torch's is"
+_SHUFFLE = '`nn.PixelShuffle`, `nn.PixelUnshuffle`, `torch.flip`'
+# Where float32 holds every integer: beyond, a float is its own rounding.
+_EXACT = float(1 << 23)
+
+
+def _dims(b, x, dims):
+    shape = b.shape(x)
+    return list(range(len(shape))) if dims is None or dims == [] else \
+        sorted(d % len(shape) for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+
+
+# ---------------------------------------------------------------- rounding
+
+
+def _floor(b, x):
+    """floor(x): truncated through an integer, one less where that rose
+    above x; a number past 2^23 is already whole (and a NaN or inf stays)."""
+    t = b.convert(b.convert(b.unary("stop_gradient", x), "i64"), b.dtype(x))
+    t = b.binary("sub", t, b.convert(b.binary("gt", t, x), b.dtype(x)))
+    big = b.binary("ge", _abs_nograd(b, x), _EXACT)
+    return b.select(b.op("ne", [x, x]), x, b.select(big, b.unary("stop_gradient", x), t))
+
+
+def _abs_nograd(b, x):
+    x = b.unary("stop_gradient", x)
+    return b.select(b.binary("lt", x, 0.0), b.unary("neg", x), x)
+
+
+def _frozen(b, y):
+    return b.unary("stop_gradient", y)
+
+
+@aten("floor.default", torch=_ROUNDING, limits=_ROUNDING_LIMITS)
+def _floor_op(b, node, x):
+    return _frozen(b, _floor(b, x))
+
+
+@aten("ceil.default", torch=_ROUNDING, limits=_ROUNDING_LIMITS)
+def _ceil(b, node, x):
+    return _frozen(b, b.unary("neg", _floor(b, b.unary("neg", x))))
+
+
+@aten("trunc.default", torch=_ROUNDING, limits=_ROUNDING_LIMITS)
+def _trunc(b, node, x):
+    down = _floor(b, x)
+    up = b.unary("neg", _floor(b, b.unary("neg", x)))
+    return _frozen(b, b.select(b.binary("lt", x, 0.0), up, down))
+
+
+@aten("frac.default", torch=_ROUNDING, limits="the gradient passes (as torch: x - trunc(x))")
+def _frac(b, node, x):
+    return b.op("sub", [x, _trunc(b, node, x)])
+
+
+@aten("round.default", torch=_ROUNDING, limits=_ROUNDING_LIMITS)
+def _round(b, node, x):
+    """Halves to even, as torch: floor(x + 1/2), one less where x was a half
+    and that is odd."""
+    f = _floor(b, b.binary("add", x, 0.5))
+    half = b.op("eq", [b.op("sub", [f, x]), b.full(0.5, b.dtype(x), b.shape(x))])
+    odd = b.op("ne", [_floor(b, b.binary("mul", f, 0.5)), b.binary("mul", f, 0.5)])
+    tie_odd = b.op("mul", [b.convert(half, "i64"), b.convert(odd, "i64")])
+    r = b.binary("sub", f, b.convert(tie_odd, b.dtype(x)))
+    big = b.binary("ge", _abs_nograd(b, x), _EXACT)
+    return _frozen(b, b.select(big, x, r))
+
+
+@aten("sign.default", "sgn.default", torch=_ROUNDING, limits=_ROUNDING_LIMITS)
+def _sign(b, node, x):
+    one = b.full(1.0, b.dtype(x), b.shape(x))
+    s = b.select(b.binary("gt", x, 0.0), one,
+                 b.select(b.binary("lt", x, 0.0), b.unary("neg", one), b.binary("mul", x, 0.0)))
+    return _frozen(b, s)
+
+
+# ---------------------------------------------------------------- logs and friends
+
+
+@aten("log2.default", torch=_LOGS)
+def _log2(b, node, x):
+    return b.binary("div", b.unary("log", x), math.log(2.0))
+
+
+@aten("log10.default", torch=_LOGS)
+def _log10(b, node, x):
+    return b.binary("div", b.unary("log", x), math.log(10.0))
+
+
+@aten("exp2.default", torch=_LOGS)
+def _exp2(b, node, x):
+    return b.unary("exp", b.binary("mul", x, math.log(2.0)))
+
+
+@aten("reciprocal.default", "reciprocal_.default", torch=_LOGS)
+def _reciprocal(b, node, x):
+    return b.op("div", [b.full(1.0, b.dtype(x), b.shape(x)), x])
+
+
+@aten("logit.default", torch=_LOGS)
+def _logit(b, node, x, eps=None):
+    """log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given
+    (no gradient where the clamp holds, as torch)."""
+    z = x
+    if eps is not None:
+        lo = b.binary("lt", x, float(eps))
+        hi = b.binary("gt", x, 1.0 - float(eps))
+        z = b.select(lo, b.full(float(eps), b.dtype(x), b.shape(x)),
+                     b.select(hi, b.full(1.0 - float(eps), b.dtype(x), b.shape(x)), x))
+    one_minus = b.op("sub", [b.full(1.0, b.dtype(x), b.shape(x)), z])
+    return b.unary("log", b.op("div", [z, one_minus]))
+
+
+@aten("nan_to_num.default", torch=_LOGS)
+def _nan_to_num(b, node, x, nan=None, posinf=None, neginf=None):
+    big = 3.4028234663852886e38  # float32's largest
+    dt, shape = b.dtype(x), b.shape(x)
+    y = b.select(b.op("ne", [x, x]), b.full(0.0 if nan is None else nan, dt, shape), x)
+    y = b.select(b.binary("eq", x, math.inf), b.full(big if posinf is None else posinf, dt, shape),
+                 y)
+    return b.select(b.binary("eq", x, -math.inf),
+                    b.full(-big if neginf is None else neginf, dt, shape), y)
+
+
+# ---------------------------------------------------------------- shrinking and gating
+
+
+@aten("hardshrink.default", torch=_SHRINK)
+def _hardshrink(b, node, x, lambd=0.5):
+    keep = b.binary("gt", _abs_nograd(b, x), float(lambd))
+    return b.select(keep, x, b.full(0.0, b.dtype(x), b.shape(x)))
+
+
+@aten("softshrink.default", torch=_SHRINK)
+def _softshrink(b, node, x, lambd=0.5):
+    zero = b.full(0.0, b.dtype(x), b.shape(x))
+    return b.select(b.binary("gt", x, float(lambd)), b.binary("sub", x, float(lambd)),
+                    b.select(b.binary("lt", x, -float(lambd)), b.binary("add", x, float(lambd)),
+                             zero))
+
+
+@aten("threshold.default", "threshold_.default", torch=_SHRINK)
+def _threshold(b, node, x, threshold, value):
+    return b.select(b.binary("gt", x, float(threshold)), x,
+                    b.full(float(value), b.dtype(x), b.shape(x)))
+
+
+@aten("glu.default", torch=_SHRINK)
+def _glu(b, node, x, dim=-1):
+    shape = b.shape(x)
+    dim %= len(shape)
+    half = shape[dim] // 2
+    a = b.op("slice", [x], axis=dim, start=0, end=half)
+    gate = b.op("slice", [x], axis=dim, start=half, end=shape[dim])
+    return b.op("mul", [a, b.unary("sigmoid", gate)])
+
+
+# ---------------------------------------------------------------- reductions with indices
+
+
+def _first_extreme(b, x, dim, keepdim, largest):
+    """(values, indices) of torch.max/min along dim: the first extreme
+    element's index; its value read there, so that the gradient goes to it
+    alone (amax's is split among ties)."""
+    shape = b.shape(x)
+    dim %= len(shape)
+    n = shape[dim]
+    y = x if largest else b.unary("neg", x)
+    top = b.broadcast(b.max(b.unary("stop_gradient", y), [dim], keepdim=True), shape)
+    at_top = b.op("eq", [y, top])
+    # the first: the largest reversed position among the extremes
+    back = b.binary("sub", b.full(float(n - 1), b.dtype(x), shape),
+                    b.convert(b.iota("i64", shape, dim), b.dtype(x)))
+    best = b.max(b.select(at_top, back, b.full(-1.0, b.dtype(x), shape)), [dim], keepdim=True)
+    index = b.convert(b.binary("sub", b.full(float(n - 1), b.dtype(x), b.shape(best)), best),
+                      "i64")
+    values = _gather(b, None, x, dim, index)
+    if not keepdim:
+        kept = [d for i, d in enumerate(shape) if i != dim]
+        values, index = b.reshape(values, kept), b.reshape(index, kept)
+    return values, index
+
+
+@aten("max.dim", torch=_INDEXED, limits=_INDEXED_LIMITS)
+def _max_dim(b, node, x, dim, keepdim=False):
+    return _first_extreme(b, x, dim, keepdim, True)
+
+
+@aten("min.dim", torch=_INDEXED, limits=_INDEXED_LIMITS)
+def _min_dim(b, node, x, dim, keepdim=False):
+    return _first_extreme(b, x, dim, keepdim, False)
+
+
+@aten("argmax.default", "argmin.default", torch=_INDEXED, limits=_INDEXED_LIMITS)
+def _argmax(b, node, x, dim=None, keepdim=False):
+    if dim is None:
+        if keepdim:
+            raise Unsupported("argmax over every dim with keepdim")
+        x, dim = b.reshape(x, [math.prod(b.shape(x))]), 0
+    largest = "argmax" in str(node.target)
+    return _first_extreme(b, b.unary("stop_gradient", x), dim, keepdim, largest)[1]
+
+
+@aten("logsumexp.default", torch="`torch.logsumexp`")
+def _logsumexp(b, node, x, dims, keepdim=False):
+    """log(sum(exp(x - m))) + m, m the maximum (0 where it is infinite), as
+    torch; the gradient is the softmax."""
+    axes = _dims(b, x, dims)
+    m = b.max(b.unary("stop_gradient", x), axes, keepdim=True)
+    m = b.select(b.binary("eq", _abs_nograd(b, m), math.inf), b.full(0.0, b.dtype(x), b.shape(m)),
+                 m)
+    shifted = b.op("sub", [x, b.broadcast(m, b.shape(x))])
+    total = b.unary("log", b.sum(b.unary("exp", shifted), axes, keepdim=True))
+    out = b.op("add", [total, m])
+    if not keepdim:
+        out = b.reshape(out, [d for i, d in enumerate(b.shape(x)) if i not in axes])
+    return out
+
+
+@aten("var_mean.correction", torch="`torch.var_mean`")
+def _var_mean(b, node, x, dims=None, correction=None, keepdim=False):
+    axes = _dims(b, x, dims)
+    n = math.prod(b.shape(x)[a] for a in axes)
+    c = 1 if correction is None else correction
+    mean = b.mean(x, axes, keepdim=True)
+    centered = b.op("sub", [x, b.broadcast(mean, b.shape(x))])
+    var = b.binary("div", b.sum(b.op("mul", [centered, centered]), axes, keepdim),
+                   float(max(n - c, 0)))
+    if not keepdim:
+        mean = b.reshape(mean, [d for i, d in enumerate(b.shape(x)) if i not in axes])
+    return var, mean
+
+
+# ---------------------------------------------------------------- rearrangements
+
+
+@aten("flip.default", torch=_SHUFFLE)
+def _flip(b, node, x, dims):
+    for d in _dims(b, x, dims):
+        x = b.take(x, d, list(range(b.shape(x)[d] - 1, -1, -1)))
+    return x
+
+
+@aten("pixel_shuffle.default", torch=_SHUFFLE)
+def _pixel_shuffle(b, node, x, r):
+    *lead, c, h, w = b.shape(x)
+    y = b.reshape(x, lead + [c // (r * r), r, r, h, w])
+    k = len(lead)
+    y = b.transpose(y, list(range(k)) + [k, k + 3, k + 1, k + 4, k + 2])
+    return b.reshape(y, lead + [c // (r * r), h * r, w * r])
+
+
+@aten("pixel_unshuffle.default", torch=_SHUFFLE)
+def _pixel_unshuffle(b, node, x, r):
+    *lead, c, h, w = b.shape(x)
+    y = b.reshape(x, lead + [c, h // r, r, w // r, r])
+    k = len(lead)
+    y = b.transpose(y, list(range(k)) + [k, k + 2, k + 4, k + 1, k + 3])
+    return b.reshape(y, lead + [c * r * r, h // r, w // r])
