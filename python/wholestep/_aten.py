@@ -202,9 +202,15 @@ for _name, _ir in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt"
         lambda b, node, x, y, _ir=_ir: b.binary(_ir, x, y))
 
 
-@aten("maximum.default", torch='`torch.maximum`')
+@aten("maximum.default", torch='`torch.maximum`, `torch.minimum`')
 def _maximum(b, node, x, y):
     return b.binary("maximum", x, y)
+
+
+@aten("minimum.default", torch='`torch.maximum`, `torch.minimum`')
+def _minimum(b, node, x, y):
+    """-max(-x, -y): ties split the gradient as maximum's do (torch's)."""
+    return b.unary("neg", b.binary("maximum", b.unary("neg", x), b.unary("neg", y)))
 
 
 @aten("_to_copy.default",

@@ -342,6 +342,8 @@ MATH_CASES = {
     "var_mean_all_keepdim": (lambda x: torch.var_mean(x, (0, 1), correction=0, keepdim=True)[0]
                              + torch.var_mean(x, (0, 1), keepdim=True)[1], r(3, 4, 5)),
     "flip": (lambda x: x.flip(0, 2) * x, r(3, 4, 5)),
+    "minimum_with_ties": (lambda x: torch.minimum(x, x.flip(0)) + torch.maximum(x, x.flip(1)),
+                          TIES),
     "pixel_shuffle_unshuffle": (lambda x: F.pixel_unshuffle(F.pixel_shuffle(x, 2) * 2, 2) * x
                                 + F.pixel_shuffle(x, 2).sum(), r(2, 8, 3, 5)),
 }
