@@ -328,21 +328,28 @@ def differences(workdir):
     eager = torch.load(os.path.join(workdir, "eager.pt"))
     ws = torch.load(os.path.join(workdir, "wholestep.pt"))
     parameters = set(before["parameters"])
-    floats = {n: (ws["state"][n].double(), e.double(), before["state"][n].double())
-              for n, e in eager["state"].items() if e.is_floating_point()}
     out = {"loss": abs(ws["loss"] - eager["loss"]) / max(abs(eager["loss"]), 1e-30),
            "integers_equal": all(torch.equal(ws["state"][n], e)
-                                 for n, e in eager["state"].items() if n not in floats)}
-    for key, of in (("change", lambda w, e, b: (w - b, e - b)), ("value", lambda w, e, b: (w, e))):
-        pairs = {n: of(*t) for n, t in floats.items()}
-        scale = {kind: max([largest_abs(e) for n, (_, e) in pairs.items()
-                            if (n in parameters) == kind] or [0.0]) for kind in (True, False)}
+                                 for n, e in eager["state"].items()
+                                 if not e.is_floating_point())}
+    # Per tensor, in float64 one tensor at a time (the largest models' three
+    # states in float64 at once outgrew the machine): max|e| and max|w - e|
+    # of its change and of its value.
+    stats = {}
+    for n, e in eager["state"].items():
+        if not e.is_floating_point():
+            continue
+        w, e, b = ws["state"][n].double(), e.double(), before["state"][n].double()
+        stats[n] = {"change": (largest_abs(e - b), largest_abs(w - e)),
+                    "value": (largest_abs(e), largest_abs(w - e))}
+    for key in ("change", "value"):
+        scale = {kind: max([s[key][0] for n, s in stats.items() if (n in parameters) == kind]
+                           or [0.0]) for kind in (True, False)}
         worst = (0.0, "")
-        for n, (w, e) in pairs.items():
-            floor = 1e-3 * scale[n in parameters]
-            denominator = max(largest_abs(e), floor)
+        for n, s in stats.items():
+            denominator = max(s[key][0], 1e-3 * scale[n in parameters])
             if denominator:
-                worst = max(worst, (largest_abs(w - e) / denominator, n))
+                worst = max(worst, (s[key][1] / denominator, n))
         out[key] = worst
     return out
 
