@@ -13,6 +13,11 @@ attributes, so while it runs the list is read from them; and oneDNN's
 fused recurrent op is off, so the layers decompose into products and
 gates the importer translates.
 
+repeat_interleave with a number of repeats: torch makes a tensor of
+repeats and takes the tensor overload, whose output shape fake tensors
+cannot know (mvit_v1_b's positional encoding); here it is an expand and a
+flatten, the same elements in the same order.
+
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
 closure): this torch's fake mode refuses it; the trace has recorded it as a
@@ -62,6 +67,18 @@ def _cross_entropy_loss(original):
     return cross_entropy_loss
 
 
+def _repeat_interleave(original):
+    def repeat_interleave(input, repeats=None, dim=None, **kwargs):
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or kwargs:
+            args = (input,) if repeats is None else (input, repeats)
+            return original(*args, **({} if dim is None else {"dim": dim}), **kwargs)
+        x = input.flatten() if dim is None else input
+        d = 0 if dim is None else dim % x.dim()
+        shape = list(x.shape)
+        return x.unsqueeze(d + 1).expand(*shape[:d + 1], repeats, *shape[d + 1:]).flatten(d, d + 1)
+    return repeat_interleave
+
+
 def _fake_dispatch(original):
     def dispatch(self, func, types, args=(), kwargs=None):
         def fake(t):
@@ -95,7 +112,10 @@ def traceable():
     cross_entropy = torch._C._nn.cross_entropy_loss
     dispatch = fake_tensor.FakeTensorMode.__torch_dispatch__
     rnn = torch.nn.RNNBase
+    repeat, tensor_repeat = torch.repeat_interleave, torch.Tensor.repeat_interleave
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
+    torch.repeat_interleave = _repeat_interleave(repeat)
+    torch.Tensor.repeat_interleave = _repeat_interleave(tensor_repeat)
     fake_tensor.FakeTensorMode.__torch_dispatch__ = _fake_dispatch(dispatch)
     rnn._flat_weights = property(_flat_weights, _keep_flat_weights)
     try:
@@ -103,5 +123,6 @@ def traceable():
             yield
     finally:
         torch._C._nn.cross_entropy_loss = cross_entropy
+        torch.repeat_interleave, torch.Tensor.repeat_interleave = repeat, tensor_repeat
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

@@ -342,6 +342,9 @@ MATH_CASES = {
     "var_mean_all_keepdim": (lambda x: torch.var_mean(x, (0, 1), correction=0, keepdim=True)[0]
                              + torch.var_mean(x, (0, 1), keepdim=True)[1], r(3, 4, 5)),
     "flip": (lambda x: x.flip(0, 2) * x, r(3, 4, 5)),
+    "repeat_interleave": (lambda x: torch.repeat_interleave(x, 3, dim=1) * 2
+                          + x.repeat_interleave(2).sum() + x.repeat_interleave(2, -1).sum(),
+                          r(3, 4, 5)),
     "minimum_with_ties": (lambda x: torch.minimum(x, x.flip(0)) + torch.maximum(x, x.flip(1)),
                           TIES),
     "pixel_shuffle_unshuffle": (lambda x: F.pixel_unshuffle(F.pixel_shuffle(x, 2) * 2, 2) * x
