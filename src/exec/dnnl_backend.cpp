@@ -184,74 +184,13 @@ std::shared_ptr<const BackendOp> make_matmul_primitive(
 // team it was made for when K exceeds 1024 and the output is small: 1 and 2
 // threads round differently (found by the differential tester; a sweep of
 // shapes found it in no other layout and for no K up to 1024). Such a
-// product runs as fixed parts instead, each a primitive made for one thread
-// summing over the whole K, run in parallel over the parts: each batch's
-// matrix, or for one matrix up to four parts of its rows. A part's A is
-// copied dense first (a part of a row of A is not; oneDNN would take its
-// slow kernels): copies only, the same bits on any team. Transposing A
+// product runs as fixed parts instead (dnnl_teams.hpp), each a primitive
+// made for one thread summing over the whole K: each batch's matrix, or for
+// one matrix up to four parts of its rows. Transposing A
 // whole and running the plain product instead was 1.2-1.6x slower on one
 // thread (oneDNN's copy of a transposed A suits its kernel better).
 constexpr int64_t kLongestUnsplitK = 1024;
 constexpr int64_t kRowParts = 4;
-
-class TransposedAPartsOp final : public BackendOp {
- public:
-  struct Part {
-    std::shared_ptr<const BackendOp> op;  // [rows, K] x [K, N], A dense [K, rows]
-    int64_t batch = 0, m0 = 0, rows = 0;
-    int64_t a_offset = 0, scratch_offset = 0;  // its copy of A and its op's scratch, in bytes
-  };
-  // Offsets are in elements: where each batch's matrix starts (`a`, `b`,
-  // `out`); `sk`, `sm`: A's strides along K and M; `out_row`: the output's
-  // row stride.
-  struct Layout {
-    std::vector<int64_t> a, b, out;
-    int64_t k = 0, sk = 0, sm = 0, out_row = 0;
-  };
-  TransposedAPartsOp(std::vector<Part> parts, Layout layout)
-      : parts_(std::move(parts)), l_(std::move(layout)) {
-    for (Part& p : parts_) {
-      p.a_offset = scratch_bytes_;
-      scratch_bytes_ += (p.rows * l_.k * 4 + 63) / 64 * 64;
-      p.scratch_offset = scratch_bytes_;
-      scratch_bytes_ += (p.op->scratch_bytes() + 63) / 64 * 64;
-      flops_ += p.op->flops();
-    }
-    impl_ = fmt::format("{} parts, each {}", parts_.size(), parts_[0].op->impl());
-  }
-  int64_t scratch_bytes() const override { return scratch_bytes_; }
-  const std::string& impl() const override { return impl_; }
-  int64_t flops() const override { return flops_; }
-  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
-           const void* extra2) const override {
-    auto* base = static_cast<std::byte*>(scratch);
-    parallel_for(
-        int64_t(parts_.size()), 1,
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) {
-            const Part& p = parts_[size_t(i)];
-            const float* x = static_cast<const float*>(a) + l_.a[size_t(p.batch)] + p.m0 * l_.sm;
-            auto* dense = reinterpret_cast<float*>(base + p.a_offset);
-            for (int64_t k = 0; k < l_.k; ++k)
-              if (l_.sm == 1)
-                std::memcpy(dense + k * p.rows, x + k * l_.sk, size_t(p.rows) * 4);
-              else
-                for (int64_t m = 0; m < p.rows; ++m)
-                  dense[k * p.rows + m] = x[k * l_.sk + m * l_.sm];
-            p.op->run(dense, static_cast<const float*>(b) + l_.b[size_t(p.batch)],
-                      static_cast<float*>(out) + l_.out[size_t(p.batch)] + p.m0 * l_.out_row,
-                      base + p.scratch_offset, extra, extra2);
-          }
-        },
-        1);
-  }
-
- private:
-  std::vector<Part> parts_;
-  Layout l_;
-  int64_t scratch_bytes_ = 0, flops_ = 0;
-  std::string impl_;
-};
 
 // Where each matrix of a [..., rows, cols] operand read at `strides` starts,
 // the batch dims walked in row-major order.
@@ -280,22 +219,22 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   const size_t r = out.shape.size();
   const std::vector<int64_t> sa = full(in[0].shape, strides, 0), sb = full(in[1].shape, strides, 1),
                              so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
-  TransposedAPartsOp::Layout l{batch_offsets(in[0].shape, sa),
-                               batch_offsets(in[1].shape, sb),
-                               batch_offsets(out.shape, so),
-                               d.k,
-                               sa[r - 2],
-                               sa[r - 1],
-                               so[r - 2]};
+  TransposedALayout l{batch_offsets(in[0].shape, sa),
+                      batch_offsets(in[1].shape, sb),
+                      batch_offsets(out.shape, so),
+                      d.k,
+                      sa[r - 2],
+                      sa[r - 1],
+                      so[r - 2]};
   // One matrix of B and of the output as it lies; A's part dense.
   const ir::Type b{DType::f32, {in[1].shape[r - 2], in[1].shape[r - 1]}};
   const std::vector<int64_t> b_st{sb[r - 2], sb[r - 1]}, out_st{so[r - 2], so[r - 1]};
   const int64_t row_parts = d.batch == 1 ? std::min(d.m, kRowParts) : 1;
-  std::vector<TransposedAPartsOp::Part> parts;
+  std::vector<TransposedAPart> parts;
   TeamScope one(1);
   for (int64_t batch = 0; batch < d.batch; ++batch)
     for (int64_t i = 0; i < row_parts; ++i) {
-      TransposedAPartsOp::Part p;
+      TransposedAPart p;
       p.batch = batch;
       p.m0 = d.m * i / row_parts;
       p.rows = d.m * (i + 1) / row_parts - p.m0;
@@ -307,7 +246,7 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                    accumulate, bias, residual);
       parts.push_back(std::move(p));
     }
-  return std::make_shared<TransposedAPartsOp>(std::move(parts), std::move(l));
+  return make_transposed_a_in_parts(std::move(parts), std::move(l));
 }
 
 struct ConvDescs {

@@ -8,7 +8,7 @@
 // rounds differently for each team: of the backend ops the convolution
 // weight gradient does, so it sums fixed parts of the batch itself
 // (BatchPartsOp), and so does a product with a transposed A and a long K,
-// run as fixed parts of its output (dnnl_backend.cpp, TransposedAPartsOp);
+// run as fixed parts of its output (TransposedAPartsOp);
 // the other products and convolutions compute each output whole on one
 // thread. With both, a step gives the same bits on any team.
 #include "exec/dnnl_teams.hpp"
@@ -201,6 +201,57 @@ class ColsWeightGradOp final : public BackendOp {
   std::string impl_;
 };
 
+// A product with a transposed A as fixed parts (make_transposed_a_in_parts),
+// each part's A copied dense first (a part of a row of A is not, and oneDNN
+// would take its slow kernels): copies only, the same bits on any team.
+class TransposedAPartsOp final : public BackendOp {
+ public:
+  TransposedAPartsOp(std::vector<TransposedAPart> parts, TransposedALayout layout)
+      : parts_(std::move(parts)), l_(std::move(layout)) {
+    for (const TransposedAPart& p : parts_) {
+      a_offsets_.push_back(scratch_bytes_);
+      scratch_bytes_ += align64(p.rows * l_.k * 4);
+      scratch_offsets_.push_back(scratch_bytes_);
+      scratch_bytes_ += align64(p.op->scratch_bytes());
+      flops_ += p.op->flops();
+    }
+    impl_ = fmt::format("{} parts, each {}", parts_.size(), parts_[0].op->impl());
+  }
+  int64_t scratch_bytes() const override { return scratch_bytes_; }
+  const std::string& impl() const override { return impl_; }
+  int64_t flops() const override { return flops_; }
+  void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
+           const void* extra2) const override {
+    auto* base = static_cast<std::byte*>(scratch);
+    parallel_for(
+        int64_t(parts_.size()), 1,
+        [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) {
+            const TransposedAPart& p = parts_[size_t(i)];
+            const float* x = static_cast<const float*>(a) + l_.a[size_t(p.batch)] + p.m0 * l_.sm;
+            auto* dense = reinterpret_cast<float*>(base + a_offsets_[size_t(i)]);
+            for (int64_t k = 0; k < l_.k; ++k)
+              if (l_.sm == 1)
+                std::memcpy(dense + k * p.rows, x + k * l_.sk, size_t(p.rows) * 4);
+              else
+                for (int64_t m = 0; m < p.rows; ++m)
+                  dense[k * p.rows + m] = x[k * l_.sk + m * l_.sm];
+            p.op->run(dense, static_cast<const float*>(b) + l_.b[size_t(p.batch)],
+                      static_cast<float*>(out) + l_.out[size_t(p.batch)] + p.m0 * l_.out_row,
+                      base + scratch_offsets_[size_t(i)], extra, extra2);
+          }
+        },
+        1);
+  }
+
+ private:
+  std::vector<TransposedAPart> parts_;
+  TransposedALayout l_;
+  std::vector<int64_t> a_offsets_, scratch_offsets_;  // each part's copy of A and scratch
+  int64_t scratch_bytes_ = 0, flops_ = 0;
+  std::string impl_;
+};
+
 // A backend op made for the whole pool and for one thread, running the one
 // team() asks for.
 class TeamOrSoloOp final : public BackendOp {
@@ -229,6 +280,11 @@ std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g) 
 
 std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g) {
   return std::make_shared<ColsWeightGradOp>(g);
+}
+
+std::shared_ptr<const BackendOp> make_transposed_a_in_parts(std::vector<TransposedAPart> parts,
+                                                            TransposedALayout layout) {
+  return std::make_shared<TransposedAPartsOp>(std::move(parts), std::move(layout));
 }
 
 std::shared_ptr<const BackendOp> make_team_or_solo(std::shared_ptr<const BackendOp> whole,
