@@ -43,8 +43,9 @@ import sys
 import tempfile
 import time
 
-from torch_env import (best_openblas_core, clean_env, cpu_flags, cpu_summary,
-                       is_fallback_core, loaded_openblas, mapped_libraries, set_torch_threads)
+import torch_env
+from torch_env import (best_openblas_core, clean_env, cpu_flags, cpu_summary, is_fallback_core,
+                       loaded_openblas, set_torch_threads)
 from torch_reference_models import (loss_of, make_cnn, make_model, make_optimizer, parse_type,
                                     random_batch)
 
@@ -311,56 +312,13 @@ def run_check(peer, specs):
 # Header: CPU, threads, kernels of each side
 
 
-def onednn_report(threads):
-    """oneDNN's ISA line and the convolution implementations PyTorch ran, from
-    one cnn step under DNNL_VERBOSE in a subprocess."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", "onednn",
-                          "--threads", str(threads)], env=dict(os.environ, DNNL_VERBOSE="1"),
-                         check=True, capture_output=True, text=True).stdout
-    version, isa, convs = "", "not used", set()
-    for line in out.splitlines():
-        parts = line.split(",")
-        if len(parts) > 2 and parts[1] == "info" and parts[2].startswith("oneDNN "):
-            version = parts[2].split()[1]
-        elif len(parts) > 3 and parts[1] == "info" and parts[3].startswith("isa:"):
-            isa = parts[3][4:]
-        elif len(parts) > 4 and parts[1] == "exec" and parts[3] == "convolution":
-            convs.add(parts[4])
-    return version, isa, sorted(convs)
-
-
-def torch_report(args, threads):
-    import torch
-    lib = loaded_openblas()
-    if lib is not None:
-        blas = (f"{lib.openblas_get_config().decode()}, core "
-                f"{lib.openblas_get_corename().decode()}, {lib.openblas_get_num_threads()} threads")
-    else:
-        blas = "not OpenBLAS: " + (", ".join(mapped_libraries(("libblas", "blis", "mkl")))
-                                   or torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0])
-    capability = next((line.split(":", 1)[1].strip()
-                       for line in torch.__config__.show().splitlines()
-                       if "CPU capability" in line), "?")
-    version, isa, convs = onednn_report(threads)
-    lines = [f"PyTorch {torch.__version__}: {torch.get_num_threads()} threads, "
-             f"ATen CPU capability {capability}",
-             f"  matrix products: {blas}"]
-    if args.forced_blas_core:
-        lines.append(f"  OPENBLAS_CORETYPE={args.forced_blas_core} set for PyTorch only: in a "
-                     f"clean environment its OpenBLAS picked {args.user_blas_core} (a fallback)")
-    else:
-        lines.append("  (the core OpenBLAS picks itself in a clean environment; no override)")
-    lines.append(f"  oneDNN {version}: isa {isa}; convolutions {', '.join(convs) or 'none'}")
-    return lines
-
-
 def print_header(args, peer, threads):
     *info, threads_line = peer.ask("info")
     print(f"CPU: {cpu_summary()}")
     print(f"wholestep (clean environment): ws::num_threads() {threads_line.split()[-1]}")
     for line in info:
         print("  " + line)
-    for line in torch_report(args, threads):
+    for line in torch_env.torch_report(args, threads):
         print(line)
 
 

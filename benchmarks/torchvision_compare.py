@@ -54,6 +54,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_compare as pc  # noqa: E402  (the helpers of the C++-model comparison)
+import torch_env  # noqa: E402
 
 CNNS = ("resnet18", "resnet50", "resnext50_32x4d", "alexnet", "mobilenet_v2", "mnasnet1_0",
         "vgg16", "squeezenet1_1")
@@ -332,7 +333,7 @@ def header(args):
              f"{SGD['lr']}, momentum {SGD['momentum']}, weight decay {SGD['weight_decay']}; "
              f"{args.rounds} alternating rounds after {args.warmup} warm-up steps per side"]
     lines += configurations(args)
-    lines += pc.torch_report(args, args.threads)
+    lines += torch_env.torch_report(args, args.threads)
     return lines
 
 

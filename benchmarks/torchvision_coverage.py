@@ -66,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_compare as pc  # noqa: E402  (environment, eager timing)
 import torch_env  # noqa: E402
 import torchvision_compare as tc  # noqa: E402  (the two sides of one SGD step)
+import coverage_report  # noqa: E402  (the differences and the table)
 import user_models  # noqa: E402
 
 BATCH = {"classification": 4, "segmentation": 2, "video": 2}
@@ -312,48 +313,6 @@ def run_child(side, name, args, workdir):
     return result
 
 
-def largest_abs(t):
-    return float(t.abs().max()) if t.numel() else 0.0
-
-
-def differences(workdir):
-    """The loss's relative difference; the largest relative difference of a
-    tensor's change in the step and of the tensor itself, wholestep against
-    eager, as (value, tensor name): max|w - e| / max|e|, the denominator
-    floored at 1e-3 of the largest among the tensors of its kind (parameters,
-    buffers), as wst.check does (a change that is rounding noise, such as a
-    running mean's over channels of zero mean, is not a scale)."""
-    import torch
-    before = torch.load(os.path.join(workdir, "before.pt"))
-    eager = torch.load(os.path.join(workdir, "eager.pt"))
-    ws = torch.load(os.path.join(workdir, "wholestep.pt"))
-    parameters = set(before["parameters"])
-    out = {"loss": abs(ws["loss"] - eager["loss"]) / max(abs(eager["loss"]), 1e-30),
-           "integers_equal": all(torch.equal(ws["state"][n], e)
-                                 for n, e in eager["state"].items()
-                                 if not e.is_floating_point())}
-    # Per tensor, in float64 one tensor at a time (the largest models' three
-    # states in float64 at once outgrew the machine): max|e| and max|w - e|
-    # of its change and of its value.
-    stats = {}
-    for n, e in eager["state"].items():
-        if not e.is_floating_point():
-            continue
-        w, e, b = ws["state"][n].double(), e.double(), before["state"][n].double()
-        stats[n] = {"change": (largest_abs(e - b), largest_abs(w - e)),
-                    "value": (largest_abs(e), largest_abs(w - e))}
-    for key in ("change", "value"):
-        scale = {kind: max([s[key][0] for n, s in stats.items() if (n in parameters) == kind]
-                           or [0.0]) for kind in (True, False)}
-        worst = (0.0, "")
-        for n, s in stats.items():
-            denominator = max(s[key][0], 1e-3 * scale[n in parameters])
-            if denominator:
-                worst = max(worst, (s[key][1] / denominator, n))
-        out[key] = worst
-    return out
-
-
 def run_model(name, family, args):
     """The row of one model."""
     row = {"model": name, "family": family, "input": shape_text(input_shape(name, family))}
@@ -364,7 +323,7 @@ def run_model(name, family, args):
         if None not in digests and len(digests) != 1:
             row["error"] = "the two sides built different initial states"
         elif all("stepped" in sides[s] for s in sides):
-            row["diff"] = differences(workdir)
+            row["diff"] = coverage_report.differences(workdir)
     eager, ws = sides["eager"], sides["wholestep"]
     row["params"] = (eager.get("built") or ws.get("built") or {}).get("params")
     limit = f"{args.memory_limit:.1f} GiB"
@@ -381,69 +340,6 @@ def run_model(name, family, args):
     if "stepped" not in eager:
         row["eager_error"] = eager.get("error")
     return row
-
-
-# ---------------------------------------------------------------------------
-# The table
-
-
-def fmt(x, spec):
-    return "" if x is None else spec.format(x)
-
-
-def cell(text):
-    return str(text).replace("|", "\\|")
-
-
-def peak_mib(side):
-    """The side's last reported peak resident memory (it only grows)."""
-    reached = [side[p]["rss_mib"] for p in ("imported", "stepped", "timed") if p in side]
-    return reached[-1] if reached else None
-
-
-def worst_text(worst):
-    value, tensor = worst
-    return f"{value:.1e} ({tensor})" if tensor else "0"
-
-
-def table_row(row):
-    eager, ws = row["eager"], row["wholestep"]
-    diff = row.get("diff")
-    loss = change = value = ""
-    if diff:
-        loss = f"{diff['loss']:.1e}"
-        change, value = worst_text(diff["change"]), worst_text(diff["value"])
-        if not diff["integers_equal"]:
-            change += "; integer buffers differ"
-    e_ms, w_ms = (s.get("timed", {}).get("ms") for s in (eager, ws))
-    ratio = e_ms / w_ms if e_ms and w_ms else None
-    trains = row["trains"]
-    if row.get("eager_error") and not trains.startswith("too large"):
-        trains += f" (eager torch: {row['eager_error']})"
-    peaks = " / ".join(fmt(peak_mib(s), "{:.0f}") or "-" for s in (eager, ws))
-    return [row["model"], row["input"], cell(trains), loss, cell(value), cell(change),
-            fmt(e_ms, "{:.1f}"), fmt(w_ms, "{:.1f}"), fmt(ratio, "{:.2f}x"),
-            fmt(ws.get("stepped", {}).get("first_s"), "{:.1f}"), peaks]
-
-
-COLUMNS = ["model", "input", "trains?", "loss diff", "largest tensor diff",
-           "largest change diff", "eager ms", "wholestep ms", "eager / wholestep", "compile s",
-           "peak RSS eager / wholestep (MiB)"]
-LEGEND = """\
-trains?: yes, or the first line of wholestep's error. loss diff: |loss_w - loss_e| / |loss_e| of the
-first step. Over the parameters and floating-point buffers after that step (w wholestep, e eager
-torch), the tensor named: largest tensor diff max|w - e| / max|e|; largest change diff the same of
-the tensor's change in the step (after - before), which a wrong gradient moves far more; each
-denominator floored at 1e-3 of the largest among parameters, or among buffers. ms: median per
-step after warm-up. compile: wholestep's first step, trace included. peak RSS: VmHWM of each
-side's own process (imports included: see the baseline above)."""
-
-
-def markdown_table(rows):
-    def line(cells):
-        return "| " + " | ".join(cells) + " |"
-    return "\n".join([line(COLUMNS), line(["---"] * len(COLUMNS))]
-                     + [line(table_row(r)) for r in rows])
 
 
 def meminfo_gib(key):
@@ -463,7 +359,7 @@ def header(args):
              f"past {args.seconds:g} s), "
              f"wholestep {args.mode}; each side in its own process, data segment limited "
              f"to {args.memory_limit:.1f} GiB, {args.timeout:g} s"]
-    lines += pc.torch_report(args, args.threads)
+    lines += torch_env.torch_report(args, args.threads)
     return lines
 
 
@@ -549,9 +445,9 @@ def main():
         print(f"baseline: a process that imported torch, torchvision and wholestep.torch "
               f"peaked at {baseline:.0f} MiB")
         print()
-    print(markdown_table(rows))
+    print(coverage_report.markdown_table(rows))
     print()
-    print(LEGEND)
+    print(coverage_report.LEGEND)
     return 0
 
 
