@@ -4,6 +4,7 @@ indices, and two rearrangements: each a few IR ops with torch's gradient
 
 import math
 
+from ._aten_loss import _abs
 from ._aten_shape import _gather
 from ._ir import Unsupported, aten
 
@@ -37,8 +38,7 @@ def _floor(b, x):
 
 
 def _abs_nograd(b, x):
-    x = b.unary("stop_gradient", x)
-    return b.select(b.binary("lt", x, 0.0), b.unary("neg", x), x)
+    return _abs(b, b.unary("stop_gradient", x))
 
 
 def _frozen(b, y):
