@@ -53,50 +53,75 @@ class ZeroOp final : public BackendOp {
 // matmul_add, out = beta * out + alpha * (a @ b). oneDNN 2.6 fixes a sum
 // post-op's scale when the primitive is created, while beta is a value of
 // the step (SGD's momentum, or 1 - lr * wd, which a learning-rate schedule
-// changes every step). So the one primitive, made at compile time, adds
-// with scale 1, and a beta other than 1 scales `out` in place first: no
-// primitive is made per step, the result depends only on the values (the
+// changes every step). So a beta other than 1 scales `out` in place first:
+// no primitive is made per step, the result depends only on the values (the
 // same bits resumed or not, whatever beta was before), and the rounding is
-// the unfused update's, (beta * out) + (alpha * (a @ b)): the product is
-// the plain product's kernel (brgemm), rounded as the unfused product is,
-// then multiplied by alpha and added to out by post-ops (make_matmul). An
-// alpha of 1 (SGD's momentum without dampening, the common case) needs no
-// multiply, so a second primitive without it, made at compile time too,
-// runs then.
+// the unfused update's, (beta * out) + (alpha * (a @ b)).
+//
+// Where the plain product is oneDNN's brgemm kernel, the one primitive,
+// made at compile time, adds with scale 1: the product is the plain
+// product's kernel, rounded as the unfused product is, then multiplied by
+// alpha and added to out by post-ops (make_matmul); an alpha of 1 (SGD's
+// momentum without dampening, the common case) needs no multiply, so a
+// second primitive without it, made at compile time too, runs then.
+// Elsewhere (gemm:jit, oneDNN's products on CPUs without AVX-512) a sum
+// post-op adds blocks of K to out one by one, and alpha takes the reference
+// kernel: the plain product goes to the scratch, then our loops multiply and
+// add, the unfused update's roundings.
 class AccumulateOp final : public BackendOp {
  public:
+  // The product in post-ops: `scaled` adds alpha * (a @ b), `unit` a @ b.
   AccumulateOp(std::shared_ptr<const BackendOp> scaled, std::shared_ptr<const BackendOp> unit,
                int64_t n)
       : sum_(std::move(scaled)),
         unit_(std::move(unit)),
         n_(n),
         impl_(fmt::format("{} (alpha other than 1: {})", unit_->impl(), sum_->impl())) {}
+  // The plain product `product` into the scratch, then the loops.
+  AccumulateOp(std::shared_ptr<const BackendOp> product, int64_t n)
+      : plain_(std::move(product)),
+        n_(n),
+        product_offset_((plain_->scratch_bytes() + 63) / 64 * 64),
+        impl_(fmt::format("{}, then added", plain_->impl())) {}
   int64_t scratch_bytes() const override {
+    if (plain_) return product_offset_ + n_ * 4;
     return std::max(sum_->scratch_bytes(), unit_->scratch_bytes());
   }
   const std::string& impl() const override { return impl_; }
-  int64_t flops() const override { return sum_->flops(); }
+  int64_t flops() const override { return (plain_ ? plain_ : sum_)->flops(); }
   void run(const void* a, const void* b, void* out, void* scratch, const void* alpha,
            const void* beta) const override {
     WS_CHECK(beta) << "matmul_add run without its beta";
-    if (*static_cast<const float*>(beta) != 1.0f) {
-      const auto* bp = static_cast<const float*>(beta);
-      auto* y = static_cast<float*>(out);
+    WS_CHECK(alpha) << "matmul_add run without its alpha";
+    const auto* ap = static_cast<const float*>(alpha);
+    const auto* bp = static_cast<const float*>(beta);
+    auto* y = static_cast<float*>(out);
+    if (*bp != 1.0f)
       parallel_for(n_, kCheapGrain, [=](int64_t lo, int64_t hi) {
         binary_range<float, Op::mul, float>(y, bp, y, true, false, lo, hi);
       });
+    if (!plain_) {
+      if (*ap == 1.0f)
+        unit_->run(a, b, out, scratch);
+      else
+        sum_->run(a, b, out, scratch, alpha);
+      return;
     }
-    WS_CHECK(alpha) << "matmul_add run without its alpha";
-    if (*static_cast<const float*>(alpha) == 1.0f)
-      unit_->run(a, b, out, scratch);
-    else
-      sum_->run(a, b, out, scratch, alpha);
+    auto* p = reinterpret_cast<float*>(static_cast<std::byte*>(scratch) + product_offset_);
+    plain_->run(a, b, p, scratch);
+    const bool scale = *ap != 1.0f;
+    parallel_for(n_, kCheapGrain, [=](int64_t lo, int64_t hi) {
+      if (scale) binary_range<float, Op::mul, float>(p, ap, p, true, false, lo, hi);
+      binary_range<float, Op::add, float>(y, p, y, true, true, lo, hi);
+    });
   }
 
  private:
-  std::shared_ptr<const BackendOp> sum_;   // out += alpha * (a @ b)
-  std::shared_ptr<const BackendOp> unit_;  // out += a @ b
+  std::shared_ptr<const BackendOp> sum_;    // out += alpha * (a @ b)
+  std::shared_ptr<const BackendOp> unit_;   // out += a @ b
+  std::shared_ptr<const BackendOp> plain_;  // a @ b, into the scratch
   int64_t n_;
+  int64_t product_offset_ = 0;
   std::string impl_;
 };
 
@@ -120,10 +145,11 @@ int64_t conv_flops(const Conv2dGeom& g) {
 }
 
 // One oneDNN matmul primitive for the team pinned now.
-std::shared_ptr<const BackendOp> make_matmul_primitive(
-    std::span<const ir::Type> in, const ir::Type& out, const ir::Attrs& attrs,
-    std::span<const std::vector<int64_t>> strides, const std::vector<int64_t>& out_strides,
-    bool accumulate, bool bias, bool residual) {
+std::shared_ptr<const DnnlOp> make_matmul_primitive(std::span<const ir::Type> in,
+                                                    const ir::Type& out, const ir::Attrs& attrs,
+                                                    std::span<const std::vector<int64_t>> strides,
+                                                    const std::vector<int64_t>& out_strides,
+                                                    bool accumulate, bool bias, bool residual) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -205,48 +231,78 @@ std::vector<int64_t> batch_offsets(const Shape& shape, const std::vector<int64_t
   return offsets;
 }
 
+// The strides of every dim of an operand: its own, or row-major.
+std::vector<int64_t> full_strides(const Shape& shape, std::span<const std::vector<int64_t>> st,
+                                  size_t i) {
+  return i < st.size() && !st[i].empty() ? st[i] : row_major_strides(shape);
+}
+
+// A product as fixed parts on the pool: each batch's matrix, or for one
+// matrix up to kRowParts parts of its rows, each a one-thread primitive over
+// the whole K. The parts depend on the shape alone, so the bits do not
+// depend on the team. With `dense_a` each part's A (a transposed A's
+// columns) is copied dense first; otherwise a part reads A where it lies.
+std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> in,
+                                                      const ir::Type& out, const ir::Attrs& attrs,
+                                                      std::span<const std::vector<int64_t>> strides,
+                                                      const std::vector<int64_t>& out_strides,
+                                                      bool accumulate, bool bias, bool residual,
+                                                      bool dense_a) {
+  const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
+  const size_t r = out.shape.size();
+  const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
+                             sb = full_strides(in[1].shape, strides, 1),
+                             so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
+  const std::vector<int64_t> oa = batch_offsets(in[0].shape, sa),
+                             ob = batch_offsets(in[1].shape, sb), oo = batch_offsets(out.shape, so);
+  // One matrix of B and of the output as it lies.
+  const ir::Type b{DType::f32, {in[1].shape[r - 2], in[1].shape[r - 1]}};
+  const std::vector<int64_t> a_st{sa[r - 2], sa[r - 1]}, b_st{sb[r - 2], sb[r - 1]},
+      out_st{so[r - 2], so[r - 1]};
+  // A row of the product is a row of A, or a column of A stored transposed.
+  const int64_t row_step = d.ta ? sa[r - 1] : sa[r - 2];
+  const int64_t row_parts = d.batch == 1 ? std::min(d.m, kRowParts) : 1;
+  std::vector<MatrixPart> parts;
+  TeamScope one(1);
+  for (int64_t batch = 0; batch < d.batch; ++batch)
+    for (int64_t i = 0; i < row_parts; ++i) {
+      const int64_t m0 = d.m * i / row_parts, rows = d.m * (i + 1) / row_parts - m0;
+      MatrixPart p;
+      p.a = oa[size_t(batch)] + m0 * row_step;
+      p.b = ob[size_t(batch)];
+      p.out = oo[size_t(batch)] + m0 * so[r - 2];
+      if (dense_a) p.dense_rows = rows, p.k = d.k, p.sk = sa[r - 2], p.sm = sa[r - 1];
+      // An op of its own: parts run at once, and an op binds its operands'
+      // pointers when it runs (oneDNN's cache shares the primitive itself).
+      const std::vector<ir::Type> part_in{{DType::f32, d.ta ? Shape{d.k, rows} : Shape{rows, d.k}},
+                                          b};
+      const std::vector<std::vector<int64_t>> part_st{dense_a ? std::vector<int64_t>{} : a_st,
+                                                      b_st};
+      p.op = make_matmul_primitive(part_in, {DType::f32, {rows, d.n}}, attrs, part_st, out_st,
+                                   accumulate, bias, residual);
+      parts.push_back(std::move(p));
+    }
+  if (parts.size() == 1 && !dense_a) return parts[0].op;
+  return make_matrix_parts(std::move(parts));
+}
+
+// A product with a transposed A and a long K runs in parts, its parts' A
+// dense; one whose primitive runs on one thread (gemm:jit, DnnlOp) in parts
+// on the pool; any other as oneDNN's one primitive.
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
                                              bool accumulate, bool bias, bool residual = false) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
-  if (!d.ta || d.k <= kLongestUnsplitK)
-    return make_matmul_primitive(in, out, attrs, strides, out_strides, accumulate, bias, residual);
-  auto full = [](const Shape& shape, std::span<const std::vector<int64_t>> st, size_t i) {
-    return i < st.size() && !st[i].empty() ? st[i] : row_major_strides(shape);
-  };
-  const size_t r = out.shape.size();
-  const std::vector<int64_t> sa = full(in[0].shape, strides, 0), sb = full(in[1].shape, strides, 1),
-                             so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
-  TransposedALayout l{batch_offsets(in[0].shape, sa),
-                      batch_offsets(in[1].shape, sb),
-                      batch_offsets(out.shape, so),
-                      d.k,
-                      sa[r - 2],
-                      sa[r - 1],
-                      so[r - 2]};
-  // One matrix of B and of the output as it lies; A's part dense.
-  const ir::Type b{DType::f32, {in[1].shape[r - 2], in[1].shape[r - 1]}};
-  const std::vector<int64_t> b_st{sb[r - 2], sb[r - 1]}, out_st{so[r - 2], so[r - 1]};
-  const int64_t row_parts = d.batch == 1 ? std::min(d.m, kRowParts) : 1;
-  std::vector<TransposedAPart> parts;
-  TeamScope one(1);
-  for (int64_t batch = 0; batch < d.batch; ++batch)
-    for (int64_t i = 0; i < row_parts; ++i) {
-      TransposedAPart p;
-      p.batch = batch;
-      p.m0 = d.m * i / row_parts;
-      p.rows = d.m * (i + 1) / row_parts - p.m0;
-      // An op of its own: parts run at once, and an op binds its operands'
-      // pointers when it runs (oneDNN's cache shares the primitive itself).
-      const std::vector<ir::Type> part_in{{DType::f32, {d.k, p.rows}}, b};
-      const std::vector<std::vector<int64_t>> part_st{{}, b_st};
-      p.op = make_matmul_primitive(part_in, {DType::f32, {p.rows, d.n}}, attrs, part_st, out_st,
-                                   accumulate, bias, residual);
-      parts.push_back(std::move(p));
-    }
-  return make_transposed_a_in_parts(std::move(parts), std::move(l));
+  if (d.ta && d.k > kLongestUnsplitK)
+    return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
+                                true);
+  auto whole =
+      make_matmul_primitive(in, out, attrs, strides, out_strides, accumulate, bias, residual);
+  if (!whole->on_one_thread()) return whole;
+  return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
+                              false);
 }
 
 struct ConvDescs {
@@ -346,11 +402,11 @@ bool is_backend_op(Op op, DType dt) {
 
 namespace {
 
-// oneDNN's gemm-based convolutions (x64:gemm:jit, chosen for shapes its
-// direct kernels do not take: one input channel over a one-wide map, ...)
-// split their sums by the team they were made for: 1 and 2 threads round
-// differently. Its direct and brgemm kernels compute each output on one
-// thread.
+// oneDNN's gemm:jit kernels (its products on CPUs without AVX-512; the
+// convolutions its direct kernels do not take: one input channel over a
+// one-wide map, ...) split their sums by their team: the products by the one
+// OpenMP gives when they run, the convolutions by the one they were made
+// for. Its direct and brgemm kernels compute each output on one thread.
 bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != std::string::npos; }
 
 // The op for the team pinned now.
@@ -376,6 +432,9 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
     return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false, true, true);
   if (op == Op::matmul_add) {
     WS_CHECK(out_strides.empty()) << "matmul_add accumulates into a contiguous value";
+    auto plain = make_matmul(in_types, out_type, attrs, in_strides, out_strides, false, false);
+    if (plain->impl().find("brg") == std::string::npos)
+      return std::make_shared<AccumulateOp>(std::move(plain), out_type.numel());
     return std::make_shared<AccumulateOp>(
         make_matmul(in_types, out_type, attrs, in_strides, out_strides, true, false),
         make_matmul(in_types, out_type, attrs, in_strides, out_strides, false, false, true),
@@ -411,8 +470,8 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
   TeamScope one(1);
   std::shared_ptr<const BackendOp> solo =
       build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides);
-  // A primitive whose bits depend on its team runs on one thread, whatever
-  // the pool: the same bits on any team.
+  // A primitive whose bits depend on its team is made for one thread and
+  // runs on one (DnnlOp), whatever the pool: the same bits on any team.
   if (team_dependent(*whole) || whole->impl() != solo->impl()) return solo;
   return make_team_or_solo(whole, solo);
 }
@@ -430,7 +489,7 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
   if (out_type.numel() == 0) return;
   pin_team();  // made for the team it runs on now
   auto k = build_backend_op(op, attrs, in_types, out_type, {}, {});
-  if (team_dependent(*k)) {  // one thread, as a compiled step runs it
+  if (team_dependent(*k)) {  // made for one thread, as a compiled step makes it
     TeamScope one(1);
     k = build_backend_op(op, attrs, in_types, out_type, {}, {});
   }

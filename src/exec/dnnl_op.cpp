@@ -2,6 +2,8 @@
 // around the main primitive, execution through the C API.
 #include "exec/dnnl_op.hpp"
 
+#include <omp.h>
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -70,7 +72,17 @@ void DnnlOp::run(const void* a, const void* b, void* out, void* scratch, const v
                  const void*) const {
   // oneDNN sizes its teams from the calling thread's OpenMP settings; a step
   // run from another thread than the one that set the count gets them too.
+  // A one-thread op sets the calling thread's count to 1 while it runs (its
+  // own setting: the parts of a product run on several threads at once).
   pin_team();
+  const int threads = omp_get_max_threads();
+  if (one_thread_ && threads != 1) omp_set_num_threads(1);
+  struct Restore {
+    int threads;
+    ~Restore() {
+      if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    }
+  } restore{threads};
   const void* ptrs[4] = {a, b, out, extra};
   auto* base = static_cast<std::byte*>(scratch);
   if (base != scratch_bound_) bind_scratch(base);
@@ -116,6 +128,10 @@ void DnnlOp::add_operand(int arg, int which, const dnnl::memory::desc& user,
 void DnnlOp::finish(const std::string& what) {
   for (const Operand& o : operands_) main_args_.push_back({o.arg, o.inner.get()});
   if (main_.scratchpad) main_args_.push_back({DNNL_ARG_SCRATCHPAD, main_.scratchpad.get()});
+  // gemm:jit splits its sums by the team it finds when it runs (any shape:
+  // a [64x9] x [9x3] product rounds differently on 1 and 2 threads).
+  one_thread_ = impl_.find("gemm:jit") != std::string::npos;
+  if (one_thread_) impl_ += " on one thread";
   if (!reordered_.empty()) impl_ += " (reorders: " + reordered_ + ")";
   if (impl_.rfind("ref", 0) == 0) warn_reference(what);
 }

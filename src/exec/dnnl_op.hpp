@@ -46,6 +46,10 @@ class DnnlOp final : public BackendOp {
 
   // Call after every operand and the main primitive are set.
   void finish(const std::string& what);
+  // True for a primitive whose sums would depend on the team it runs on
+  // (oneDNN's gemm:jit reads the OpenMP thread count when it runs, not when
+  // it is made): such an op runs on the calling thread alone.
+  bool on_one_thread() const { return one_thread_; }
 
  private:
   // One operand of the main primitive. `user` describes our buffer; `inner`
@@ -82,6 +86,7 @@ class DnnlOp final : public BackendOp {
   std::vector<dnnl_exec_arg_t> main_args_;
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_, reordered_;
+  bool one_thread_ = false;
   mutable std::byte* scratch_bound_ = nullptr;
 };
 

@@ -8,9 +8,13 @@
 // rounds differently for each team: of the backend ops the convolution
 // weight gradient does, so it sums fixed parts of the batch itself
 // (BatchPartsOp), and so does a product with a transposed A and a long K,
-// run as fixed parts of its output (TransposedAPartsOp);
-// the other products and convolutions compute each output whole on one
-// thread. With both, a step gives the same bits on any team.
+// run as fixed parts of its output (MatrixPartsOp). oneDNN's
+// gemm:jit kernels (its products on CPUs without AVX-512, some
+// convolutions) read the team when they run, not when they are made, and
+// split their sums by it: DnnlOp runs them on one thread, and a product
+// runs as fixed parts of its output on the pool (MatrixPartsOp). The other
+// products and convolutions compute each output whole on one thread. With
+// these, a step gives the same bits on any team.
 #include "exec/dnnl_teams.hpp"
 
 #include <algorithm>
@@ -201,16 +205,16 @@ class ColsWeightGradOp final : public BackendOp {
   std::string impl_;
 };
 
-// A product with a transposed A as fixed parts (make_transposed_a_in_parts),
-// each part's A copied dense first (a part of a row of A is not, and oneDNN
-// would take its slow kernels): copies only, the same bits on any team.
-class TransposedAPartsOp final : public BackendOp {
+// Parts of a product run in parallel (make_matrix_parts), each with its own
+// scratch. A part's dense copy of A (a part of a row of a transposed A is
+// not dense, and oneDNN would take its slow kernels) is copies only: the
+// same bits on any team.
+class MatrixPartsOp final : public BackendOp {
  public:
-  TransposedAPartsOp(std::vector<TransposedAPart> parts, TransposedALayout layout)
-      : parts_(std::move(parts)), l_(std::move(layout)) {
-    for (const TransposedAPart& p : parts_) {
-      a_offsets_.push_back(scratch_bytes_);
-      scratch_bytes_ += align64(p.rows * l_.k * 4);
+  explicit MatrixPartsOp(std::vector<MatrixPart> parts) : parts_(std::move(parts)) {
+    for (const MatrixPart& p : parts_) {
+      dense_offsets_.push_back(scratch_bytes_);
+      scratch_bytes_ += align64(p.dense_rows * p.k * 4);
       scratch_offsets_.push_back(scratch_bytes_);
       scratch_bytes_ += align64(p.op->scratch_bytes());
       flops_ += p.op->flops();
@@ -227,17 +231,19 @@ class TransposedAPartsOp final : public BackendOp {
         int64_t(parts_.size()), 1,
         [&](int64_t lo, int64_t hi) {
           for (int64_t i = lo; i < hi; ++i) {
-            const TransposedAPart& p = parts_[size_t(i)];
-            const float* x = static_cast<const float*>(a) + l_.a[size_t(p.batch)] + p.m0 * l_.sm;
-            auto* dense = reinterpret_cast<float*>(base + a_offsets_[size_t(i)]);
-            for (int64_t k = 0; k < l_.k; ++k)
-              if (l_.sm == 1)
-                std::memcpy(dense + k * p.rows, x + k * l_.sk, size_t(p.rows) * 4);
-              else
-                for (int64_t m = 0; m < p.rows; ++m)
-                  dense[k * p.rows + m] = x[k * l_.sk + m * l_.sm];
-            p.op->run(dense, static_cast<const float*>(b) + l_.b[size_t(p.batch)],
-                      static_cast<float*>(out) + l_.out[size_t(p.batch)] + p.m0 * l_.out_row,
+            const MatrixPart& p = parts_[size_t(i)];
+            const float* x = static_cast<const float*>(a) + p.a;
+            if (p.dense_rows > 0) {
+              auto* dense = reinterpret_cast<float*>(base + dense_offsets_[size_t(i)]);
+              for (int64_t k = 0; k < p.k; ++k)
+                if (p.sm == 1)
+                  std::memcpy(dense + k * p.dense_rows, x + k * p.sk, size_t(p.dense_rows) * 4);
+                else
+                  for (int64_t m = 0; m < p.dense_rows; ++m)
+                    dense[k * p.dense_rows + m] = x[k * p.sk + m * p.sm];
+              x = dense;
+            }
+            p.op->run(x, static_cast<const float*>(b) + p.b, static_cast<float*>(out) + p.out,
                       base + scratch_offsets_[size_t(i)], extra, extra2);
           }
         },
@@ -245,9 +251,8 @@ class TransposedAPartsOp final : public BackendOp {
   }
 
  private:
-  std::vector<TransposedAPart> parts_;
-  TransposedALayout l_;
-  std::vector<int64_t> a_offsets_, scratch_offsets_;  // each part's copy of A and scratch
+  std::vector<MatrixPart> parts_;
+  std::vector<int64_t> dense_offsets_, scratch_offsets_;  // each part's copy of A and scratch
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_;
 };
@@ -282,9 +287,8 @@ std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g) {
   return std::make_shared<ColsWeightGradOp>(g);
 }
 
-std::shared_ptr<const BackendOp> make_transposed_a_in_parts(std::vector<TransposedAPart> parts,
-                                                            TransposedALayout layout) {
-  return std::make_shared<TransposedAPartsOp>(std::move(parts), std::move(layout));
+std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts) {
+  return std::make_shared<MatrixPartsOp>(std::move(parts));
 }
 
 std::shared_ptr<const BackendOp> make_team_or_solo(std::shared_ptr<const BackendOp> whole,

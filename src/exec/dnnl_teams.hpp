@@ -23,23 +23,19 @@ std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g);
 // parts (groups of 1): faster on small maps, the same bits on any team.
 std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g);
 
-// A product with a transposed A (stored [..., K, M]) as fixed parts, each
-// `op` (made for one thread) computing `rows` rows from m0 of batch matrix
-// `batch` over the whole K, from that part of A copied dense ([K, rows]);
-// the parts run in parallel: the same bits on any team (dnnl_backend.cpp
-// says when a product needs it).
-struct TransposedAPart {
+// A product as fixed parts of its output, each `op` (made for one thread)
+// reading A, B and writing the output at these element offsets of the
+// whole's pointers; the parts run in parallel: the same bits on any team.
+// A part with `dense_rows` reads its A from a dense copy [k, dense_rows] in
+// the scratch, made from the columns at `a` (strides sk along K, sm along
+// M) of an A stored transposed (dnnl_backend.cpp says when a product needs
+// it).
+struct MatrixPart {
   std::shared_ptr<const BackendOp> op;
-  int64_t batch = 0, m0 = 0, rows = 0;
+  int64_t a = 0, b = 0, out = 0;
+  int64_t dense_rows = 0, k = 0, sk = 0, sm = 0;
 };
-// In elements: where each batch's matrix of A, B and the output starts; A's
-// strides along K and M; the output's row stride.
-struct TransposedALayout {
-  std::vector<int64_t> a, b, out;
-  int64_t k = 0, sk = 0, sm = 0, out_row = 0;
-};
-std::shared_ptr<const BackendOp> make_transposed_a_in_parts(std::vector<TransposedAPart> parts,
-                                                            TransposedALayout layout);
+std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts);
 
 // Runs `whole` (made for the whole pool) or `solo` (made for one thread),
 // as team() asks.
