@@ -90,6 +90,8 @@ Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// The angle of the point (b, a) in (-pi, pi], a the ordinate (std::atan2).
+Tensor atan2(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 // With a scalar second operand of the tensor's dtype.
 Tensor add(const Tensor& a, double b, Loc loc = Loc::current());
 Tensor sub(const Tensor& a, double b, Loc loc = Loc::current());
@@ -104,10 +106,12 @@ Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
 Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
 Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
 Tensor erf(const Tensor& x, Loc loc = Loc::current());
-Tensor expm1(const Tensor& x, Loc loc = Loc::current());
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());  // e^x - 1, exact near 0
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());  // log(1 + x), exact near 0
+Tensor sin(const Tensor& x, Loc loc = Loc::current());    // of radians, any finite x
+Tensor cos(const Tensor& x, Loc loc = Loc::current());
 // x itself, through which no gradient flows (torch's detach()).
-Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());  // e^x - 1, exact near 0
-Tensor log1p(const Tensor& x, Loc loc = Loc::current());          // log(1 + x), exact near 0
+Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());
 // a to the power e, elementwise; pow(a, b) with a tensor exponent broadcasts.
 Tensor pow(const Tensor& a, double exponent, Loc loc = Loc::current());
 // a @ b over the last two dims, with either operand transposed first. Leading

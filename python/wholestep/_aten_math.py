@@ -6,7 +6,7 @@ import math
 
 from ._aten_loss import _abs
 from ._aten_shape import _gather
-from ._ir import Unsupported, aten
+from ._ir import Unsupported, aten, out_dtype, out_shape
 
 _ROUNDING = '`torch.floor`, `ceil`, `trunc`, `round`, `sign`, `frac`'
 _ROUNDING_LIMITS = 'no gradient through the rounding (as torch: zero)'
@@ -15,6 +15,8 @@ _SHRINK = '`nn.Hardshrink`, `nn.Softshrink`, `nn.Threshold`, `nn.GLU`'
 _INDEXED = '`torch.max(x, dim)`, `min(x, dim)`, `argmax`, `argmin`'
 _INDEXED_LIMITS = "a NaN is not preferred as torch's is"
 _SHUFFLE = '`nn.PixelShuffle`, `nn.PixelUnshuffle`, `torch.flip`'
+_TRIG = '`torch.sin`, `cos`, `atan2`'
+_PRODUCTS = '`torch.prod` (of all elements or along a dim), `torch.cumprod`'
 # Where float32 holds every integer: beyond, a float is its own rounding.
 _EXACT = float(1 << 23)
 
@@ -134,6 +136,84 @@ def _nan_to_num(b, node, x, nan=None, posinf=None, neginf=None):
                  y)
     return b.select(b.binary("eq", x, -math.inf),
                     b.full(-big if neginf is None else neginf, dt, shape), y)
+
+
+# ---------------------------------------------------------------- trigonometry
+
+
+@aten("sin.default", "sin_.default", torch=_TRIG)
+def _sin(b, node, x):
+    return b.unary("sin", x)
+
+
+@aten("cos.default", "cos_.default", torch=_TRIG)
+def _cos(b, node, x):
+    return b.unary("cos", x)
+
+
+@aten("atan2.default", "atan2_.default", torch=_TRIG)
+def _atan2(b, node, y, x):
+    return b.binary("atan2", y, x, out_dtype(node))
+
+
+# ---------------------------------------------------------------- products
+
+
+def _product(b, x, axis):
+    """x's product along axis, kept as a dim of 1: the halves multiplied
+    pairwise, level after level (a 1 appended to an odd length). Only
+    multiplications: each element's gradient is the product of the others,
+    exact with zeros and negatives (torch's rule), no division by x."""
+    shape = b.shape(x)
+    if shape[axis] == 0:
+        return b.full(1.0, b.dtype(x), shape[:axis] + [1] + shape[axis + 1:])
+    while b.shape(x)[axis] > 1:
+        n = b.shape(x)[axis]
+        if n % 2:
+            one = b.shape(x)
+            one[axis] = 1
+            x = b.op("concat", [x, b.full(1.0, b.dtype(x), one)], axis=axis)
+            n += 1
+        x = b.op("mul", [b.op("slice", [x], axis=axis, start=0, end=n // 2),
+                         b.op("slice", [x], axis=axis, start=n // 2, end=n)])
+    return x
+
+
+@aten("prod.default", torch=_PRODUCTS)
+def _prod(b, node, x, dtype=None):
+    x = b.convert(x, out_dtype(node))
+    return b.reshape(_product(b, b.reshape(x, [math.prod(b.shape(x))]), 0), [])
+
+
+@aten("prod.dim_int", torch=_PRODUCTS)
+def _prod_dim(b, node, x, dim, keepdim=False, dtype=None):
+    x = b.convert(x, out_dtype(node))
+    if not b.shape(x):
+        return x
+    dim %= len(b.shape(x))
+    y = _product(b, x, dim)
+    return y if keepdim else b.reshape(y, out_shape(node))
+
+
+@aten("cumprod.default", torch=_PRODUCTS)
+def _cumprod(b, node, x, dim, dtype=None):
+    """Running products by doubling spans (Hillis-Steele): after the step of
+    span s each element is the product of the s·2 elements ending at it.
+    Only multiplications, so the gradient is exact with zeros (torch's)."""
+    x = b.convert(x, out_dtype(node))
+    shape = b.shape(x)
+    if not shape:
+        return x
+    dim %= len(shape)
+    n, span = shape[dim], 1
+    while span < n:
+        ones = list(shape)
+        ones[dim] = span
+        before = b.op("concat", [b.full(1.0, b.dtype(x), ones),
+                                 b.op("slice", [x], axis=dim, start=0, end=n - span)], axis=dim)
+        x = b.op("mul", [x, before])
+        span *= 2
+    return x
 
 
 # ---------------------------------------------------------------- shrinking and gating

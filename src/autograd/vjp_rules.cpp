@@ -71,6 +71,21 @@ void vjp_erf(const VjpContext& c, Dargs& d) {  // 2/sqrt(pi) exp(-x²)
   ValueId e = c.b.unary(Op::exp, c.b.unary(Op::neg, mul(c, x, x)));
   d[0] = mul(c, c.dy, mul(c, e, scalar_like(c, 1.1283791670955126, x)));
 }
+void vjp_sin(const VjpContext& c, Dargs& d) {  // cos x
+  d[0] = mul(c, c.dy, c.b.unary(Op::cos, arg(c, 0)));
+}
+void vjp_cos(const VjpContext& c, Dargs& d) {  // -sin x
+  d[0] = mul(c, c.dy, c.b.unary(Op::neg, c.b.unary(Op::sin, arg(c, 0))));
+}
+// atan2(a, b): d/da = b / (a² + b²), d/db = -a / (a² + b²), as PyTorch
+// computes them (so at a = b = 0 both are NaN, as there).
+void vjp_atan2(const VjpContext& c, Dargs& d) {
+  ValueId a = arg(c, 0), b = arg(c, 1);
+  ValueId r2 = c.b.binary(Op::add, mul(c, a, a), mul(c, b, b));
+  ValueId recip = c.b.binary(Op::div, scalar_like(c, 1, r2), r2);
+  if (c.want[0]) d[0] = mul(c, mul(c, c.dy, b), recip);
+  if (c.want[1]) d[1] = mul(c, mul(c, c.dy, c.b.unary(Op::neg, a)), recip);
+}
 // d/da a^b = b a^(b-1); d/db a^b = a^b log a, taken as 0 where a = 0 (as
 // PyTorch does, so 0^b with b > 0 has a finite exponent gradient).
 void vjp_pow(const VjpContext& c, Dargs& d) {
@@ -326,6 +341,9 @@ VjpRule builtin_rule(Op op) {
     case Op::gather: return vjp_gather;
     case Op::max_pool2d: return vjp_max_pool2d;
     case Op::pow: return vjp_pow;
+    case Op::sin: return vjp_sin;
+    case Op::cos: return vjp_cos;
+    case Op::atan2: return vjp_atan2;
     case Op::rsqrt: return vjp_rsqrt;
     case Op::scatter_add: return vjp_scatter_add;
     case Op::sigmoid: return vjp_sigmoid;

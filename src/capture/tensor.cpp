@@ -75,6 +75,7 @@ WS_BINARY(sub)
 WS_BINARY(mul)
 WS_BINARY(div)
 WS_BINARY(pow)
+WS_BINARY(atan2)
 WS_BINARY(maximum)
 WS_BINARY(eq)
 WS_BINARY(ne)
@@ -106,6 +107,8 @@ Tensor erf(const Tensor& x, Loc loc) { return apply(Op::erf, {&x}, {}, loc); }
 Tensor stop_gradient(const Tensor& x, Loc loc) { return apply(Op::stop_gradient, {&x}, {}, loc); }
 Tensor expm1(const Tensor& x, Loc loc) { return apply(Op::expm1, {&x}, {}, loc); }
 Tensor log1p(const Tensor& x, Loc loc) { return apply(Op::log1p, {&x}, {}, loc); }
+Tensor sin(const Tensor& x, Loc loc) { return apply(Op::sin, {&x}, {}, loc); }
+Tensor cos(const Tensor& x, Loc loc) { return apply(Op::cos, {&x}, {}, loc); }
 Tensor pow(const Tensor& a, double e, Loc loc) { return pow(a, scalar_like(a, e, loc), loc); }
 
 Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, Loc loc) {

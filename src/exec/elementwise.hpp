@@ -50,6 +50,10 @@ inline T unary_value_f64(T x) {
     return T(std::expm1(d));
   else if constexpr (op == Op::log1p)
     return T(std::log1p(d));
+  else if constexpr (op == Op::sin)
+    return T(std::sin(d));
+  else if constexpr (op == Op::cos)
+    return T(std::cos(d));
   else
     static_assert(kNoDefinition<op>, "unary_value_f64: a unary op without its f64 definition");
 }
@@ -81,6 +85,10 @@ inline void unary_array(const T* x, T* y, int64_t n) {
       expm1_f32(x, y, n);
     else if constexpr (op == Op::log1p)
       log1p_f32(x, y, n);
+    else if constexpr (op == Op::sin)
+      sin_f32(x, y, n);
+    else if constexpr (op == Op::cos)
+      cos_f32(x, y, n);
     else
       static_assert(kNoDefinition<op>, "unary_array: a unary op without its f32 function");
   } else {
@@ -146,7 +154,7 @@ bool with_binary_op(ir::Op op, F&& f) {
 
 // a op b for a binary elementwise op: the one definition every kernel uses,
 // the reference's and the compiled ones' (comparisons give 0 or 1 as
-// uint8_t). Evaluated in T, except pow, through double; for floats this is
+// uint8_t). Evaluated in T, except pow and atan2, through double; for floats this is
 // the f64 definition rounded once to T. maximum: NaN if either operand is
 // NaN, else the larger, and b when they compare equal (so maximum(+0, -0) is
 // -0). Integer division by zero throws ws::Error (the compiled programs run
@@ -166,6 +174,8 @@ inline auto binary_value(T a, T b) {
     return T(a / b);
   } else if constexpr (op == Op::pow)
     return T(std::pow(double(a), double(b)));
+  else if constexpr (op == Op::atan2)
+    return T(std::atan2(double(a), double(b)));
   else if constexpr (op == Op::maximum) {
     if constexpr (std::is_floating_point_v<T>)
       return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);

@@ -212,6 +212,8 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::erf:
     case Op::expm1:
     case Op::log1p:
+    case Op::sin:
+    case Op::cos:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         unary(op, static_cast<const T*>(in[0]), static_cast<T*>(out), n);
@@ -221,6 +223,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::mul:
     case Op::div:
     case Op::pow:
+    case Op::atan2:
     case Op::maximum:
     case Op::eq:
     case Op::ne:

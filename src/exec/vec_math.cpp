@@ -2,7 +2,9 @@
 // (simd.hpp), which turns contraction off for this file.
 #include "exec/simd.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "exec/vec_math.hpp"
@@ -153,7 +155,123 @@ inline F erf_v(F x) {
   return keep_nan(x, select(lt(a, set(1.0f)), small, with_sign_of(large, x)));
 }
 
+// ---------------------------------------------------------------------------
+// sin and cos, in f64 lanes of GCC vector types: plain IEEE double
+// arithmetic (no multiply-add, contraction off), so the same bits on every
+// target.
+
+constexpr int kTrigLanes = 8;
+using Fv = float __attribute__((vector_size(kTrigLanes * sizeof(float))));
+using Dv = double __attribute__((vector_size(kTrigLanes * sizeof(double))));
+using Lv = int64_t __attribute__((vector_size(kTrigLanes * sizeof(int64_t))));
+
+// The reduction by π/2 in f64 is exact enough below this; the lanes above
+// are reduced exactly (reduce_large).
+constexpr double kTrigMedium = 1048576.0;  // 2^20
+constexpr double kInvPio2 = 6.36619772367581382433e-01;
+constexpr double kPio2Hi = 1.57079631090164184570e+00;  // π/2's first 25 bits
+constexpr double kPio2Lo = 1.58932547735281966916e-08;  // π/2 - kPio2Hi
+constexpr double kToInt = 6755399441055744.0;           // 1.5·2^52: rounds to an integer
+
+// 2/π's first 320 bits, bit i (from 1) of the fraction worth 2^-i.
+constexpr uint32_t kTwoOverPi[] = {0xa2f9836e, 0x4e441529, 0xfc2757d1, 0xf534ddc0, 0xdb629599,
+                                   0x3c439041, 0xfe5163ab, 0xdebbc561, 0xb7246e3a, 0x424dd2e0};
+
+// Bits p .. p + 31 of 2/π (0 before bit 1).
+uint32_t two_over_pi_bits(int p) {
+  uint32_t out = 0;
+  for (int b = 0; b < 32; ++b) {
+    const int i = p + b - 1;  // index from 0
+    const uint32_t bit = i < 0 ? 0 : (kTwoOverPi[i / 32] >> (31 - i % 32)) & 1;
+    out = (out << 1) | bit;
+  }
+  return out;
+}
+
+// x = k·π/2 + r exactly, for finite |x| >= 2^20: r in [-π/4, π/4] and
+// k mod 4. x = m·2^e, m < 2^24 an integer; bits of 2/π worth 2^-i for
+// i < e - 1 add multiples of 4 to x·2/π, so 96 bits from e - 1 on give
+// x·2/π mod 4 as m·W / 2^94, its error below 2^-70.
+void reduce_large(float x, double* r, int64_t* k) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const int e = int((bits >> 23) & 0xff) - 150;
+  const uint64_t m = (bits & 0x7fffff) | 0x800000;
+  const int p = e - 1;
+  const unsigned __int128 w = (unsigned __int128)two_over_pi_bits(p) << 64 |
+                              (unsigned __int128)two_over_pi_bits(p + 32) << 32 |
+                              two_over_pi_bits(p + 64);
+  const unsigned __int128 prod = m * w;  // < 2^120
+  const int64_t quarter = int64_t(prod >> 94) & 3;
+  // The fraction's first 64 bits; as signed, a fraction >= 1/2 is f - 1
+  // and k rounds up.
+  const int64_t f = int64_t(uint64_t(prod >> 30));
+  int64_t q = quarter + (f < 0 ? 1 : 0);
+  double v = double(f) * (1.57079632679489661923 / 18446744073709551616.0);  // f·2^-64·π/2
+  if (bits >> 31) v = -v, q = -q;
+  *r = v;
+  *k = q & 3;
+}
+
+// sin and cos of |r| <= π/4 (musl's __sindf and __cosdf).
+inline Dv sin_poly(Dv r) {
+  const Dv z = r * r, w = z * z, s = z * r;
+  const Dv tail = -1.98393348360966317347e-04 + z * 2.71831149398982190640e-06;
+  return (r + s * (-1.66666666416265235595e-01 + z * 8.33332938588946317560e-03)) + s * w * tail;
+}
+inline Dv cos_poly(Dv r) {
+  const Dv z = r * r, w = z * z;
+  const Dv tail = -1.38867637746099294692e-03 + z * 2.43904487962774090654e-05;
+  return ((1.0 + z * -4.99999997251031003120e-01) + w * 4.16666233237390631894e-02) +
+         (w * z) * tail;
+}
+
+// y = sin(x) (or cos) for n <= kTrigLanes elements; the lanes past n are 0.
+void trig_block(const float* x, float* y, int n, bool cosine) {
+  float xs[kTrigLanes] = {};
+  std::memcpy(xs, x, size_t(n) * sizeof(float));
+  Fv xf;
+  std::memcpy(&xf, xs, sizeof xf);
+  const Dv xd = __builtin_convertvector(xf, Dv);
+  const Dv ad = xd < 0.0 ? -xd : xd;
+  const Dv xm = ad < kTrigMedium ? xd : Dv{};  // the other lanes are set below
+  const Dv fn = (xm * kInvPio2 + kToInt) - kToInt;
+  Dv r = (xm - fn * kPio2Hi) - fn * kPio2Lo;
+  Lv k = __builtin_convertvector(fn, Lv);
+  for (int i = 0; i < kTrigLanes; ++i)
+    if (!(std::fabs(xs[i]) < float(kTrigMedium))) {
+      if (std::isfinite(xs[i])) {
+        double ri;
+        int64_t ki;
+        reduce_large(xs[i], &ri, &ki);
+        r[i] = ri, k[i] = ki;
+      } else {
+        r[i] = double(kNaN), k[i] = 0;
+      }
+    }
+  if (cosine) k += 1;  // cos x = sin(x + π/2)
+  const Dv s = sin_poly(r), c = cos_poly(r);
+  Dv v = (k & 1) != 0 ? c : s;
+  v = (k & 2) != 0 ? -v : v;
+  Fv out = __builtin_convertvector(v, Fv);
+  // sin x rounds to x below 2^-12 (and keeps the sign of a zero).
+  if (!cosine) {
+    const Fv axf = xf < 0.0f ? -xf : xf;
+    out = axf < 0x1p-12f ? xf : out;
+  }
+  std::memcpy(xs, &out, sizeof out);
+  std::memcpy(y, xs, size_t(n) * sizeof(float));
+}
+
+void trig_f32(const float* x, float* y, int64_t n, bool cosine) {
+  for (int64_t i = 0; i < n; i += kTrigLanes)
+    trig_block(x + i, y + i, int(std::min<int64_t>(kTrigLanes, n - i)), cosine);
+}
+
 }  // namespace
+
+void sin_f32(const float* x, float* y, int64_t n) { trig_f32(x, y, n, false); }
+void cos_f32(const float* x, float* y, int64_t n) { trig_f32(x, y, n, true); }
 
 void exp_f32(const float* x, float* y, int64_t n) { map(x, y, n, exp_v); }
 void log_f32(const float* x, float* y, int64_t n) { map(x, y, n, log_v); }

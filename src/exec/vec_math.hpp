@@ -34,6 +34,14 @@
 //   erf     |x| < 1: x·P6(x²); else 1 - exp(-x² + R8(x)), exactly ±1 from 3.93.
 //   sqrt    the correctly rounded instruction (equals f32(sqrt(f64(x)))).
 //   rsqrt   in f64 lanes, 1/sqrt(f64(x)) rounded once to f32: the f64 definition.
+//   sin, cos  in f64 lanes (8 at a time, GCC vector types, no multiply-add:
+//           the same bits on every target): x = k·π/2 + r, |r| <= π/4, by
+//           x - k·P1 - k·P2 (P1 π/2's first 25 bits, so k·P1 is exact) for
+//           |x| < 2^20; beyond, the lane is reduced exactly (Payne-Hanek):
+//           x's 24-bit significand times a 96-bit window of 2/π's bits, in
+//           integers, gives k mod 4 and r to 64 bits. Then sin r and cos r
+//           are musl's f64 polynomials (errors 2^-37.5 and 2^-34.1), chosen
+//           and signed by k mod 4, and rounded once to f32.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +58,10 @@ void erf_f32(const float* x, float* y, int64_t n);
 // vectorized yet; correctly rounded but for double's own error).
 void expm1_f32(const float* x, float* y, int64_t n);
 void log1p_f32(const float* x, float* y, int64_t n);
+// sin and cos of radians, every finite x reduced exactly (sin(±0) = ±0;
+// inf and NaN give NaN).
+void sin_f32(const float* x, float* y, int64_t n);
+void cos_f32(const float* x, float* y, int64_t n);
 void sqrt_f32(const float* x, float* y, int64_t n);
 void rsqrt_f32(const float* x, float* y, int64_t n);
 

@@ -153,8 +153,11 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::rsqrt:
     case Op::expm1:
     case Op::log1p:
+    case Op::sin:
+    case Op::cos:
     case Op::erf: check_floating(op, args[0], loc); return args[0];
     case Op::pow:
+    case Op::atan2:
       check_same(op, args, loc);
       check_floating(op, args[0], loc);
       return args[0];

@@ -154,6 +154,17 @@ std::map<Op, std::vector<CaseFn>> cases() {
       OpCase c;
       return c.check(c.b().unary(op, c.input({5}, {0.5, 2})));
     });
+  for (Op op : {Op::sin, Op::cos})
+    m[op].push_back([op] {
+      OpCase c;
+      return c.check(c.b().unary(op, c.input({5}, {-4, 4})));
+    });
+  // atan2 in every quadrant: a and b of both signs.
+  m[Op::atan2].push_back([] {
+    OpCase c;
+    ValueId a = c.input({2, 3}, {-2, 2}), b = c.input({2, 3}, {-2, 2});
+    return c.check(c.b().binary(Op::atan2, a, b));
+  });
   m[Op::pow].push_back([] {
     OpCase c;
     ValueId a = c.input({2, 3}, {0.5, 2}), b = c.input({2, 3}, {-1.5, 2.5});

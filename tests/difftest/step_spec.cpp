@@ -17,7 +17,7 @@ const char* kKindNames[] = {"unary",     "binary",  "reduce",        "normalize"
                             "transpose", "reshape", "slice",         "concat",     "softmax",
                             "dropout",   "select",  "cross_entropy", "embed",      "recurrent"};
 constexpr int kKinds = int(sizeof kKindNames / sizeof kKindNames[0]);
-constexpr int kUnaries = 16, kBinaries = 5;
+constexpr int kUnaries = 18, kBinaries = 6;
 const char* kOptNames[] = {"sgd", "adam", "adamw"};
 
 // Values drawn for a parameter or an input: doubles rounded to float first,
@@ -55,7 +55,9 @@ Tensor unary(int which, const Tensor& a) {
     case 12: return nn::softplus(a, 2.0, 5.0);
     case 13: return nn::hardswish(mul(a, 4.0));
     case 14: return nn::mish(a);
-    default: return nn::leaky_relu(a, 0.2);
+    case 15: return nn::leaky_relu(a, 0.2);
+    case 16: return sin(mul(a, 3.0));
+    default: return cos(a);
   }
 }
 
@@ -65,7 +67,8 @@ Tensor binary(int which, const Tensor& a, const Tensor& b) {
     case 1: return sub(a, b);
     case 2: return mul(a, b);
     case 3: return div(a, add(mul(b, b), 1.0));
-    default: return maximum(a, b);
+    case 4: return maximum(a, b);
+    default: return atan2(a, add(mul(b, b), 0.5));  // the abscissa kept from 0
   }
 }
 

@@ -114,6 +114,9 @@ TEST(VecMathUlp, LogErrorWithinItsBound) { expect_max_ulp<Op::log>(0.84, 0.84); 
 TEST(VecMathUlp, TanhErrorWithinItsBound) { expect_max_ulp<Op::tanh>(1.14, 1.33); }
 TEST(VecMathUlp, SigmoidErrorWithinItsBound) { expect_max_ulp<Op::sigmoid>(1.97, 1.97); }
 TEST(VecMathUlp, ErfErrorWithinItsBound) { expect_max_ulp<Op::erf>(1.34, 2.37); }
+// sin and cos compute in f64 lanes without multiply-adds: one bound.
+TEST(VecMathUlp, SinErrorWithinItsBound) { expect_max_ulp<Op::sin>(0.51, 0.51); }
+TEST(VecMathUlp, CosErrorWithinItsBound) { expect_max_ulp<Op::cos>(0.51, 0.51); }
 
 // sqrt and 1/sqrt round once from the exact value: bit for bit the f64
 // definition, for every 31st float.
@@ -260,6 +263,24 @@ TEST(VecMathSpecial, SqrtAndRsqrtOfZeroNegativeAndInf) {
   EXPECT_SAME(f32<Op::neg>(0.0f), -0.0f);
 }
 
+TEST(VecMathSpecial, SinAndCosKeepSignedZeroAndReduceHugeArguments) {
+  EXPECT_SAME(f32<Op::sin>(0.0f), 0.0f);
+  EXPECT_SAME(f32<Op::sin>(-0.0f), -0.0f);
+  EXPECT_SAME(f32<Op::sin>(-kMinDenormal), -kMinDenormal);
+  EXPECT_SAME(f32<Op::cos>(-0.0f), 1.0f);
+  for (float v : {kInf, -kInf, kNaN}) {
+    EXPECT_TRUE(std::isnan(f32<Op::sin>(v))) << v;
+    EXPECT_TRUE(std::isnan(f32<Op::cos>(v))) << v;
+  }
+  // Near multiples of π/2 (the f32 nearest π, 2^20, the largest floats) the
+  // result is the small remainder, exact only with an exact reduction.
+  for (float v : {3.14159274f, 1048576.0f, 1048575.9f, 1.0e22f, 6.0e30f, kMax, -kMax,
+                  from_bits(0x5922aa58), from_bits(0x6c1b5c5c)}) {
+    EXPECT_LE(ulp_error(f32<Op::sin>(v), std::sin(double(v))), 0.51) << std::hexfloat << v;
+    EXPECT_LE(ulp_error(f32<Op::cos>(v), std::cos(double(v))), 0.51) << std::hexfloat << v;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Element i's result is a function of x[i] alone.
 
@@ -335,6 +356,8 @@ TEST(VecMathSplit, SigmoidResultsDoNotDependOnTheSplit) { expect_split_independe
 TEST(VecMathSplit, ErfResultsDoNotDependOnTheSplit) { expect_split_independent<Op::erf>(); }
 TEST(VecMathSplit, SqrtResultsDoNotDependOnTheSplit) { expect_split_independent<Op::sqrt>(); }
 TEST(VecMathSplit, RsqrtResultsDoNotDependOnTheSplit) { expect_split_independent<Op::rsqrt>(); }
+TEST(VecMathSplit, SinResultsDoNotDependOnTheSplit) { expect_split_independent<Op::sin>(); }
+TEST(VecMathSplit, CosResultsDoNotDependOnTheSplit) { expect_split_independent<Op::cos>(); }
 TEST(VecMathSplit, NegResultsDoNotDependOnTheSplit) { expect_split_independent<Op::neg>(); }
 
 // ---------------------------------------------------------------------------

@@ -315,6 +315,10 @@ def test_loss_and_op_matches_float64_torch(name):
 
 
 HALVES = torch.tensor([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [0.3, -0.7, 1e8, -3.2, 0.0, 7.5]])
+NEAR_ONE = 1 + r(3, 7) * 0.2
+# zeros (one in a row, two in a column, none elsewhere) and negatives
+WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.0],
+                           [-1.3, 0.8, 1.4, 0.6, -1.2], [0.0, 1.7, -0.9, 1.05, 0.75]])
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
 MATH_CASES = {
     "floor_ceil_trunc": (lambda x: x * 0 + x.floor() + 2 * x.ceil() + 3 * x.trunc(), HALVES),
@@ -349,6 +353,16 @@ MATH_CASES = {
                           TIES),
     "pixel_shuffle_unshuffle": (lambda x: F.pixel_unshuffle(F.pixel_shuffle(x, 2) * 2, 2) * x
                                 + F.pixel_shuffle(x, 2).sum(), r(2, 8, 3, 5)),
+    "sin_cos_large": (lambda x: torch.sin(x * 3) + torch.cos(x) * x.cos() + (x * 1e4).sin(),
+                      r(4, 5)),
+    # every quadrant, signed zeros as the ordinate, the negative abscissa
+    "atan2_quadrants": (lambda y, x: torch.atan2(y, x) + torch.atan2(y * 0, x)
+                        + torch.atan2(y, x.abs() * 0 - 1), r(4, 5), r(4, 5)),
+    "prod": (lambda x: x.prod(1) * x.prod() + x.prod(0, keepdim=True).sum(), NEAR_ONE),
+    "prod_with_zeros_params": (lambda x: torch.stack([x.prod(0), x.prod(0)]).sum(0)
+                               + x.prod(1).sum() + x.prod(), WITH_ZEROS),
+    "cumprod_with_zeros": (lambda x: x.cumprod(1) + x.cumprod(0) * 2, WITH_ZEROS),
+    "cumprod_long": (lambda x: x.cumprod(-1), 1 + r(2, 37) * 0.05),
 }
 
 
