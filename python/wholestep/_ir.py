@@ -19,6 +19,9 @@ TABLE = {}
 # The support table's rows, in registration order: (torch, ATen overloads,
 # limits); docs/pytorch.md shows them (_support.py).
 SUPPORT = []
+# Rows for what is rewritten while tracing (_traceable.py), after the
+# translations' rows whatever the order the modules were imported in.
+TRACED = []
 
 
 def ir_dtype(dtype):

@@ -18,6 +18,17 @@ repeats and takes the tensor overload, whose output shape fake tensors
 cannot know (mvit_v1_b's positional encoding); here it is an expand and a
 flatten, the same elements in the same order.
 
+torch.arange with a float bound and no dtype: this torch's fake tensors
+give it int64 where eager gives the default float dtype (torch.arange(3.0)
+is float32); while tracing the dtype is passed as eager would choose it.
+
+F.one_hot: torch reads the largest class from the data to check it; here
+it is a comparison with the classes' positions read through an index of
+them, so a class out of range fails the step as torch's call raises (a
+negative one too: it is moved out of range first, where an index would
+wrap it). Without num_classes the number of columns is a value of the
+data, refused.
+
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
 closure): this torch's fake mode refuses it; the trace has recorded it as a
@@ -33,6 +44,7 @@ from torch._subclasses import fake_tensor
 from torch.utils._pytree import tree_map
 
 from . import _C
+from ._ir import TRACED
 
 _MEAN, _SUM = 1, 2  # torch's reduction enum: 0 none, 1 mean, 2 sum
 
@@ -79,6 +91,33 @@ def _repeat_interleave(original):
     return repeat_interleave
 
 
+def _arange(original):
+    def arange(*args, **kwargs):
+        bounds = [a for a in args if not isinstance(a, torch.Tensor)]
+        if kwargs.get("dtype") is None and any(isinstance(a, float) for a in bounds):
+            kwargs["dtype"] = torch.get_default_dtype()
+        return original(*args, **kwargs)
+    return arange
+
+
+TRACED.append(("`F.one_hot` (rewritten while tracing)", ["arange.default", "index.Tensor",
+                                                        "eq.Tensor"],
+               "`num_classes` given; a class out of range fails the step"))
+
+
+def _one_hot(tensor, num_classes=-1):
+    if num_classes < 0:
+        raise _C.Error("F.one_hot without num_classes: the number of columns would be the "
+                       "largest class in the data, a value wholestep does not read while "
+                       "tracing; pass num_classes")
+    if tensor.dtype != torch.int64:
+        raise _C.Error(f"F.one_hot of a {tensor.dtype} tensor: one_hot is only applicable to "
+                       f"index tensors (int64), as in torch")
+    classes = torch.arange(num_classes, dtype=torch.float32)
+    kept = torch.where(tensor < 0, torch.full_like(tensor, num_classes), tensor)
+    return (classes[kept].unsqueeze(-1) == classes).to(torch.int64)
+
+
 def _fake_dispatch(original):
     def dispatch(self, func, types, args=(), kwargs=None):
         def fake(t):
@@ -113,9 +152,12 @@ def traceable():
     dispatch = fake_tensor.FakeTensorMode.__torch_dispatch__
     rnn = torch.nn.RNNBase
     repeat, tensor_repeat = torch.repeat_interleave, torch.Tensor.repeat_interleave
+    arange, one_hot, nn_one_hot = torch.arange, torch.nn.functional.one_hot, torch._C._nn.one_hot
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
     torch.Tensor.repeat_interleave = _repeat_interleave(tensor_repeat)
+    torch.arange = _arange(arange)
+    torch.nn.functional.one_hot = torch._C._nn.one_hot = _one_hot
     fake_tensor.FakeTensorMode.__torch_dispatch__ = _fake_dispatch(dispatch)
     rnn._flat_weights = property(_flat_weights, _keep_flat_weights)
     try:
@@ -124,5 +166,7 @@ def traceable():
     finally:
         torch._C._nn.cross_entropy_loss = cross_entropy
         torch.repeat_interleave, torch.Tensor.repeat_interleave = repeat, tensor_repeat
+        torch.arange = arange
+        torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

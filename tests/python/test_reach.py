@@ -363,7 +363,39 @@ MATH_CASES = {
                                + x.prod(1).sum() + x.prod(), WITH_ZEROS),
     "cumprod_with_zeros": (lambda x: x.cumprod(1) + x.cumprod(0) * 2, WITH_ZEROS),
     "cumprod_long": (lambda x: x.cumprod(-1), 1 + r(2, 37) * 0.05),
+    "one_hot": (lambda x, t: x * F.one_hot(t, 5) + F.one_hot(t.view(2, 2), 5).sum(1).repeat(2, 1),
+                r(4, 5), torch.tensor([0, 4, 2, 2])),
+    # float bounds without a dtype: eager's float32 (the trace's fake tensors say int64)
+    "arange_of_float_bounds": (lambda x, t: x * torch.arange(5.0)[t] + torch.arange(1, 5.5)[t],
+                               r(4, 5), torch.tensor([4, 0, 3, 1, 2])),
 }
+
+
+def _one_hot_model():
+    model = nn.Linear(4, 3)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda y, t: (y * F.one_hot(t, 3)).sum())
+    return model, step
+
+
+@pytest.mark.parametrize("classes", [[0, 3, 1], [0, -1, 2]])
+def test_a_one_hot_class_out_of_range_fails_as_in_torch_and_changes_nothing(classes):
+    t = torch.tensor(classes)
+    with pytest.raises(RuntimeError):
+        F.one_hot(t, 3)  # eager torch refuses it too
+    model, step = _one_hot_model()
+    before = model.weight.detach().clone()
+    with pytest.raises(wholestep.Error, match=r"out of range"):
+        step(torch.randn(3, 4), t)
+    assert torch.equal(model.weight, before)
+
+
+def test_one_hot_without_num_classes_is_refused_naming_it():
+    model = nn.Linear(4, 3)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda y, t: (y * F.one_hot(t)).sum())
+    with pytest.raises(wholestep.Error, match=r"one_hot without num_classes"):
+        step(torch.randn(3, 4), torch.tensor([0, 2, 1]))
 
 
 @pytest.mark.parametrize("name", MATH_CASES)
