@@ -144,6 +144,10 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc = Loc::curren
 // Rows of `table` ([V, D...]) at i64 `indices` ([I...]) -> [I..., D...]. An
 // index outside [0, V) is an error naming it.
 Tensor gather(const Tensor& table, const Tensor& indices, Loc loc = Loc::current());
+// The i64 positions along `axis` (negative from the end) that sort x
+// stably: ascending or descending, equal elements in their order, NaN above
+// every number (torch.sort(stable=True)'s indices). Floating-point x.
+Tensor argsort(const Tensor& x, int64_t axis, bool descending = false, Loc loc = Loc::current());
 // A tensor whose elements are their index along `axis`.
 Tensor iota(const Shape& shape, int64_t axis, DType dtype = DType::i64, Loc loc = Loc::current());
 

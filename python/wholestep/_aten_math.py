@@ -17,6 +17,10 @@ _INDEXED_LIMITS = "a NaN is not preferred as torch's is"
 _SHUFFLE = '`nn.PixelShuffle`, `nn.PixelUnshuffle`, `torch.flip`'
 _TRIG = '`torch.sin`, `cos`, `atan2`'
 _PRODUCTS = '`torch.prod` (of all elements or along a dim), `torch.cumprod`'
+_SORTING = '`torch.sort`, `argsort`, `msort`, `topk`'
+_SORTING_LIMITS = ("floating-point tensors; equal elements in their order, as "
+                   "`sort(stable=True)` (torch's default sort and topk order them their own "
+                   "way, so a tie's gradient may go to another of the equal elements)")
 # Where float32 holds every integer: beyond, a float is its own rounding.
 _EXACT = float(1 << 23)
 
@@ -214,6 +218,45 @@ def _cumprod(b, node, x, dim, dtype=None):
         x = b.op("mul", [x, before])
         span *= 2
     return x
+
+
+# ---------------------------------------------------------------- sorting
+
+
+def _positions(b, x, dim, descending):
+    """The positions along dim that sort x stably (NaN above every number)."""
+    if b.dtype(x) not in ("f32", "f64"):
+        raise Unsupported(f"sorting a {b.dtype(x)} tensor: only floating-point tensors")
+    return b.op("argsort", [x], axis=dim, descending=int(bool(descending)))
+
+
+@aten("sort.default", "sort.stable", torch=_SORTING, limits=_SORTING_LIMITS)
+def _sort(b, node, x, dim=-1, descending=False, stable=None):
+    """The values through a gather at the positions: its gradient a
+    scatter-add, each value's gradient to the element it came from."""
+    shape = b.shape(x)
+    if not shape:
+        return x, b.full(0, "i64", [])
+    dim %= len(shape)
+    positions = _positions(b, x, dim, descending)
+    return _gather(b, node, x, dim, positions), positions
+
+
+@aten("argsort.default", "argsort.stable", torch=_SORTING, limits=_SORTING_LIMITS)
+def _argsort(b, node, x, dim=-1, descending=False, stable=None):
+    return _sort(b, node, x, dim, descending)[1]
+
+
+@aten("topk.default", torch=_SORTING, limits=_SORTING_LIMITS)
+def _topk(b, node, x, k, dim=-1, largest=True, sorted=True):
+    """The first k positions of the sort (sorted=False gives them sorted
+    too: torch leaves that order open)."""
+    shape = b.shape(x)
+    if not shape:
+        return x, b.full(0, "i64", [])
+    dim %= len(shape)
+    positions = b.op("slice", [_positions(b, x, dim, largest)], axis=dim, start=0, end=k)
+    return _gather(b, node, x, dim, positions), positions
 
 
 # ---------------------------------------------------------------- shrinking and gating

@@ -377,6 +377,7 @@ VjpRule builtin_rule(Op op) {
     case Op::avg_pool2d_grad:
     case Op::conv2d_weight_grad:
     case Op::iota:
+    case Op::argsort:
     case Op::max_pool2d_grad:
     case Op::random_uniform:
     case Op::constant:

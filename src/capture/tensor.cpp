@@ -118,6 +118,14 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, Loc loc)
                ir::make_attrs<Op::slice>({{"axis", axis}, {"end", end}, {"start", start}}), loc);
 }
 
+Tensor argsort(const Tensor& x, int64_t axis, bool descending, Loc loc) {
+  impl_of(x, "argsort", loc);
+  if (axis < 0) axis += x.dim();
+  return apply(Op::argsort, {&x},
+               ir::make_attrs<Op::argsort>({{"axis", axis}, {"descending", int64_t(descending)}}),
+               loc);
+}
+
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
   if (xs.size() == 1) return xs[0];
   const Attrs attrs = ir::make_attrs<Op::concat>({{"axis", axis}});

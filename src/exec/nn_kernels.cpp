@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -359,6 +360,39 @@ void scatter_add_rows(const T* src, int64_t width, const int64_t* idx, int64_t n
 }
 
 // ---------------------------------------------------------------------------
+// Sorting. Rows are independent: any split gives the same positions.
+
+template <class T>
+void argsort_rows(const T* x, int64_t outer, int64_t n, int64_t inner, bool descending,
+                  int64_t* out) {
+  auto sort_rows = [=](int64_t b, int64_t e) {
+    // Kept by each thread: a step allocates only when it first sorts rows
+    // this long.
+    thread_local std::vector<int64_t> pos;
+    pos.resize(static_cast<size_t>(n));
+    for (int64_t r = b; r < e; ++r) {
+      const T* row = x + (r / inner) * n * inner + r % inner;
+      auto at = [&](int64_t i) { return row[i * inner]; };
+      // a before b: NaN above every number, so last ascending, first descending
+      auto below = [&](int64_t i, int64_t j) {
+        const T u = at(i), v = at(j);
+        if (std::isnan(v)) return !std::isnan(u);
+        return u < v;
+      };
+      std::iota(pos.begin(), pos.end(), int64_t(0));
+      if (descending)
+        std::stable_sort(pos.begin(), pos.end(), [&](int64_t i, int64_t j) { return below(j, i); });
+      else
+        std::stable_sort(pos.begin(), pos.end(), below);
+      int64_t* o = out + (r / inner) * n * inner + r % inner;
+      for (int64_t i = 0; i < n; ++i) o[i * inner] = pos[size_t(i)];
+    }
+  };
+  parallel_for(outer * inner, std::max<int64_t>(1, kCheapGrain / std::max<int64_t>(n * 8, 1)),
+               sort_rows, 1);
+}
+
+// ---------------------------------------------------------------------------
 // Instantiations.
 
 #define WS_NN_KERNELS(T)                                                                     \
@@ -374,7 +408,8 @@ void scatter_add_rows(const T* src, int64_t width, const int64_t* idx, int64_t n
   template void gather_rows<T>(const T*, int64_t, int64_t, const int64_t*, int64_t, T*,      \
                                const SourceLoc&);                                            \
   template void scatter_add_rows<T>(const T*, int64_t, const int64_t*, int64_t, int64_t, T*, \
-                                    const SourceLoc&);
+                                    const SourceLoc&);                                       \
+  template void argsort_rows<T>(const T*, int64_t, int64_t, int64_t, bool, int64_t*);
 
 WS_NN_KERNELS(float)
 WS_NN_KERNELS(double)

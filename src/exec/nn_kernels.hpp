@@ -60,4 +60,12 @@ template <class T>
 void scatter_add_rows(const T* src, int64_t width, const int64_t* idx, int64_t n, int64_t rows,
                       T* out, const SourceLoc& loc);
 
+// out holds, for each row of x along `axis` ([outer, n, inner] around it),
+// the positions that sort it stably: ascending, or descending; equal
+// elements keep their order and NaN ranks above every number (torch's
+// sort(stable=True)).
+template <class T>
+void argsort_rows(const T* x, int64_t outer, int64_t n, int64_t inner, bool descending,
+                  int64_t* out);
+
 }  // namespace ws::exec

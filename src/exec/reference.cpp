@@ -385,6 +385,18 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
       }
       return;
     }
+    case Op::argsort: {
+      const int64_t axis = ir::attr<Op::argsort, "axis">(attrs);
+      const Shape& s = in_types[0].shape;
+      const int64_t len = s[size_t(axis)], inner = dims_product(s.begin() + axis + 1, s.end());
+      const int64_t outer = len * inner == 0 ? 0 : n / (len * inner);
+      const bool descending = ir::attr<Op::argsort, "descending">(attrs) != 0;
+      return dispatch_float(in_types[0].dtype, [&](auto t) {
+        using T = decltype(t);
+        argsort_rows(static_cast<const T*>(in[0]), outer, len, inner, descending,
+                     static_cast<int64_t*>(out));
+      });
+    }
     case Op::gather:
       return dispatch_float(out_type.dtype, [&](auto t) {
         using T = decltype(t);

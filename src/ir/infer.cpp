@@ -140,8 +140,7 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       if (args[0].dtype == DType::b8)
         fail_op(op, "does not take bool operands: " + types_str(args), loc);
       return args[0];
-    case Op::stop_gradient:
-      return args[0];
+    case Op::stop_gradient: return args[0];
     case Op::neg:
       if (args[0].dtype == DType::b8) fail_op(op, "does not take a bool operand", loc);
       return args[0];
@@ -359,6 +358,13 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       return x;
     }
 
+    case Op::argsort: {
+      const int64_t axis = attr<Op::argsort, "axis">(attrs);
+      check_floating(op, args[0], loc);
+      if (axis < 0 || axis >= args[0].rank())
+        fail_op(op, fmt::format("axis {} of {}", axis, args[0].str()), loc);
+      return Type{DType::i64, args[0].shape};
+    }
     case Op::gather: {
       // table [V, D...] indexed by i64 [I...] -> [I..., D...]
       const Type &table = args[0], &idx = args[1];

@@ -324,6 +324,27 @@ TEST(GatherScatter, ScatterIsAdjointOfGather) {
 }
 
 // ---------------------------------------------------------------------------
+// Sorting.
+
+TEST(ArgsortRows, StableWithNanAboveEveryNumberBothWays) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Vec x = {2, nan, -1, 2, nan, -0.5, 2};
+  std::vector<int64_t> up(7), down(7);
+  argsort_rows(x.data(), 1, 7, 1, false, up.data());
+  argsort_rows(x.data(), 1, 7, 1, true, down.data());
+  EXPECT_EQ(up, (std::vector<int64_t>{2, 5, 0, 3, 6, 1, 4}));
+  EXPECT_EQ(down, (std::vector<int64_t>{1, 4, 0, 3, 6, 5, 2}));
+}
+
+TEST(ArgsortRows, SortsAlongAMiddleAxisOfEveryRow) {
+  // [2, 3, 2] sorted along its axis of 3: each (outer, inner) row alone
+  const std::vector<float> x = {3, 0, 1, 5, 2, 4, 9, 6, 7, 8, 6, 6};
+  std::vector<int64_t> out(12);
+  argsort_rows(x.data(), 2, 3, 2, false, out.data());
+  EXPECT_EQ(out, (std::vector<int64_t>{1, 0, 2, 2, 0, 1, 2, 0, 1, 2, 0, 1}));
+}
+
+// ---------------------------------------------------------------------------
 // Philox.
 
 struct PhiloxKat {

@@ -3,6 +3,8 @@ wholestep.torch, its value and its gradients against float64 torch (within
 float32 torch's own error), and the writes through views that eager torch
 makes and a trace does not show as values."""
 
+import math
+
 import pytest
 import torch
 
@@ -319,6 +321,8 @@ NEAR_ONE = 1 + r(3, 7) * 0.2
 # zeros (one in a row, two in a column, none elsewhere) and negatives
 WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.0],
                            [-1.3, 0.8, 1.4, 0.6, -1.2], [0.0, 1.7, -0.9, 1.05, 0.75]])
+# NaNs rank above every number, among themselves in their order (stable)
+WITH_NAN = torch.tensor([[1.0, math.nan, -2.0, 3.0, math.nan], [0.5, 0.25, math.nan, -1.0, 2.0]])
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
 MATH_CASES = {
     "floor_ceil_trunc": (lambda x: x * 0 + x.floor() + 2 * x.ceil() + 3 * x.trunc(), HALVES),
@@ -363,6 +367,13 @@ MATH_CASES = {
                                + x.prod(1).sum() + x.prod(), WITH_ZEROS),
     "cumprod_with_zeros": (lambda x: x.cumprod(1) + x.cumprod(0) * 2, WITH_ZEROS),
     "cumprod_long": (lambda x: x.cumprod(-1), 1 + r(2, 37) * 0.05),
+    "sort": (lambda x: torch.sort(x, 1)[0] * 2 + torch.sort(x, 0, descending=True).values
+             + x * torch.sort(x, 1).indices, r(4, 7)),
+    "topk": (lambda x: torch.topk(x, 3, 1).values.sum(1, keepdim=True)
+             + torch.topk(x, 2, 0, largest=False).values.sum(0) + x.msort(), r(4, 7)),
+    "argsort_nan": (lambda y: y * torch.sort(WITH_NAN, dim=1, descending=True, stable=True).indices
+                    + y * torch.sort(WITH_NAN, stable=True).indices * 10 + y * y.argsort(0),
+                    r(2, 5)),
     "one_hot": (lambda x, t: x * F.one_hot(t, 5) + F.one_hot(t.view(2, 2), 5).sum(1).repeat(2, 1),
                 r(4, 5), torch.tensor([0, 4, 2, 2])),
     # float bounds without a dtype: eager's float32 (the trace's fake tensors say int64)
