@@ -100,6 +100,7 @@ class Importer:
         self.buffers = {}  # IR input value -> the persistent _C.Tensor of a buffer
         self.roles = {}    # placeholder node -> its role
         self.placeholders = {}  # placeholder node -> its input value
+        self.written = {}  # a value written into a buffer -> the buffer's input value
         self.b = Builder(graph, self._assign, sync_world_size)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for node, spec in zip(placeholders, inputs):
@@ -121,9 +122,17 @@ class Importer:
         value `buffer_value` (BatchNorm's running statistics): a buffer holds
         it after the step; a tensor the forward made (InstanceNorm's
         repeated statistics) is read as it from then on."""
-        tensor = self.buffers.get(buffer_value)
+        root = self.written.get(buffer_value, buffer_value)
+        tensor = self.buffers.get(root)
         if tensor is not None:
             self.g.assign(tensor, new_value)
+            # later reads of the buffer see the write, as eager's do (a
+            # BatchNorm called twice updates its first update)
+            bases = [n for n, v in self.placeholders.items() if v == root]
+            for node in list(self.env):
+                if node in bases or _is_inplace(node) and _written(node) in bases:
+                    self.env[node] = new_value
+            self.written[new_value] = root
             return
         operands = [a for a in self.current.all_input_nodes if self.env.get(a) == buffer_value]
         if not operands or any(a.op == "placeholder" and self.roles[a][0] != "data"
