@@ -259,6 +259,81 @@ def _topk(b, node, x, k, dim=-1, largest=True, sorted=True):
     return _gather(b, node, x, dim, positions), positions
 
 
+_SELECTING = '`torch.median` (of all elements or along a dim), `torch.kthvalue`'
+_SELECTING_LIMITS = ("floating-point tensors; a NaN is the median of a row that has one, as "
+                     "torch's; along a dim, of equal elements the first in their order (torch "
+                     "picks one its own way, so a tie's gradient may go to another of them); "
+                     "no gradient reaches an infinite or NaN median of all elements")
+
+
+def _drop(b, v, dim, keepdim):
+    shape = b.shape(v)
+    return v if keepdim else b.reshape(v, shape[:dim] + shape[dim + 1:])
+
+
+def _at_rank(b, node, x, dim, rank, keepdim):
+    """The element of rank `rank` (i64, x's shape with dim of size 1) along
+    dim and its position there: a gather at that place of the sort (its
+    gradient to the element it came from)."""
+    # positions gathered as f64 (every one exact), then i64 again
+    exact = b.convert(_positions(b, x, dim, False), "f64")
+    position = b.convert(_gather(b, node, exact, dim, rank), "i64")
+    return (_drop(b, _gather(b, node, x, dim, position), dim, keepdim),
+            _drop(b, position, dim, keepdim))
+
+
+def _median_rank(b, x, dim):
+    """The lower median's rank along dim, or the first NaN's where the row
+    has one (NaNs sort last, in their order)."""
+    n = b.shape(x)[dim]
+    nans = b.sum(b.convert(b.op("ne", [x, x]), "i64"), [dim], keepdim=True)
+    return b.select(b.binary("gt", nans, 0), b.binary("sub", n, nans, dtype="i64"),
+                    b.full((n - 1) // 2, "i64", b.shape(nans)))
+
+
+@aten("median.dim", torch=_SELECTING, limits=_SELECTING_LIMITS)
+def _median_dim(b, node, x, dim=-1, keepdim=False):
+    shape = b.shape(x)
+    if not shape:
+        return x, b.full(0, "i64", [])
+    dim %= len(shape)
+    if shape[dim] == 0:
+        raise Unsupported(f"median along dim {dim} of {shape}, which is empty")
+    return _at_rank(b, node, x, dim, _median_rank(b, x, dim), keepdim)
+
+
+@aten("median.default", torch=_SELECTING, limits=_SELECTING_LIMITS)
+def _median(b, node, x):
+    """The lower median of all elements, its gradient split evenly among
+    the elements equal to it, as torch's: the value itself plus a sum of
+    zeros, x - x at those elements, that carries the gradient (none where
+    the median is infinite or NaN, whose x - x is NaN)."""
+    n = math.prod(b.shape(x))
+    if n == 0:
+        raise Unsupported(f"median of {b.shape(x)}, which is empty")
+    flat = b.reshape(x, [n])
+    value = _frozen(b, _at_rank(b, node, flat, 0, _median_rank(b, flat, 0), False)[0])
+    nan = b.broadcast(b.op("ne", [value, value]), [n])
+    chosen = b.select(nan, b.op("ne", [flat, flat]), b.op("eq", [flat, b.broadcast(value, [n])]))
+    finite = b.binary("lt", _abs_nograd(b, flat), math.inf)
+    zeros = b.select(finite, b.select(chosen, b.op("sub", [flat, _frozen(b, flat)]), 0.0), 0.0)
+    count = b.sum(b.convert(chosen, b.dtype(x)), [0])
+    return b.op("add", [value, b.op("div", [b.sum(zeros, [0]), count])])
+
+
+@aten("kthvalue.default", torch=_SELECTING, limits=_SELECTING_LIMITS)
+def _kthvalue(b, node, x, k, dim=-1, keepdim=False):
+    shape = b.shape(x)
+    n = shape[dim % len(shape)] if shape else 1
+    if not 1 <= k <= n:
+        raise Unsupported(f"kthvalue with k={k} of {n} elements along dim {dim} of {shape}")
+    if not shape:
+        return x, b.full(0, "i64", [])
+    dim %= len(shape)
+    rank = b.full(k - 1, "i64", shape[:dim] + [1] + shape[dim + 1:])
+    return _at_rank(b, node, x, dim, rank, keepdim)
+
+
 # ---------------------------------------------------------------- shrinking and gating
 
 

@@ -14,7 +14,7 @@ _CONVOLUTIONS = (
     '`nn.ConvTranspose3d` (stride, padding, dilation, groups, output padding)')
 _BATCH_NORM = ('`nn.BatchNorm1d`, `nn.BatchNorm2d`, `nn.BatchNorm3d`, `nn.InstanceNorm1d`, '
                '`nn.InstanceNorm2d` (`affine`, `track_running_stats`)')
-_BATCH_NORM_LIMITS = 'running statistics updated in place; `momentum=None` is refused'
+_BATCH_NORM_LIMITS = 'running statistics updated in place'
 _MAX_POOL = '`nn.MaxPool1d`, `nn.MaxPool2d` (`ceil_mode`)'
 _AVG_POOL = '`nn.AvgPool2d` (`ceil_mode`, `count_include_pad`, `divisor_override`)'
 
@@ -35,6 +35,60 @@ def _addmm(b, node, bias, x, y, beta=1, alpha=1):
     if beta != 1:
         bias = b.binary("mul", bias, float(beta))
     return b.binary("add", prod, bias)
+
+
+def _contract(b, x, y, sums):
+    """sum over the dims `sums` of x * y, broadcast (both of one rank, each
+    dim equal or 1 in one of them), those dims kept with size 1: one batched
+    product over the dims both have, each side's own dims its rows or
+    columns, a dim only one side has summed there first."""
+    sx, sy = b.shape(x), b.shape(y)
+    for d in sums:
+        if sx[d] > 1 and sy[d] == 1:
+            x, sx = b.sum(x, [d], keepdim=True), sx[:d] + [1] + sx[d + 1:]
+        elif sy[d] > 1 and sx[d] == 1:
+            y, sy = b.sum(y, [d], keepdim=True), sy[:d] + [1] + sy[d + 1:]
+    dims = range(len(sx))
+    summed = [d for d in sums if sx[d] > 1]
+    kept = [d for d in dims if d not in sums]
+    batch = [d for d in kept if sx[d] > 1 and sy[d] > 1]
+    rows = [d for d in kept if sx[d] > 1 and sy[d] == 1]
+    cols = [d for d in kept if sy[d] > 1 and sx[d] == 1]
+    ones_x = [d for d in dims if d not in batch + rows + summed]
+    ones_y = [d for d in dims if d not in batch + summed + cols]
+
+    def size(shape, ds):
+        return math.prod(shape[d] for d in ds)
+
+    a = b.reshape(b.transpose(x, batch + rows + summed + ones_x),
+                  [size(sx, batch), size(sx, rows), size(sx, summed)])
+    c = b.reshape(b.transpose(y, batch + summed + cols + ones_y),
+                  [size(sy, batch), size(sy, summed), size(sy, cols)])
+    out = b.matmul(a, c)
+    order = batch + rows + cols
+    out = b.reshape(out, [max(sx[d], sy[d]) for d in order])
+    out = b.transpose(out, sorted(range(len(order)), key=lambda i: order[i]))
+    return b.reshape(out, [1 if d in sums else max(sx[d], sy[d]) for d in dims])
+
+
+@aten("_trilinear.default", torch="`nn.Bilinear`, `F.bilinear`")
+def _trilinear(b, node, x1, x2, x3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """The sum over sumdim of the product of three operands, each with size-1
+    dims inserted at its expand dims: two contractions, the first over the
+    summed dims the third operand lacks."""
+    def expanded(x, at):
+        shape = b.shape(x)
+        for d in sorted(at):
+            shape.insert(d, 1)
+        return b.reshape(x, shape)
+
+    x1, x2, x3 = expanded(x1, expand1), expanded(x2, expand2), expanded(x3, expand3)
+    rank, s3 = len(b.shape(x1)), b.shape(x3)
+    sums = sorted(d % rank for d in sumdim)
+    first = [d for d in sums if s3[d] == 1]
+    out = _contract(b, _contract(b, x1, x2, first), x3, sums)
+    shape = b.shape(out)
+    return b.reshape(out, [n for d, n in enumerate(shape) if d not in sums])
 
 
 @aten("convolution.default", torch=_CONVOLUTIONS)
@@ -131,7 +185,8 @@ def _pair(v):
 @aten("native_batch_norm.default", torch=_BATCH_NORM, limits=_BATCH_NORM_LIMITS)
 def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, momentum, eps):
     if training and running_mean is not None and momentum is None:
-        raise Unsupported("BatchNorm with momentum=None (a cumulative average)")
+        raise Unsupported("batch_norm with momentum=None and running statistics (the layers' "
+                          "cumulative average is rewritten while tracing; a direct call is not)")
     y, new_mean, new_var = b.composite(
         "batch_norm", x, weight, bias, running_mean, running_var, training=int(bool(training)),
         momentum=float(momentum or 0.0), eps=float(eps), sync_world=b.world_size)
@@ -180,6 +235,92 @@ def _embedding(b, node, table, indices, padding_idx=-1, scale_grad_by_freq=False
         at_pad = per_row(b.binary("eq", indices, padding_idx))
         rows = b.select(at_pad, b.unary("stop_gradient", rows), rows)
     return rows
+
+
+_BAGS = ('`nn.EmbeddingBag`, `F.embedding_bag` (`mode="sum"` or `"mean"`, offsets or 2-d '
+         'input, `per_sample_weights`, `padding_idx`, `include_last_offset`)')
+_BAGS_LIMITS = ('`mode="max"` and `scale_grad_by_freq` refused; offsets that do not start '
+                'at 0, decrease or pass the end fail the step, as torch raises')
+
+
+def _bag_ids(b, offsets, n):
+    """Each position's bag: the running count of the bags started at or
+    before it, less one (a product with a triangle of ones, exact: f32 holds
+    every count below 2^24); -1 everywhere where the offsets decrease, and
+    before a first offset above 0, so that the sums into the bags fail as
+    torch's call raises."""
+    starts = b.op("scatter_add", [offsets, b.full(1.0, "f32", [b.shape(offsets)[0], 1])],
+                  rows=n + 1)
+    count = _cumsum_rows(b, b.reshape(starts, [1, n + 1]))
+    ids = b.binary("sub", b.convert(b.reshape(b.op("slice", [count], axis=1, start=0, end=n),
+                                              [n]), "i64"), 1)
+    k = b.shape(offsets)[0]
+    if k > 1:
+        falls = b.binary("lt", b.op("slice", [offsets], axis=0, start=1, end=k),
+                         b.op("slice", [offsets], axis=0, start=0, end=k - 1))
+        falls = b.broadcast(b.binary("gt", b.sum(b.convert(falls, "i64"), [0]), 0), [n])
+        ids = b.select(falls, b.full(-1, "i64", [n]), ids)
+    return ids
+
+
+def _fixed_bags(node, n):
+    """The bag length of offsets arange(0, n, length), as torch makes them
+    for a 2-d input, or None."""
+    source = node.args[2]
+    if getattr(source, "target", None) is not None and str(source.target) == \
+            "aten.arange.start_step" and source.args[0] == 0 and source.args[1] == n and \
+            isinstance(source.args[2], int) and n % source.args[2] == 0:
+        return source.args[2]
+    return None
+
+
+@aten("_embedding_bag.default", "_embedding_bag_forward_only.default", torch=_BAGS,
+      limits=_BAGS_LIMITS)
+def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, mode=0,
+                   sparse=False, per_sample_weights=None, include_last_offset=False,
+                   padding_idx=-1):
+    """The rows of the table at the indices, weighted, summed into their
+    bags (a scatter-add: its gradient a gather), a mean divided by the bag's
+    count of indices that are not padding, an empty bag zero as torch's."""
+    if mode == 2:
+        raise Unsupported("EmbeddingBag with mode='max' (only 'sum' and 'mean')")
+    if scale_grad_by_freq:
+        # this torch's kernel scales the rows' gradients by no count of
+        # theirs (an index met once may get half its gradient): refused
+        # rather than given a gradient eager does not give
+        raise Unsupported("EmbeddingBag with scale_grad_by_freq=True (torch's own gradients "
+                          "there are not the inverse frequencies it documents)")
+    n = b.shape(indices)[0]
+    if n >= 1 << 24:
+        raise Unsupported(f"EmbeddingBag of {n} indices (at most 2^24)")
+    bags = b.shape(offsets)[0] - int(bool(include_last_offset))
+    rows = b.op("gather", [table, indices])
+    d = b.shape(rows)[1:]
+    if per_sample_weights is not None:
+        rows = b.op("mul", [rows, along(b, per_sample_weights, b.shape(rows), 0)])
+    keep = None
+    if padding_idx is not None and padding_idx >= 0:
+        keep = b.binary("ne", indices, padding_idx)
+        rows = b.select(b.broadcast(b.reshape(keep, [n] + [1] * len(d)), b.shape(rows)), rows,
+                        b.full(0.0, b.dtype(rows), b.shape(rows)))
+    ones = b.full(1.0, b.dtype(rows), [n, 1]) if keep is None else \
+        b.reshape(b.convert(keep, b.dtype(rows)), [n, 1])
+    length = _fixed_bags(node, n)
+    if length is not None and n // length == bags:
+        out = b.sum(b.reshape(rows, [bags, length] + d), [1])
+        count = b.sum(b.reshape(ones, [bags, length]), [1], keepdim=True)
+    else:
+        ids = _bag_ids(b, offsets, n)
+        extra = int(bool(include_last_offset))  # positions past the last offset: dropped
+        out = b.op("scatter_add", [ids, rows], rows=bags + extra)
+        count = b.op("scatter_add", [ids, ones], rows=bags + extra)
+        if extra:
+            out = b.op("slice", [out], axis=0, start=0, end=bags)
+            count = b.op("slice", [count], axis=0, start=0, end=bags)
+    if mode == 1:
+        count = b.reshape(b.composite("clamp", count, min=1.0), [bags] + [1] * len(d))
+        out = b.binary("div", out, b.broadcast(count, b.shape(out)))
+    return out, None, None, None
 
 
 # ---------------------------------------------------------------- reductions, products, pooling

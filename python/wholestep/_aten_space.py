@@ -167,6 +167,62 @@ def _upsample_bicubic2d(b, node, x, output_size, align_corners, scales_h=None, s
     return _resize(b, node, x, "cubic", align_corners, [scales_h, scales_w])
 
 
+# ---------------------------------------------------------------- sliding windows as columns
+
+_COLUMNS = '`nn.Unfold`, `F.unfold`, `nn.Fold`, `F.fold` (any kernel, dilation, padding, stride)'
+
+
+def _window_positions(padded, kernel, dilation, stride):
+    """For each tap (ki, kj) of the kernel and each window (oi, oj), row
+    major, the flat position in the padded image it reads; and the windows'
+    count."""
+    (hp, wp), (kh, kw), (dh, dw), (sh, sw) = padded, kernel, dilation, stride
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise Unsupported(f"a {kh}x{kw} kernel (dilation {dh}x{dw}) over a padded "
+                          f"{hp}x{wp} image, which has no window")
+    return [(oi * sh + ki * dh) * wp + oj * sw + kj * dw for ki in range(kh) for kj in range(kw)
+            for oi in range(oh) for oj in range(ow)], oh * ow
+
+
+@aten("im2col.default", torch=_COLUMNS)
+def _im2col(b, node, x, kernel_size, dilation, padding, stride):
+    """Each window's elements as a column [N, C*kh*kw, L]: one gather of the
+    zero-padded image at constant positions (its gradient sums the columns
+    back, as col2im)."""
+    shape = b.shape(x)
+    batched = len(shape) == 4
+    n, c, h, w = shape if batched else [1] + shape
+    (ph, pw), kernel = padding, list(kernel_size)
+    x = _constant_pad(b, node, b.reshape(x, [n, c, h, w]), [pw, pw, ph, ph])
+    index, windows = _window_positions((h + 2 * ph, w + 2 * pw), kernel, dilation, stride)
+    cols = b.take(b.reshape(x, [n, c, (h + 2 * ph) * (w + 2 * pw)]), 2, index)
+    rows = c * kernel[0] * kernel[1]
+    return b.reshape(cols, [n, rows, windows] if batched else [rows, windows])
+
+
+@aten("col2im.default", torch=_COLUMNS)
+def _col2im(b, node, cols, output_size, kernel_size, dilation, padding, stride):
+    """The columns summed into the image they were read from (a scatter-add
+    at im2col's positions, its gradient im2col), the padding cut off."""
+    shape = b.shape(cols)
+    batched = len(shape) == 3
+    n, rows, windows = shape if batched else [1] + shape
+    (h, w), (ph, pw), (kh, kw) = output_size, padding, kernel_size
+    hp, wp = h + 2 * ph, w + 2 * pw
+    index, count = _window_positions((hp, wp), (kh, kw), dilation, stride)
+    if rows % (kh * kw) or count != windows:
+        raise Unsupported(f"fold of columns {shape} into {h}x{w} with a {kh}x{kw} kernel: "
+                          f"{count} windows, {kh * kw} taps a channel")
+    c = rows // (kh * kw)
+    values = b.transpose(b.reshape(cols, [n, c, kh * kw * windows]), [2, 0, 1])
+    image = b.op("scatter_add", [b.constant(index, "i64", [len(index)]), values], rows=hp * wp)
+    image = b.reshape(b.transpose(image, [1, 2, 0]), [n, c, hp, wp])
+    image = b.op("slice", [b.op("slice", [image], axis=2, start=ph, end=ph + h)], axis=3,
+                 start=pw, end=pw + w)
+    return image if batched else b.reshape(image, [c, h, w])
+
+
 # ---------------------------------------------------------------- 3-d convolution and pooling
 #
 # Over [N, C, D, H, W], as 2-d ops over depth slices: the depth offsets of

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from . import _C, _guards
-from ._traceable import traceable
+from ._traceable import BATCH_NORM_FORWARD, traceable
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils import stateless
@@ -166,9 +166,12 @@ def trace(model, params, buffers, fn, examples):
 
     for path, m in model.named_modules():
         if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.momentum is None \
-                and m.training and m.track_running_stats:
-            raise _C.Error(f"BatchNorm with momentum=None (a cumulative moving average) is not "
-                           f"supported; give it a momentum; in module {path} "
+                and m.training and m.track_running_stats \
+                and type(m).forward is not BATCH_NORM_FORWARD \
+                and type(m).forward.__module__ == BATCH_NORM_FORWARD.__module__:
+            raise _C.Error(f"{type(m).__qualname__} with momentum=None (a cumulative moving "
+                           f"average) is not supported: its forward reads the count of batches "
+                           f"as a number; give it a momentum; in module {path} "
                            f"({type(m).__module__}.{type(m).__qualname__})")
     with _LOCK, _guards.sigint_held():
         _guards.check_global_hooks("tracing the model")

@@ -29,6 +29,14 @@ negative one too: it is moved out of range first, where an index would
 wrap it). Without num_classes the number of columns is a value of the
 data, refused.
 
+BatchNorm with momentum=None (a cumulative moving average): torch reads
+the count of batches as a Python number to make the factor, 1 / count;
+here the factor is a tensor of the count, the layer's own batch norm runs
+with momentum 1 (its running statistics become the batch's, averaged over
+the ranks in data-parallel training) and the running statistics are then
+the old ones weighted 1 - factor plus the batch's weighted factor, as
+torch's kernel weighs them.
+
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
 closure): this torch's fake mode refuses it; the trace has recorded it as a
@@ -118,6 +126,32 @@ def _one_hot(tensor, num_classes=-1):
     return (classes[kept].unsqueeze(-1) == classes).to(torch.int64)
 
 
+TRACED.append(("`nn.BatchNorm*d(momentum=None)` (rewritten while tracing)",
+               ["native_batch_norm.default", "copy_.default"],
+               "the cumulative average's factor 1 / num_batches_tracked"))
+
+
+def _batch_norm_forward(original):
+    def forward(self, input):
+        if self.momentum is not None or not (self.training and self.track_running_stats) \
+                or self.num_batches_tracked is None:
+            return original(self, input)
+        self._check_input_dim(input)
+        self.num_batches_tracked.add_(1)
+        factor = 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
+        old_mean, old_var = self.running_mean.clone(), self.running_var.clone()
+        out = torch.nn.functional.batch_norm(input, self.running_mean, self.running_var,
+                                             self.weight, self.bias, True, 1.0, self.eps)
+        with torch.no_grad():
+            self.running_mean.copy_(self.running_mean * factor + old_mean * (1 - factor))
+            self.running_var.copy_(self.running_var * factor + old_var * (1 - factor))
+        return out
+    return forward
+
+
+BATCH_NORM_FORWARD = torch.nn.modules.batchnorm._BatchNorm.forward
+
+
 def _fake_dispatch(original):
     def dispatch(self, func, types, args=(), kwargs=None):
         def fake(t):
@@ -151,6 +185,7 @@ def traceable():
     cross_entropy = torch._C._nn.cross_entropy_loss
     dispatch = fake_tensor.FakeTensorMode.__torch_dispatch__
     rnn = torch.nn.RNNBase
+    batch_norm = torch.nn.modules.batchnorm._BatchNorm
     repeat, tensor_repeat = torch.repeat_interleave, torch.Tensor.repeat_interleave
     arange, one_hot, nn_one_hot = torch.arange, torch.nn.functional.one_hot, torch._C._nn.one_hot
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
@@ -160,6 +195,7 @@ def traceable():
     torch.nn.functional.one_hot = torch._C._nn.one_hot = _one_hot
     fake_tensor.FakeTensorMode.__torch_dispatch__ = _fake_dispatch(dispatch)
     rnn._flat_weights = property(_flat_weights, _keep_flat_weights)
+    batch_norm.forward = _batch_norm_forward(BATCH_NORM_FORWARD)
     try:
         with torch.backends.mkldnn.flags(enabled=False):
             yield
@@ -170,3 +206,4 @@ def traceable():
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights
+        batch_norm.forward = BATCH_NORM_FORWARD

@@ -208,11 +208,13 @@ def test_switching_to_eval_retraces_with_the_running_statistics():
     assert step.traces() == 2
 
 
-def test_tracing_failures_name_the_module_and_momentum_none_is_refused():
-    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16, momentum=None), nn.Linear(16, 3))
+def test_tracing_failures_name_the_module_and_a_sync_batch_norms_average_is_refused():
+    model = nn.Sequential(nn.Linear(8, 16), nn.SyncBatchNorm(16, momentum=None),
+                          nn.Linear(16, 3))
     step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
                                   F.cross_entropy)
-    with pytest.raises(wholestep.Error, match=r"momentum=None.*in module 1 \(torch.nn"):
+    with pytest.raises(wholestep.Error, match=r"SyncBatchNorm with momentum=None.*in module 1 "
+                                              r"\(torch.nn"):
         step(*batch())
     model = small()
     step = wst.compile_train_step(  # a branch on a value: torch's tracer cannot follow it

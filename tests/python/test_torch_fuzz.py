@@ -43,9 +43,10 @@ def test_the_generator_makes_valid_models_of_every_kind():
             for b in layer.get("branches", []):
                 stack += b
         torch_fuzz.build(spec)  # raises if the generator made a spec that does not fit
-    assert kinds == {"img", "seq", "tokens", "vec"}
+    assert kinds == {"img", "seq", "tokens", "vec", "bags"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
-            "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax"} <= ops
+            "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
+            "patches", "centered", "bilinear"} <= ops
 
 
 def test_shrinking_keeps_the_failure_and_makes_the_spec_smaller():

@@ -3,15 +3,18 @@ one training step each, in every mode, against float64 eager torch.
 
 A case is a JSON-able spec (the generator's output for a seed): the input
 (images [N, C, H, W], token features [N, T, D], token ids through an
-Embedding, or vectors [N, F]), a list of layer specs (convolutions with and
-without bias and groups, transposed convolutions, BatchNorm, LayerNorm,
+Embedding or bags of them through an EmbeddingBag, or vectors [N, F]), a
+list of layer specs (convolutions with and without bias and groups,
+transposed convolutions, BatchNorm, LayerNorm,
 GroupNorm, the activations of the support table, max and average pooling
 (ceil_mode, count_include_pad, divisor_override), adaptive average and max
 pooling to any size, padding of every mode, upsampling (nearest, bilinear,
 bicubic, align_corners both ways), residual blocks, concatenations,
 squeeze-excitation, token mixing over a transposed axis, multi-head
 attention, reductions, running means (cumsum) and p-norm normalization
-over the token axis, ...), the classifier head the builder appends
+over the token axis, centering on the tokens' median or k-th value,
+windows as channels (unfold) and summed back (fold), bilinear products,
+...), the classifier head the builder appends
 (flatten or mean over tokens, then Linear), the loss (cross_entropy or mse)
 and the optimizer (SGD with momentum, nesterov and weight decay; Adam;
 AdamW; one or two parameter groups; fresh or after an eager step). Only
@@ -224,6 +227,47 @@ class Pad(nn.Module):
         return F.pad(x, (self.p,) * 4, mode=self.mode)
 
 
+class Patches(nn.Module):
+    """Each k x k window's pixels as the channels of one output pixel
+    (F.unfold, a patch embedding's first half); with fold, the windows
+    summed back where they came from (an overlap-add)."""
+
+    def __init__(self, k, s, p, fold):
+        super().__init__()
+        self.k, self.s, self.p, self.fold = k, s, p, fold
+
+    def forward(self, x):
+        cols = F.unfold(x, self.k, padding=self.p, stride=self.s)
+        if self.fold:
+            return F.fold(cols, x.shape[2:], self.k, padding=self.p, stride=self.s)
+        oh, ow = (_pool_out(n, self.k, self.s, self.p) for n in x.shape[2:])
+        return cols.view(x.shape[0], -1, oh, ow)
+
+
+class Centered(nn.Module):
+    """The tokens less their median (or their k-th value) along the tokens."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        if self.k is None:
+            return x - x.median(1, keepdim=True).values
+        return x - x.kthvalue(self.k, 1, keepdim=True).values
+
+
+class Bilinear(nn.Module):
+    """nn.Bilinear of the features with themselves squashed."""
+
+    def __init__(self, f, out):
+        super().__init__()
+        self.bilinear = nn.Bilinear(f, f, out)
+
+    def forward(self, x):
+        return self.bilinear(x, torch.tanh(x))
+
+
 ACTS = {"relu": nn.ReLU, "gelu": GELU, "gelu_tanh": lambda: GELU(approximate="tanh"),
         "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "silu": nn.SiLU, "relu6": nn.ReLU6,
         "leaky_relu": lambda: nn.LeakyReLU(0.1), "elu": nn.ELU, "selu": nn.SELU,
@@ -331,6 +375,13 @@ def make_layer(layer, shape):
             return pool(o), ("img", c, o, o)
         if op == "se":
             return SqueezeExcite(c, layer["r"]), shape
+        if op == "patches":
+            k, st, p = layer["k"], layer["s"], layer["p"]
+            oh, ow = _pool_out(h, k, st, p), _pool_out(w, k, st, p)
+            if oh < 1 or ow < 1 or h + 2 * p < k or w + 2 * p < k:
+                raise Invalid("no window")
+            fold = layer.get("fold", False)
+            return Patches(k, st, p, fold), shape if fold else ("img", c * k * k, oh, ow)
         if op == "tokens":
             return ToTokens(), ("seq", h * w, c)
         if op == "flatten":
@@ -361,6 +412,10 @@ def make_layer(layer, shape):
             return Reduce(layer["how"], dim), ("vec", d if dim == 1 else t)
         if op == "first":
             return First(), ("vec", d)
+        if op == "centered":
+            if layer.get("k") is not None and layer["k"] > t:
+                raise Invalid("k-th of fewer tokens")
+            return Centered(layer.get("k")), shape
     if kind == "vec":
         _, f = shape
         if op == "linear":
@@ -371,6 +426,8 @@ def make_layer(layer, shape):
             return nn.BatchNorm1d(f), shape
         if op == "softmax":
             return Softmax(), shape
+        if op == "bilinear":
+            return Bilinear(f, layer["out"]), ("vec", layer["out"])
     raise Invalid(f"layer {op} on {kind}")
 
 
@@ -387,6 +444,8 @@ def input_shape(inp):
         return ("img", inp["c"], inp["h"], inp["w"])
     if inp["kind"] in ("seq", "tokens"):
         return ("seq", inp["t"], inp["d"])
+    if inp["kind"] == "bags":
+        return ("vec", inp["d"])
     return ("vec", inp["f"])
 
 
@@ -398,6 +457,9 @@ def build(spec):
     mods = []
     if inp["kind"] == "tokens":
         mods.append(nn.Embedding(inp["vocab"], inp["d"]))
+    if inp["kind"] == "bags":
+        mods.append(nn.EmbeddingBag(inp["vocab"], inp["d"], mode=inp["mode"],
+                                    padding_idx=inp.get("padding")))
     body, shape = make_layers(spec["layers"], input_shape(inp))
     mods += body
     if shape[0] == "img":
@@ -423,7 +485,7 @@ def build(spec):
             x = torch.randn(n, inp["c"], inp["h"], inp["w"], generator=gen)
         elif inp["kind"] == "seq":
             x = torch.randn(n, inp["t"], inp["d"], generator=gen)
-        elif inp["kind"] == "tokens":
+        elif inp["kind"] in ("tokens", "bags"):
             x = torch.randint(0, inp["vocab"], (n, inp["t"]), generator=gen)
         else:
             x = torch.randn(n, inp["f"], generator=gen)
@@ -478,7 +540,7 @@ def gen_layer(r, shape, depth):
     if kind == "img":
         _, c, h, w = shape
         ops = ["conv"] * 5 + ["bn"] * 3 + ["act"] * 4 + ["maxpool", "avgpool"] * 2 + \
-            ["adaptive", "se", "ln", "head_pattern", "tokens", "flatten", "gn", "pad"]
+            ["adaptive", "se", "ln", "head_pattern", "tokens", "flatten", "gn", "pad", "patches"]
         if h * w <= 64:
             ops += ["up", "convT"]
         if depth < 2:
@@ -531,6 +593,12 @@ def gen_layer(r, shape, depth):
             return [{"op": "conv", "out": r.randint(2, 12), "k": r.choice([1, 3]), "s": 1,
                      "p": "same", "dil": 1, "g": 1, "bias": r.random() < 0.8},
                     {"op": "adaptive", "o": 1}, {"op": "flatten"}]
+        if op == "patches":
+            k = r.choice([1, 2, 2, 3])
+            layer = {"op": "patches", "k": k, "s": r.choice([1, 2, k]), "p": r.randint(0, k // 2)}
+            if r.random() < 0.4:
+                layer["fold"] = True
+            return layer
         if op == "tokens":
             return {"op": "tokens"} if h * w <= 64 else None
         if op == "flatten":
@@ -564,7 +632,7 @@ def gen_layer(r, shape, depth):
         _, t, d = shape
         ops = ["linear"] * 3 + ["ln"] * 2 + ["act"] * 2 + ["tokmix", "attn", "mha", "softmax",
                                                            "bn", "reduce", "first", "running",
-                                                           "normalize"]
+                                                           "normalize", "centered"]
         if depth < 2:
             ops += ["res", "res", "cat", "mixer", "block"]
         op = r.choice(ops)
@@ -576,6 +644,9 @@ def gen_layer(r, shape, depth):
             return {"op": op}
         if op == "normalize":
             return {"op": op, "p": r.choice([1, 2, 2, 3, math.inf])}
+        if op == "centered":  # after a product: no two tokens tie (torch picks its own)
+            return [{"op": "linear", "out": d, "bias": True},
+                    {"op": "centered", "k": r.choice([None, None, r.randint(1, t)])}]
         if op == "act":
             return act
         if op == "tokmix":
@@ -611,7 +682,7 @@ def gen_layer(r, shape, depth):
                 for _ in range(2)] + ([[]] if r.random() < 0.5 else [])}
     if kind == "vec":
         _, f = shape
-        ops = ["linear"] * 3 + ["act"] * 2 + ["ln", "bn", "softmax"]
+        ops = ["linear"] * 3 + ["act"] * 2 + ["ln", "bn", "softmax", "bilinear"]
         if depth < 2:
             ops += ["res", "cat"]
         op = r.choice(ops)
@@ -620,6 +691,8 @@ def gen_layer(r, shape, depth):
                     "bias": r.random() < 0.8}
         if op in ("ln", "bn", "softmax"):
             return {"op": op}
+        if op == "bilinear":
+            return {"op": op, "out": r.randint(2, 12)}
         if op == "act":
             return act
         if op == "res":
@@ -672,15 +745,19 @@ def gen_optimizer(r):
 def generate(seed):
     """The case for `seed`: a JSON-able spec."""
     r = random.Random(seed)
-    kind = r.choices(["img", "seq", "tokens", "vec"], weights=[6, 3, 1, 1])[0]
+    kind = r.choices(["img", "seq", "tokens", "vec", "bags"], weights=[6, 3, 1, 1, 1])[0]
     if kind == "img":
         inp = {"kind": "img", "c": r.randint(1, 6), "h": r.choice([1, 2, 3, 4, 5, 7, 8, 9]),
                "w": 0}
         inp["w"] = inp["h"] if r.random() < 0.7 else r.choice([1, 2, 3, 4, 5, 6, 8])
-    elif kind in ("seq", "tokens"):
+    elif kind in ("seq", "tokens", "bags"):
         inp = {"kind": kind, "t": r.randint(1, 8), "d": r.choice([4, 6, 8, 12, 16])}
-        if kind == "tokens":
+        if kind != "seq":
             inp["vocab"] = r.randint(5, 30)
+        if kind == "bags":
+            inp["mode"] = r.choice(["sum", "mean"])
+            if r.random() < 0.4:
+                inp["padding"] = r.randint(0, 2)
     else:
         inp = {"kind": "vec", "f": r.randint(2, 24)}
     spec = {"seed": seed, "input": inp, "batch": r.choice([2, 3, 4, 5, 8]),
