@@ -301,7 +301,7 @@ def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, m
     keep = None
     if padding_idx is not None and padding_idx >= 0:
         keep = b.binary("ne", indices, padding_idx)
-        rows = b.select(b.broadcast(b.reshape(keep, [n] + [1] * len(d)), b.shape(rows)), rows,
+        rows = b.select(along(b, keep, b.shape(rows), 0), rows,
                         b.full(0.0, b.dtype(rows), b.shape(rows)))
     ones = b.full(1.0, b.dtype(rows), [n, 1]) if keep is None else \
         b.reshape(b.convert(keep, b.dtype(rows)), [n, 1])
