@@ -194,6 +194,14 @@ Tensor nll_loss(const Tensor& logp, const Tensor& labels, const Tensor& weight =
                 Reduction reduction = Reduction::mean,
                 std::optional<int64_t> ignore_index = std::nullopt, Loc loc = Loc::current());
 
+// torch's F.ctc_loss over log_probs [T, N, C] (log_softmax's output):
+// ws::ctc_loss's per-sample losses; Reduction none: those, sum: their sum,
+// mean: the mean of each divided by its target length (1 when 0).
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, int64_t blank = 0,
+                Reduction reduction = Reduction::mean, bool zero_infinity = false,
+                Loc loc = Loc::current());
+
 // Functional forms. Softmaxes and normalizations are numerically stable
 // (the max is subtracted; variance from centered values).
 Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());

@@ -148,6 +148,15 @@ Tensor gather(const Tensor& table, const Tensor& indices, Loc loc = Loc::current
 // stably: ascending or descending, equal elements in their order, NaN above
 // every number (torch.sort(stable=True)'s indices). Floating-point x.
 Tensor argsort(const Tensor& x, int64_t axis, bool descending = false, Loc loc = Loc::current());
+// The connectionist temporal classification loss of each sample (op
+// ctc_loss, docs/ops.md): log_probs [T, N, C], i64 targets [N, S] or 1-d
+// (the samples' targets one after another), i64 input_lengths and
+// target_lengths [N] -> [N]; inf where no alignment exists (0 with
+// zero_infinity). A length or a target out of range is an error naming it.
+// Its gradient is torch's, exact through log-probabilities (log_softmax).
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, int64_t blank = 0, bool zero_infinity = false,
+                Loc loc = Loc::current());
 // A tensor whose elements are their index along `axis`.
 Tensor iota(const Shape& shape, int64_t axis, DType dtype = DType::i64, Loc loc = Loc::current());
 

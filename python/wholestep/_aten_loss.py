@@ -113,3 +113,16 @@ def _bce(b, node, p, t, weight=None, reduction=1):
 def _xlogy(b, node, x, y):
     prod = b.binary("mul", x, b.unary("log", y) if is_value(y) else math.log(y))
     return b.select(b.binary("eq", x, 0.0), 0.0, prod) if is_value(x) else prod
+
+
+_CTC = '`F.ctc_loss`, `nn.CTCLoss` (lengths as tensors or lists, targets padded or concatenated)'
+
+
+@aten("_ctc_loss.Tensor", torch=_CTC,
+      limits="torch's gradient: exact through log_softmax, as in torch")
+def _ctc_loss(b, node, log_probs, targets, input_lengths, target_lengths, blank=0,
+              zero_infinity=False):
+    """Each sample's loss; torch's trace divides and averages after it."""
+    loss = b.composite("ctc_loss", log_probs, targets, input_lengths, target_lengths,
+                       blank=int(blank), reduction=0, zero_infinity=int(bool(zero_infinity)))
+    return loss, None

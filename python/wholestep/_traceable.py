@@ -37,6 +37,11 @@ the ranks in data-parallel training) and the running statistics are then
 the old ones weighted 1 - factor plus the batch's weighted factor, as
 torch's kernel weighs them.
 
+F.ctc_loss with lengths as lists: torch makes tensors of them inside its
+C++ call, which fake mode cannot trace; here they are made first, as
+tensors the trace records as constants, and torch takes its tensor
+overload with the same arguments.
+
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
 closure): this torch's fake mode refuses it; the trace has recorded it as a
@@ -126,6 +131,23 @@ def _one_hot(tensor, num_classes=-1):
     return (classes[kept].unsqueeze(-1) == classes).to(torch.int64)
 
 
+TRACED.append(("`F.ctc_loss` with lengths as lists (rewritten while tracing)",
+               ["_ctc_loss.Tensor", "lift_fresh_copy.default"],
+               "lengths given as lists are constants of the step, read when it is traced; "
+               "lengths that change from batch to batch are step arguments (tensors)"))
+
+
+def _ctc_loss(original):
+    def ctc_loss(log_probs, targets, input_lengths, target_lengths, *args, **kwargs):
+        def tensor(lengths):
+            if isinstance(lengths, torch.Tensor):
+                return lengths
+            return torch.tensor(list(lengths), dtype=torch.int64)
+        return original(log_probs, targets, tensor(input_lengths), tensor(target_lengths),
+                        *args, **kwargs)
+    return ctc_loss
+
+
 TRACED.append(("`nn.BatchNorm*d(momentum=None)` (rewritten while tracing)",
                ["native_batch_norm.default", "copy_.default"],
                "the cumulative average's factor 1 / num_batches_tracked"))
@@ -167,8 +189,27 @@ def _fake_dispatch(original):
 
         if func not in self.lift_fns:
             args, kwargs = tree_map(fake, args), tree_map(fake, kwargs or {})
+        if func in _CTC_LOSSES:
+            return _ctc_loss_shapes(lambda shape, dtype: original(
+                self, torch.ops.aten.empty.memory_format, types, (shape,),
+                {"dtype": dtype, "device": args[0].device}), *args)
         return original(self, func, types, args, kwargs)
     return dispatch
+
+
+# torch's ctc_loss has no meta kernel: fake mode would run the CPU one on
+# made-up lengths (and fail, or worse). Its outputs' shapes: the losses
+# [N]; log_alpha [N, T, 2 S + 1], S the longest target (at most the
+# targets' columns, or all of a 1-d targets), which only torch's own
+# backward reads.
+_CTC_LOSSES = (torch.ops.aten._ctc_loss.Tensor, torch.ops.aten._ctc_loss.default)
+
+
+def _ctc_loss_shapes(empty, log_probs, targets, *args):
+    frames, batch = log_probs.shape[0], log_probs.shape[1]
+    longest = targets.shape[1] if targets.dim() == 2 else targets.numel()
+    return (empty([batch], log_probs.dtype),
+            empty([batch, frames, 2 * longest + 1], log_probs.dtype))
 
 
 def _flat_weights(self):
@@ -188,10 +229,12 @@ def traceable():
     batch_norm = torch.nn.modules.batchnorm._BatchNorm
     repeat, tensor_repeat = torch.repeat_interleave, torch.Tensor.repeat_interleave
     arange, one_hot, nn_one_hot = torch.arange, torch.nn.functional.one_hot, torch._C._nn.one_hot
+    ctc = torch.ctc_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
     torch.Tensor.repeat_interleave = _repeat_interleave(tensor_repeat)
     torch.arange = _arange(arange)
+    torch.ctc_loss = _ctc_loss(ctc)
     torch.nn.functional.one_hot = torch._C._nn.one_hot = _one_hot
     fake_tensor.FakeTensorMode.__torch_dispatch__ = _fake_dispatch(dispatch)
     rnn._flat_weights = property(_flat_weights, _keep_flat_weights)
@@ -203,6 +246,7 @@ def traceable():
         torch._C._nn.cross_entropy_loss = cross_entropy
         torch.repeat_interleave, torch.Tensor.repeat_interleave = repeat, tensor_repeat
         torch.arange = arange
+        torch.ctc_loss = ctc
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

@@ -143,6 +143,12 @@ void vjp_gather(const VjpContext& c, Dargs& d) {
                  ir::make_attrs<Op::scatter_add>({{"rows", rows}}));
 }
 
+// Torch's gradient (ctc_loss_grad): the loss's through log-probabilities.
+void vjp_ctc_loss(const VjpContext& c, Dargs& d) {
+  d[0] =
+      c.b.add(Op::ctc_loss_grad, {arg(c, 0), arg(c, 1), arg(c, 2), arg(c, 3), c.dy}, c.node.attrs);
+}
+
 void vjp_scatter_add(const VjpContext& c, Dargs& d) {
   d[1] = c.b.add(Op::gather, {c.dy, arg(c, 0)});
 }
@@ -339,6 +345,7 @@ VjpRule builtin_rule(Op op) {
     case Op::expm1: return vjp_expm1;
     case Op::log1p: return vjp_log1p;
     case Op::gather: return vjp_gather;
+    case Op::ctc_loss: return vjp_ctc_loss;
     case Op::max_pool2d: return vjp_max_pool2d;
     case Op::pow: return vjp_pow;
     case Op::sin: return vjp_sin;
@@ -378,6 +385,7 @@ VjpRule builtin_rule(Op op) {
     case Op::conv2d_weight_grad:
     case Op::iota:
     case Op::argsort:
+    case Op::ctc_loss_grad:
     case Op::max_pool2d_grad:
     case Op::random_uniform:
     case Op::constant:

@@ -126,6 +126,16 @@ Tensor argsort(const Tensor& x, int64_t axis, bool descending, Loc loc) {
                loc);
 }
 
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, int64_t blank, bool zero_infinity, Loc loc) {
+  for (const Tensor* t : {&log_probs, &targets, &input_lengths, &target_lengths})
+    impl_of(*t, "ctc_loss", loc);
+  return apply(
+      Op::ctc_loss, {&log_probs, &targets, &input_lengths, &target_lengths},
+      ir::make_attrs<Op::ctc_loss>({{"blank", blank}, {"zero_infinity", int64_t(zero_infinity)}}),
+      loc);
+}
+
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
   if (xs.size() == 1) return xs[0];
   const Attrs attrs = ir::make_attrs<Op::concat>({{"axis", axis}});

@@ -1,6 +1,7 @@
 #include "exec/reference.hpp"
 
 #include "exec/collective_kernels.hpp"
+#include "exec/ctc.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
 #include "exec/reduce.hpp"
@@ -395,6 +396,28 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         using T = decltype(t);
         argsort_rows(static_cast<const T*>(in[0]), outer, len, inner, descending,
                      static_cast<int64_t*>(out));
+      });
+    }
+    case Op::ctc_loss:
+    case Op::ctc_loss_grad: {
+      const Shape& lp = in_types[0].shape;
+      CtcShape s;
+      s.frames = lp[0], s.batch = lp[1], s.classes = lp[2];
+      s.row = in_types[1].rank() == 2 ? in_types[1].shape[1] : -1;
+      s.targets = in_types[1].numel();
+      s.blank = ir::attr<Op::ctc_loss, "blank">(attrs);
+      s.zero_infinity = ir::attr<Op::ctc_loss, "zero_infinity">(attrs) != 0;
+      const auto* targets = static_cast<const int64_t*>(in[1]);
+      const auto* in_len = static_cast<const int64_t*>(in[2]);
+      const auto* tgt_len = static_cast<const int64_t*>(in[3]);
+      return dispatch_float(out_type.dtype, [&](auto t) {
+        using T = decltype(t);
+        const T* x = static_cast<const T*>(in[0]);
+        if (op == Op::ctc_loss)
+          ctc_loss(s, x, targets, in_len, tgt_len, static_cast<T*>(out), loc);
+        else
+          ctc_loss_grad(s, x, targets, in_len, tgt_len, static_cast<const T*>(in[4]),
+                        static_cast<T*>(out), loc);
       });
     }
     case Op::gather:

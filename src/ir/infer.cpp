@@ -402,6 +402,38 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       return t;
     }
 
+    case Op::ctc_loss:
+    case Op::ctc_loss_grad: {
+      const Type &lp = args[0], &targets = args[1], &in_len = args[2], &tgt_len = args[3];
+      check_floating(op, lp, loc);
+      if (lp.rank() != 3) fail_op(op, "log_probs must be [T, N, C], got " + lp.str(), loc);
+      const int64_t n = lp.shape[1], c = lp.shape[2];
+      for (const Type* t : {&targets, &in_len, &tgt_len})
+        if (t->dtype != DType::i64)
+          fail_op(op, "targets and lengths must be i64, got " + types_str(args), loc);
+      if (in_len.shape != Shape{n} || tgt_len.shape != Shape{n})
+        fail_op(op,
+                fmt::format("input_lengths {} and target_lengths {} must be [{}], one per sample "
+                            "of log_probs {}",
+                            in_len.str(), tgt_len.str(), n, lp.str()),
+                loc);
+      if (!(targets.rank() == 1 || (targets.rank() == 2 && targets.shape[0] == n)))
+        fail_op(
+            op,
+            fmt::format("targets must be [{}, S] or 1-d (concatenated), got {}", n, targets.str()),
+            loc);
+      const int64_t blank = attr<Op::ctc_loss, "blank">(attrs);
+      if (blank < 0 || blank >= c)
+        fail_op(op, fmt::format("blank {} is not a class of log_probs {}", blank, lp.str()), loc);
+      if (op == Op::ctc_loss) return Type{lp.dtype, {n}};
+      if (args[4] != Type{lp.dtype, {n}})
+        fail_op(op,
+                fmt::format("the loss gradient must be {}, got {}", Type{lp.dtype, {n}}.str(),
+                            args[4].str()),
+                loc);
+      return lp;
+    }
+
     case Op::one_hot: {
       const Type& x = args[0];
       if (x.dtype != DType::i64) fail_op(op, "labels must be i64, got " + x.str(), loc);

@@ -28,7 +28,7 @@ enum class OpCategory : uint8_t {
   // the same collectives in the same order (their seq), and a start's
   // buffer is read only by its wait.
   collective,
-  opaque,
+  opaque,  // a kernel of its own over whole operands (ctc_loss): passes move it, never look in
 };
 
 constexpr int kNumOps = 0

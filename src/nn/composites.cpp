@@ -34,6 +34,15 @@ Pool2dOptions pool_options(const CompositeAttrs& a) {
   return o;
 }
 
+// torch's reduction enum: 0 none, 1 mean, 2 sum.
+Reduction reduction(const CompositeAttrs& a, std::string_view composite, Loc loc) {
+  const int64_t r = a.i64("reduction");
+  if (r < 0 || r > 2)
+    throw Error(fmt::format("{}: reduction {} is not 0 (none), 1 (mean) or 2 (sum){}", composite, r,
+                            at(SourceLoc::from(loc))));
+  return r == 0 ? Reduction::none : r == 1 ? Reduction::mean : Reduction::sum;
+}
+
 // clang-format off
 const Composite kTable[] = {
   {"avg_pool2d", "x",
@@ -55,6 +64,15 @@ const Composite kTable[] = {
   {"clamp", "x", "min:float=nan max:float=nan", "y",
    "min(max(x, min), max), a bound nan when absent; gradient 1 at the bounds",
    [](In in, A a, Loc loc) -> Out { return {clamp(in[0], a.f64("min"), a.f64("max"), loc)}; }},
+  {"ctc_loss", "log_probs targets input_lengths target_lengths",
+   "blank:int=0 reduction:int=1 zero_infinity:int=0", "loss",
+   "the connectionist temporal classification loss of log_probs [T, N, C] (log-probabilities) "
+   "given targets [N, S] or concatenated and each sample's lengths; reduction 0 none (per "
+   "sample), 1 mean of each divided by its target length, 2 sum",
+   [](In in, A a, Loc loc) -> Out {
+     return {ctc_loss(in[0], in[1], in[2], in[3], a.i64("blank"), reduction(a, "ctc_loss", loc),
+                      a.flag("zero_infinity"), loc)};
+   }},
   {"dropout", "x", "p:float training:int=1", "y",
    "zeroes elements with probability p (uniform draw below 1 - p keeps), scales the rest by "
    "1/(1 - p)",
@@ -113,12 +131,8 @@ const Composite kTable[] = {
    "-weight[label] logp[label] per position of [N, C, d...], 0 where the label is ignore_index; "
    "reduction 0 none, 1 mean over the weights of the positions not ignored, 2 sum",
    [](In in, A a, Loc loc) -> Out {
-     const int64_t r = a.i64("reduction");
-     if (r < 0 || r > 2)
-       throw Error(fmt::format("nll_loss: reduction {} is not 0 (none), 1 (mean) or 2 (sum){}", r,
-                               at(SourceLoc::from(loc))));
-     const Reduction red = r == 0 ? Reduction::none : r == 1 ? Reduction::mean : Reduction::sum;
-     return {nll_loss(in[0], in[1], in[2], red, a.i64("ignore_index"), loc)};
+     return {nll_loss(in[0], in[1], in[2], reduction(a, "nll_loss", loc), a.i64("ignore_index"),
+                      loc)};
    }},
   {"prelu", "x weight", "", "y", "x for x > 0, else weight x, weight one value or one per channel",
    [](In in, A, Loc loc) -> Out { return {prelu(in[0], in[1], loc)}; }},

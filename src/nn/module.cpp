@@ -169,4 +169,16 @@ Tensor nll_loss(const Tensor& logp, const Tensor& labels, const Tensor& weight, 
   return div(total, count, loc);
 }
 
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, int64_t blank, Reduction reduction,
+                bool zero_infinity, Loc loc) {
+  Tensor losses =
+      ws::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity, loc);
+  if (reduction == Reduction::none) return losses;
+  if (reduction == Reduction::sum) return sum(losses, {0}, loc);
+  const Tensor at_least_one = clamp(target_lengths, 1, std::nan(""), loc);
+  Tensor per_target = div(losses, cast(at_least_one, losses.dtype(), loc), loc);
+  return mean(per_target, {0}, loc);
+}
+
 }  // namespace ws::nn

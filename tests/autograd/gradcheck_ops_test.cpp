@@ -194,6 +194,21 @@ std::map<Op, std::vector<CaseFn>> cases() {
     ValueId table = c.input({5, 2, 2});
     return c.check(c.b().add(Op::gather, {table, indices(c)}));
   });
+  // Through log-probabilities (x minus its log-sum-exp over the classes),
+  // where torch's gradient, ctc_loss's rule, is the loss's own: padded
+  // targets with a repeat, a sample shorter than the input, an empty target.
+  m[Op::ctc_loss].push_back([] {
+    OpCase c;
+    ir::Builder& b = c.b();
+    const ValueId x = c.input({5, 3, 4});
+    const ValueId norm = b.unary(Op::log, b.reduce(Op::reduce_sum, b.unary(Op::exp, x), {2}));
+    const ValueId lp = b.binary(Op::sub, x, b.broadcast_to(b.reshape(norm, {5, 3, 1}), {5, 3, 4}));
+    const ir::Type lengths{DType::i64, {3}};
+    return c.check(b.add(Op::ctc_loss,
+                         {lp, b.constant({1, 1, 3, 2, 0, 0, 0, 0, 0}, ir::Type{DType::i64, {3, 3}}),
+                          b.constant({5, 4, 2}, lengths), b.constant({3, 1, 0}, lengths)},
+                         ir::Attrs{{"blank", int64_t(0)}}));
+  });
   m[Op::scatter_add].push_back([indices] {
     OpCase c;
     ValueId src = c.input({2, 3, 4});

@@ -114,6 +114,28 @@ TEST(LayersGradcheck, EmbeddingWithRepeatedIndices) {
   EXPECT_TRUE(r.ok) << r.report;
 }
 
+// Through log_softmax torch's CTC gradient is the loss's own: finite
+// differences of the parameters agree, for each reduction.
+TEST(LayersGradcheck, CtcLossThroughLogSoftmax) {
+  manual_seed(6);
+  Probe<nn::Linear> m(3, 4);
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>{1, 1, 3, 2, 0, 0}, {2, 3});
+  const Tensor input_lengths = Tensor::from_vector(std::vector<int64_t>{5, 4}, {2});
+  const Tensor target_lengths = Tensor::from_vector(std::vector<int64_t>{3, 1}, {2});
+  for (nn::Reduction red : {nn::Reduction::none, nn::Reduction::mean, nn::Reduction::sum}) {
+    SCOPED_TRACE(int(red));
+    auto r = check_layer(
+        m,
+        [&](const Tensor& x) {
+          return nn::ctc_loss(nn::log_softmax(m.layer(x), 2), targets, input_lengths,
+                              target_lengths, 0, red)
+              .reshape({red == nn::Reduction::none ? 2 : 1});
+        },
+        randn({5, 2, 3}));
+    EXPECT_TRUE(r.ok) << r.report;
+  }
+}
+
 TEST(LayersGradcheck, CausalSelfAttentionAndPooling) {
   manual_seed(5);
   Probe<nn::CausalSelfAttention> m(8, 2);

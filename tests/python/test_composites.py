@@ -27,6 +27,10 @@ X = t(4, 6, 5, 5)
 V = t(3, 7)
 W6 = t(6)
 
+# log-probabilities [T, N, C], padded targets [N, S], input and target lengths
+CTC = [F.log_softmax(t(6, 2, 4), 2), torch.tensor([[1, 1, 3], [3, 0, 0]]), torch.tensor([6, 5]),
+       torch.tensor([3, 1])]
+
 # composite: [(torch function, example arguments, operands of the composite
 # by argument index (None: absent), its attributes)]
 CASES = {
@@ -85,13 +89,17 @@ CASES = {
                  (lambda x, y, w: F.nll_loss(x, y, w, ignore_index=1, reduction="sum"),
                   [X, torch.zeros(4, 5, 5, dtype=torch.long), W6], [0, 1, 2],
                   {"ignore_index": 1, "reduction": 2})],
+    "ctc_loss": [(lambda lp, y, il, tl: F.ctc_loss(lp, y, il, tl, reduction="none"), CTC,
+                  [0, 1, 2, 3], {"reduction": 0}),
+                 (lambda lp, y, il, tl: F.ctc_loss(lp, y, il, tl, blank=2), CTC, [0, 1, 2, 3],
+                  {"blank": 2})],
 }
 
 
 def imported(fn, examples):
     """The IR text of `fn` traced by make_fx and imported, its arguments data
     inputs and its result a user output."""
-    gm = make_fx(lambda *args: fn(*args))(*examples)
+    gm = make_fx(lambda *args: fn(*args), tracing_mode="fake")(*examples)
     g = _C.Graph()
     out = Importer(gm, g, [("data", ir_dtype(e.dtype), list(e.shape)) for e in examples]).run()
     g.output("user", out, "out")

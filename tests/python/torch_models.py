@@ -148,6 +148,30 @@ class CharRNN(nn.Module):
         return self.head(h if self.batch_first else h.transpose(0, 1))
 
 
+class SpeechCTC(nn.Module):
+    """A speech recognizer as CTC tutorials write it: Conv1d features over
+    a spectrogram [N, F, T], BatchNorm1d, a bidirectional GRU, per-frame
+    log-probabilities of the classes (blank 0) as [T, N, C]."""
+
+    def __init__(self, features=16, hidden=24, classes=8):
+        super().__init__()
+        self.conv = nn.Conv1d(features, hidden, 3, padding=1)
+        self.bn = nn.BatchNorm1d(hidden)
+        self.gru = nn.GRU(hidden, hidden, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(2 * hidden, classes)
+
+    def forward(self, x):
+        h = F.relu(self.bn(self.conv(x))).transpose(1, 2)
+        h, _ = self.gru(h)
+        return self.out(h).log_softmax(2).transpose(0, 1)
+
+
+def ctc_loss(log_probs, y):
+    """y [N, S + 2]: each sample's targets padded to S, then its input and
+    target lengths (a sample too short for its targets costs 0)."""
+    return F.ctc_loss(log_probs, y[:, :-2], y[:, -2], y[:, -1], zero_infinity=True)
+
+
 def segmentation_loss(logits, target):
     return F.cross_entropy(logits, target, ignore_index=2)
 
@@ -173,6 +197,17 @@ def _waves(gen):
     return torch.randn(8, 1, 64, generator=gen), torch.randint(0, 10, (8,), generator=gen)
 
 
+def _utterances(gen):
+    """Spectrograms of 20 frames, lengths 14 to 20; up to 6 targets of
+    classes 1 to 7, repeats included."""
+    n, frames, most = 6, 20, 6
+    target_lengths = torch.randint(1, most + 1, (n, 1), generator=gen)
+    input_lengths = torch.randint(frames - 6, frames + 1, (n, 1), generator=gen)
+    targets = torch.randint(1, 8, (n, most), generator=gen)
+    return (torch.randn(n, 16, frames, generator=gen),
+            torch.cat([targets, input_lengths, target_lengths], 1))
+
+
 def _pixels(gen):
     return (torch.randn(2, 3, 16, 16, generator=gen),
             torch.randint(0, 3, (2, 16, 16), generator=gen))
@@ -192,6 +227,7 @@ MODELS = {
     "char_lstm": (CharRNN, _tokens, lm_loss),
     "char_gru": (lambda: CharRNN("GRU", batch_first=False, bidirectional=True), _tokens, lm_loss),
     "char_rnn": (lambda: CharRNN("RNN"), _tokens, lm_loss),
+    "speech_ctc": (SpeechCTC, _utterances, ctc_loss),
 }
 
 OPTIMIZERS = {
