@@ -168,6 +168,15 @@ struct Conv2dOptions {
 };
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& opts = {},
               Loc loc = Loc::current());
+// 3-d convolution of x [N, C, D, H, W] with w [O, C/groups, KD, KH, KW] (no
+// bias), as torch.nn.functional.conv3d: op conv2d of 5-d operands. Triples
+// are {depth, height, width}.
+struct Conv3dOptions {
+  std::vector<int64_t> stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1};
+  int64_t groups = 1;
+};
+Tensor conv3d(const Tensor& x, const Tensor& w, const Conv3dOptions& opts = {},
+              Loc loc = Loc::current());
 // Pooling over [N, C, H, W]; stride defaults to the kernel size (pass {}).
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0}, Loc loc = Loc::current());

@@ -3,7 +3,6 @@ and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
 
-from ._aten_space import conv3d, conv_transpose3d
 from ._ir import Unsupported, along, aten, out_dtype
 
 
@@ -94,18 +93,12 @@ def _trilinear(b, node, x1, x2, x3, expand1, expand2, expand3, sumdim, unroll_di
 @aten("convolution.default", torch=_CONVOLUTIONS)
 def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
-    """2-d convolutions, 1-d ones as 2-d over a height of 1, 3-d ones over
-    depth slices (_aten_space.py); a transposed convolution is conv2d's input
+    """2-d and 3-d convolutions (conv2d of 4-d or 5-d operands), 1-d ones as
+    2-d over a height of 1; a transposed convolution is conv2d's input
     gradient (its own gradients are conv2d and conv2d's weight gradient)."""
     rank = len(b.shape(x))
     out_shape = list(node.meta["val"].shape)
-    if rank == 5:
-        y = (conv_transpose3d(b, x, w, stride, padding, dilation, groups, out_shape)
-             if transposed else conv3d(b, x, w, stride, padding, dilation, groups))
-        if bias is not None:
-            y = b.op("add", [y, along(b, bias, b.shape(y), 1)])
-        return y
-    if rank not in (3, 4):
+    if rank not in (3, 4, 5):
         raise Unsupported(f"a {'transposed ' if transposed else ''}{rank - 2}-d convolution "
                           f"(1-d, 2-d and 3-d)")
     if rank == 3:  # [N, C, L] as [N, C, 1, L]
@@ -116,8 +109,8 @@ def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, out
     attrs = dict(stride=list(stride), padding=list(padding), dilation=list(dilation),
                  groups=groups)
     if transposed:
-        shape4 = out_shape if rank == 4 else out_shape[:2] + [1] + out_shape[2:]
-        y = b.op("conv2d_input_grad", [x, w], input_shape=shape4, **attrs)
+        shape = out_shape if rank != 3 else out_shape[:2] + [1] + out_shape[2:]
+        y = b.op("conv2d_input_grad", [x, w], input_shape=shape, **attrs)
     else:
         y = b.op("conv2d", [x, w], **attrs)
     if rank == 3:

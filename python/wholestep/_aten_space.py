@@ -223,16 +223,16 @@ def _col2im(b, node, cols, output_size, kernel_size, dilation, padding, stride):
     return image if batched else b.reshape(image, [c, h, w])
 
 
-# ---------------------------------------------------------------- 3-d convolution and pooling
+# ---------------------------------------------------------------- 3-d pooling
 #
 # Over [N, C, D, H, W], as 2-d ops over depth slices: the depth offsets of
 # a kernel are gathered (the input padded in depth first), each becomes a
 # batch of 2-d planes [N*D', C, H, W], and the per-offset results combine:
-# convolutions sum, max pooling keeps the first maximum (torch's window
-# order), average pooling sums and divides.
+# max pooling keeps the first maximum (torch's window order), average
+# pooling sums and divides. (3-d convolutions are conv2d of 5-d operands.)
 
-_VOLUME = ('`nn.Conv3d`, `nn.MaxPool3d`, `nn.AvgPool3d`, `nn.AdaptiveAvgPool3d` (video '
-           'models), `nn.LocalResponseNorm`')
+_VOLUME = ('`nn.MaxPool3d`, `nn.AvgPool3d`, `nn.AdaptiveAvgPool3d` (video models), '
+           '`nn.LocalResponseNorm`')
 _VOLUME_LIMITS = ('pooling dilated in depth only (as 2-d pooling, not in height or width)')
 
 
@@ -274,48 +274,6 @@ def _from_planes(b, y, n, out_d):
     """[N*D', C', H', W'] back to [N, C', D', H', W']."""
     _, c, h, w = b.shape(y)
     return b.transpose(b.reshape(y, [n, out_d, c, h, w]), [0, 2, 1, 3, 4])
-
-
-def conv3d(b, x, w, stride, padding, dilation, groups):
-    stride, padding, dilation = _triple(stride), _triple(padding), _triple(dilation)
-    n = b.shape(x)[0]
-    o, cg, kd, kh, kw = b.shape(w)
-    planes, out_d = _depth_slices(b, x, kd, stride[0], padding[0], dilation[0], 0.0)
-    total = None
-    for k, plane in enumerate(planes):
-        wk = b.reshape(b.op("slice", [w], axis=2, start=k, end=k + 1), [o, cg, kh, kw])
-        y = b.op("conv2d", [plane, wk], stride=stride[1:], padding=padding[1:],
-                 dilation=dilation[1:], groups=groups)
-        total = y if total is None else b.op("add", [total, y])
-    return _from_planes(b, total, n, out_d)
-
-
-def conv_transpose3d(b, x, w, stride, padding, dilation, groups, out_shape):
-    """A transposed 3-d convolution: for each depth offset k of the kernel,
-    the 2-d transposed convolution of every input plane with that slice of
-    the kernel, each plane i landing at output depth i*s - p + k*dilation;
-    summed over k (no work on the zeros a stride would insert)."""
-    stride, padding, dilation = _triple(stride), _triple(padding), _triple(dilation)
-    n, c, d, h, w_ = b.shape(x)
-    kd = b.shape(w)[2]
-    out_d, o = out_shape[2], out_shape[1]
-    planes = b.reshape(b.transpose(x, [0, 2, 1, 3, 4]), [n * d, c, h, w_])
-    zero = b.full(0.0, b.dtype(x), [n, 1, o, *out_shape[3:]])
-    total = None
-    for k in range(kd):
-        wk = b.reshape(b.op("slice", [w], axis=2, start=k, end=k + 1),
-                       [c, b.shape(w)[1], *b.shape(w)[3:]])
-        y = b.op("conv2d_input_grad", [planes, wk], input_shape=[n * d, o, *out_shape[3:]],
-                 stride=stride[1:], padding=padding[1:], dilation=dilation[1:], groups=groups)
-        y = b.op("concat", [b.reshape(y, [n, d, o, *out_shape[3:]]), zero], axis=1)
-        # output depth od reads plane (od + p - k*dilation) / s, or the zeros
-        index = []
-        for od in range(out_d):
-            i, r = divmod(od + padding[0] - k * dilation[0], stride[0])
-            index.append(i if r == 0 and 0 <= i < d else d)
-        y = b.take(y, 1, index)
-        total = y if total is None else b.op("add", [total, y])
-    return b.transpose(total, [0, 2, 1, 3, 4])
 
 
 @aten("max_pool3d_with_indices.default", torch=_VOLUME, limits=_VOLUME_LIMITS)

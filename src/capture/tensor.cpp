@@ -181,13 +181,30 @@ Tensor iota(const Shape& shape, int64_t axis, DType dtype, Loc loc) {
   return Tensor(std::move(impl));
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
+namespace {
+
+// Op conv2d: 4-d operands a 2-d convolution, 5-d a 3-d one.
+template <class Options>
+Tensor convolution(const Tensor& x, const Tensor& w, const Options& o, Loc loc) {
   return apply(Op::conv2d, {&x, &w},
                ir::make_attrs<Op::conv2d>({{"dilation", o.dilation},
                                            {"groups", o.groups},
                                            {"padding", o.padding},
                                            {"stride", o.stride}}),
                loc);
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
+  return convolution(x, w, o, loc);
+}
+
+Tensor conv3d(const Tensor& x, const Tensor& w, const Conv3dOptions& o, Loc loc) {
+  if (impl_of(x, "conv3d", loc).type.rank() != 5)
+    throw Error(fmt::format("conv3d: the input must be 5-d [N, C, D, H, W], got {}{}", x.str(),
+                            at(SourceLoc::from(loc))));
+  return convolution(x, w, o, loc);
 }
 
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,

@@ -41,7 +41,7 @@ dnnl::memory::desc matrix(const Shape& shape, std::vector<int64_t> strides, bool
 
 int64_t matmul_flops(const MatmulDims& d) { return 2 * d.batch * d.m * d.n * d.k; }
 int64_t conv_flops(const Conv2dGeom& g) {
-  return 2 * g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw;
+  return 2 * g.n * g.out_image() * (g.c / g.groups) * g.kd * g.kh * g.kw;
 }
 
 // One oneDNN matmul primitive for the team pinned now.
@@ -211,23 +211,39 @@ struct ConvDescs {
   dims stride, dilation, pad_l, pad_r;
 };
 
+// PyTorch floors the output size: the right padding is what that leaves.
+int64_t right_pad(int64_t out, int64_t in, int64_t k, int64_t s, int64_t p, int64_t dil) {
+  return (out - 1) * s + dil * (k - 1) + 1 - in - p;
+}
+
 ConvDescs conv_descs(const Conv2dGeom& g) {
   ConvDescs c;
-  const dims x{g.n, g.c, g.h, g.w}, y{g.n, g.o, g.oh, g.ow};
-  const dims w = g.groups == 1 ? dims{g.o, g.c, g.kh, g.kw}
-                               : dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw};
-  c.x = {x, dt::f32, tag::nchw};
-  c.y = {y, dt::f32, tag::nchw};
-  c.w = {w, dt::f32, g.groups == 1 ? tag::oihw : tag::goihw};
+  const bool v = g.volume, grouped = g.groups > 1;
+  const dims x = v ? dims{g.n, g.c, g.d, g.h, g.w} : dims{g.n, g.c, g.h, g.w};
+  const dims y = v ? dims{g.n, g.o, g.od, g.oh, g.ow} : dims{g.n, g.o, g.oh, g.ow};
+  dims w{g.o, g.c / g.groups};
+  if (grouped) w = {g.groups, g.o / g.groups, g.c / g.groups};
+  if (v) w.push_back(g.kd);
+  w.insert(w.end(), {g.kh, g.kw});
+  const tag plain = v ? tag::ncdhw : tag::nchw;
+  c.x = {x, dt::f32, plain};
+  c.y = {y, dt::f32, plain};
+  c.w = {w, dt::f32, v ? (grouped ? tag::goidhw : tag::oidhw) : (grouped ? tag::goihw : tag::oihw)};
   c.x_any = {x, dt::f32, tag::any};
   c.y_any = {y, dt::f32, tag::any};
   c.w_any = {w, dt::f32, tag::any};
+  // oneDNN counts dilation from 0
   c.stride = {g.sh, g.sw};
-  c.dilation = {g.dh - 1, g.dw - 1};  // oneDNN counts dilation from 0
+  c.dilation = {g.dh - 1, g.dw - 1};
   c.pad_l = {g.ph, g.pw};
-  // PyTorch floors the output size: the right padding is what that leaves.
-  c.pad_r = {(g.oh - 1) * g.sh + g.dh * (g.kh - 1) + 1 - g.h - g.ph,
-             (g.ow - 1) * g.sw + g.dw * (g.kw - 1) + 1 - g.w - g.pw};
+  c.pad_r = {right_pad(g.oh, g.h, g.kh, g.sh, g.ph, g.dh),
+             right_pad(g.ow, g.w, g.kw, g.sw, g.pw, g.dw)};
+  if (v) {
+    c.stride.insert(c.stride.begin(), g.sd);
+    c.dilation.insert(c.dilation.begin(), g.dd - 1);
+    c.pad_l.insert(c.pad_l.begin(), g.pd);
+    c.pad_r.insert(c.pad_r.begin(), right_pad(g.od, g.d, g.kd, g.sd, g.pd, g.dd));
+  }
   return c;
 }
 
@@ -267,9 +283,15 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
     k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2, c.w, pd.diff_weights_desc());
     k->set_main<dnnl::convolution_backward_weights>(pd, flops);
   }
-  k->finish(fmt::format("{} x [{},{},{},{}] w [{},{},{},{}] stride {}x{} padding {}x{} groups {}",
-                        ir::op_name(op), g.n, g.c, g.h, g.w, g.o, g.c / g.groups, g.kh, g.kw, g.sh,
-                        g.sw, g.ph, g.pw, g.groups));
+  if (g.volume)
+    k->finish(fmt::format(
+        "{} x [{},{},{},{},{}] w [{},{},{},{},{}] stride {}x{}x{} padding {}x{}x{} groups {}",
+        ir::op_name(op), g.n, g.c, g.d, g.h, g.w, g.o, g.c / g.groups, g.kd, g.kh, g.kw, g.sd, g.sh,
+        g.sw, g.pd, g.ph, g.pw, g.groups));
+  else
+    k->finish(fmt::format("{} x [{},{},{},{}] w [{},{},{},{}] stride {}x{} padding {}x{} groups {}",
+                          ir::op_name(op), g.n, g.c, g.h, g.w, g.o, g.c / g.groups, g.kh, g.kw,
+                          g.sh, g.sw, g.ph, g.pw, g.groups));
   return k;
 }
 
@@ -348,7 +370,7 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
   // 2x2 and 4x4 maps 2-25x faster, 8x8 stride 1 and larger maps slower).
   // The cap on N*S bounds the unfolded input in the scratch.
   if (op == Op::conv2d_weight_grad)
-    return g.groups == 1 && g.oh * g.ow <= 16 && g.n * g.oh * g.ow <= 256
+    return !g.volume && g.groups == 1 && g.oh * g.ow <= 16 && g.n * g.oh * g.ow <= 256
                ? make_weight_grad_cols(g)
                : make_weight_grad_in_parts(g);
   return make_conv(op, g);

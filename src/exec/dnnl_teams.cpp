@@ -44,9 +44,9 @@ class BatchPartsOp final : public BackendOp {
  public:
   explicit BatchPartsOp(const Conv2dGeom& g) {
     const int64_t parts = std::min(g.n, kWeightGradParts);
-    x_image_ = g.c * g.h * g.w;
-    dy_image_ = g.o * g.oh * g.ow;
-    dw_numel_ = g.o * (g.c / g.groups) * g.kh * g.kw;
+    x_image_ = g.in_image();
+    dy_image_ = g.out_image();
+    dw_numel_ = g.weight_numel();
     TeamScope one(1);  // each part runs on one thread
     for (int64_t i = 0; i < parts; ++i) {
       Conv2dGeom gi = g;

@@ -99,21 +99,26 @@ void for_each_tap(const Conv2dGeom& g, F&& f) {
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oc = 0; oc < g.o; ++oc) {
       const int64_t c0 = (oc / og) * cg;  // first input channel of oc's group
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const int64_t yi = ((b * g.o + oc) * g.oh + oy) * g.ow + ox;
-          for (int64_t ic = 0; ic < cg; ++ic)
-            for (int64_t ky = 0; ky < g.kh; ++ky) {
-              const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
-              if (iy < 0 || iy >= g.h) continue;
-              for (int64_t kx = 0; kx < g.kw; ++kx) {
-                const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
-                if (ix < 0 || ix >= g.w) continue;
-                f(yi, ((b * g.c + c0 + ic) * g.h + iy) * g.w + ix,
-                  ((oc * cg + ic) * g.kh + ky) * g.kw + kx);
+      for (int64_t oz = 0; oz < g.od; ++oz)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            const int64_t yi = (((b * g.o + oc) * g.od + oz) * g.oh + oy) * g.ow + ox;
+            for (int64_t ic = 0; ic < cg; ++ic)
+              for (int64_t kz = 0; kz < g.kd; ++kz) {
+                const int64_t iz = in_pos(oz, kz, g.sd, g.pd, g.dd);
+                if (iz < 0 || iz >= g.d) continue;
+                for (int64_t ky = 0; ky < g.kh; ++ky) {
+                  const int64_t iy = in_pos(oy, ky, g.sh, g.ph, g.dh);
+                  if (iy < 0 || iy >= g.h) continue;
+                  for (int64_t kx = 0; kx < g.kw; ++kx) {
+                    const int64_t ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
+                    if (ix < 0 || ix >= g.w) continue;
+                    f(yi, (((b * g.c + c0 + ic) * g.d + iz) * g.h + iy) * g.w + ix,
+                      (((oc * cg + ic) * g.kd + kz) * g.kh + ky) * g.kw + kx);
+                  }
+                }
               }
-            }
-        }
+          }
     }
 }
 
@@ -130,16 +135,15 @@ void accumulate_taps(const Conv2dGeom& g, int64_t n, T* out, F&& term) {
 
 template <class T>
 void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y) {
-  accumulate_taps(g, g.n * g.o * g.oh * g.ow, y,
-                  [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
-                    a[yi] += double(x[xi]) * double(w[wi]);
-                  });
+  accumulate_taps(g, g.n * g.out_image(), y, [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
+    a[yi] += double(x[xi]) * double(w[wi]);
+  });
 }
 
 // The transposed convolution: every tap adds dy * w into dx.
 template <class T>
 void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx) {
-  accumulate_taps(g, g.n * g.c * g.h * g.w, dx, [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
+  accumulate_taps(g, g.n * g.in_image(), dx, [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
     a[xi] += double(dy[yi]) * double(w[wi]);
   });
 }
@@ -147,10 +151,9 @@ void conv2d_input_grad_ref(const Conv2dGeom& g, const T* dy, const T* w, T* dx) 
 // dw = sum over images and output positions of dy * x.
 template <class T>
 void conv2d_weight_grad_ref(const Conv2dGeom& g, const T* x, const T* dy, T* dw) {
-  accumulate_taps(g, g.o * (g.c / g.groups) * g.kh * g.kw, dw,
-                  [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
-                    a[wi] += double(dy[yi]) * double(x[xi]);
-                  });
+  accumulate_taps(g, g.weight_numel(), dw, [&](double* a, int64_t yi, int64_t xi, int64_t wi) {
+    a[wi] += double(dy[yi]) * double(x[xi]);
+  });
 }
 
 // ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -11,15 +12,25 @@
 namespace ws::ir {
 namespace {
 
-// A pair attribute (stride, padding, ...): two entries >= min, or one used
-// for both dims.
+// A per-dim attribute (stride, padding, ...): `dims` entries >= min, or
+// one used for every dim.
+std::vector<int64_t> per_dim(Op op, const std::vector<int64_t>& v, std::string_view name,
+                             int64_t min, size_t dims, const SourceLoc& loc) {
+  bool fits = v.size() == 1 || v.size() == dims;
+  for (int64_t e : v) fits = fits && e >= min;
+  if (!fits)
+    fail_op(op,
+            fmt::format("{} must be one or {} integers >= {}, got {}", name,
+                        dims == 2 ? "two" : "three", min, shape_str(v)),
+            loc);
+  return v.size() == dims ? v : std::vector<int64_t>(dims, v[0]);
+}
+
+// A pooling's pair attribute.
 std::pair<int64_t, int64_t> pair_of(Op op, const std::vector<int64_t>& v, std::string_view name,
                                     int64_t min, const SourceLoc& loc) {
-  if ((v.size() != 1 && v.size() != 2) || v[0] < min || v.back() < min)
-    fail_op(op,
-            fmt::format("{} must be one or two integers >= {}, got {}", name, min, shape_str(v)),
-            loc);
-  return {v[0], v.back()};
+  const std::vector<int64_t> p = per_dim(op, v, name, min, 2, loc);
+  return {p[0], p[1]};
 }
 
 // Output size of a window sliding over `in` (padded by `pad` each side).
@@ -44,11 +55,14 @@ int64_t window_out(Op op, int64_t in, int64_t k, int64_t stride, int64_t pad, in
 
 Conv2dGeom conv2d_geom(Op op, const Attrs& attrs, const Type& x, const Type& w,
                        const SourceLoc& loc) {
-  WS_CHECK(kConvOps.contains(op) && x.rank() == 4 && w.rank() == 4)
+  WS_CHECK(kConvOps.contains(op) && (x.rank() == 4 || x.rank() == 5) && w.rank() == x.rank())
       << op_name(op) << " of " << x.str() << " and " << w.str();
   Conv2dGeom g;
-  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
-  g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
+  g.volume = x.rank() == 5;
+  const size_t s = g.volume ? 1 : 0;  // the first of H, W in the shapes
+  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2 + s], g.w = x.shape[3 + s];
+  g.o = w.shape[0], g.kh = w.shape[2 + s], g.kw = w.shape[3 + s];
+  if (g.volume) g.d = x.shape[2], g.kd = w.shape[2];
   g.groups = attr<kConvOps, "groups">(attrs);
   if (g.groups < 1 || g.c % g.groups != 0 || g.o % g.groups != 0)
     fail_op(op,
@@ -61,11 +75,20 @@ Conv2dGeom conv2d_geom(Op op, const Attrs& attrs, const Type& x, const Type& w,
                         "{} groups",
                         x.str(), g.c, w.str(), w.shape[1], g.groups),
             loc);
-  std::tie(g.sh, g.sw) = pair_of(op, attr<kConvOps, "stride">(attrs), "stride", 1, loc);
-  std::tie(g.ph, g.pw) = pair_of(op, attr<kConvOps, "padding">(attrs), "padding", 0, loc);
-  std::tie(g.dh, g.dw) = pair_of(op, attr<kConvOps, "dilation">(attrs), "dilation", 1, loc);
+  const size_t dims = g.volume ? 3 : 2;
+  const std::vector<int64_t> st = per_dim(op, attr<kConvOps, "stride">(attrs), "stride", 1, dims,
+                                          loc),
+                             pa = per_dim(op, attr<kConvOps, "padding">(attrs), "padding", 0, dims,
+                                          loc),
+                             di = per_dim(op, attr<kConvOps, "dilation">(attrs), "dilation", 1,
+                                          dims, loc);
+  g.sh = st[s], g.sw = st[s + 1], g.ph = pa[s], g.pw = pa[s + 1], g.dh = di[s], g.dw = di[s + 1];
   g.oh = window_out(op, g.h, g.kh, g.sh, g.ph, g.dh, "kernel", loc);
   g.ow = window_out(op, g.w, g.kw, g.sw, g.pw, g.dw, "kernel", loc);
+  if (g.volume) {
+    g.sd = st[0], g.pd = pa[0], g.dd = di[0];
+    g.od = window_out(op, g.d, g.kd, g.sd, g.pd, g.dd, "kernel", loc);
+  }
   return g;
 }
 

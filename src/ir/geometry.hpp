@@ -3,9 +3,10 @@
 // inference makes of them, and the sizes they give. Shape inference and the
 // kernels all take sizes from here, so they cannot disagree.
 //
-// Layouts are PyTorch's: activations NCHW, conv weights [O, C/groups, KH,
-// KW]. stride, padding and dilation are one value for both spatial dims or
-// two (H, W); a convolution's default to stride 1, padding 0, dilation 1,
+// Layouts are PyTorch's: activations NCHW (NCDHW for a 3-d convolution),
+// conv weights [O, C/groups, KH, KW] ([O, C/groups, KD, KH, KW]). stride,
+// padding and dilation are one value for every spatial dim or one per dim
+// (H, W; D, H, W); a convolution's default to stride 1, padding 0, dilation 1,
 // groups 1 (ops.def), a pooling's stride to its kernel, its padding to 0.
 #pragma once
 
@@ -16,14 +17,21 @@
 
 namespace ws::ir {
 
-// A 2-d convolution's sizes. Output size per spatial dim:
+// A 2-d or 3-d convolution's sizes; a 2-d one has a depth of 1 (d, kd and
+// od 1, sd and dd 1, pd 0). Output size per spatial dim:
 //   oh = (h + 2*ph - dh*(kh-1) - 1) / sh + 1
 struct Conv2dGeom {
-  int64_t n = 0, c = 0, h = 0, w = 0;  // input [n, c, h, w]
-  int64_t o = 0, kh = 0, kw = 0;       // weight [o, c/groups, kh, kw]
-  int64_t oh = 0, ow = 0;              // output [n, o, oh, ow]
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input [n, c, (d,) h, w]
+  int64_t o = 0, kh = 0, kw = 0;       // weight [o, c/groups, (kd,) kh, kw]
+  int64_t oh = 0, ow = 0;              // output [n, o, (od,) oh, ow]
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
   int64_t groups = 1;
+  bool volume = false;  // 3-d: operands [N, C, D, H, W]
+  int64_t d = 1, kd = 1, od = 1, sd = 1, pd = 0, dd = 1;
+  // Elements of one input image, of one output image, of the weight.
+  int64_t in_image() const { return c * d * h * w; }
+  int64_t out_image() const { return o * od * oh * ow; }
+  int64_t weight_numel() const { return o * (c / groups) * kd * kh * kw; }
 };
 
 // 2-d pooling over [n, c, h, w] -> [n, c, oh, ow]. Padding counts as -inf
@@ -37,7 +45,8 @@ struct Pool2dGeom {
 };
 
 // The geometry of convolution `op` (conv2d, conv2d_input_grad or
-// conv2d_weight_grad) of input x and weight w, both 4-d: its attributes or
+// conv2d_weight_grad) of input x and weight w, both 4-d or both 5-d (a 3-d
+// convolution): its attributes or
 // their defaults and the output size. Throws ws::Error naming the op and
 // `loc` when they do not fit: groups not dividing both channel counts, w
 // not C/groups channels deep, a stride or dilation below 1 or a negative

@@ -55,13 +55,20 @@ void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& 
   check_floating(op, x, loc);
 }
 
+// A 2-d convolution of [N, C, H, W], or a 3-d one of [N, C, D, H, W].
 Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const SourceLoc& loc) {
-  check_nchw(op, x, "the input", loc);
-  if (w.rank() != 4)
-    fail_op(op, fmt::format("the weight must be 4-d [O, C/groups, KH, KW], got {}", w.str()), loc);
+  if (x.rank() != 5) check_nchw(op, x, "the input", loc);
+  check_floating(op, x, loc);
+  if (w.rank() != x.rank())
+    fail_op(op,
+            x.rank() == 5
+                ? fmt::format("the weight must be 5-d [O, C/groups, KD, KH, KW], got {}", w.str())
+                : fmt::format("the weight must be 4-d [O, C/groups, KH, KW], got {}", w.str()),
+            loc);
   if (w.dtype != x.dtype)
     fail_op(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
   const Conv2dGeom g = conv2d_geom(op, attrs, x, w, loc);
+  if (g.volume) return Type{x.dtype, {g.n, g.o, g.od, g.oh, g.ow}};
   return Type{x.dtype, {g.n, g.o, g.oh, g.ow}};
 }
 

@@ -50,6 +50,20 @@ TEST(TensorErrors, MatmulShapeMismatchNamesBothShapesAndLine) {
   EXPECT_TRUE(has(msg, "tensor_errors_test.cpp:" + std::to_string(line))) << msg;
 }
 
+// conv3d runs eagerly here (outside a trace): a volume through oneDNN or
+// the reference, and the errors of a wrong rank or a per-dim option of the
+// wrong length.
+TEST(TensorErrors, Conv3dTakesVolumesAndNamesWhatDoesNotFit) {
+  Tensor x = Tensor::full({1, 2, 3, 4, 4}, 1.0), w = Tensor::full({3, 2, 2, 3, 3}, 1.0);
+  Tensor y = conv3d(x, w, {.padding = {0, 1, 1}});
+  EXPECT_EQ(y.shape(), (Shape{1, 3, 2, 4, 4}));
+  EXPECT_EQ(y.to_vector()[5], 2 * 2 * 3 * 3);  // depth 0, row 1, column 1: every tap inside
+  std::string rank = error_of([&] { conv3d(Tensor::full({1, 2, 4, 4}, 1.0), w); });
+  EXPECT_TRUE(has(rank, "must be 5-d [N, C, D, H, W], got f32[1,2,4,4]")) << rank;
+  std::string pairs = error_of([&] { conv3d(x, w, {.stride = {1, 1}}); });
+  EXPECT_TRUE(has(pairs, "stride must be one or three integers >= 1, got [1,1]")) << pairs;
+}
+
 TEST(TensorErrors, AddBroadcastMismatchNamesBothShapesAndLine) {
   Tensor a = Tensor::zeros({4, 3}), b = Tensor::zeros({2});
   const int line = __LINE__ + 1;

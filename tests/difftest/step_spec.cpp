@@ -222,11 +222,19 @@ Tensor SpecModel::apply(size_t i, const std::vector<Tensor>& v) {
     }
     case OpKind::conv: {
       const std::vector<int64_t> c = ints(8);
-      need(rank == 4, "conv of a non-4-d value");
+      need(rank == 4 || rank == 5, "conv of a value not 4-d or 5-d");
       need(c[6] > 0 && s[1] % c[6] == 0 && c[0] % c[6] == 0, "groups");
+      const int64_t pw = c.size() > 8 ? c[8] : c[4];
+      if (rank == 5) {  // a kh x kh x kw kernel: depth as height
+        const double bound = 1.0 / std::sqrt(double(s[1] / c[6] * c[1] * c[1] * c[2]));
+        Tensor w = param(i, 0, {c[0], s[1] / c[6], c[1], c[1], c[2]}, bound);
+        Conv3dOptions opts{{c[3], c[3], c[3]}, {c[4], c[4], pw}, {c[5], c[5], c[5]}, c[6]};
+        Tensor y = conv3d(a, w, opts);
+        if (c[7]) y = add(y, reshape(param(i, 1, {c[0]}, bound), {1, c[0], 1, 1, 1}));
+        return y;
+      }
       const double bound = 1.0 / std::sqrt(double(s[1] / c[6] * c[1] * c[2]));
       Tensor w = param(i, 0, {c[0], s[1] / c[6], c[1], c[2]}, bound);
-      const int64_t pw = c.size() > 8 ? c[8] : c[4];
       Conv2dOptions opts{{c[3], c[3]}, {c[4], pw}, {c[5], c[5]}, c[6]};
       Tensor y = conv2d(a, w, opts);
       if (c[7]) y = add(y, reshape(param(i, 1, {c[0]}, bound), {1, c[0], 1, 1}));
@@ -420,7 +428,7 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
       o.ints = some_axes(g, std::max<int64_t>(r, 1));
       break;
     case OpKind::conv: {
-      const int64_t c = r == 4 ? s[1] : 1;
+      const int64_t c = r == 4 || r == 5 ? s[1] : 1;
       const int64_t groups = g.coin(0.3) ? (g.coin() ? c : g.of({2, 3, 4})) : 1;
       const int64_t out =
           g.coin(0.3) && groups > 1 ? groups * g.of({1, 2}) : g.of({1, 2, 3, 4, 5, 8, 16});
@@ -486,8 +494,11 @@ Spec generate(uint64_t seed, int max_ops) {
   Gen g{std::mt19937_64(seed)};
   Spec s;
   s.seed = seed;
-  const int shape_kind = g.pick(4);
-  if (shape_kind < 2)
+  const int shape_kind = g.pick(5);
+  if (shape_kind == 4)  // a volume: 3-d convolutions
+    s.input = {g.of({1, 2, 3}), g.of({1, 2, 3, 4}), g.of({1, 2, 3, 5}), g.of({1, 2, 4, 5, 7}),
+               g.of({1, 3, 4, 6})};
+  else if (shape_kind < 2)
     s.input = {g.of({1, 2, 3, 4}), g.of({1, 2, 3, 4, 5, 8, 16}), g.of({1, 2, 3, 4, 5, 7, 8, 9, 16}),
                g.of({1, 2, 3, 4, 5, 7, 8, 9, 16})};
   else if (shape_kind == 2)

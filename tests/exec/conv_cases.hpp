@@ -28,13 +28,40 @@ inline Conv2dGeom conv_geom(int64_t n, int64_t c, int64_t h, int64_t w, int64_t 
   return g;
 }
 
-inline int64_t x_size(const Conv2dGeom& g) { return g.n * g.c * g.h * g.w; }
-inline int64_t w_size(const Conv2dGeom& g) { return g.o * (g.c / g.groups) * g.kh * g.kw; }
-inline int64_t y_size(const Conv2dGeom& g) { return g.n * g.o * g.oh * g.ow; }
+// A 3-d convolution: `g` (2-d, its sizes filled in) given a depth `d`,
+// kernel depth `kd`, stride, padding and dilation in depth.
+inline Conv2dGeom in_depth(Conv2dGeom g, int64_t d, int64_t kd, int64_t sd = 1, int64_t pd = 0,
+                           int64_t dd = 1) {
+  g.volume = true;
+  g.d = d, g.kd = kd, g.sd = sd, g.pd = pd, g.dd = dd;
+  g.od = (d + 2 * pd - dd * (kd - 1) - 1) / sd + 1;
+  return g;
+}
+
+inline int64_t x_size(const Conv2dGeom& g) { return g.n * g.in_image(); }
+inline int64_t w_size(const Conv2dGeom& g) { return g.weight_numel(); }
+inline int64_t y_size(const Conv2dGeom& g) { return g.n * g.out_image(); }
 
 inline std::string describe(const Conv2dGeom& g) {
-  return fmt::format("n={} c={} h={} w={} o={} k={}x{} s={},{} p={},{} d={},{} groups={}", g.n, g.c,
-                     g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);
+  std::string s =
+      fmt::format("n={} c={} h={} w={} o={} k={}x{} s={},{} p={},{} d={},{} groups={}", g.n, g.c,
+                  g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups);
+  if (g.volume) s += fmt::format(" depth={} kd={} sd={} pd={} dd={}", g.d, g.kd, g.sd, g.pd, g.dd);
+  return s;
+}
+
+// 3-d geometries: video models' stems and blocks (a 3x7x7 stem with stride
+// 1x2x2, 3x3x3 blocks, r2plus1d's 1x3x3 and 3x1x1 halves), depth strides,
+// padding and dilation, groups.
+inline std::vector<Conv2dGeom> conv3d_geometries() {
+  return {
+      in_depth(conv_geom(2, 3, 9, 9, 4, 7, 7, 2, 2, 3, 3), 5, 3, 1, 1),
+      in_depth(conv_geom(2, 4, 6, 5, 6, 3, 3, 1, 1, 1, 1), 4, 3, 1, 1),
+      in_depth(conv_geom(2, 4, 6, 6, 4, 3, 3, 2, 2, 1, 1), 6, 3, 2, 1),
+      in_depth(conv_geom(1, 3, 5, 5, 5, 3, 3, 1, 1, 1, 1), 4, 1),                    // 1x3x3
+      in_depth(conv_geom(2, 5, 4, 4, 3, 1, 1), 6, 3, 1, 1),                          // 3x1x1
+      in_depth(conv_geom(1, 4, 5, 6, 6, 2, 3, 1, 1, 0, 1, 1, 1, 2), 7, 2, 2, 1, 2),  // grouped
+  };
 }
 
 inline Vec random_vec(int64_t n, std::mt19937& rng) {

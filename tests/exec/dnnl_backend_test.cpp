@@ -27,9 +27,15 @@ namespace {
 using ir::Op;
 
 ir::Attrs conv_attrs(const Conv2dGeom& g) {
-  return ir::Attrs{{"stride", std::vector<int64_t>{g.sh, g.sw}},
-                   {"padding", std::vector<int64_t>{g.ph, g.pw}},
-                   {"dilation", std::vector<int64_t>{g.dh, g.dw}},
+  using V = std::vector<int64_t>;
+  if (g.volume)
+    return ir::Attrs{{"stride", V{g.sd, g.sh, g.sw}},
+                     {"padding", V{g.pd, g.ph, g.pw}},
+                     {"dilation", V{g.dd, g.dh, g.dw}},
+                     {"groups", g.groups}};
+  return ir::Attrs{{"stride", V{g.sh, g.sw}},
+                   {"padding", V{g.ph, g.pw}},
+                   {"dilation", V{g.dh, g.dw}},
                    {"groups", g.groups}};
 }
 
@@ -42,8 +48,10 @@ struct ConvTypes {
 };
 
 ConvTypes conv_types(Op op, const Conv2dGeom& g) {
-  const ir::Type x = f32({g.n, g.c, g.h, g.w}), w = f32({g.o, g.c / g.groups, g.kh, g.kw}),
-                 y = f32({g.n, g.o, g.oh, g.ow});
+  const ir::Type x = g.volume ? f32({g.n, g.c, g.d, g.h, g.w}) : f32({g.n, g.c, g.h, g.w}),
+                 w = g.volume ? f32({g.o, g.c / g.groups, g.kd, g.kh, g.kw})
+                              : f32({g.o, g.c / g.groups, g.kh, g.kw}),
+                 y = g.volume ? f32({g.n, g.o, g.od, g.oh, g.ow}) : f32({g.n, g.o, g.oh, g.ow});
   if (op == Op::conv2d) return {{x, w}, y};
   if (op == Op::conv2d_input_grad) return {{y, w}, x};
   return {{x, y}, w};
@@ -87,6 +95,7 @@ std::vector<Conv2dGeom> backend_conv_cases() {
   // uneven row parts, dilation and a clipped right edge).
   c.push_back(conv_geom(8, 64, 2, 2, 48, 3, 3, 1, 1, 1, 1));
   c.push_back(conv_geom(3, 16, 7, 5, 37, 3, 2, 2, 2, 1, 1, 2, 1));
+  for (const Conv2dGeom& g : conv3d_geometries()) c.push_back(g);
   return c;
 }
 

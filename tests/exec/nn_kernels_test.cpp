@@ -66,7 +66,9 @@ TEST(Conv2dRef, MatchesDirectDefinitionWithStridePaddingDilationGroups) {
 TEST(Conv2dRef, GradientsSatisfyAdjointIdentity) {
   // conv is bilinear, so <conv(x, w), dy> == <x, dx(dy, w)> == <w, dw(x, dy)>.
   std::mt19937 rng(2);
-  for (const Conv2dGeom& g : conv_geometries()) {
+  std::vector<Conv2dGeom> geometries = conv_geometries();
+  for (const Conv2dGeom& g : conv3d_geometries()) geometries.push_back(g);
+  for (const Conv2dGeom& g : geometries) {
     const Vec x = random_vec(x_size(g), rng), w = random_vec(w_size(g), rng);
     const Vec dy = random_vec(y_size(g), rng);
     Vec y(size_t(y_size(g))), dx(size_t(x_size(g)), 7.0), dw(size_t(w_size(g)), 7.0);
@@ -76,6 +78,40 @@ TEST(Conv2dRef, GradientsSatisfyAdjointIdentity) {
     const double lhs = dot(y, dy);
     EXPECT_NEAR(dot(x, dx), lhs, 1e-11 * (1 + std::abs(lhs))) << describe(g);
     EXPECT_NEAR(dot(w, dw), lhs, 1e-11 * (1 + std::abs(lhs))) << describe(g);
+  }
+}
+
+// A 3-d convolution is the sum over the kernel's depth offsets of 2-d
+// convolutions of the input's depth planes (zeros where a plane is padding).
+TEST(Conv2dRef, ThreeDimensionalIsASumOfPlanarConvolutions) {
+  std::mt19937 rng(5);
+  for (const Conv2dGeom& g : conv3d_geometries()) {
+    const Vec x = random_vec(x_size(g), rng), w = random_vec(w_size(g), rng);
+    Vec y(size_t(y_size(g)), 0.0);
+    conv2d_ref(g, x.data(), w.data(), y.data());
+    Conv2dGeom plane = g;  // the 2-d convolution of one depth plane
+    plane.volume = false, plane.d = plane.kd = plane.od = 1, plane.pd = 0;
+    plane.n = 1;
+    const int64_t cg = g.c / g.groups, hw = g.h * g.w, ohw = g.oh * g.ow;
+    Vec want(y.size(), 0.0);
+    for (int64_t b = 0; b < g.n; ++b)
+      for (int64_t oz = 0; oz < g.od; ++oz)
+        for (int64_t kz = 0; kz < g.kd; ++kz) {
+          const int64_t iz = oz * g.sd - g.pd + kz * g.dd;
+          if (iz < 0 || iz >= g.d) continue;
+          Vec xp(size_t(g.c * hw)), wp(size_t(g.o * cg * g.kh * g.kw));
+          for (int64_t c = 0; c < g.c; ++c)
+            std::copy_n(x.begin() + ((b * g.c + c) * g.d + iz) * hw, hw, xp.begin() + c * hw);
+          for (int64_t oi = 0; oi < g.o * cg; ++oi)
+            std::copy_n(w.begin() + (oi * g.kd + kz) * g.kh * g.kw, g.kh * g.kw,
+                        wp.begin() + oi * g.kh * g.kw);
+          const Vec yp = conv_by_padding(plane, xp, wp);
+          for (int64_t o = 0; o < g.o; ++o)
+            for (int64_t i = 0; i < ohw; ++i)
+              want[size_t(((b * g.o + o) * g.od + oz) * ohw + i)] += yp[size_t(o * ohw + i)];
+        }
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], want[i], 1e-12) << describe(g) << " at element " << i;
   }
 }
 
