@@ -6,7 +6,8 @@ one definition of each; here they are built larger: a character LSTM, GRU
 and Elman RNN (two layers of 256 over 64 characters, batch 32), the GPT
 whose attention masks with a registered tril buffer, a Transformer encoder
 LM, a UNet with transposed convolutions and per-pixel classes, a Conv1d
-audio classifier and a GroupNorm/SiLU CNN.
+audio classifier, a GroupNorm/SiLU CNN and a Conv1d/GRU speech recognizer
+trained with the CTC loss (80 features, 100 frames, 29 classes).
 """
 
 import os
@@ -36,6 +37,13 @@ def signals(shape, classes, per_pixel=False):
     return make, shape
 
 
+def utterances(batch, frames, features, classes, most):
+    """(spectrograms, targets and lengths) as tm.ctc_loss reads them."""
+    def make(gen):
+        return tm.utterances(gen, batch, frames, features, classes, most)
+    return make, (batch, features, frames)
+
+
 def char_rnn(kind):
     return lambda: tm.CharRNN(kind, vocab=VOCAB, d=64, hidden=256)
 
@@ -54,4 +62,6 @@ MODELS = {
              tm.segmentation_loss),
     "audio_conv1d": (tm.AudioNet, signals((16, 1, 4000), 10), tm.F.cross_entropy),
     "groupnorm_silu": (tm.GroupNormNet, signals((8, 3, 64, 64), 10), tm.smoothed_loss),
+    "speech_ctc": (lambda: tm.SpeechCTC(features=80, hidden=128, classes=29),
+                   utterances(16, 100, 80, 29, 30), tm.ctc_loss),
 }

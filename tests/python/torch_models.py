@@ -197,15 +197,19 @@ def _waves(gen):
     return torch.randn(8, 1, 64, generator=gen), torch.randint(0, 10, (8,), generator=gen)
 
 
-def _utterances(gen):
-    """Spectrograms of 20 frames, lengths 14 to 20; up to 6 targets of
-    classes 1 to 7, repeats included."""
-    n, frames, most = 6, 20, 6
+def utterances(gen, n=6, frames=20, features=16, classes=8, most=6):
+    """Spectrograms [n, features, frames] and y [n, most + 2]: up to `most`
+    targets of classes 1 to classes - 1 (repeats included), then input
+    lengths of frames - 6 to frames and the target lengths."""
     target_lengths = torch.randint(1, most + 1, (n, 1), generator=gen)
     input_lengths = torch.randint(frames - 6, frames + 1, (n, 1), generator=gen)
-    targets = torch.randint(1, 8, (n, most), generator=gen)
-    return (torch.randn(n, 16, frames, generator=gen),
+    targets = torch.randint(1, classes, (n, most), generator=gen)
+    return (torch.randn(n, features, frames, generator=gen),
             torch.cat([targets, input_lengths, target_lengths], 1))
+
+
+def _utterances(gen):
+    return utterances(gen)
 
 
 def _pixels(gen):
