@@ -31,10 +31,11 @@ def test_regression_spec(path):
 
 
 def test_the_generator_makes_valid_models_of_every_kind():
-    kinds, ops = set(), set()
+    kinds, ops, losses = set(), set(), set()
     for seed in range(200):
         spec = torch_fuzz.generate(seed)
         kinds.add(spec["input"]["kind"])
+        losses.add(spec["loss"])
         stack = list(spec["layers"])
         while stack:
             layer = stack.pop()
@@ -44,6 +45,7 @@ def test_the_generator_makes_valid_models_of_every_kind():
                 stack += b
         torch_fuzz.build(spec)  # raises if the generator made a spec that does not fit
     assert kinds == {"img", "seq", "tokens", "vec", "bags"}
+    assert losses == {"cross_entropy", "mse", "ctc"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
             "patches", "centered", "bilinear"} <= ops

@@ -15,8 +15,10 @@ attention, reductions, running means (cumsum) and p-norm normalization
 over the token axis, centering on the tokens' median or k-th value,
 windows as channels (unfold) and summed back (fold), bilinear products,
 ...), the classifier head the builder appends
-(flatten or mean over tokens, then Linear), the loss (cross_entropy or mse)
-and the optimizer (SGD with momentum, nesterov and weight decay; Adam;
+(flatten or mean over tokens, then Linear; for the CTC loss a Linear per
+token and log-probabilities [T, N, C]), the loss (cross_entropy, mse, or
+ctc over token inputs: random targets and lengths, zero_infinity, blank
+first or last) and the optimizer (SGD with momentum, nesterov and weight decay; Adam;
 AdamW; one or two parameter groups; fresh or after an eager step). Only
 what the importer supports is generated.
 
@@ -268,6 +270,13 @@ class Bilinear(nn.Module):
         return self.bilinear(x, torch.tanh(x))
 
 
+class FrameLogProbs(nn.Module):
+    """[N, T, C] scores to CTC's [T, N, C] log-probabilities."""
+
+    def forward(self, x):
+        return x.log_softmax(-1).transpose(0, 1)
+
+
 ACTS = {"relu": nn.ReLU, "gelu": GELU, "gelu_tanh": lambda: GELU(approximate="tanh"),
         "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "silu": nn.SiLU, "relu6": nn.ReLU6,
         "leaky_relu": lambda: nn.LeakyReLU(0.1), "elu": nn.ELU, "selu": nn.SELU,
@@ -462,7 +471,13 @@ def build(spec):
                                     padding_idx=inp.get("padding")))
     body, shape = make_layers(spec["layers"], input_shape(inp))
     mods += body
-    if shape[0] == "img":
+    classes = spec["classes"]
+    if spec["loss"] == "ctc":
+        if shape[0] != "seq":
+            raise Invalid("ctc over a value without tokens")
+        mods += [nn.Linear(shape[2], classes), FrameLogProbs()]
+        width = 0
+    elif shape[0] == "img":
         mods.append(nn.Flatten())
         width = shape[1] * shape[2] * shape[3]
     elif shape[0] == "seq":
@@ -472,8 +487,8 @@ def build(spec):
         width = shape[1]
     if width > 4096:
         raise Invalid("head too wide")
-    classes = spec["classes"]
-    mods.append(nn.Linear(width, classes))
+    if spec["loss"] != "ctc":
+        mods.append(nn.Linear(width, classes))
     model = nn.Sequential(*mods)
     if not spec.get("train", True):
         model.eval()
@@ -491,6 +506,8 @@ def build(spec):
             x = torch.randn(n, inp["f"], generator=gen)
         if spec["loss"] == "cross_entropy":
             y = torch.randint(0, classes, (n,), generator=gen)
+        elif spec["loss"] == "ctc":
+            y = ctc_targets(spec, n, gen)
         else:
             y = torch.randn(n, classes, generator=gen)
         return x, y
@@ -503,9 +520,33 @@ def build(spec):
     return model, opt, loss_function(spec), batch
 
 
+def ctc_blank(spec):
+    return 0 if spec["blank"] == "first" else spec["classes"] - 1
+
+
+def ctc_targets(spec, n, gen):
+    """y [n, S + 2]: targets of the classes but the blank (padded to S, half
+    the frames), then input and target lengths. Each target fits its input
+    (two frames a target is enough, repeats included) unless zero_infinity,
+    which may meet samples without an alignment."""
+    t, classes, blank = spec["input"]["t"], spec["classes"], ctc_blank(spec)
+    most = max(1, t // 2)
+    inputs = torch.randint(max(1, t - 2), t + 1, (n,), generator=gen)
+    room = inputs if spec["zero_infinity"] else inputs // 2
+    lengths = (torch.rand(n, generator=gen) * (room.clamp(max=most) + 1)).long()
+    targets = torch.randint(0, classes - 1, (n, most), generator=gen)
+    targets = targets + (targets >= blank).long()  # every class but the blank
+    return torch.cat([targets, inputs[:, None], lengths[:, None]], 1)
+
+
 def loss_function(spec):
     if spec["loss"] == "cross_entropy":
         return F.cross_entropy
+    if spec["loss"] == "ctc":
+        def ctc(log_probs, y):
+            return F.ctc_loss(log_probs, y[:, :-2], y[:, -2], y[:, -1], blank=ctc_blank(spec),
+                              reduction=spec["reduction"], zero_infinity=spec["zero_infinity"])
+        return ctc
     reduction = spec.get("reduction", "mean")
     return lambda out, y: F.mse_loss(out, y, reduction=reduction)
 
@@ -765,6 +806,11 @@ def generate(seed):
     if spec["loss"] == "mse":
         spec["reduction"] = r.choice(["mean", "mean", "sum"])
     spec["layers"] = gen_layers(r, input_shape(inp), r.randint(1, 7))
+    if kind in ("seq", "tokens") and r.random() < 0.3 and \
+            make_layers(spec["layers"], input_shape(inp))[1][0] == "seq":
+        spec.update(loss="ctc", reduction=r.choice(["mean", "sum"]),
+                    zero_infinity=r.random() < 0.4,
+                    blank=r.choice(["first", "last"]))
     spec["optimizer"] = gen_optimizer(r)
     spec["warm"] = r.random() < 0.25
     spec["train"] = r.random() < 0.9
