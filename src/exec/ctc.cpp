@@ -126,10 +126,9 @@ class Sample {
   int64_t n_, t_, l_, w_;
 };
 
-double finished(const CtcShape& s, double log_likelihood) {
-  const double nll = -log_likelihood;
-  return s.zero_infinity && std::isinf(nll) ? 0.0 : nll;
-}
+// A sample without an alignment whose loss zero_infinity makes 0 (and its
+// gradient with it).
+bool zeroed(const CtcShape& s, double nll) { return s.zero_infinity && std::isinf(nll); }
 
 }  // namespace
 
@@ -145,7 +144,8 @@ void ctc_loss(const CtcShape& s, const T* log_probs, const int64_t* targets,
         for (int64_t n = lo; n < hi; ++n) {
           const Sample<T> one(s, log_probs, targets + start[size_t(n)], n, input_lengths[n],
                               target_lengths[n]);
-          loss[n] = T(finished(s, one.forward(alpha)));
+          const double nll = -one.forward(alpha);
+          loss[n] = T(zeroed(s, nll) ? 0.0 : nll);
         }
       },
       1);
@@ -169,7 +169,7 @@ void ctc_loss_grad(const CtcShape& s, const T* log_probs, const int64_t* targets
           const Sample<T> one(s, log_probs, targets + start[size_t(n)], n, frames,
                               target_lengths[n]);
           const double nll = -one.forward(alpha);
-          if (s.zero_infinity && std::isinf(nll)) {
+          if (zeroed(s, nll)) {
             for (int64_t t = 0; t < frames; ++t) std::fill_n(row(t), c, T(0));
             continue;
           }

@@ -232,9 +232,8 @@ ConvDescs conv_descs(const Conv2dGeom& g) {
   c.x_any = {x, dt::f32, tag::any};
   c.y_any = {y, dt::f32, tag::any};
   c.w_any = {w, dt::f32, tag::any};
-  // oneDNN counts dilation from 0
   c.stride = {g.sh, g.sw};
-  c.dilation = {g.dh - 1, g.dw - 1};
+  c.dilation = {g.dh - 1, g.dw - 1};  // oneDNN counts dilation from 0
   c.pad_l = {g.ph, g.pw};
   c.pad_r = {right_pad(g.oh, g.h, g.kh, g.sh, g.ph, g.dh),
              right_pad(g.ow, g.w, g.kw, g.sw, g.pw, g.dw)};

@@ -57,7 +57,11 @@ void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& 
 
 // A 2-d convolution of [N, C, H, W], or a 3-d one of [N, C, D, H, W].
 Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const SourceLoc& loc) {
-  if (x.rank() != 5) check_nchw(op, x, "the input", loc);
+  if (x.rank() != 4 && x.rank() != 5)
+    fail_op(op,
+            "the input must be 4-d [N, C, H, W] or 5-d [N, C, D, H, W] (a 3-d convolution), got " +
+                x.str(),
+            loc);
   check_floating(op, x, loc);
   if (w.rank() != x.rank())
     fail_op(op,

@@ -60,6 +60,8 @@ TEST(TensorErrors, Conv3dTakesVolumesAndNamesWhatDoesNotFit) {
   EXPECT_EQ(y.to_vector()[5], 2 * 2 * 3 * 3);  // depth 0, row 1, column 1: every tap inside
   std::string rank = error_of([&] { conv3d(Tensor::full({1, 2, 4, 4}, 1.0), w); });
   EXPECT_TRUE(has(rank, "must be 5-d [N, C, D, H, W], got f32[1,2,4,4]")) << rank;
+  std::string conv = error_of([&] { conv2d(Tensor::full({2, 3, 5}, 1.0), w); });
+  EXPECT_TRUE(has(conv, "must be 4-d [N, C, H, W] or 5-d [N, C, D, H, W]")) << conv;
   std::string pairs = error_of([&] { conv3d(x, w, {.stride = {1, 1}}); });
   EXPECT_TRUE(has(pairs, "stride must be one or three integers >= 1, got [1,1]")) << pairs;
 }
