@@ -203,10 +203,18 @@ Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& in
                 Loc loc = Loc::current());
 
 // Functional forms. Softmaxes and normalizations are numerically stable
-// (the max is subtracted; variance from centered values).
+// (the max is subtracted, outside the gradient: the result does not depend
+// on it; variance from centered values).
 Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 Tensor softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 Tensor gelu(const Tensor& x, bool tanh_approximation = false, Loc loc = Loc::current());
+// x minus its mean over `axes` (the centering of every normalization and of
+// var), its gradient to x one value: dy minus its mean (see identity()).
+Tensor center(const Tensor& x, const std::vector<int64_t>& axes, Loc loc = Loc::current());
+// The variance over `axes`, its sum of squares divided by count - correction
+// (torch.var; std is its sqrt), kept as size-1 dims when keepdim.
+Tensor var(const Tensor& x, const std::vector<int64_t>& axes, double correction = 1,
+           bool keepdim = false, Loc loc = Loc::current());
 // x normalized over its last dim, then x·weight + bias (either may be undefined).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
                   Loc loc = Loc::current());

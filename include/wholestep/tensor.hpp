@@ -112,6 +112,12 @@ Tensor sin(const Tensor& x, Loc loc = Loc::current());    // of radians, any fin
 Tensor cos(const Tensor& x, Loc loc = Loc::current());
 // x itself, through which no gradient flows (torch's detach()).
 Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());
+// x itself; the gradients of its readers reach x summed into one value
+// before x's other gradients join them. A composite reads its operand
+// through one, so that its gradient is one value, as an eager op's
+// backward gives it: y = x + layer_norm(x) over one element gets exactly
+// y's gradient, the normalization's two opposite terms cancelling first.
+Tensor identity(const Tensor& x, Loc loc = Loc::current());
 // a to the power e, elementwise; pow(a, b) with a tensor exponent broadcasts.
 Tensor pow(const Tensor& a, double exponent, Loc loc = Loc::current());
 // a @ b over the last two dims, with either operand transposed first. Leading

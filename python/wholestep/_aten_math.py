@@ -432,12 +432,9 @@ def _logsumexp(b, node, x, dims, keepdim=False):
 @aten("var_mean.correction", torch="`torch.var_mean`")
 def _var_mean(b, node, x, dims=None, correction=None, keepdim=False):
     axes = _dims(b, x, dims)
-    n = math.prod(b.shape(x)[a] for a in axes)
     c = 1 if correction is None else correction
     mean = b.mean(x, axes, keepdim=True)
-    centered = b.op("sub", [x, b.broadcast(mean, b.shape(x))])
-    var = b.binary("div", b.sum(b.op("mul", [centered, centered]), axes, keepdim),
-                   float(max(n - c, 0)))
+    var = b.composite("var", x, axes=axes, correction=float(c), keepdim=int(keepdim))
     if not keepdim:
         mean = b.reshape(mean, [d for i, d in enumerate(b.shape(x)) if i not in axes])
     return var, mean

@@ -323,11 +323,8 @@ def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, m
 def _var(b, node, x, dims=None, correction=None, keepdim=False):
     shape = b.shape(x)
     axes = list(range(len(shape))) if not dims else [d % len(shape) for d in dims]
-    n = math.prod(shape[a] for a in axes)
     c = 1 if correction is None else correction
-    centered = b.binary("sub", x, b.mean(x, axes, keepdim=True))
-    var = b.binary("div", b.sum(b.op("mul", [centered, centered]), axes, keepdim),
-                   float(max(n - c, 0)))
+    var = b.composite("var", x, axes=axes, correction=float(c), keepdim=int(keepdim))
     return b.unary("sqrt", var) if "std" in str(node.target) else var
 
 

@@ -37,6 +37,8 @@ void vjp_div(const VjpContext& c, Dargs& d) {
 }
 
 void vjp_neg(const VjpContext& c, Dargs& d) { d[0] = c.b.unary(Op::neg, c.dy); }
+// The gradient summed over every reader of the identity's value, as one.
+void vjp_identity(const VjpContext& c, Dargs& d) { d[0] = c.dy; }
 void vjp_exp(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::mul, c.dy, c.out); }
 void vjp_log(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::div, c.dy, arg(c, 0)); }
 
@@ -366,6 +368,7 @@ VjpRule builtin_rule(Op op) {
     case Op::maximum: return vjp_maximum;
     case Op::mul: return vjp_mul;
     case Op::neg: return vjp_neg;
+    case Op::identity: return vjp_identity;
     case Op::reduce_max: return vjp_reduce_max;
     case Op::reduce_sum: return vjp_reduce_sum;
     case Op::reshape: return vjp_reshape;

@@ -30,7 +30,7 @@ inline T unary_value_f64(T x) {
   const double d = double(x);
   if constexpr (op == Op::neg)
     return T(-x);
-  else if constexpr (op == Op::stop_gradient)
+  else if constexpr (op == Op::stop_gradient || op == Op::identity)
     return x;
   else if constexpr (op == Op::exp)
     return T(std::exp(d));
@@ -66,7 +66,8 @@ inline T unary_value_f64(T x) {
 template <ir::Op op, class T>
 inline void unary_array(const T* x, T* y, int64_t n) {
   using ir::Op;
-  if constexpr (std::is_same_v<T, float> && op != Op::neg && op != Op::stop_gradient) {
+  if constexpr (std::is_same_v<T, float> && op != Op::neg && op != Op::stop_gradient &&
+                op != Op::identity) {
     if constexpr (op == Op::exp)
       exp_f32(x, y, n);
     else if constexpr (op == Op::log)

@@ -60,7 +60,8 @@ constexpr int64_t elementwise_cost(ir::Op op) {
   if (op == ir::Op::pow || op == ir::Op::atan2) return 32;
   const ir::OpInfo& info = ir::op_info(op);
   const bool math = info.category == ir::OpCategory::elementwise && info.arity == 1 &&
-                    op != ir::Op::neg && op != ir::Op::convert && op != ir::Op::stop_gradient;
+                    op != ir::Op::neg && op != ir::Op::convert && op != ir::Op::stop_gradient &&
+                    op != ir::Op::identity;
   return math ? 4 : 1;
 }
 

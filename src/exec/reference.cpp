@@ -203,6 +203,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         for (int64_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = T(v[size_t(i)]);
       });
     case Op::neg:
+    case Op::identity:
     case Op::stop_gradient:
     case Op::exp:
     case Op::log:

@@ -39,15 +39,18 @@ namespace ws::ir {
 // The ops a read is for: one op, or several whose schemas agree on the
 // attribute (converts from an Op).
 struct OpSet {
-  uint64_t bits = 0;
+  uint64_t bits[2] = {0, 0};  // op k is bit k % 64 of word k / 64
   constexpr OpSet() = default;
-  constexpr OpSet(Op op) : bits(uint64_t(1) << unsigned(op)) {}
+  constexpr OpSet(Op op) { bits[unsigned(op) / 64] = uint64_t(1) << (unsigned(op) % 64); }
   constexpr OpSet(std::initializer_list<Op> ops) {
-    for (Op op : ops) bits |= OpSet(op).bits;
+    for (Op op : ops) add(op);
   }
-  constexpr bool contains(Op op) const { return (bits >> unsigned(op)) & 1; }
+  constexpr void add(Op op) { bits[unsigned(op) / 64] |= uint64_t(1) << (unsigned(op) % 64); }
+  constexpr bool contains(Op op) const {
+    return (bits[unsigned(op) / 64] >> (unsigned(op) % 64)) & 1;
+  }
 };
-static_assert(kNumOps <= 64, "OpSet holds one bit per op");
+static_assert(kNumOps <= 128, "OpSet holds one bit per op");
 
 inline constexpr OpSet kMatmulOps{Op::matmul, Op::matmul_add, Op::matmul_bias, Op::matmul_bias_add};
 inline constexpr OpSet kConvOps{Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad};
@@ -61,13 +64,13 @@ inline constexpr OpSet kCollectiveStarts{Op::all_reduce_start, Op::reduce_scatte
 constexpr OpSet ops_with_attr(std::string_view name) {
   OpSet s;
   for (const OpInfo& info : kOpTable)
-    if (find_attr_spec(info.op, name)) s.bits |= OpSet(info.op).bits;
+    if (find_attr_spec(info.op, name)) s.add(info.op);
   return s;
 }
 // Every op: for the common attributes (kCommonAttrs).
 inline constexpr OpSet kAllOps = [] {
   OpSet s;
-  for (const OpInfo& info : kOpTable) s.bits |= OpSet(info.op).bits;
+  for (const OpInfo& info : kOpTable) s.add(info.op);
   return s;
 }();
 

@@ -151,6 +151,7 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       if (args[0].dtype == DType::b8)
         fail_op(op, "does not take bool operands: " + types_str(args), loc);
       return args[0];
+    case Op::identity:
     case Op::stop_gradient: return args[0];
     case Op::neg:
       if (args[0].dtype == DType::b8) fail_op(op, "does not take a bool operand", loc);

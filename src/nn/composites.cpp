@@ -112,7 +112,8 @@ const Composite kTable[] = {
    [](In in, A a, Loc loc) -> Out { return {leaky_relu(in[0], a.f64("negative_slope"), loc)}; }},
   {"log_sigmoid", "x", "", "y", "log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))",
    [](In in, A, Loc loc) -> Out { return {log_sigmoid(in[0], loc)}; }},
-  {"log_softmax", "x", "axis:int", "y", "x - log(sum(exp(x))) along axis, the max subtracted first",
+  {"log_softmax", "x", "axis:int", "y",
+   "x - log(sum(exp(x))) along axis, the max subtracted first (no gradient through it)",
    [](In in, A a, Loc loc) -> Out { return {log_softmax(in[0], a.i64("axis"), loc)}; }},
   {"mean", "x", "axes:ints keepdim:int=0", "y", "the sum over axes divided by their size",
    [](In in, A a, Loc loc) -> Out {
@@ -140,12 +141,19 @@ const Composite kTable[] = {
    [](In in, A, Loc loc) -> Out { return {relu(in[0], loc)}; }},
   {"silu", "x", "", "y", "x sigmoid(x)",
    [](In in, A, Loc loc) -> Out { return {silu(in[0], loc)}; }},
-  {"softmax", "x", "axis:int", "y", "exp(x) / sum(exp(x)) along axis, the max subtracted first",
+  {"softmax", "x", "axis:int", "y",
+   "exp(x) / sum(exp(x)) along axis, the max subtracted first (no gradient through it)",
    [](In in, A a, Loc loc) -> Out { return {softmax(in[0], a.i64("axis"), loc)}; }},
   {"softplus", "x", "beta:float=1 threshold:float=20", "y",
    "log1p(exp(beta x)) / beta, x where beta x > threshold",
    [](In in, A a, Loc loc) -> Out {
      return {softplus(in[0], a.f64("beta"), a.f64("threshold"), loc)};
+   }},
+  {"var", "x", "axes:ints correction:float=1 keepdim:int=0", "y",
+   "the sum of squares of x centered over axes, divided by max(their size - correction, 0); its "
+   "gradient to x one value",
+   [](In in, A a, Loc loc) -> Out {
+     return {var(in[0], a.ints("axes"), a.f64("correction"), a.flag("keepdim"), loc)};
    }},
 };
 // clang-format on

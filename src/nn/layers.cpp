@@ -37,17 +37,45 @@ Tensor per_channel(const Tensor& v, Loc loc) { return v.reshape({1, v.size(0), 1
 
 }  // namespace
 
+// x minus its maximum along axis: the shift of a softmax, which changes
+// nothing in the result, so no gradient flows through the maximum (its
+// would be the rounding of a sum that is 0, sent to the largest element).
+Tensor shifted(const Tensor& x, int64_t axis, Loc loc) {
+  return sub(x, stop_gradient(max(x, {axis}, loc), loc).reshape(kept(x, axis), loc), loc);
+}
+
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
   axis = norm_axis(x, axis, "log_softmax", loc);
-  Tensor s = sub(x, max(x, {axis}, loc).reshape(kept(x, axis), loc), loc);
+  Tensor s = shifted(x, axis, loc);
   Tensor lse = log(sum(exp(s, loc), {axis}, loc), loc).reshape(kept(x, axis), loc);
   return sub(s, lse, loc);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
   axis = norm_axis(x, axis, "softmax", loc);
-  Tensor e = exp(sub(x, max(x, {axis}, loc).reshape(kept(x, axis), loc), loc), loc);
+  Tensor e = exp(shifted(x, axis, loc), loc);
   return div(e, sum(e, {axis}, loc).reshape(kept(x, axis), loc), loc);
+}
+
+Tensor center(const Tensor& x, const std::vector<int64_t>& axes, Loc loc) {
+  Tensor read = identity(x, loc);
+  Shape k = x.shape();
+  for (int64_t a : axes) k[size_t(norm_axis(x, a, "center", loc))] = 1;
+  return sub(read, mean(read, axes, loc).reshape(k, loc), loc);
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& axes, double correction, bool keepdim,
+           Loc loc) {
+  int64_t count = 1;
+  Shape k = x.shape();
+  for (int64_t a : axes) {
+    const int64_t d = norm_axis(x, a, "var", loc);
+    count *= x.size(d);
+    k[size_t(d)] = 1;
+  }
+  Tensor xc = center(x, axes, loc);
+  Tensor v = div(sum(mul(xc, xc, loc), axes, loc), std::max(double(count) - correction, 0.0), loc);
+  return keepdim ? v.reshape(k, loc) : v;
 }
 
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
@@ -74,7 +102,7 @@ Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight
     axes.push_back(a);
     k[size_t(a)] = 1;
   }
-  Tensor xc = sub(x, mean(x, axes, loc).reshape(k, loc), loc);
+  Tensor xc = center(x, axes, loc);
   Tensor var = mean(mul(xc, xc, loc), axes, loc).reshape(k, loc);
   Tensor y = mul(xc, rsqrt(add(var, eps, loc), loc), loc);
   if (weight.defined()) y = mul(y, weight, loc);
@@ -133,9 +161,12 @@ BatchNormResult batch_norm_functional(const Tensor& x, const Tensor& running_mea
   // channel of equal values then has exactly that mean, and x - mean is
   // exactly 0 instead of float rounding noise that 1/sqrt(var + eps)
   // magnifies a thousandfold.
-  Tensor mu = cast(mean(cast(x, DType::f64, loc), axes, loc), x.dtype(), loc);
+  // x is read through an identity, so that its gradient is one value (see
+  // center()).
+  Tensor read = identity(x, loc);
+  Tensor mu = cast(mean(cast(read, DType::f64, loc), axes, loc), x.dtype(), loc);
   if (sync) mu = capture::all_reduce_mean(mu, loc);
-  Tensor xc = sub(x, channels(mu), loc);
+  Tensor xc = sub(read, channels(mu), loc);
   Tensor var = mean(mul(xc, xc, loc), axes, loc);
   if (sync) var = capture::all_reduce_mean(var, loc);
   if (running_mean.defined() && running_var.defined()) {

@@ -83,6 +83,12 @@ std::map<Op, std::vector<CaseFn>> cases() {
     OpCase c;
     return c.check(c.b().unary(Op::neg, c.input({4})));
   });
+  m[Op::identity].push_back([] {  // read twice after it: both gradients pass, summed
+    OpCase c;
+    ValueId x = c.input({4});
+    ValueId i = c.b().unary(Op::identity, x);
+    return c.check(c.b().binary(Op::mul, i, c.b().unary(Op::exp, i)));
+  });
   m[Op::exp].push_back([] {
     OpCase c;
     return c.check(c.b().unary(Op::exp, c.input({4})));

@@ -217,6 +217,8 @@ Tensor SpecModel::apply(size_t i, const std::vector<Tensor>& v) {
       std::vector<int64_t> axes = axes_of(0);
       Shape k = s;
       for (int64_t x : axes) k[size_t(x)] = 1;
+      if (o.which == 3) return nn::center(a, axes);
+      if (o.which == 4) return nn::var(a, axes, 1, /*keepdim=*/true);
       Tensor r = o.which == 2 ? max(a, axes) : mean(a, axes);
       return sub(a, reshape(r, k));
     }
@@ -424,7 +426,9 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
       for (int64_t x : some_axes(g, std::max<int64_t>(r, 1))) o.ints.push_back(x);
       break;
     case OpKind::normalize:
-      o.which = g.coin(0.8) ? 1 : 2;
+      // 1: x - mean, 2: x - max, 3: nn::center (its gradient one value),
+      // 4: nn::var kept as size-1 dims.
+      o.which = g.coin(0.7) ? 1 : g.coin(0.4) ? 2 : g.coin() ? 3 : 4;
       o.ints = some_axes(g, std::max<int64_t>(r, 1));
       break;
     case OpKind::conv: {

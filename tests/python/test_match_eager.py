@@ -130,14 +130,21 @@ def test_ten_steps_match_torch_and_torch_continues(name, opt_name):
 def test_first_step_gradients_are_as_close_to_float64_as_torch_float32(name):
     model, batches, loss_fn = make(name)
     g64 = gradients(float64_copy(model), loss_fn, as_float64(batches[:1])[0])
-    g32 = gradients(copy.deepcopy(model), loss_fn, batches[0])
+    # float32 torch's error over two batch orders, as the ten steps measure
+    # its spread: a gradient that is 0 in float64 (a bias before a
+    # BatchNorm) is rounding noise whose size one order does not bound
+    # (speech_ctc's conv.bias: 4.2e-6 to 3.2e-5 over six seeds).
+    n = batches[0][0].shape[0]
+    torch_error = max(gradient_error(gradients(copy.deepcopy(model), loss_fn,
+                                               permuted(batches[:1], perm)[0]), g64)
+                      for perm in (torch.arange(n), torch.arange(n).flip(0)))
     m = copy.deepcopy(model)
     step = wst.compile_train_step(m, torch.optim.SGD(m.parameters(), lr=0.0), loss_fn,
                                   mode="three_graph")
     step(*batches[0])
     ours = step.gradients()
     assert sorted(ours) == sorted(g64)
-    torch_error, our_error = gradient_error(g32, g64), gradient_error(ours, g64)
+    our_error = gradient_error(ours, g64)
     assert our_error <= 2 * torch_error + 1e-6, \
         f"gradients {our_error:.3g} from float64, float32 torch {torch_error:.3g}"
 
