@@ -260,6 +260,25 @@ struct Pool2dOptions {
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
 
+// x padded as torch's F.pad: `pads` holds (before, after) pairs, the last
+// dim's first; constant padding fills with value (a negative pad crops),
+// reflect mirrors without repeating the edge (each pad below the dim's
+// size), replicate repeats the edge, circular wraps around (at most once).
+enum class PadMode { constant, reflect, replicate, circular };
+PadMode pad_mode(const std::string& name, Loc loc = Loc::current());
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::constant,
+           double value = 0, Loc loc = Loc::current());
+// x [N, C, spatial...] resized to `sizes` (one per spatial dim) as torch's
+// F.interpolate: nearest (torch's floor(o * scale) source index), linear
+// (bilinear, trilinear) or cubic (bicubic, A = -0.75, taps clamped to the
+// edge), align_corners as torch's; `scales` are the scale_factors torch
+// was given (empty, or 0 for a dim: none), which set the source positions.
+enum class ResizeMode { nearest, linear, cubic };
+ResizeMode resize_mode(const std::string& name, Loc loc = Loc::current());
+Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes,
+                   ResizeMode mode = ResizeMode::nearest, bool align_corners = false,
+                   const std::vector<double>& scales = {}, Loc loc = Loc::current());
+
 // Activations, each as PyTorch computes it, its gradient included where the
 // function has a kink (the value torch's backward gives at the kink itself).
 // x if x > 0, else negative_slope·x.

@@ -1,7 +1,6 @@
-"""ATen's padding and resizing as IR ops: constant padding by
-concatenation, reflection, replication and circular padding and nearest
-resizing by gathers, linear and cubic resizing by one interpolation matrix
-per axis (the table and the builder: _ir.py)."""
+"""ATen's padding and resizing (the C++ library's pad and interpolate
+composites) and sliding windows as IR ops (the table and the builder:
+_ir.py)."""
 
 import math
 
@@ -18,53 +17,14 @@ _RESIZE = (
     '`align_corners`, `size` or `scale_factor`)')
 
 
-def _pads(b, x, pad):
-    """torch's pad list (last dim first, before and after) as {dim: (before,
-    after)}."""
-    rank = len(b.shape(x))
-    if len(pad) % 2 or len(pad) // 2 > rank:
-        raise Unsupported(f"padding {list(pad)} for input {b.shape(x)}")
-    return {rank - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
-
-
 @aten("constant_pad_nd.default", torch=_PADDING)
 def _constant_pad(b, node, x, pad, value=0):
-    for dim, (lo, hi) in _pads(b, x, pad).items():
-        n = b.shape(x)[dim]
-        x = b.take(x, dim, list(range(max(0, -lo), n - max(0, -hi))))  # negative: cropped
-        parts = []
-        for size in (lo, hi):
-            if size > 0:
-                shape = b.shape(x)
-                shape[dim] = size
-                parts.append(b.full(value, b.dtype(x), shape))
-            else:
-                parts.append(None)
-        joined = [p for p in (parts[0], x, parts[1]) if p is not None]
-        if len(joined) > 1:
-            x = b.op("concat", joined, axis=dim)
-    return x
+    return b.composite("pad", x, pads=list(pad), mode="constant", value=float(value))
 
 
-def _index_pad(kind):
+def _index_pad(mode):
     def translate(b, node, x, pad):
-        for dim, (lo, hi) in _pads(b, x, pad).items():
-            n = b.shape(x)[dim]
-            if kind == "reflect" and (lo >= n or hi >= n):
-                raise Unsupported(f"reflection padding {lo}, {hi} of a dim of size {n} (each "
-                                  f"must be below it)")
-            index = []
-            for i in range(-lo, n + hi):
-                if kind == "reflect":
-                    j = abs(i)
-                    j = 2 * (n - 1) - j if j > n - 1 else j
-                elif kind == "replicate":
-                    j = min(max(i, 0), n - 1)
-                else:  # circular
-                    j = i % n
-                index.append(j)
-            x = b.take(x, dim, index)
-        return x
+        return b.composite("pad", x, pads=list(pad), mode=mode)
     return translate
 
 
@@ -74,67 +34,13 @@ for _name in ("replication_pad1d", "replication_pad2d", "replication_pad3d"):
     aten(f"{_name}.default", torch=_PADDING)(_index_pad("replicate"))
 
 
-def _source_scale(n_in, n_out, align_corners, scale):
-    """torch's area_pixel_compute_scale."""
-    if align_corners:
-        return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-    return 1.0 / scale if scale else n_in / n_out
-
-
-def _interpolation(n_in, n_out, mode, align_corners, scale):
-    """The [n_out, n_in] matrix of torch's linear or cubic interpolation
-    along one axis (entries of clamped taps summed)."""
-    r = _source_scale(n_in, n_out, align_corners, scale)
-    m = [[0.0] * n_in for _ in range(n_out)]
-    for o in range(n_out):
-        src = o * r if align_corners else (o + 0.5) * r - 0.5
-        if mode == "linear":
-            src = max(src, 0.0)
-            i0 = min(int(math.floor(src)), n_in - 1)
-            i1 = min(i0 + 1, n_in - 1)
-            l1 = src - i0
-            m[o][i0] += 1.0 - l1
-            m[o][i1] += l1
-        else:  # cubic, A = -0.75, taps clamped to the edge
-            i = math.floor(src)
-            t = src - i
-            a = -0.75
-            w = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
-                 ((a + 2) * t - (a + 3)) * t * t + 1,
-                 ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
-                 ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
-            for k in range(4):
-                m[o][min(max(i - 1 + k, 0), n_in - 1)] += w[k]
-    return [v for row in m for v in row]
-
-
 def _resize(b, node, x, mode, align_corners, scales):
-    """x [N, C, spatial...] resized to the node's output: nearest by
-    gathers, linear and cubic by one interpolation matrix per axis."""
-    out = list(node.meta["val"].shape)
-    shape = b.shape(x)
-    rank = len(shape)
-    scales = list(scales or [None] * (rank - 2))
-    for axis in range(2, rank):
-        n_in, n_out = shape[axis], out[axis]
-        scale = scales[axis - 2]
-        if mode == "nearest":  # torch's index: floor(o * scale) in float32
-            r = np.float32(1.0 / scale if scale else n_in / n_out)
-            x = b.take(x, axis, [min(int(np.floor(np.float32(o) * r)), n_in - 1)
-                                   for o in range(n_out)])
-            continue
-        if n_in == n_out and not align_corners and not scale:
-            continue
-        mat = b.constant(_interpolation(n_in, n_out, mode, align_corners, scale), b.dtype(x),
-                         [n_out, n_in])
-        # the axis last, a product with the matrix transposed, the axis back
-        perm = [d for d in range(rank) if d != axis] + [axis]
-        moved = b.transpose(x, perm)
-        lead = b.shape(moved)[:-1]
-        flat = b.reshape(moved, [math.prod(lead), n_in])
-        y = b.reshape(b.op("matmul", [flat, mat], transpose_b=1), lead + [n_out])
-        x = b.transpose(y, [perm.index(d) for d in range(rank)])
-    return x
+    """x [N, C, spatial...] resized to the node's output: the C++ library's
+    interpolate composite."""
+    sizes = list(node.meta["val"].shape)[2:]
+    scales = [float(s) if s else 0.0 for s in (scales or [None] * len(sizes))]
+    return b.composite("interpolate", x, sizes=sizes, mode=mode,
+                       align_corners=int(bool(align_corners)), scales=scales)
 
 
 @aten("upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec", torch=_RESIZE)

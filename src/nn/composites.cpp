@@ -103,6 +103,13 @@ const Composite kTable[] = {
    [](In in, A a, Loc loc) -> Out {
      return {hardtanh(in[0], a.f64("min_value"), a.f64("max_value"), loc)};
    }},
+  {"interpolate", "x", "sizes:ints mode:string=nearest align_corners:int=0 scales:floats=[]", "y",
+   "x [N, C, spatial...] resized to sizes as torch's F.interpolate: nearest, linear or cubic, "
+   "align_corners as torch's, scales the scale factors given (0: none)",
+   [](In in, A a, Loc loc) -> Out {
+     return {interpolate(in[0], a.ints("sizes"), resize_mode(a.str("mode"), loc),
+                         a.flag("align_corners"), a.floats("scales"), loc)};
+   }},
   {"layer_norm", "x weight? bias?", "normalized_dims:int=1 eps:float=1e-5", "y",
    "x normalized over its last normalized_dims dims, then x weight + bias",
    [](In in, A a, Loc loc) -> Out {
@@ -134,6 +141,12 @@ const Composite kTable[] = {
    [](In in, A a, Loc loc) -> Out {
      return {nll_loss(in[0], in[1], in[2], reduction(a, "nll_loss", loc), a.i64("ignore_index"),
                       loc)};
+   }},
+  {"pad", "x", "pads:ints mode:string=constant value:float=0", "y",
+   "x padded as torch's F.pad: (before, after) pairs, the last dim's first; mode constant (a "
+   "negative pad crops), reflect, replicate or circular",
+   [](In in, A a, Loc loc) -> Out {
+     return {pad(in[0], a.ints("pads"), pad_mode(a.str("mode"), loc), a.f64("value"), loc)};
    }},
   {"prelu", "x weight", "", "y", "x for x > 0, else weight x, weight one value or one per channel",
    [](In in, A, Loc loc) -> Out { return {prelu(in[0], in[1], loc)}; }},
@@ -191,6 +204,10 @@ ir::AttrValue default_value(const AttrSpec& s) {
   if (s.kind == "int") return int64_t(std::stoll(d));
   if (s.kind == "float") return std::stod(d);
   if (s.kind == "string") return d;
+  if (s.kind == "floats") {
+    WS_CHECK(d == "[]") << "a floats attribute's default is []";
+    return std::vector<double>{};
+  }
   std::vector<int64_t> v;  // ints: [a,b] or []
   std::stringstream in(d.substr(1, d.size() - 2));
   for (std::string part; std::getline(in, part, ',');) v.push_back(std::stoll(part));
@@ -201,6 +218,9 @@ bool kind_matches(std::string_view kind, const ir::AttrValue& v) {
   if (kind == "int") return std::holds_alternative<int64_t>(v);
   if (kind == "float") return is_floating_kind(v);
   if (kind == "string") return std::holds_alternative<std::string>(v);
+  if (kind == "floats")  // a list of whole numbers arrives as ints
+    return std::holds_alternative<std::vector<double>>(v) ||
+           std::holds_alternative<std::vector<int64_t>>(v);
   return std::holds_alternative<std::vector<int64_t>>(v);
 }
 
@@ -222,6 +242,12 @@ int64_t CompositeAttrs::i64(std::string_view name) const {
 }
 const std::vector<int64_t>& CompositeAttrs::ints(std::string_view name) const {
   return std::get<std::vector<int64_t>>(find(*this, name));
+}
+std::vector<double> CompositeAttrs::floats(std::string_view name) const {
+  const ir::AttrValue& v = find(*this, name);
+  if (const auto* d = std::get_if<std::vector<double>>(&v)) return *d;
+  const auto& i = std::get<std::vector<int64_t>>(v);
+  return std::vector<double>(i.begin(), i.end());
 }
 const std::string& CompositeAttrs::str(std::string_view name) const {
   return std::get<std::string>(find(*this, name));

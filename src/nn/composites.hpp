@@ -31,6 +31,7 @@ class CompositeAttrs {
   int64_t i64(std::string_view name) const;
   bool flag(std::string_view name) const { return i64(name) != 0; }
   const std::vector<int64_t>& ints(std::string_view name) const;
+  std::vector<double> floats(std::string_view name) const;  // whole numbers too
   const std::string& str(std::string_view name) const;
 
   std::map<std::string, ir::AttrValue, std::less<>> values;
@@ -41,7 +42,7 @@ struct Composite {
   std::string_view name;
   // Operand names in order, `name?` when it may be undefined.
   std::string_view operands;
-  // `name:kind` or `name:kind=default`, kind int, float, ints or string.
+  // `name:kind` or `name:kind=default`, kind int, float, ints, floats or string.
   std::string_view attrs;
   // Result names in order (a result may be undefined: a running statistic
   // not updated).

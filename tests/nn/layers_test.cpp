@@ -211,6 +211,81 @@ TEST(LayersErrors, ConvolutionInputOfWrongRankOrChannels) {
   EXPECT_NE(small.find("larger than the padded input"), std::string::npos) << small;
 }
 
+TEST(Layers, PadEveryModeAsTorch) {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {1, 3});
+  auto padded = [&](std::vector<int64_t> pads, nn::PadMode mode) {
+    return nn::pad(x, pads, mode, 9).to_vector();
+  };
+  using V = std::vector<double>;
+  EXPECT_EQ(padded({2, 1}, nn::PadMode::constant), (V{9, 9, 1, 2, 3, 9}));
+  EXPECT_EQ(padded({-1, 1}, nn::PadMode::constant), (V{2, 3, 9}));  // a negative pad crops
+  EXPECT_EQ(padded({2, 1}, nn::PadMode::reflect), (V{3, 2, 1, 2, 3, 2}));
+  EXPECT_EQ(padded({2, 1}, nn::PadMode::replicate), (V{1, 1, 1, 2, 3, 3}));
+  EXPECT_EQ(padded({2, 3}, nn::PadMode::circular), (V{2, 3, 1, 2, 3, 1, 2, 3}));
+  // Both dims, the last one's pair first.
+  EXPECT_EQ(nn::pad(x, {0, 1, 1, 0}, nn::PadMode::constant).to_vector(),
+            (V{0, 0, 0, 0, 1, 2, 3, 0}));
+}
+
+TEST(Layers, InterpolateAsTorch) {
+  Tensor x = Tensor::from_vector(std::vector<float>{0, 1, 2, 3}, {1, 1, 4});
+  using V = std::vector<double>;
+  // Nearest: source index floor(o * in / out); with a scale factor, 1 / scale.
+  EXPECT_EQ(nn::interpolate(x, {6}).to_vector(), (V{0, 0, 1, 2, 2, 3}));
+  EXPECT_EQ(nn::interpolate(x, {2}, nn::ResizeMode::nearest, false, {0.6}).to_vector(), (V{0, 1}));
+  // Linear, half-pixel centers (clamped at 0) and align_corners.
+  EXPECT_EQ(nn::interpolate(x, {8}, nn::ResizeMode::linear).to_vector(),
+            (V{0, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3}));
+  EXPECT_EQ(nn::interpolate(x, {7}, nn::ResizeMode::linear, true).to_vector(),
+            (V{0, 0.5, 1, 1.5, 2, 2.5, 3}));
+  // Cubic: halfway, weights (-3, 19, 19, -3) / 32; a tap past the edge
+  // reads the edge (position 0.5 reads 0, 0, 1, 2).
+  EXPECT_EQ(nn::interpolate(x, {7}, nn::ResizeMode::cubic, true).to_vector(),
+            (V{0, 0.40625, 1, 1.5, 2, 2.59375, 3}));
+  // Two spatial dims, each its own matrix.
+  Tensor img = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2});
+  EXPECT_EQ(nn::interpolate(img, {3, 3}, nn::ResizeMode::linear, true).to_vector(),
+            (V{1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4}));
+  std::string sizes = error_of([&] { nn::interpolate(img, {3}); });
+  EXPECT_NE(sizes.find("needs one size (and one scale, if any) per spatial dim, got sizes [3]"),
+            std::string::npos)
+      << sizes;
+}
+
+TEST(LayersGradcheck, PadReflectAndReplicateSumIntoThePositionsRead) {
+  manual_seed(5);
+  Probe<nn::Linear> m(4, 4);
+  for (nn::PadMode mode : {nn::PadMode::reflect, nn::PadMode::replicate, nn::PadMode::circular}) {
+    auto r = check_layer(
+        m,
+        [&](const Tensor& x) {
+          return nn::pad(m.layer(x), {2, 1, 1, 2}, mode);
+        },
+        randn({3, 4}));
+    EXPECT_TRUE(r.ok) << r.report;
+  }
+}
+
+TEST(LayersErrors, PadOutOfItsModesLimits) {
+  Tensor x = Tensor::zeros({2, 3});
+  std::string reflect = error_of([&] { nn::pad(x, {3, 0}, nn::PadMode::reflect); });
+  EXPECT_NE(
+      reflect.find("pad: reflect padding (3, 0) of dim 1 of f32[2,3]: each must be at most 2"),
+      std::string::npos)
+      << reflect;
+  EXPECT_NE(reflect.find("layers_test.cpp"), std::string::npos) << reflect;
+  std::string circular = error_of([&] { nn::pad(x, {0, 4}, nn::PadMode::circular); });
+  EXPECT_NE(circular.find("each must be at most 3"), std::string::npos) << circular;
+  std::string odd = error_of([&] { nn::pad(x, {1, 1, 1}); });
+  EXPECT_NE(odd.find("pad: [1, 1, 1] is not (before, after) pairs"), std::string::npos) << odd;
+  std::string crop = error_of([&] { nn::pad(x, {-2, -2}); });
+  EXPECT_NE(crop.find("crops more than the 3 elements of dim 1"), std::string::npos) << crop;
+  std::string mode = error_of([&] { nn::pad_mode("mirror"); });
+  EXPECT_NE(mode.find("mode 'mirror' is not constant, reflect, replicate or circular"),
+            std::string::npos)
+      << mode;
+}
+
 TEST(LayersErrors, EmbeddingIndexOutOfRangeEagerly) {
   nn::Embedding e(4, 2);
   std::string msg = error_of([&] { e(Tensor::from_vector(std::vector<int64_t>{0, 4}, {2})); });
