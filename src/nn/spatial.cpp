@@ -103,9 +103,9 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, doub
     const int64_t n = y.size(dim);
     if (mode == PadMode::constant) {
       const int64_t first = std::max<int64_t>(0, -lo), end = n - std::max<int64_t>(0, -hi);
-      if (end < first)
-        throw Error(fmt::format("pad: {} crops more than the {} elements of dim {} of {}{}", pads,
-                                n, dim, x.str(), at(sl(loc))));
+      if (end <= first)
+        throw Error(fmt::format("pad: {} crops all {} elements of dim {} of {}{}", pads, n, dim,
+                                x.str(), at(sl(loc))));
       std::vector<int64_t> kept;
       for (int64_t j = first; j < end; ++j) kept.push_back(j);
       std::vector<Tensor> parts;
