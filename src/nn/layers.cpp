@@ -57,22 +57,24 @@ Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
   return div(e, sum(e, {axis}, loc).reshape(kept(x, axis), loc), loc);
 }
 
+// x's shape with each of `axes` set to 1 (checked as `what`'s).
+Shape kept(const Tensor& x, const std::vector<int64_t>& axes, const char* what, Loc loc) {
+  Shape k = x.shape();
+  for (int64_t a : axes) k[size_t(norm_axis(x, a, what, loc))] = 1;
+  return k;
+}
+
 Tensor center(const Tensor& x, const std::vector<int64_t>& axes, Loc loc) {
   Tensor read = identity(x, loc);
-  Shape k = x.shape();
-  for (int64_t a : axes) k[size_t(norm_axis(x, a, "center", loc))] = 1;
-  return sub(read, mean(read, axes, loc).reshape(k, loc), loc);
+  return sub(read, mean(read, axes, loc).reshape(kept(x, axes, "center", loc), loc), loc);
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& axes, double correction, bool keepdim,
            Loc loc) {
-  int64_t count = 1;
-  Shape k = x.shape();
-  for (int64_t a : axes) {
-    const int64_t d = norm_axis(x, a, "var", loc);
-    count *= x.size(d);
-    k[size_t(d)] = 1;
-  }
+  const Shape k = kept(x, axes, "var", loc);
+  int64_t count = 1;  // the elements of each variance: the dims kept as 1
+  for (size_t d = 0; d < k.size(); ++d)
+    if (k[d] != x.shape()[d]) count *= x.shape()[d];
   Tensor xc = center(x, axes, loc);
   Tensor v = div(sum(mul(xc, xc, loc), axes, loc), std::max(double(count) - correction, 0.0), loc);
   return keepdim ? v.reshape(k, loc) : v;
