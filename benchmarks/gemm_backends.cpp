@@ -15,21 +15,15 @@
 #include <cstdlib>
 #include <vector>
 
+#include "timing.hpp"
+
 extern "C" char* openblas_get_corename();
 extern "C" void openblas_set_num_threads(int);
 
 namespace {
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
+using ws::bench::median;
+using ws::bench::now_ms;
 
 struct Shape {
   int m, k, n;

@@ -330,6 +330,21 @@ namespace {
 // for. Its direct and brgemm kernels compute each output on one thread.
 bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != std::string::npos; }
 
+// Whether a weight gradient runs as im2col and products (a product a group)
+// rather than oneDNN's convolution over batch parts. Small maps take the
+// products (measured at batch 8, one thread: resnet's 2x2 and 4x4 maps 2-25x
+// faster, 8x8 stride 1 and larger maps slower), grouped ones where the
+// groups are wide enough (build/benchmarks/conv_weight_grad on a 2-core AVX2
+// EPYC, batch 4: regnet's groups of 48-168 channels 1.4-4x faster on 4x4 and
+// 2x2 maps; groups of 32 on 4x4 maps 1.2x, of 24 0.9x, of 16 0.6x; on 2x2
+// maps groups of 16 1.5x, of 8 slower). The cap on N*S bounds the unfolded
+// input in the scratch.
+bool weight_grad_as_products(const Conv2dGeom& g) {
+  const int64_t s = g.oh * g.ow, width = std::min(g.o, g.c) / g.groups;
+  if (g.volume || s > 16 || g.n * s > 256) return false;
+  return g.groups == 1 || width >= 32 || (s <= 4 && width >= 16);
+}
+
 // The op for the team pinned now.
 std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
                                                   std::span<const ir::Type> in_types,
@@ -365,13 +380,8 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
     return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false,
                        op == Op::matmul_bias);
   const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
-  // Small maps take the product (measured at batch 8, one thread: resnet's
-  // 2x2 and 4x4 maps 2-25x faster, 8x8 stride 1 and larger maps slower).
-  // The cap on N*S bounds the unfolded input in the scratch.
   if (op == Op::conv2d_weight_grad)
-    return !g.volume && g.groups == 1 && g.oh * g.ow <= 16 && g.n * g.oh * g.ow <= 256
-               ? make_weight_grad_cols(g)
-               : make_weight_grad_in_parts(g);
+    return weight_grad_as_products(g) ? make_weight_grad_cols(g) : make_weight_grad_in_parts(g);
   return make_conv(op, g);
 }
 

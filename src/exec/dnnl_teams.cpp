@@ -104,41 +104,52 @@ class BatchPartsOp final : public BackendOp {
   std::string impl_;
 };
 
-// conv2d_weight_grad as one matrix product, dw[O, C*KH*KW] = dy^T[O, N*S] @
-// cols[N*S, C*KH*KW] (S = OH*OW, cols the unfolded input, zeros where a tap
-// reads padding), for small maps: there oneDNN's convolution spends its time
-// reordering the weights and the batch parts add whole weight copies. The
-// rows of dw are split into fixed parts, each a one-thread product, so every
-// element is one primitive's sum over N*S whatever the team: the same bits
-// on any team. Groups of 1 only.
+// conv2d_weight_grad as matrix products, one a group: dw[O/G, C/G*KH*KW] of
+// group g = dy^T[its O/G rows, N*S] @ cols[N*S, its C/G*KH*KW columns]
+// (S = OH*OW, cols the unfolded input, zeros where a tap reads padding), for
+// small maps: there oneDNN's convolution spends its time reordering the
+// weights and the batch parts add whole weight copies. Each group's rows of
+// dw are split into fixed parts (at least kWeightGradParts parts in all),
+// each a one-thread product, so every element is one primitive's sum over
+// N*S whatever the team: the same bits on any team.
 class ColsWeightGradOp final : public BackendOp {
  public:
   explicit ColsWeightGradOp(const Conv2dGeom& g) : g_(g) {
     const int64_t ns = g.n * g.oh * g.ow, ckk = g.c * g.kh * g.kw;
-    const int64_t parts = std::min(g.o, kWeightGradParts);
+    const int64_t og = g.o / g.groups, gk = ckk / g.groups;  // a group's rows and columns
+    const int64_t per_group =
+        std::min(og, (kWeightGradParts + g.groups - 1) / g.groups);  // row parts of a group
     dyt_offset_ = 0;
     cols_offset_ = align64(g.o * ns * 4);
     scratch_bytes_ = cols_offset_ + align64(ns * ckk * 4);
     TeamScope one(1);
     using dims = dnnl::memory::dims;
     using dt = dnnl::memory::data_type;
-    for (int64_t i = 0; i < parts; ++i) {
-      const int64_t o0 = g.o * i / parts, rows = g.o * (i + 1) / parts - o0;
+    // An op a part (a DnnlOp binds its pointers: parts run at once).
+    auto product = [&](int64_t rows) -> std::shared_ptr<const BackendOp> {
       const dnnl::memory::desc a(dims{rows, ns}, dt::f32, dims{ns, 1}),
-          b(dims{ns, ckk}, dt::f32, dims{ckk, 1}), c(dims{rows, ckk}, dt::f32, dims{ckk, 1});
+          b(dims{ns, gk}, dt::f32, dims{ckk, 1}), c(dims{rows, gk}, dt::f32, dims{gk, 1});
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), user_scratchpad(),
                                       dnnl_engine());
       auto op = std::make_shared<DnnlOp>();
       op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
       op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
       op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
-      op->set_main<dnnl::matmul>(pd, 2 * rows * ns * ckk);
-      op->finish(fmt::format("conv2d_weight_grad matmul [{}x{}x{}]", rows, ns, ckk));
-      flops_ += op->flops();
-      parts_.push_back({std::move(op), scratch_bytes_, o0});
-      scratch_bytes_ += align64(parts_.back().op->scratch_bytes());
-    }
-    impl_ = fmt::format("im2col + {} row parts, each {}", parts, parts_[0].op->impl());
+      op->set_main<dnnl::matmul>(pd, 2 * rows * ns * gk);
+      op->finish(fmt::format("conv2d_weight_grad matmul [{}x{}x{}]", rows, ns, gk));
+      return op;
+    };
+    for (int64_t group = 0; group < g.groups; ++group)
+      for (int64_t i = 0; i < per_group; ++i) {
+        const int64_t o0 = group * og + og * i / per_group,
+                      rows = group * og + og * (i + 1) / per_group - o0;
+        parts_.push_back({product(rows), scratch_bytes_, o0, group * gk});
+        flops_ += parts_.back().op->flops();
+        scratch_bytes_ += align64(parts_.back().op->scratch_bytes());
+      }
+    impl_ = fmt::format("im2col + {} row parts{}, each {}", parts_.size(),
+                        g.groups > 1 ? fmt::format(" of {} groups", g.groups) : "",
+                        parts_[0].op->impl());
   }
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
@@ -152,7 +163,7 @@ class ColsWeightGradOp final : public BackendOp {
     auto* base = static_cast<std::byte*>(scratch);
     auto* dyt = reinterpret_cast<float*>(base + dyt_offset_);
     auto* cols = reinterpret_cast<float*>(base + cols_offset_);
-    const int64_t s = g.oh * g.ow, ns = g.n * s, ckk = g.c * g.kh * g.kw;
+    const int64_t s = g.oh * g.ow, ns = g.n * s, ckk = g.c * g.kh * g.kw, gk = ckk / g.groups;
     // dyt[o, n*S + p] = dy[n, o, p]; cols[n*S + p, (c*KH + ky)*KW + kx] = x at
     // the tap, or 0 in the padding. Copies only: any split gives the same bits.
     parallel_for(
@@ -186,7 +197,7 @@ class ColsWeightGradOp final : public BackendOp {
         [&](int64_t lo, int64_t hi) {
           for (int64_t i = lo; i < hi; ++i) {
             const Part& p = parts_[size_t(i)];
-            p.op->run(dyt + p.o0 * ns, cols, static_cast<float*>(out) + p.o0 * ckk,
+            p.op->run(dyt + p.o0 * ns, cols + p.col0, static_cast<float*>(out) + p.o0 * gk,
                       base + p.scratch_offset);
           }
         },
@@ -197,7 +208,8 @@ class ColsWeightGradOp final : public BackendOp {
   struct Part {
     std::shared_ptr<const BackendOp> op;
     int64_t scratch_offset = 0;
-    int64_t o0 = 0;  // its first row of dw
+    int64_t o0 = 0;    // its first row of dw
+    int64_t col0 = 0;  // its group's first column of cols
   };
   Conv2dGeom g_;
   std::vector<Part> parts_;

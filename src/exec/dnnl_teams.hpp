@@ -19,8 +19,8 @@ std::shared_ptr<const BackendOp> make_conv(ir::Op op, const Conv2dGeom& g);
 // the same bits on any team.
 std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g);
 
-// conv2d_weight_grad as im2col and one matrix product split over fixed row
-// parts (groups of 1): faster on small maps, the same bits on any team.
+// conv2d_weight_grad as im2col and one matrix product a group, each split
+// over fixed row parts: faster on small maps, the same bits on any team.
 std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g);
 
 // A product as fixed parts of its output, each `op` (made for one thread)

@@ -95,6 +95,9 @@ std::vector<Conv2dGeom> backend_conv_cases() {
   // uneven row parts, dilation and a clipped right edge).
   c.push_back(conv_geom(8, 64, 2, 2, 48, 3, 3, 1, 1, 1, 1));
   c.push_back(conv_geom(3, 16, 7, 5, 37, 3, 2, 2, 2, 1, 1, 2, 1));
+  // ... one product a group (regnet's), uneven row parts in each group.
+  c.push_back(conv_geom(4, 68, 4, 4, 66, 3, 3, 1, 1, 1, 1, 1, 1, 2));
+  c.push_back(conv_geom(2, 80, 3, 3, 80, 3, 3, 2, 2, 1, 1, 1, 1, 5));
   for (const Conv2dGeom& g : conv3d_geometries()) c.push_back(g);
   return c;
 }
@@ -119,6 +122,24 @@ TEST(DnnlConv, ForwardInputGradAndWeightGradMatchF64Reference) {
       expect_close(run_guarded(op, conv_attrs(g), t.in, t.out, to_f32(a), to_f32(b), what),
                    conv_ref(op, g, a, b), 1e-5, what);
     }
+}
+
+TEST(DnnlConv, SmallMapsWeightGradientsRunAsProductsOneAGroup) {
+  // regnet's grouped 3x3 convolutions on small maps; narrower groups on 4x4
+  // maps and a depthwise convolution stay oneDNN's.
+  auto impl = [](const Conv2dGeom& g) {
+    const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
+    return make_backend_op(Op::conv2d_weight_grad, conv_attrs(g), t.in, t.out)->impl();
+  };
+  const std::pair<Conv2dGeom, std::string> cases[] = {
+      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1), "im2col + 4 row parts,"},
+      {conv_geom(4, 896, 4, 4, 896, 3, 3, 1, 1, 1, 1, 1, 1, 7), "im2col + 7 row parts of 7 groups"},
+      {conv_geom(4, 96, 4, 4, 96, 3, 3, 1, 1, 1, 1, 1, 1, 2), "im2col + 4 row parts of 2 groups"},
+      {conv_geom(4, 64, 2, 2, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "im2col + 4 row parts of 4 groups"},
+      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "batch parts"},
+      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 64), "batch parts"}};
+  for (const auto& [g, want] : cases)
+    EXPECT_NE(impl(g).find(want), std::string::npos) << describe(g) << ": " << impl(g);
 }
 
 TEST(DnnlConv, FlopsCountMultiplyAddsOfEveryDirection) {
@@ -239,7 +260,8 @@ TEST(DnnlBackend, OneAndTwoThreadsGiveTheSameBits) {
   for (const Conv2dGeom& g :
        {conv_geom(8, 32, 28, 28, 64, 3, 3, 2, 2, 1, 1),
         conv_geom(64, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1), conv_geom(3, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1),
-        conv_geom(8, 24, 4, 4, 37, 3, 3, 2, 2, 1, 1)}) {
+        conv_geom(8, 24, 4, 4, 37, 3, 3, 2, 2, 1, 1),
+        conv_geom(4, 68, 4, 4, 66, 3, 3, 1, 1, 1, 1, 1, 1, 2)}) {
     SCOPED_TRACE(describe(g));
     const std::vector<float> x = to_f32(random_vec(x_size(g), rng)),
                              w = to_f32(random_vec(w_size(g), rng)),
