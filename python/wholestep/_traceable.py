@@ -22,12 +22,10 @@ torch.arange with a float bound and no dtype: this torch's fake tensors
 give it int64 where eager gives the default float dtype (torch.arange(3.0)
 is float32); while tracing the dtype is passed as eager would choose it.
 
-F.one_hot: torch reads the largest class from the data to check it; here
-it is a comparison with the classes' positions read through an index of
-them, so a class out of range fails the step as torch's call raises (a
-negative one too: it is moved out of range first, where an index would
-wrap it). Without num_classes the number of columns is a value of the
-data, refused.
+F.one_hot: torch reads the smallest and largest class from the data to
+check them; here they are wholestep::check ops (below), so a class out of
+range fails the step with torch's message. Without num_classes the number
+of columns is a value of the data, refused.
 
 BatchNorm with momentum=None (a cumulative moving average): torch reads
 the count of batches as a Python number to make the factor, 1 / count;
@@ -42,6 +40,13 @@ C++ call, which fake mode cannot trace; here they are made first, as
 tensors the trace records as constants, and torch takes its tensor
 overload with the same arguments.
 
+F.gaussian_nll_loss (nn.GaussianNLLLoss): torch tests the variance for a
+negative entry in Python, a value fake tensors do not hold; here the test
+is wholestep::check, an op of the trace the importer makes the IR's check
+(the step fails with torch's message when an entry is negative), and the
+clamp torch makes in place under no_grad is the clamped value with the
+variance's gradient passing straight through, as in torch.
+
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
 closure): this torch's fake mode refuses it; the trace has recorded it as a
@@ -51,15 +56,50 @@ a constant, never trained.
 """
 
 import contextlib
+import math
 
 import torch
 from torch._subclasses import fake_tensor
 from torch.utils._pytree import tree_map
 
 from . import _C
-from ._ir import TRACED
+from ._ir import TABLE, TRACED
 
 _MEAN, _SUM = 1, 2  # torch's reduction enum: 0 none, 1 mean, 2 sum
+
+# wholestep::check(x, ok, message): x, once every element of the bool ok is
+# true; else an error with message. In a trace, the IR's op check.
+_LIBRARY = torch.library.Library("wholestep", "DEF")
+_LIBRARY.define("check(Tensor x, Tensor ok, str message) -> Tensor")
+
+
+def _check_eager(x, ok, message):
+    if not bool(ok.all()):
+        raise ValueError(message)
+    return x.clone()
+
+
+class _Check(torch.autograd.Function):
+    """The check's gradient is x's."""
+
+    @staticmethod
+    def forward(ctx, x, ok, message):
+        below = torch._C._AutoDispatchBelowAutograd()  # the kernels, not this again
+        try:
+            return torch.ops.wholestep.check(x, ok, message)
+        finally:
+            del below
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+_LIBRARY.impl("check", _check_eager, "CPU")
+_LIBRARY.impl("check", lambda x, ok, message: torch.empty_like(x), "Meta")
+_LIBRARY.impl("check", _Check.apply, "Autograd")
+TABLE["wholestep.check.default"] = lambda b, node, x, ok, message: b.op("check", [x, ok],
+                                                                         message=message)
 
 
 def _cross_entropy_loss(original):
@@ -113,9 +153,9 @@ def _arange(original):
     return arange
 
 
-TRACED.append(("`F.one_hot` (rewritten while tracing)", ["arange.default", "index.Tensor",
-                                                        "eq.Tensor"],
-               "`num_classes` given; a class out of range fails the step"))
+TRACED.append(("`F.one_hot` (rewritten while tracing)", ["arange.default", "eq.Tensor",
+                                                        "check (wholestep)"],
+               "`num_classes` given; a class out of range fails the step with torch's message"))
 
 
 def _one_hot(tensor, num_classes=-1):
@@ -126,9 +166,10 @@ def _one_hot(tensor, num_classes=-1):
     if tensor.dtype != torch.int64:
         raise _C.Error(f"F.one_hot of a {tensor.dtype} tensor: one_hot is only applicable to "
                        f"index tensors (int64), as in torch")
-    classes = torch.arange(num_classes, dtype=torch.float32)
-    kept = torch.where(tensor < 0, torch.full_like(tensor, num_classes), tensor)
-    return (classes[kept].unsqueeze(-1) == classes).to(torch.int64)
+    tensor = torch.ops.wholestep.check(tensor, tensor >= 0, "Class values must be non-negative.")
+    tensor = torch.ops.wholestep.check(tensor, tensor < num_classes,
+                                       "Class values must be smaller than num_classes.")
+    return (tensor.unsqueeze(-1) == torch.arange(num_classes)).to(torch.int64)
 
 
 TRACED.append(("`F.ctc_loss` with lengths as lists (rewritten while tracing)",
@@ -212,6 +253,29 @@ def _ctc_loss_shapes(empty, log_probs, targets, *args):
             empty([batch, frames, 2 * longest + 1], log_probs.dtype))
 
 
+TRACED.append(("`F.gaussian_nll_loss`, `nn.GaussianNLLLoss` (rewritten while tracing)",
+               ["log.default", "div.Tensor", "clamp.default", "check (wholestep)"],
+               "a negative variance fails the step, as torch raises"))
+
+
+def _gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    if var.size() != input.size():
+        if input.size()[:-1] == var.size():
+            var = torch.unsqueeze(var, -1)
+        elif input.size()[:-1] != var.size()[:-1] or var.size(-1) != 1:
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    var = torch.ops.wholestep.check(var, ~(var < 0), "var has negative entry/entries")
+    var = var + (var.clamp(min=eps) - var).detach()  # var itself where var >= eps
+    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    if reduction == "mean":
+        return loss.mean()
+    return loss.sum() if reduction == "sum" else loss
+
+
 def _flat_weights(self):
     return [getattr(self, name) if hasattr(self, name) else None
             for name in self._flat_weights_names]
@@ -230,6 +294,8 @@ def traceable():
     repeat, tensor_repeat = torch.repeat_interleave, torch.Tensor.repeat_interleave
     arange, one_hot, nn_one_hot = torch.arange, torch.nn.functional.one_hot, torch._C._nn.one_hot
     ctc = torch.ctc_loss
+    gaussian_nll = torch.nn.functional.gaussian_nll_loss
+    torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
     torch.Tensor.repeat_interleave = _repeat_interleave(tensor_repeat)
@@ -247,6 +313,7 @@ def traceable():
         torch.repeat_interleave, torch.Tensor.repeat_interleave = repeat, tensor_repeat
         torch.arange = arange
         torch.ctc_loss = ctc
+        torch.nn.functional.gaussian_nll_loss = gaussian_nll
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

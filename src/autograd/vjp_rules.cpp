@@ -368,7 +368,8 @@ VjpRule builtin_rule(Op op) {
     case Op::maximum: return vjp_maximum;
     case Op::mul: return vjp_mul;
     case Op::neg: return vjp_neg;
-    case Op::identity: return vjp_identity;
+    case Op::identity:
+    case Op::check: return vjp_identity;
     case Op::reduce_max: return vjp_reduce_max;
     case Op::reduce_sum: return vjp_reduce_sum;
     case Op::reshape: return vjp_reshape;

@@ -13,9 +13,20 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace ws::exec {
 namespace {
+
+// Flat position i of a tensor of `shape` as its index, "[1,0,2]".
+std::string unflat_index(int64_t i, const Shape& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = i % std::max<int64_t>(shape[d], 1);
+    i /= std::max<int64_t>(shape[d], 1);
+  }
+  return fmt::format("[{}]", fmt::join(index, ","));
+}
 
 using ir::Op;
 
@@ -237,6 +248,17 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         using T = decltype(t);
         binary(op, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), out, n);
       });
+    case Op::check: {
+      const auto* ok = static_cast<const uint8_t*>(in[1]);
+      const int64_t m = in_types[1].numel();
+      for (int64_t i = 0; i < m; ++i)
+        if (!ok[i])
+          throw Error(fmt::format(
+              "{} (first at position {} of {}){}", ir::attr<Op::check, "message">(attrs),
+              unflat_index(i, in_types[1].shape), shape_str(in_types[1].shape), at(loc)));
+      if (out != in[0]) std::memcpy(out, in[0], out_type.bytes());
+      return;
+    }
     case Op::select:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);

@@ -153,6 +153,10 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       return args[0];
     case Op::identity:
     case Op::stop_gradient: return args[0];
+    case Op::check:
+      if (args[1].dtype != DType::b8)
+        fail_op(op, "checks a bool condition, got " + args[1].str(), loc);
+      return args[0];
     case Op::neg:
       if (args[0].dtype == DType::b8) fail_op(op, "does not take a bool operand", loc);
       return args[0];

@@ -89,6 +89,14 @@ std::map<Op, std::vector<CaseFn>> cases() {
     ValueId i = c.b().unary(Op::identity, x);
     return c.check(c.b().binary(Op::mul, i, c.b().unary(Op::exp, i)));
   });
+  m[Op::check].push_back([] {  // x's gradient, none to the condition
+    OpCase c;
+    ir::Builder& b = c.b();
+    const ValueId x = c.input({2, 3}, {0.5, 2});
+    const ValueId ok = b.binary(Op::ge, x, b.full(0.0, b.type(x)));
+    return c.check(
+        b.unary(Op::log, b.add(Op::check, {x, ok}, ir::Attrs{{"message", std::string("x < 0")}})));
+  });
   m[Op::exp].push_back([] {
     OpCase c;
     return c.check(c.b().unary(Op::exp, c.input({4})));

@@ -10,6 +10,7 @@
 #include "lower/lower.hpp"
 #include "lower/plan_memory.hpp"
 #include "lower/simplify.hpp"
+#include "lowered_runs.hpp"
 #include "tensor/tensor_impl.hpp"
 #include "test_util.hpp"
 #include "wholestep/compare.hpp"
@@ -365,6 +366,30 @@ TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
             << ir::op_name(op) << " side " << scalar_side;
     }
   }
+}
+
+// check passes its operand on when its condition holds everywhere; else the
+// interpreter and the program (fused or not) fail with its message, the
+// condition's first false element and the node's source line.
+TEST(Lower, CheckPassesItsOperandOrFailsWithItsMessageEverywhere) {
+  ir::Graph g;
+  ir::Builder b(g);
+  const ValueId x = b.input(ir::InputRole::data, "x", {DType::f32, {2, 3}});
+  const ValueId ok = b.binary(Op::ge, x, b.full(0.0, {DType::f32, {2, 3}}));
+  const ValueId y =
+      b.add(Op::check, {x, ok}, ir::Attrs{{"message", std::string("x < 0 somewhere")}},
+            SourceLoc{"model.py", 7});
+  g.outputs.push_back({ir::OutputRole::user, b.unary(Op::log, y), ir::kNoValue, "y"});
+  std::vector<Tensor> in = {Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3})};
+  testing::expect_same_everywhere(g, in, 1);
+  EXPECT_EQ(exec::interpret(g, in)[0].to_vector()[1], double(std::log(2.0f)));
+  in[0].data<float>()[5] = -1;
+  in[0].data<float>()[4] = NAN;
+  const std::string want = "x < 0 somewhere (first at position [1,1] of [2,3]) (at model.py:7)";
+  EXPECT_EQ(testing::error_of([&] { exec::interpret(g, in); }), want);
+  for (bool fuse : {true, false})
+    EXPECT_EQ(testing::error_of([&] { testing::run_lowered(g, in, fuse, 1); }), want)
+        << "fuse " << fuse;
 }
 
 // Strided kernels (broadcast, transpose, reductions with merged dims) and

@@ -83,6 +83,14 @@ CASES = {
                                      ignore_index=4),
         r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
     "stochastic_depth_off": (lambda x: x * x.new_empty([2, 1, 1, 1]).fill_(1.0), X),
+    "gaussian_nll": (lambda x, t, v: F.gaussian_nll_loss(x, t, v.exp()), r(4, 5), r(4, 5),
+                     r(4, 5)),
+    "gaussian_nll_one_variance_full_sum": (  # var one dim short: one per row
+        lambda x, t, v: F.gaussian_nll_loss(x, t, v.exp(), full=True, reduction="sum"),
+        r(4, 5), r(4, 5), r(4)),
+    "gaussian_nll_clamped": (  # var below eps: the clamped value, var's gradient straight
+        lambda x, t, v: nn.GaussianNLLLoss(eps=0.5, reduction="none")(x, t, v.abs()),
+        r(4, 5), r(4, 5), r(4, 1)),
 }
 
 
@@ -324,16 +332,65 @@ def _one_hot_model():
     return model, step
 
 
-@pytest.mark.parametrize("classes", [[0, 3, 1], [0, -1, 2]])
-def test_a_one_hot_class_out_of_range_fails_as_in_torch_and_changes_nothing(classes):
+@pytest.mark.parametrize("classes, message", [
+    ([0, 3, 1], r"Class values must be smaller than num_classes. \(first at position \[1\]"),
+    ([0, -1, 2], r"Class values must be non-negative. \(first at position \[1\]")])
+def test_a_one_hot_class_out_of_range_fails_as_in_torch_and_changes_nothing(classes, message):
     t = torch.tensor(classes)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=message.split(" \\(")[0]):
         F.one_hot(t, 3)  # eager torch refuses it too
     model, step = _one_hot_model()
     before = model.weight.detach().clone()
-    with pytest.raises(wholestep.Error, match=r"out of range"):
+    with pytest.raises(wholestep.Error, match=message):
         step(torch.randn(3, 4), t)
     assert torch.equal(model.weight, before)
+
+
+class _MeanAndVariance(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(4, 6)
+        with torch.no_grad():
+            self.linear.bias[3:] = 5.0  # variances near 5 for inputs near 0
+
+    def forward(self, x):
+        return self.linear(x).chunk(2, 1)
+
+
+def _gaussian_model():
+    model = _MeanAndVariance()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda out, t: F.gaussian_nll_loss(out[0], t, out[1]))
+    return model, step
+
+
+def test_a_negative_variance_fails_with_torchs_message_and_changes_nothing():
+    model, step = _gaussian_model()
+    x, t = torch.randn(5, 4) * 0.1, torch.randn(5, 3)
+    s = model.linear.weight[3:].detach().sum(0)
+    x[3] = s * (-20 / s.dot(s))  # row 3's variances sum to -5: one at least is negative
+    with pytest.raises(ValueError, match="var has negative entry/entries"):
+        mean, var = model(x)
+        F.gaussian_nll_loss(mean, t, var)  # eager torch refuses it too
+    before = model.linear.weight.detach().clone()
+    with pytest.raises(wholestep.Error,
+                       match=r"var has negative entry/entries \(first at position \[3,"):
+        step(x, t)
+    assert torch.equal(model.linear.weight, before)
+    step(x[:3], t[:3])  # the step still runs
+    assert not torch.equal(model.linear.weight, before)
+
+
+def test_a_nan_variance_is_not_refused_as_in_torch():
+    """torch tests var < 0, which a NaN is not: its loss is NaN."""
+    model, step = _gaussian_model()
+    x, t = torch.rand(5, 4), torch.randn(5, 3)
+    x[1, 2] = math.nan
+    mean, var = model(x)
+    assert F.gaussian_nll_loss(mean, t, var).isnan()
+    with pytest.raises(wholestep.Error, match="the loss is nan"):  # not the variance's check
+        step(x, t)
 
 
 def test_one_hot_without_num_classes_is_refused_naming_it():

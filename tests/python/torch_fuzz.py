@@ -16,7 +16,8 @@ over the token axis, centering on the tokens' median or k-th value,
 windows as channels (unfold) and summed back (fold), bilinear products,
 ...), the classifier head the builder appends
 (flatten or mean over tokens, then Linear; for the CTC loss a Linear per
-token and log-probabilities [T, N, C]), the loss (cross_entropy, mse, or
+token and log-probabilities [T, N, C]), the loss (cross_entropy, mse,
+gaussian_nll with the output's square as the variance, or
 ctc over token inputs: random targets and lengths, zero_infinity, blank
 first or last) and the optimizer (SGD with momentum, nesterov and weight decay; Adam;
 AdamW; one or two parameter groups; fresh or after an eager step). Only
@@ -548,6 +549,9 @@ def loss_function(spec):
                               reduction=spec["reduction"], zero_infinity=spec["zero_infinity"])
         return ctc
     reduction = spec.get("reduction", "mean")
+    if spec["loss"] == "gaussian_nll":  # the output's square as the variance: some below eps
+        return lambda out, y: F.gaussian_nll_loss(out, y, out * out, full=spec["full"],
+                                                  eps=spec["eps"], reduction=reduction)
     return lambda out, y: F.mse_loss(out, y, reduction=reduction)
 
 
@@ -802,9 +806,12 @@ def generate(seed):
     else:
         inp = {"kind": "vec", "f": r.randint(2, 24)}
     spec = {"seed": seed, "input": inp, "batch": r.choice([2, 3, 4, 5, 8]),
-            "classes": r.randint(2, 10), "loss": r.choice(["cross_entropy"] * 3 + ["mse"])}
-    if spec["loss"] == "mse":
+            "classes": r.randint(2, 10),
+            "loss": r.choice(["cross_entropy"] * 6 + ["mse"] * 2 + ["gaussian_nll"])}
+    if spec["loss"] in ("mse", "gaussian_nll"):
         spec["reduction"] = r.choice(["mean", "mean", "sum"])
+    if spec["loss"] == "gaussian_nll":
+        spec.update(full=r.random() < 0.5, eps=r.choice([1e-6, 0.01, 0.5]))
     spec["layers"] = gen_layers(r, input_shape(inp), r.randint(1, 7))
     if kind in ("seq", "tokens") and r.random() < 0.3 and \
             make_layers(spec["layers"], input_shape(inp))[1][0] == "seq":
