@@ -236,24 +236,34 @@ _BAGS_LIMITS = ('`mode="max"` and `scale_grad_by_freq` refused; offsets that do 
                 'at 0, decrease or pass the end fail the step, as torch raises')
 
 
+def _checked_offsets(b, offsets, n):
+    """The offsets, once they are what torch accepts (the first 0, none
+    decreasing, none past the n indices); else the step fails as torch's
+    call raises."""
+    k = b.shape(offsets)[0]
+    first = b.op("slice", [offsets], axis=0, start=0, end=1)
+    offsets = b.op("check", [offsets, b.binary("eq", first, 0)],
+                   message="offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+                           "has to start from position 0")
+    if k > 1:
+        rises = b.binary("ge", b.op("slice", [offsets], axis=0, start=1, end=k),
+                         b.op("slice", [offsets], axis=0, start=0, end=k - 1))
+        offsets = b.op("check", [offsets, rises],
+                       message="offsets must not decrease: offsets[i + 1] is below offsets[i] "
+                               "at the position i given")
+    return b.op("check", [offsets, b.binary("le", offsets, n)],
+                message=f"offsets can not be greater than the input's length {n}")
+
+
 def _bag_ids(b, offsets, n):
     """Each position's bag: the running count of the bags started at or
     before it, less one (a product with a triangle of ones, exact: f32 holds
-    every count below 2^24); -1 everywhere where the offsets decrease, and
-    before a first offset above 0, so that the sums into the bags fail as
-    torch's call raises."""
+    every count below 2^24)."""
     starts = b.op("scatter_add", [offsets, b.full(1.0, "f32", [b.shape(offsets)[0], 1])],
                   rows=n + 1)
     count = _cumsum_rows(b, b.reshape(starts, [1, n + 1]))
-    ids = b.binary("sub", b.convert(b.reshape(b.op("slice", [count], axis=1, start=0, end=n),
-                                              [n]), "i64"), 1)
-    k = b.shape(offsets)[0]
-    if k > 1:
-        falls = b.binary("lt", b.op("slice", [offsets], axis=0, start=1, end=k),
-                         b.op("slice", [offsets], axis=0, start=0, end=k - 1))
-        falls = b.broadcast(b.binary("gt", b.sum(b.convert(falls, "i64"), [0]), 0), [n])
-        ids = b.select(falls, b.full(-1, "i64", [n]), ids)
-    return ids
+    return b.binary("sub", b.convert(b.reshape(b.op("slice", [count], axis=1, start=0, end=n),
+                                               [n]), "i64"), 1)
 
 
 def _fixed_bags(node, n):
@@ -303,7 +313,7 @@ def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, m
         out = b.sum(b.reshape(rows, [bags, length] + d), [1])
         count = b.sum(b.reshape(ones, [bags, length]), [1], keepdim=True)
     else:
-        ids = _bag_ids(b, offsets, n)
+        ids = _bag_ids(b, _checked_offsets(b, offsets, n), n)
         extra = int(bool(include_last_offset))  # positions past the last offset: dropped
         out = b.op("scatter_add", [ids, rows], rows=bags + extra)
         count = b.op("scatter_add", [ids, ones], rows=bags + extra)

@@ -79,9 +79,13 @@ class Bags(nn.Module):
         return self.bag(ids, offsets)
 
 
-@pytest.mark.parametrize("offsets", [[1, 4], [0, 6, 3], [0, 10]])
-def test_offsets_eager_refuses_fail_the_step_and_change_nothing(offsets):
-    """A first offset above 0, decreasing offsets, one past the end."""
+@pytest.mark.parametrize("offsets, message", [
+    ([1, 4], r"offsets\[0\] has to be 0, .* \(first at position \[0\] of \[1\]\)"),
+    ([0, 6, 3], r"offsets must not decrease.* \(first at position \[1\] of \[2\]\)"),
+    ([0, 10], r"offsets can not be greater than the input's length 9 \(first at position \[1\]")])
+def test_offsets_eager_refuses_fail_the_step_and_change_nothing(offsets, message):
+    """A first offset above 0, decreasing offsets, one past the end: each
+    its own message."""
     model = Bags()
     offsets = torch.tensor(offsets)
     with pytest.raises(RuntimeError):
@@ -90,7 +94,7 @@ def test_offsets_eager_refuses_fail_the_step_and_change_nothing(offsets):
                                   lambda y, t: (y * t).sum(), num_inputs=2)
     before = model.bag.weight.detach().clone()
     target = torch.ones(len(offsets), 3)
-    with pytest.raises(wholestep.Error, match=r"out of range"):
+    with pytest.raises(wholestep.Error, match=message):
         step(IDS, offsets, target)
     assert torch.equal(model.bag.weight, before)
     good = torch.tensor([0, 4])
