@@ -230,9 +230,9 @@ def _embedding(b, node, table, indices, padding_idx=-1, scale_grad_by_freq=False
     return rows
 
 
-_BAGS = ('`nn.EmbeddingBag`, `F.embedding_bag` (`mode="sum"` or `"mean"`, offsets or 2-d '
-         'input, `per_sample_weights`, `padding_idx`, `include_last_offset`)')
-_BAGS_LIMITS = ('`mode="max"` and `scale_grad_by_freq` refused; offsets that do not start '
+_BAGS = ('`nn.EmbeddingBag`, `F.embedding_bag` (`mode="sum"`, `"mean"` or `"max"`, offsets '
+         'or 2-d input, `per_sample_weights`, `padding_idx`, `include_last_offset`)')
+_BAGS_LIMITS = ('`scale_grad_by_freq` refused; offsets that do not start '
                 'at 0, decrease or pass the end fail the step, as torch raises')
 
 
@@ -266,6 +266,47 @@ def _bag_ids(b, offsets, n):
                                                [n]), "i64"), 1)
 
 
+def _bag_max(b, rows, ids, offsets, n, bags, keep):
+    """Each bag's largest rows element by element, the positions `keep`
+    (not padding) alone, 0 for a bag without one: a running maximum within
+    each bag (log2 n doubling steps) read at the bag's last position. The
+    gradient goes to the rows the maxima came from, split among ties (equal
+    rows of one index sum back to torch's)."""
+    d = b.shape(rows)[1:]
+    dtype = b.dtype(rows)
+    wide = [n] + d
+
+    def per_position(v):
+        return b.broadcast(b.reshape(v, [n] + [1] * len(d)), wide)
+
+    if keep is not None:
+        rows = b.select(per_position(keep), rows, b.full(-math.inf, dtype, wide))
+    k = 1
+    while k < n:
+        before = b.op("concat", [b.full(-math.inf, dtype, [k] + d),
+                                 b.op("slice", [rows], axis=0, start=0, end=n - k)], axis=0)
+        earlier = b.op("concat", [b.full(-1, "i64", [k]),
+                                  b.op("slice", [ids], axis=0, start=0, end=n - k)], axis=0)
+        rows = b.select(per_position(b.binary("eq", ids, earlier)),
+                        b.binary("maximum", rows, before), rows)
+        k *= 2
+    k = b.shape(offsets)[0]
+    ends = b.op("slice", [offsets], axis=0, start=1, end=k) if k > 1 else None
+    if bags == k:  # the last bag ends at the last index
+        end = b.full(n, "i64", [1])
+        ends = end if ends is None else b.op("concat", [ends, end], axis=0)
+    ones = b.full(1.0, dtype, [n, 1]) if keep is None else \
+        b.reshape(b.convert(keep, dtype), [n, 1])
+    counts = b.reshape(b.op("scatter_add", [ids, ones], rows=bags + 1), [bags + 1])
+    counts = b.op("slice", [counts], axis=0, start=0, end=bags)  # past the last offset: left out
+    last = b.binary("sub", ends, 1)
+    last = b.select(b.binary("ge", last, 0), last, b.full(0, "i64", [bags]))
+    top = b.op("gather", [rows, last])
+    found = b.broadcast(b.reshape(b.binary("gt", counts, 0.0), [bags] + [1] * len(d)),
+                        [bags] + d)
+    return b.select(found, top, b.full(0.0, dtype, [bags] + d))
+
+
 def _fixed_bags(node, n):
     """The bag length of offsets arange(0, n, length), as torch makes them
     for a 2-d input, or None."""
@@ -285,8 +326,9 @@ def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, m
     """The rows of the table at the indices, weighted, summed into their
     bags (a scatter-add: its gradient a gather), a mean divided by the bag's
     count of indices that are not padding, an empty bag zero as torch's."""
-    if mode == 2:
-        raise Unsupported("EmbeddingBag with mode='max' (only 'sum' and 'mean')")
+    if mode == 2 and per_sample_weights is not None:
+        raise Unsupported("EmbeddingBag with mode='max' and per_sample_weights (torch takes "
+                          "them with mode='sum' alone)")
     if scale_grad_by_freq:
         # this torch's kernel scales the rows' gradients by no count of
         # theirs (an index met once may get half its gradient): refused
@@ -308,6 +350,10 @@ def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, m
                         b.full(0.0, b.dtype(rows), b.shape(rows)))
     ones = b.full(1.0, b.dtype(rows), [n, 1]) if keep is None else \
         b.reshape(b.convert(keep, b.dtype(rows)), [n, 1])
+    if mode == 2:
+        checked = _checked_offsets(b, offsets, n)
+        return _bag_max(b, rows, _bag_ids(b, checked, n), checked, n, bags, keep), None, None, \
+            None
     length = _fixed_bags(node, n)
     if length is not None and n // length == bags:
         out = b.sum(b.reshape(rows, [bags, length] + d), [1])

@@ -800,7 +800,7 @@ def generate(seed):
         if kind != "seq":
             inp["vocab"] = r.randint(5, 30)
         if kind == "bags":
-            inp["mode"] = r.choice(["sum", "mean"])
+            inp["mode"] = r.choice(["sum", "mean", "max"])
             if r.random() < 0.4:
                 inp["padding"] = r.randint(0, 2)
     else:
