@@ -31,11 +31,12 @@ def test_regression_spec(path):
 
 
 def test_the_generator_makes_valid_models_of_every_kind():
-    kinds, ops, losses = set(), set(), set()
+    kinds, ops, losses, bags = set(), set(), set(), set()
     for seed in range(200):
         spec = torch_fuzz.generate(seed)
         kinds.add(spec["input"]["kind"])
         losses.add(spec["loss"])
+        bags.add(spec["input"].get("mode"))
         stack = list(spec["layers"])
         while stack:
             layer = stack.pop()
@@ -45,7 +46,8 @@ def test_the_generator_makes_valid_models_of_every_kind():
                 stack += b
         torch_fuzz.build(spec)  # raises if the generator made a spec that does not fit
     assert kinds == {"img", "seq", "tokens", "vec", "bags"}
-    assert losses == {"cross_entropy", "mse", "ctc"}
+    assert losses == {"cross_entropy", "mse", "gaussian_nll", "ctc"}
+    assert bags == {None, "sum", "mean", "max"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
             "patches", "centered", "bilinear"} <= ops
