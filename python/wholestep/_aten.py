@@ -1,7 +1,8 @@
 """ATen's elementwise, constant and reduction ops as IR ops (the table and
 the builder: _ir.py; shapes and indexing: _aten_shape.py; products,
 convolutions, pooling and normalization: _aten_nn.py; losses:
-_aten_loss.py; padding, resizing and 3-d ops: _aten_space.py)."""
+_aten_loss.py; embeddings and bags: _aten_lookup.py; padding, resizing
+and 3-d ops: _aten_space.py)."""
 
 from ._ir import Unsupported, aten, broadcast_shapes, ir_dtype, is_value, out_dtype, out_shape
 
