@@ -1,9 +1,17 @@
 // Helpers shared by tests.
 #pragma once
 
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +30,30 @@ std::string error_of(F&& f) {
   }
   ADD_FAILURE() << "expected a ws::Error";
   return "";
+}
+
+// Whether `s` contains `sub`; the failure shows both.
+inline ::testing::AssertionResult Contains(const std::string& s, const std::string& sub) {
+  if (s.find(sub) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << sub << "' not found in: " << s;
+}
+
+// A fresh empty directory under the system's temporary directory, named
+// after `name` and this process.
+inline std::string temp_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / fmt::format("ws_{}_{}", name, ::getpid());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// The bytes of a vector's elements.
+template <class T>
+std::vector<std::byte> bytes_of(const std::vector<T>& v) {
+  std::vector<std::byte> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
 }
 
 // Print -> parse -> print is exact.

@@ -23,10 +23,6 @@ constexpr int64_t kSide = 28;
 constexpr float kMean = 0.2860f;
 constexpr float kStd = 0.3530f;
 
-std::string dims_str(const std::vector<int64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ","));
-}
-
 // A uniform integer in [0, n) from raw 64-bit outputs, without bias: draws
 // below 2^64 mod n are rejected, leaving a range that is a multiple of n.
 // Unlike std::uniform_int_distribution this is the same on every standard
@@ -61,18 +57,18 @@ FashionMnist::FashionMnist(const std::string& split, const std::string& dir) {
 
   if (images.dims.size() != 3 || images.dims[1] != kSide || images.dims[2] != kSide) {
     throw Error(fmt::format("FashionMnist: {}: images have shape {}; expected [N,{},{}]",
-                            images_path, dims_str(images.dims), kSide, kSide));
+                            images_path, shape_str(images.dims), kSide, kSide));
   }
   if (labels.dims.size() != 1) {
     throw Error(fmt::format("FashionMnist: {}: labels have shape {}; expected [N]", labels_path,
-                            dims_str(labels.dims)));
+                            shape_str(labels.dims)));
   }
   if (images.dims[0] != labels.dims[0]) {
     throw Error(fmt::format(
         "FashionMnist: {} images in {} (shape {}) but {} labels in {} (shape {}); the counts "
         "must match",
-        images.dims[0], images_path, dims_str(images.dims), labels.dims[0], labels_path,
-        dims_str(labels.dims)));
+        images.dims[0], images_path, shape_str(images.dims), labels.dims[0], labels_path,
+        shape_str(labels.dims)));
   }
 
   d_->labels.reserve(labels.values.size());

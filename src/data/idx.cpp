@@ -43,10 +43,6 @@ const char* idx_type_name(uint8_t type) {
   }
 }
 
-std::string dims_str(const std::vector<int64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ","));
-}
-
 std::string bytes_str(const uint8_t* b, size_t n) {
   std::string s;
   for (size_t i = 0; i < n; ++i) s += fmt::format("{}0x{:02x}", i ? " " : "", b[i]);
@@ -181,13 +177,13 @@ IdxArray read_idx(const std::string& path, const std::string& package) {
     if (count > std::numeric_limits<uint64_t>::max() / d) {
       fail(path, fmt::format("dimensions {}: the element count overflows; at most {} elements are "
                              "supported",
-                             dims_str(out.dims), kMaxElements));
+                             shape_str(out.dims), kMaxElements));
     }
     count *= d;
   }
   if (count > kMaxElements) {
     fail(path, fmt::format("dimensions {} give {} elements; at most {} are supported",
-                           dims_str(out.dims), count, kMaxElements));
+                           shape_str(out.dims), count, kMaxElements));
   }
 
   // Grow as data arrives, so a lying header on a short file stays cheap.
@@ -202,7 +198,7 @@ IdxArray read_idx(const std::string& path, const std::string& package) {
   }
   if (have < want) {
     fail(path, fmt::format("truncated body: dimensions {} need {} bytes, found {}{}",
-                           dims_str(out.dims), want, have, in.short_read_note()));
+                           shape_str(out.dims), want, have, in.short_read_note()));
   }
 
   // Reading to the end also makes zlib verify the gzip checksum.
@@ -212,7 +208,7 @@ IdxArray read_idx(const std::string& path, const std::string& package) {
   if (extra > 0) {
     fail(path,
          fmt::format("trailing garbage: {} extra byte{} after the {}-byte body of dimensions {}",
-                     extra, extra == 1 ? "" : "s", want, dims_str(out.dims)));
+                     extra, extra == 1 ? "" : "s", want, shape_str(out.dims)));
   }
   in.check_complete();
   return out;

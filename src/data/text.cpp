@@ -24,9 +24,9 @@ namespace {
 
 // The largest batch * context sample() will build (each element is 8 bytes).
 constexpr int64_t kMaxSampleElements = int64_t{1} << 28;
-constexpr size_t kChunk = size_t{1} << 20;
+constexpr size_t kReadChunk = size_t{1} << 20;
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+[[noreturn]] void text_fail(const std::string& path, const std::string& problem) {
   throw Error(fmt::format("ByteText: {}: {}", path, problem));
 }
 
@@ -37,24 +37,24 @@ struct FileCloser {
 std::string read_bytes(const std::string& path) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
-  if (status.type() == std::filesystem::file_type::not_found) fail(path, "no such file");
+  if (status.type() == std::filesystem::file_type::not_found) text_fail(path, "no such file");
   if (status.type() == std::filesystem::file_type::directory)
-    fail(path, "is a directory, not a text file");
+    text_fail(path, "is a directory, not a text file");
   errno = 0;
   std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
   if (!f) {
-    if (errno == ENOENT || errno == ENOTDIR) fail(path, "no such file");
-    fail(path, fmt::format("cannot open: {}", errno ? std::strerror(errno) : "unknown error"));
+    if (errno == ENOENT || errno == ENOTDIR) text_fail(path, "no such file");
+    text_fail(path, fmt::format("cannot open: {}", errno ? std::strerror(errno) : "unknown error"));
   }
   std::string bytes;
   for (;;) {
     size_t have = bytes.size();
-    bytes.resize(have + kChunk);
-    size_t r = std::fread(bytes.data() + have, 1, kChunk, f.get());
+    bytes.resize(have + kReadChunk);
+    size_t r = std::fread(bytes.data() + have, 1, kReadChunk, f.get());
     bytes.resize(have + r);
-    if (r < kChunk) break;
+    if (r < kReadChunk) break;
   }
-  if (std::ferror(f.get())) fail(path, fmt::format("read error: {}", std::strerror(errno)));
+  if (std::ferror(f.get())) text_fail(path, fmt::format("read error: {}", std::strerror(errno)));
   return bytes;
 }
 
@@ -65,9 +65,10 @@ ByteText::ByteText(const std::string& path) {
   d->path = path;
   d->bytes = read_bytes(path);
   if (d->bytes.size() < 2) {
-    fail(path, fmt::format("the file has {} byte{}; a text data set needs at least 2 (one input "
-                           "and its next-byte target)",
-                           d->bytes.size(), d->bytes.size() == 1 ? "" : "s"));
+    text_fail(path,
+              fmt::format("the file has {} byte{}; a text data set needs at least 2 (one input "
+                          "and its next-byte target)",
+                          d->bytes.size(), d->bytes.size() == 1 ? "" : "s"));
   }
   len_ = int64_t(d->bytes.size());
   d_ = std::move(d);

@@ -30,8 +30,6 @@ void check(dnnl_status_t st, const char* what) {
   WS_CHECK(st == dnnl_success) << "oneDNN " << what << " failed with status " << int(st);
 }
 
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
-
 std::string arg_name(int arg) {
   switch (arg) {
     case DNNL_ARG_SRC: return "src";

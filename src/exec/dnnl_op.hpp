@@ -13,6 +13,9 @@
 
 namespace ws::exec {
 
+// Bytes rounded up to a cache line: where each part of a kernel's scratch starts.
+inline int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
 // The CPU engine every primitive is made for.
 dnnl::engine& dnnl_engine();
 

@@ -31,8 +31,6 @@
 namespace ws::exec {
 namespace {
 
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
-
 // conv2d_weight_grad as a sum over parts of the batch fixed by the shape:
 // kWeightGradParts parts (fewer for a small batch), each a primitive made
 // for one thread, run in parallel over the parts and added in part order.

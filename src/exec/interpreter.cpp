@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "tensor/tensor_impl.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
+#include "tensor/tensor_impl.hpp"
 
 namespace ws::exec {
 
@@ -65,7 +65,7 @@ std::vector<Tensor> interpret(const ir::Graph& g, const std::vector<Tensor>& inp
         types.push_back(g.type(a));
         ptrs.push_back(values[size_t(a)].impl()->storage->data);
       }
-      auto impl = detail::make_concrete(n.type);
+      auto impl = ws::detail::make_concrete(n.type);
       run_reference(n.op, n.attrs, types, ptrs.data(), n.type, impl->storage->data, n.loc);
       values[v] = Tensor(std::move(impl));
     }

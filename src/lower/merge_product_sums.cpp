@@ -24,13 +24,13 @@ bool mergeable(const ir::Graph& g, ValueId v) {
   return k * (m + cols) <= m * cols;
 }
 
-struct Key {
+struct ProductKey {
   bool ta, tb;
   Shape shape;
-  auto operator<=>(const Key&) const = default;
+  auto operator<=>(const ProductKey&) const = default;
 };
 
-Key key_of(const ir::Graph& g, ValueId v) {
+ProductKey key_of(const ir::Graph& g, ValueId v) {
   const ir::Node& n = g.node(v);
   return {bool(ir::attr<ir::kMatmulOps, "transpose_a">(n)),
           bool(ir::attr<ir::kMatmulOps, "transpose_b">(n)), n.type.shape};
@@ -61,7 +61,7 @@ ir::Graph merge_product_sums(const ir::Graph& g, bool* changed) {
     if (g.node(v).op != Op::add || inner[size_t(v)]) continue;
     std::vector<ValueId> t;
     terms(g, uses, v, true, t);
-    std::map<Key, int> kinds;
+    std::map<ProductKey, int> kinds;
     for (ValueId x : t)
       if (uses[size_t(x)] == 1 && mergeable(g, x)) ++kinds[key_of(g, x)];
     bool any = false;
@@ -94,7 +94,7 @@ ir::Graph merge_product_sums(const ir::Graph& g, bool* changed) {
       args_now[size_t(v)] = n.args;
       return ir::kNoValue;
     }
-    std::map<Key, std::vector<ValueId>> kinds;
+    std::map<ProductKey, std::vector<ValueId>> kinds;
     std::vector<ValueId> rest;
     for (ValueId x : it->second)
       if (uses[size_t(x)] == 1 && mergeable(g, x))

@@ -25,12 +25,12 @@ std::vector<bool> live_nodes(const ir::Graph& g) {
 }
 
 // A printable key for CSE: attributes are compared through their values.
-struct Key {
+struct CseKey {
   ir::Op op;
   std::vector<ValueId> args;
   ir::Attrs attrs;
   ir::Type type;
-  bool operator<(const Key& o) const {
+  bool operator<(const CseKey& o) const {
     if (op != o.op) return op < o.op;
     if (args != o.args) return args < o.args;
     if (type.dtype != o.type.dtype) return type.dtype < o.type.dtype;
@@ -67,7 +67,7 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
   ir::Graph out;
   out.name = g.name;
   std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
-  std::map<Key, ValueId> seen;
+  std::map<CseKey, ValueId> seen;
   bool rewrote = false;
   for (ValueId v = 0; v < ValueId(g.nodes.size()); ++v) {
     if (!live[size_t(v)]) continue;
@@ -96,7 +96,7 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
     // values are their bodies', which the key does not hold (two constant
     // fusions with no operands were one value).
     if (n.op != ir::Op::input && !n.body) {
-      Key key{n.op, n.args, n.attrs, n.type};
+      CseKey key{n.op, n.args, n.attrs, n.type};
       if (auto it = seen.find(key); it != seen.end()) {
         map[size_t(v)] = it->second;
         continue;

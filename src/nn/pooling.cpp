@@ -15,15 +15,13 @@
 namespace ws::nn {
 namespace {
 
-SourceLoc sl(const Loc& l) { return SourceLoc::from(l); }
-
 // One value for both dims, or two.
 std::vector<int64_t> pair(const std::vector<int64_t>& v, const char* what, const Tensor& x,
                           const Loc& loc) {
   if (v.size() == 1) return {v[0], v[0]};
   if (v.size() == 2) return v;
   throw Error(fmt::format("pooling: {} must be one value or two, got [{}] for input {}{}", what,
-                          fmt::join(v, ","), x.str(), at(sl(loc))));
+                          fmt::join(v, ","), x.str(), at(SourceLoc::from(loc))));
 }
 
 struct Axis {
@@ -48,21 +46,22 @@ struct Geometry {
 
 Geometry geometry(const Tensor& x, const Pool2dOptions& o, const char* what, const Loc& loc) {
   if (x.dim() != 4)
-    throw Error(
-        fmt::format("{}: expected input [N, C, H, W], got {}{}", what, x.str(), at(sl(loc))));
+    throw Error(fmt::format("{}: expected input [N, C, H, W], got {}{}", what, x.str(),
+                            at(SourceLoc::from(loc))));
   const auto k = pair(o.kernel, "kernel", x, loc);
   const auto s = o.stride.empty() ? k : pair(o.stride, "stride", x, loc);
   const auto p = pair(o.padding, "padding", x, loc);
   const auto d = pair(o.dilation, "dilation", x, loc);
   if (d != std::vector<int64_t>{1, 1})
     throw Error(fmt::format("{}: dilation [{}] is not supported (only 1){}", what,
-                            fmt::join(d, ","), at(sl(loc))));
+                            fmt::join(d, ","), at(SourceLoc::from(loc))));
   for (int i = 0; i < 2; ++i)
     if (k[i] < 1 || s[i] < 1 || p[i] < 0 || 2 * p[i] > k[i] || x.size(2 + i) + 2 * p[i] < k[i])
-      throw Error(fmt::format(
-          "{}: kernel [{}], stride [{}] and padding [{}] do not fit input {} "
-          "(padding at most half the kernel){}",
-          what, fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","), x.str(), at(sl(loc))));
+      throw Error(
+          fmt::format("{}: kernel [{}], stride [{}] and padding [{}] do not fit input {} "
+                      "(padding at most half the kernel){}",
+                      what, fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","), x.str(),
+                      at(SourceLoc::from(loc))));
   return {axis_geometry(x.size(2), k[0], s[0], p[0], o.ceil_mode),
           axis_geometry(x.size(3), k[1], s[1], p[1], o.ceil_mode)};
 }
@@ -88,7 +87,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
   const Geometry g = geometry(x, o, "avg_pool2d", loc);
   if (o.divisor_override < 0)
     throw Error(fmt::format("avg_pool2d: divisor_override {} must be positive{}",
-                            o.divisor_override, at(sl(loc))));
+                            o.divisor_override, at(SourceLoc::from(loc))));
   if (g.h.extra == 0 && g.w.extra == 0 && o.divisor_override == 0)
     return ws::avg_pool2d(x, {g.h.k, g.w.k}, {g.h.s, g.w.s}, {g.h.p, g.w.p}, o.count_include_pad,
                           loc);

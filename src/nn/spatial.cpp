@@ -17,8 +17,6 @@
 namespace ws::nn {
 namespace {
 
-SourceLoc sl(const Loc& loc) { return SourceLoc::from(loc); }
-
 Tensor transposed(const Tensor& x, const std::vector<int64_t>& perm, Loc loc) {
   for (size_t i = 0; i < perm.size(); ++i)
     if (perm[i] != int64_t(i)) return transpose(x, perm, loc);
@@ -89,14 +87,14 @@ PadMode pad_mode(const std::string& name, Loc loc) {
   for (PadMode m : {PadMode::constant, PadMode::reflect, PadMode::replicate, PadMode::circular})
     if (name == mode_name(m)) return m;
   throw Error(fmt::format("pad: mode '{}' is not constant, reflect, replicate or circular{}", name,
-                          at(sl(loc))));
+                          at(SourceLoc::from(loc))));
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value, Loc loc) {
   const int64_t rank = x.dim();
   if (pads.size() % 2 != 0 || int64_t(pads.size()) / 2 > rank)
     throw Error(fmt::format("pad: {} is not (before, after) pairs for at most the {} dims of {}{}",
-                            pads, rank, x.str(), at(sl(loc))));
+                            pads, rank, x.str(), at(SourceLoc::from(loc))));
   Tensor y = x;
   for (size_t i = 0; i < pads.size() / 2; ++i) {
     const int64_t dim = rank - 1 - int64_t(i), lo = pads[2 * i], hi = pads[2 * i + 1];
@@ -105,7 +103,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, doub
       const int64_t first = std::max<int64_t>(0, -lo), end = n - std::max<int64_t>(0, -hi);
       if (end <= first)
         throw Error(fmt::format("pad: {} crops all {} elements of dim {} of {}{}", pads, n, dim,
-                                x.str(), at(sl(loc))));
+                                x.str(), at(SourceLoc::from(loc))));
       std::vector<int64_t> kept;
       for (int64_t j = first; j < end; ++j) kept.push_back(j);
       std::vector<Tensor> parts;
@@ -127,10 +125,11 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, doub
     const int64_t limit = mode == PadMode::reflect ? n - 1 : mode == PadMode::circular ? n : -1;
     if (limit >= 0 && (lo > limit || hi > limit))
       throw Error(fmt::format("pad: {} padding ({}, {}) of dim {} of {}: each must be at most {}{}",
-                              mode_name(mode), lo, hi, dim, x.str(), limit, at(sl(loc))));
+                              mode_name(mode), lo, hi, dim, x.str(), limit,
+                              at(SourceLoc::from(loc))));
     if (n == 0 && lo + hi > 0)
       throw Error(fmt::format("pad: {} padding of the empty dim {} of {}{}", mode_name(mode), dim,
-                              x.str(), at(sl(loc))));
+                              x.str(), at(SourceLoc::from(loc))));
     std::vector<int64_t> index;
     for (int64_t j = -lo; j < n + hi; ++j) {
       if (mode == PadMode::reflect) {
@@ -151,8 +150,8 @@ ResizeMode resize_mode(const std::string& name, Loc loc) {
   if (name == "nearest") return ResizeMode::nearest;
   if (name == "linear") return ResizeMode::linear;
   if (name == "cubic") return ResizeMode::cubic;
-  throw Error(
-      fmt::format("interpolate: mode '{}' is not nearest, linear or cubic{}", name, at(sl(loc))));
+  throw Error(fmt::format("interpolate: mode '{}' is not nearest, linear or cubic{}", name,
+                          at(SourceLoc::from(loc))));
 }
 
 Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes, ResizeMode mode,
@@ -163,19 +162,19 @@ Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes, ResizeMod
     throw Error(fmt::format(
         "interpolate: input {} [N, C, spatial...] needs one size (and one scale, if any) per "
         "spatial dim, got sizes {} and scales {}{}",
-        x.str(), sizes, scales, at(sl(loc))));
+        x.str(), sizes, scales, at(SourceLoc::from(loc))));
   if (align_corners && mode == ResizeMode::nearest)
     throw Error(
         fmt::format("interpolate: align_corners applies to linear and cubic resizing, "
                     "not nearest{}",
-                    at(sl(loc))));
+                    at(SourceLoc::from(loc))));
   Tensor y = x;
   for (int64_t axis = 2; axis < rank; ++axis) {
     const int64_t n_in = y.size(axis), n_out = sizes[size_t(axis - 2)];
     const double scale = scales.empty() ? 0.0 : scales[size_t(axis - 2)];
     if (n_out < 1 || n_in < 1)
       throw Error(fmt::format("interpolate: dim {} of {} to size {}: both must be positive{}", axis,
-                              x.str(), n_out, at(sl(loc))));
+                              x.str(), n_out, at(SourceLoc::from(loc))));
     if (mode == ResizeMode::nearest) {  // torch's index: floor(o * scale) in float
       const float r = float(scale > 0 ? 1.0 / scale : double(n_in) / double(n_out));
       std::vector<int64_t> index;

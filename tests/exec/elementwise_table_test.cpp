@@ -41,8 +41,12 @@
 #include "ir/builder.hpp"
 #include "lower/lower.hpp"
 
+#include "test_util.hpp"
+
 namespace ws {
 namespace {
+
+using testing::bytes_of;
 
 using Bytes = std::vector<std::byte>;
 using ir::Op;
@@ -71,13 +75,6 @@ std::vector<DType> dtypes_of(Op op, int arity) {
     }
   }
   return out;
-}
-
-template <class T>
-Bytes bytes_of(const std::vector<T>& v) {
-  Bytes b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
 }
 
 template <class T>

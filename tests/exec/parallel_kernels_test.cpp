@@ -18,7 +18,6 @@
 
 #include <gtest/gtest.h>
 
-#include "tensor/tensor_impl.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"
 #include "exec/nn_kernels.hpp"
@@ -28,9 +27,14 @@
 #include "exec/reference.hpp"
 #include "ir/builder.hpp"
 #include "lower/lower.hpp"
+#include "tensor/tensor_impl.hpp"
+
+#include "test_util.hpp"
 
 namespace ws {
 namespace {
+
+using testing::bytes_of;
 
 using Bytes = std::vector<std::byte>;
 using ir::Op;
@@ -42,13 +46,6 @@ struct Threads {
   explicit Threads(int n) { exec::set_num_threads(n); }
   ~Threads() { exec::set_num_threads(saved); }
 };
-
-template <class T>
-Bytes bytes_of(const std::vector<T>& v) {
-  Bytes b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 
 std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -2, float hi = 2) {
   std::mt19937 gen(seed);

@@ -17,18 +17,14 @@
 
 #include "wholestep/wholestep.hpp"
 
+#include "test_util.hpp"
+
 namespace ws {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::temp_dir;
 
-// A fresh empty directory under the system's temporary directory.
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / fmt::format("ws_{}_{}", name, ::getpid());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+namespace fs = std::filesystem;
 
 std::vector<char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

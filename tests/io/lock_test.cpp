@@ -20,8 +20,12 @@
 
 #include "wholestep/wholestep.hpp"
 
+#include "test_util.hpp"
+
 namespace ws {
 namespace {
+
+using testing::temp_dir;
 
 namespace fs = std::filesystem;
 
@@ -30,20 +34,13 @@ std::string read_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / fmt::format("ws_lock_{}_{}", name, ::getpid());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-struct Training {
+struct TinyTraining {
   std::unique_ptr<models::Model> model;
   std::unique_ptr<optim::Optimizer> opt;
 };
-Training tiny() {
+TinyTraining tiny() {
   manual_seed(1);
-  Training r;
+  TinyTraining r;
   r.model = models::make(models::spec("tiny_mlp"));
   r.opt = std::make_unique<optim::SGD>(*r.model, optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
   return r;
@@ -96,7 +93,7 @@ class Holder {
 
 TEST(DirectoryLock, AWriterInAnotherProcessRefusesSavesAndLoadsNamingItself) {
   const std::string dir = temp_dir("refuse");
-  Training t = tiny();
+  TinyTraining t = tiny();
   save_checkpoint(dir, *t.model, *t.opt);
   // What another writer is writing: not removed under it.
   fs::create_directories(dir + "/.checkpoint-7.tmp");
@@ -139,7 +136,7 @@ TEST(DirectoryLock, AWriterInAnotherProcessRefusesSavesAndLoadsNamingItself) {
 
 TEST(DirectoryLock, AWriterWaitsForReadersAndIsRefusedWhenTheyStay) {
   const std::string dir = temp_dir("readers");
-  Training t = tiny();
+  TinyTraining t = tiny();
   save_checkpoint(dir, *t.model, *t.opt);
   Holder reader(dir, DirectoryLock::Mode::shared);
   // Readers share.
@@ -166,7 +163,7 @@ TEST(DirectoryLock, AWriterWaitsForReadersAndIsRefusedWhenTheyStay) {
 
 TEST(DirectoryLock, LocksNestWithinTheProcessThatWrites) {
   const std::string dir = temp_dir("nest");
-  Training t = tiny();
+  TinyTraining t = tiny();
   DirectoryLock lock(dir, DirectoryLock::Mode::exclusive, "a test");
   EXPECT_EQ(DirectoryLock::held(dir), DirectoryLock::Mode::exclusive);
   EXPECT_NE(read_text(DirectoryLock::file(dir)).find(fmt::format("\"pid\":{}", ::getpid())),
@@ -195,7 +192,7 @@ TEST(DirectoryLock, LocksNestWithinTheProcessThatWrites) {
 // checkpoints there were.
 TEST(DirectoryLock, AFailedSaveRemovesItsTemporaryDirectory) {
   const std::string dir = temp_dir("failed");
-  Training t = tiny();
+  TinyTraining t = tiny();
   save_checkpoint(dir, *t.model, *t.opt);
   t.opt->set_step_count(5);
   const pid_t child = ::fork();

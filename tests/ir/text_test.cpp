@@ -16,10 +16,7 @@
 namespace ws::ir {
 namespace {
 
-::testing::AssertionResult Contains(const std::string& s, const std::string& sub) {
-  if (s.find(sub) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << sub << "' not found in: " << s;
-}
+using testing::Contains;
 
 // Doubles compare by bit pattern, so -0.0 differs from 0.0 and nan equals nan.
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }

@@ -12,13 +12,12 @@
 #include "ir/text.hpp"
 #include "ir/verify.hpp"
 
+#include "test_util.hpp"
+
 namespace ws::ir {
 namespace {
 
-::testing::AssertionResult Contains(const std::string& s, const std::string& sub) {
-  if (s.find(sub) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << sub << "' not found in: " << s;
-}
+using testing::Contains;
 
 // The message of the InternalError verify() throws, or "" (and a failure).
 std::string VerifyError(const Graph& g) {

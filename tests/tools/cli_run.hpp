@@ -18,17 +18,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-namespace ws::testing {
+#include "test_util.hpp"
 
-// A fresh directory under the system's temporary directory, named after
-// `name` and this process.
-inline std::string temp_dir(const std::string& name) {
-  namespace fs = std::filesystem;
-  const fs::path p = fs::temp_directory_path() / fmt::format("ws_cli_{}_{}", name, ::getpid());
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+namespace ws::testing {
 
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
