@@ -55,8 +55,18 @@ int run_program(std::vector<std::string> argv) {
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
+  // The program gets no blocked signals: this process blocks SIGINT and
+  // SIGTERM in every thread for its watchdog (stop.hpp).
+  posix_spawnattr_t attr;
+  ::posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
-  if (::posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  const int spawned = ::posix_spawn(&pid, args[0], nullptr, &attr, args.data(), environ);
+  ::posix_spawnattr_destroy(&attr);
+  if (spawned != 0) return -1;
   int status = 0;
   if (::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);

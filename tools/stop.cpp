@@ -1,6 +1,6 @@
 #include "stop.hpp"
 
-#include <semaphore.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,7 +17,6 @@ namespace cli {
 namespace {
 
 std::atomic<int> g_signal{0};
-sem_t g_wake;  // posted by the handler: the watchdog's turn
 
 // What the watchdog reads; changed by the command's thread.
 std::mutex g_mutex;
@@ -30,9 +29,13 @@ int g_saving = 0;
 int (*g_agree)(int) = nullptr;
 int g_agreed = 0;
 
-// The second signal's line, made before any signal can come (the handler
-// writes it with write(2), which is async-signal-safe; formatting is not).
-char g_again[2][96];
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
 
 double grace_seconds() {
   const char* env = std::getenv("WHOLESTEP_STOP_GRACE");
@@ -50,15 +53,10 @@ void write_stderr(const std::string& line) {
   }
 }
 
-void on_signal(int sig) {
-  int expected = 0;
-  if (!g_signal.compare_exchange_strong(expected, sig)) {
-    const char* line = g_again[sig == SIGINT ? 0 : 1];
-    const ssize_t n = ::write(STDERR_FILENO, line, std::strlen(line));
-    (void)n;
-    ::_exit(128 + sig);
-  }
-  ::sem_post(&g_wake);
+// A second signal: its line, and the exit, at once.
+[[noreturn]] void end_again(int sig) {
+  write_stderr(fmt::format("stopped by {} again: exiting at once\n", signal_name(sig)));
+  ::_exit(128 + sig);
 }
 
 // Called with g_mutex held: the line, then the exit, with nothing more
@@ -69,23 +67,33 @@ void on_signal(int sig) {
   ::_exit(128 + sig);
 }
 
+// The only thread that receives SIGINT and SIGTERM: every other thread
+// blocks them (install_stop_handlers), so no handler ever interrupts the
+// command's thread or a worker inside a kernel or a system call.
 void watchdog() {
-  while (::sem_wait(&g_wake) != 0) {
+  const sigset_t signals = stop_signals();
+  int sig;
+  while ((sig = ::sigwaitinfo(&signals, nullptr)) < 0) {
   }
-  const int sig = g_signal.load();
+  g_signal.store(sig);
   const double grace = grace_seconds();
   const auto tick = std::chrono::milliseconds(20);
   double waited = 0;
-  for (;;) {
+  for (bool claimed = false;;) {
     {
       std::lock_guard<std::mutex> guard(g_mutex);
-      if (g_claimed) return;
-      if (!g_cooperative) end_now(sig, "");
-      if (g_saving == 0 && waited >= grace)
+      claimed = g_claimed;
+      if (!claimed && !g_cooperative) end_now(sig, "");
+      if (!claimed && g_saving == 0 && waited >= grace)
         end_now(sig, fmt::format(" (no point to stop at within {} s)", grace));
       if (g_saving == 0) waited += std::chrono::duration<double>(tick).count();
     }
-    std::this_thread::sleep_for(tick);
+    // Waiting for the command to stop (or, once it has claimed the stop,
+    // for ever): a second signal ends the process at once.
+    const timespec wait{0, std::chrono::nanoseconds(tick).count()};
+    const int again =
+        claimed ? ::sigwaitinfo(&signals, nullptr) : ::sigtimedwait(&signals, nullptr, &wait);
+    if (again > 0) end_again(again);
   }
 }
 
@@ -101,17 +109,11 @@ void install_stop_handlers(const std::string& phase) {
     g_phase = phase;
     g_left = "nothing to save";
   }
-  for (int i = 0; i < 2; ++i)
-    fmt::format_to_n(g_again[i], sizeof g_again[i] - 1, "stopped by {} again: exiting at once\n",
-                     i == 0 ? "SIGINT" : "SIGTERM");
-  ::sem_init(&g_wake, 0, 0);
+  // Blocked here, before any other thread starts (OpenMP's, MPI's): every
+  // thread inherits the mask, and the signals wait for the watchdog.
+  const sigset_t signals = stop_signals();
+  ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::thread(watchdog).detach();
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
 }
 
 void stop_cooperatively() {
