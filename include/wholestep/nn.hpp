@@ -260,6 +260,12 @@ struct Pool2dOptions {
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
 
+// x's elements at positions `index` (each in [0, x.size(dim))) along dim, in
+// that order: one gather with a constant index, whose gradient sums into the
+// positions read (a flip, a slice with a step, the windows of a pooling).
+Tensor take(const Tensor& x, int64_t dim, const std::vector<int64_t>& index,
+            Loc loc = Loc::current());
+
 // x padded as torch's F.pad: `pads` holds (before, after) pairs, the last
 // dim's first; constant padding fills with value (a negative pad crops),
 // reflect mirrors without repeating the edge (each pad below the dim's

@@ -195,15 +195,9 @@ class Builder:
         return self.binary("sub", col, row)
 
     def take(self, x, dim, index):
-        """x's elements at positions `index` (a list) along dim: one gather
-        with a constant index (its gradient sums into the positions read)."""
-        shape = self.shape(x)
-        if list(index) == list(range(shape[dim])):
-            return x
-        perm = [dim] + [d for d in range(len(shape)) if d != dim]
-        rows = self.op("gather", [self.transpose(x, perm),
-                                  self.constant(index, "i64", [len(index)])])
-        return self.transpose(rows, [perm.index(d) for d in range(len(shape))])
+        """x's elements at positions `index` (a list) along dim: the C++
+        library's composite (one gather with a constant index)."""
+        return self.composite("take", x, dim=int(dim), index=[int(i) for i in index])
 
     def transpose(self, x, perm):
         if list(perm) == list(range(len(perm))):

@@ -162,6 +162,10 @@ const Composite kTable[] = {
    [](In in, A a, Loc loc) -> Out {
      return {softplus(in[0], a.f64("beta"), a.f64("threshold"), loc)};
    }},
+  {"take", "x", "dim:int index:ints", "y",
+   "x's elements at positions index along dim, in that order (one gather: a flip, a slice with a "
+   "step)",
+   [](In in, A a, Loc loc) -> Out { return {take(in[0], a.i64("dim"), a.ints("index"), loc)}; }},
   {"var", "x", "axes:ints correction:float=1 keepdim:int=0", "y",
    "the sum of squares of x centered over axes, divided by max(their size - correction, 0); its "
    "gradient to x one value",

@@ -1,4 +1,7 @@
-// Padding and resizing, as torch's F.pad and F.interpolate.
+// Positions along a dim, padding and resizing, as torch's F.pad and
+// F.interpolate.
+// Positions: one gather with a constant index (its gradient sums into the
+// positions read): flips, slices with steps, im2col.
 // Padding: a pad list of (before, after) pairs, the last dim's first.
 // Constant padding joins fills to the input (a negative pad crops);
 // reflection, replication and circular padding read the input at constant
@@ -21,19 +24,6 @@ Tensor transposed(const Tensor& x, const std::vector<int64_t>& perm, Loc loc) {
   for (size_t i = 0; i < perm.size(); ++i)
     if (perm[i] != int64_t(i)) return transpose(x, perm, loc);
   return x;
-}
-
-// x's elements at positions `index` along dim.
-Tensor take(const Tensor& x, int64_t dim, const std::vector<int64_t>& index, Loc loc) {
-  bool same = int64_t(index.size()) == x.size(dim);
-  for (size_t i = 0; same && i < index.size(); ++i) same = index[i] == int64_t(i);
-  if (same) return x;
-  std::vector<int64_t> perm{dim}, back(size_t(x.dim()));
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != dim) perm.push_back(d);
-  for (size_t i = 0; i < perm.size(); ++i) back[size_t(perm[i])] = int64_t(i);
-  Tensor at = Tensor::from_vector(index, {int64_t(index.size())});
-  return transposed(gather(transposed(x, perm, loc), at, loc), back, loc);
 }
 
 // torch's area_pixel_compute_scale: source positions per output position.
@@ -82,6 +72,26 @@ const char* mode_name(PadMode m) {
 }
 
 }  // namespace
+
+Tensor take(const Tensor& x, int64_t dim, const std::vector<int64_t>& index, Loc loc) {
+  const int64_t rank = x.dim(), d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank)
+    throw Error(
+        fmt::format("take: dim {} is not a dim of {}{}", dim, x.str(), at(SourceLoc::from(loc))));
+  for (int64_t i : index)
+    if (i < 0 || i >= x.size(d))
+      throw Error(fmt::format("take: position {} is outside dim {} of {} (size {}){}", i, d,
+                              x.str(), x.size(d), at(SourceLoc::from(loc))));
+  bool same = int64_t(index.size()) == x.size(d);
+  for (size_t i = 0; same && i < index.size(); ++i) same = index[i] == int64_t(i);
+  if (same) return x;
+  std::vector<int64_t> perm{d}, back(static_cast<size_t>(rank));
+  for (int64_t k = 0; k < rank; ++k)
+    if (k != d) perm.push_back(k);
+  for (size_t i = 0; i < perm.size(); ++i) back[size_t(perm[i])] = int64_t(i);
+  Tensor positions = Tensor::from_vector(index, {int64_t(index.size())});
+  return transposed(gather(transposed(x, perm, loc), positions, loc), back, loc);
+}
 
 PadMode pad_mode(const std::string& name, Loc loc) {
   for (PadMode m : {PadMode::constant, PadMode::reflect, PadMode::replicate, PadMode::circular})

@@ -211,6 +211,33 @@ TEST(LayersErrors, ConvolutionInputOfWrongRankOrChannels) {
   EXPECT_NE(small.find("larger than the padded input"), std::string::npos) << small;
 }
 
+TEST(Layers, TakeReadsPositionsAlongADimInTheirOrder) {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  using V = std::vector<double>;
+  EXPECT_EQ(nn::take(x, 1, {2, 0, 0}).to_vector(), (V{3, 1, 1, 6, 4, 4}));
+  EXPECT_EQ(nn::take(x, -2, {1}).to_vector(), (V{4, 5, 6}));
+  EXPECT_EQ(nn::take(x, 1, {}).shape(), (Shape{2, 0}));
+  std::string dim = error_of([&] { nn::take(x, 2, {0}); });
+  EXPECT_NE(dim.find("take: dim 2 is not a dim of f32[2,3]"), std::string::npos) << dim;
+  EXPECT_NE(dim.find("layers_test.cpp"), std::string::npos) << dim;
+  std::string position = error_of([&] { nn::take(x, 1, {0, 3}); });
+  EXPECT_NE(position.find("take: position 3 is outside dim 1 of f32[2,3] (size 3)"),
+            std::string::npos)
+      << position;
+}
+
+TEST(LayersGradcheck, TakeSumsIntoThePositionsRead) {
+  manual_seed(6);
+  Probe<nn::Linear> m(4, 4);
+  auto r = check_layer(
+      m,
+      [&](const Tensor& x) {
+        return nn::take(m.layer(x), 1, {3, 1, 1, 0, 3});
+      },
+      randn({3, 4}));
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
 TEST(Layers, PadEveryModeAsTorch) {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {1, 3});
   auto padded = [&](std::vector<int64_t> pads, nn::PadMode mode) {

@@ -88,6 +88,8 @@ CASES = {
          {"sizes": [7, 3], "mode": "linear", "align_corners": 1}),
         (lambda x: F.interpolate(x, scale_factor=1.5, mode="bicubic"), [X], [0],
          {"sizes": [7, 7], "mode": "cubic", "scales": [1.5, 1.5]})],
+    "take": [(lambda x: x.flip(1), [X], [0], {"dim": 1, "index": [5, 4, 3, 2, 1, 0]}),
+             (lambda x: x[:, :, 1::2], [X], [0], {"dim": 2, "index": [1, 3]})],
     "var": [(lambda x: x.var((1, 3)), [X], [0], {"axes": [1, 3]}),
             (lambda x: x.var(-1, correction=0, keepdim=True), [V], [0],
              {"axes": [1], "correction": 0.0, "keepdim": 1})],
