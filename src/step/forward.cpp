@@ -15,7 +15,9 @@
 
 namespace ws {
 
-namespace {
+// Named, not anonymous: Forward::Impl holds them, and a unity build compiles
+// this file as part of another (gcc's -Wsubobject-linkage).
+namespace forward_detail {
 
 struct CompiledForward {
   ir::Graph graph;
@@ -26,7 +28,9 @@ struct CompiledForward {
   std::vector<step::IndexCheck> index_checks;
 };
 
-}  // namespace
+}  // namespace forward_detail
+
+using forward_detail::CompiledForward;
 
 struct Forward::Impl {
   std::unique_ptr<step::ForwardSource> source;
