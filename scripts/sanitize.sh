@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (in build-sanitize/, the library and the test programs only; not the Python
-# package, which a python3 without the sanitizer runtimes cannot load), run
-# through CTest. Any report fails the run. Sourced after setup.sh by test.sh.
+# (in build-sanitize/: the library and the command line instrumented, the
+# test programs' own code plain and linked with the sanitizer runtimes; not
+# the Python package, which a python3 without the sanitizer runtimes cannot
+# load), run through CTest. Any report fails the run. Sourced after setup.sh by test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,7 +12,7 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 # largest files: 42 s against 88 s) and its checks are the same.
 cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Release -DWS_OPTIMIZE=-O1 \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DWS_BUILD_BENCHMARKS=OFF -DWS_PYTHON=OFF >/dev/null
+  -DWS_BUILD_BENCHMARKS=OFF -DWS_PYTHON=OFF -DWS_TEST_FLAGS=-fno-sanitize=all >/dev/null
 # The test programs and the programs they run (the command line, and the
 # tutorial's example for tests/docs); not the benchmarks or other examples.
 targets=$(ninja -C build-sanitize -t targets all | sed -n 's/^\(tests\/[a-z_]*_tests\): .*/\1/p;

@@ -225,7 +225,7 @@ TEST(CliCheck, OutOfMemoryNamesTheBytesAndTheFlagToLower) {
   // 2 GB of memory at most: `ulimit -v`, or, in a build with
   // AddressSanitizer (which reserves terabytes of address space for its
   // shadow), its allocator's own limit.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(WS_CLI_HAS_ASAN)
   const std::string limit =
       "ASAN_OPTIONS=${ASAN_OPTIONS}:allocator_may_return_null=1:max_allocation_size_mb=2000 ";
 #else
