@@ -79,22 +79,22 @@ void watchdog() {
   const double grace = grace_seconds();
   const auto tick = std::chrono::milliseconds(20);
   double waited = 0;
-  for (bool claimed = false;;) {
+  for (;;) {
     {
       std::lock_guard<std::mutex> guard(g_mutex);
-      claimed = g_claimed;
-      if (!claimed && !g_cooperative) end_now(sig, "");
-      if (!claimed && g_saving == 0 && waited >= grace)
+      if (g_claimed) break;
+      if (!g_cooperative) end_now(sig, "");
+      if (g_saving == 0 && waited >= grace)
         end_now(sig, fmt::format(" (no point to stop at within {} s)", grace));
       if (g_saving == 0) waited += std::chrono::duration<double>(tick).count();
     }
-    // Waiting for the command to stop (or, once it has claimed the stop,
-    // for ever): a second signal ends the process at once.
+    // The tick: a second signal while the command stops ends it at once.
     const timespec wait{0, std::chrono::nanoseconds(tick).count()};
-    const int again =
-        claimed ? ::sigwaitinfo(&signals, nullptr) : ::sigtimedwait(&signals, nullptr, &wait);
-    if (again > 0) end_again(again);
+    if (const int again = ::sigtimedwait(&signals, nullptr, &wait); again > 0) end_again(again);
   }
+  // The command has claimed the stop: a second signal still ends it at once.
+  for (;;)
+    if (const int again = ::sigwaitinfo(&signals, nullptr); again > 0) end_again(again);
 }
 
 }  // namespace
