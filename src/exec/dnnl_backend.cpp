@@ -117,6 +117,7 @@ std::shared_ptr<const DnnlOp> make_matmul_primitive(std::span<const ir::Type> in
 // thread (oneDNN's copy of a transposed A suits its kernel better).
 constexpr int64_t kLongestUnsplitK = 1024;
 constexpr int64_t kRowParts = 4;
+constexpr int64_t kColAlign = 16;
 
 // Where each matrix of a [..., rows, cols] operand read at `strides` starts,
 // the batch dims walked in row-major order.
@@ -138,7 +139,7 @@ std::vector<int64_t> full_strides(const Shape& shape, std::span<const std::vecto
 }
 
 // A product as fixed parts on the pool: each batch's matrix, or for one
-// matrix up to kRowParts parts of its rows, each a one-thread primitive over
+// matrix up to kRowParts parts of its rows or columns, each a one-thread primitive over
 // the whole K. The parts depend on the shape alone, so the bits do not
 // depend on the team. With `dense_a` each part's A (a transposed A's
 // columns) is copied dense first; otherwise a part reads A where it lies.
@@ -155,30 +156,46 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
                              so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
   const std::vector<int64_t> oa = batch_offsets(in[0].shape, sa),
                              ob = batch_offsets(in[1].shape, sb), oo = batch_offsets(out.shape, so);
-  // One matrix of B and of the output as it lies.
-  const ir::Type b{DType::f32, {in[1].shape[r - 2], in[1].shape[r - 1]}};
   const std::vector<int64_t> a_st{sa[r - 2], sa[r - 1]}, b_st{sb[r - 2], sb[r - 1]},
       out_st{so[r - 2], so[r - 1]};
-  // A row of the product is a row of A, or a column of A stored transposed.
-  const int64_t row_step = d.ta ? sa[r - 1] : sa[r - 2];
-  const int64_t row_parts = d.batch == 1 ? std::min(d.m, kRowParts) : 1;
+  // A row of the product is a row of A, or a column of A stored transposed;
+  // a column is a column of B, or a row of B stored transposed.
+  const int64_t row_step = d.ta ? sa[r - 1] : sa[r - 2], col_step = d.tb ? sb[r - 2] : sb[r - 1];
+  // One matrix is split along its longer side of the output: each part
+  // copies its slice of one operand and the whole other one into the
+  // kernel's blocks, so splitting the columns of a wide product (a
+  // recurrent step's [32 x 256] x [256 x 1024]) copies B once a product
+  // instead of once a part. Columns are split at multiples of 16 (whole
+  // vectors of the kernel) where they can be.
+  const bool by_cols = d.batch == 1 && !dense_a && d.n > d.m;
+  const int64_t parts_per_matrix = d.batch > 1 ? 1
+                                   : by_cols   ? std::clamp<int64_t>(d.n / kColAlign, 1, kRowParts)
+                                               : std::min(d.m, kRowParts);
+  auto col_start = [&](int64_t i) {
+    return i == parts_per_matrix ? d.n : d.n * i / parts_per_matrix / kColAlign * kColAlign;
+  };
   std::vector<MatrixPart> parts;
   TeamScope one(1);
   for (int64_t batch = 0; batch < d.batch; ++batch)
-    for (int64_t i = 0; i < row_parts; ++i) {
-      const int64_t m0 = d.m * i / row_parts, rows = d.m * (i + 1) / row_parts - m0;
+    for (int64_t i = 0; i < parts_per_matrix; ++i) {
+      int64_t m0 = 0, rows = d.m, n0 = 0, cols = d.n;
+      if (by_cols)
+        n0 = col_start(i), cols = col_start(i + 1) - n0;
+      else
+        m0 = d.m * i / parts_per_matrix, rows = d.m * (i + 1) / parts_per_matrix - m0;
       MatrixPart p;
       p.a = oa[size_t(batch)] + m0 * row_step;
-      p.b = ob[size_t(batch)];
-      p.out = oo[size_t(batch)] + m0 * so[r - 2];
+      p.b = ob[size_t(batch)] + n0 * col_step;
+      p.out = oo[size_t(batch)] + m0 * so[r - 2] + n0 * so[r - 1];
+      if (bias) p.bias = n0;
       if (dense_a) p.dense_rows = rows, p.k = d.k, p.sk = sa[r - 2], p.sm = sa[r - 1];
       // An op of its own: parts run at once, and an op binds its operands'
       // pointers when it runs (oneDNN's cache shares the primitive itself).
       const std::vector<ir::Type> part_in{{DType::f32, d.ta ? Shape{d.k, rows} : Shape{rows, d.k}},
-                                          b};
+                                          {DType::f32, d.tb ? Shape{cols, d.k} : Shape{d.k, cols}}};
       const std::vector<std::vector<int64_t>> part_st{dense_a ? std::vector<int64_t>{} : a_st,
                                                       b_st};
-      p.op = make_matmul_primitive(part_in, {DType::f32, {rows, d.n}}, attrs, part_st, out_st,
+      p.op = make_matmul_primitive(part_in, {DType::f32, {rows, cols}}, attrs, part_st, out_st,
                                    accumulate, bias, residual);
       parts.push_back(std::move(p));
     }

@@ -253,8 +253,10 @@ class MatrixPartsOp final : public BackendOp {
                     dense[k * p.dense_rows + m] = x[k * p.sk + m * p.sm];
               x = dense;
             }
+            const void* part_extra =
+                extra && p.bias ? static_cast<const float*>(extra) + p.bias : extra;
             p.op->run(x, static_cast<const float*>(b) + p.b, static_cast<float*>(out) + p.out,
-                      base + scratch_offsets_[size_t(i)], extra, extra2);
+                      base + scratch_offsets_[size_t(i)], part_extra, extra2);
           }
         },
         1);

@@ -29,10 +29,11 @@ std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g);
 // A part with `dense_rows` reads its A from a dense copy [k, dense_rows] in
 // the scratch, made from the columns at `a` (strides sk along K, sm along
 // M) of an A stored transposed (dnnl_backend.cpp says when a product needs
-// it).
+// it). A part of the output's columns reads the bias (a product's `extra`
+// operand, when it has one) from `bias` on.
 struct MatrixPart {
   std::shared_ptr<const BackendOp> op;
-  int64_t a = 0, b = 0, out = 0;
+  int64_t a = 0, b = 0, out = 0, bias = 0;
   int64_t dense_rows = 0, k = 0, sk = 0, sm = 0;
 };
 std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts);

@@ -380,6 +380,16 @@ TEST(DnnlBackend, ProductsOfEveryShapeGiveTheSameBitsOnAnyTeam) {
       11);
 }
 
+// Wider than tall, one matrix: parts of the output's columns (a recurrent
+// step's products), uneven, narrower than the alignment, B either way.
+TEST(DnnlBackend, WideProductsInColumnPartsGiveTheSameBitsOnAnyTeam) {
+  expect_the_same_bits_on_any_team(
+      {MatmulCase{1, 32, 256, 1024, false, true}, MatmulCase{1, 32, 1024, 256, false, false},
+       MatmulCase{1, 8, 64, 100, false, false}, MatmulCase{1, 5, 33, 70, true, true},
+       MatmulCase{1, 3, 40, 20, false, true}, MatmulCase{1, 2, 17, 9, true, false}},
+      12);
+}
+
 // The thread count is the library's, not the calling thread's OpenMP
 // setting: a step run from a thread of its own uses it too.
 TEST(DnnlBackend, ProductsRunWithTheLibrarysThreadCountFromAnyThread) {
