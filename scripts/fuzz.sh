@@ -14,13 +14,10 @@ seconds=${1:-60}
 
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -g1"
 # -O1, as libFuzzer's own builds: half the compile time of -O3. Only the
-# readers' layers are compiled (fuzz/CMakeLists.txt): one object a source,
-# so the fuzzers link the sources they call, and no layer's build waits for
-# the layers below it that it does not link (CMAKE_OPTIMIZE_DEPENDENCIES).
+# readers' layers are compiled (fuzz/CMakeLists.txt).
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DWS_OPTIMIZE=-O1 \
   -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DCMAKE_CXX_FLAGS="$flags" \
-  -DWS_FUZZ=ON -DWS_UNITY=OFF -DCMAKE_OPTIMIZE_DEPENDENCIES=ON \
-  -DWS_BUILD_TESTS=OFF -DWS_BUILD_BENCHMARKS=OFF -DWS_PYTHON=OFF >/dev/null
+  -DWS_FUZZ=ON -DWS_BUILD_TESTS=OFF -DWS_BUILD_BENCHMARKS=OFF -DWS_PYTHON=OFF >/dev/null
 targets=(idx_fuzz text_fuzz safetensors_fuzz ir_parser_fuzz)
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
 
