@@ -116,8 +116,8 @@ std::shared_ptr<const DnnlOp> make_matmul_primitive(std::span<const ir::Type> in
 // whole and running the plain product instead was 1.2-1.6x slower on one
 // thread (oneDNN's copy of a transposed A suits its kernel better).
 constexpr int64_t kLongestUnsplitK = 1024;
-constexpr int64_t kRowParts = 4;
-constexpr int64_t kColAlign = 16;
+constexpr int64_t kMatrixParts = 4;  // of one matrix's rows or columns
+constexpr int64_t kColAlign = 16;    // columns split at multiples of this
 
 // Where each matrix of a [..., rows, cols] operand read at `strides` starts,
 // the batch dims walked in row-major order.
@@ -139,10 +139,11 @@ std::vector<int64_t> full_strides(const Shape& shape, std::span<const std::vecto
 }
 
 // A product as fixed parts on the pool: each batch's matrix, or for one
-// matrix up to kRowParts parts of its rows or columns, each a one-thread primitive over
-// the whole K. The parts depend on the shape alone, so the bits do not
-// depend on the team. With `dense_a` each part's A (a transposed A's
-// columns) is copied dense first; otherwise a part reads A where it lies.
+// matrix up to kMatrixParts parts of its rows or of its columns, each a
+// one-thread primitive over the whole K. The parts depend on the shape
+// alone, so the bits do not depend on the team. With `dense_a` each part's
+// A (a transposed A's columns) is copied dense first; otherwise a part
+// reads A where it lies.
 std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> in,
                                                       const ir::Type& out, const ir::Attrs& attrs,
                                                       std::span<const std::vector<int64_t>> strides,
@@ -169,8 +170,8 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
   // vectors of the kernel) where they can be.
   const bool by_cols = d.batch == 1 && !dense_a && d.n > d.m;
   const int64_t parts_per_matrix = d.batch > 1 ? 1
-                                   : by_cols   ? std::clamp<int64_t>(d.n / kColAlign, 1, kRowParts)
-                                               : std::min(d.m, kRowParts);
+                                   : by_cols ? std::clamp<int64_t>(d.n / kColAlign, 1, kMatrixParts)
+                                             : std::min(d.m, kMatrixParts);
   auto col_start = [&](int64_t i) {
     return i == parts_per_matrix ? d.n : d.n * i / parts_per_matrix / kColAlign * kColAlign;
   };
