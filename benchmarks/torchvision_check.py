@@ -26,7 +26,11 @@ float64 as wholestep does, where the four batch orders stay 13x closer.
 So does regnet_y_400mf: its one wrong gradient (block4-3.f.b.1.bias) is
 wrong in one channel by exactly the upstream gradient of the one element
 whose pre-ReLU value is -3.7e-5 in float64 (1e-5 of the largest), on the
-other side of zero in wholestep's float32.
+other side of zero in wholestep's float32. A failing model's row ends with
+its float64 step's verdict (wst.check's dtype=torch.float64, within float64
+torch's spread, where rounding decides nothing; --no-float64-probe skips
+it): a pass there says the float32 step is torch's step, taking other
+float32 decisions.
 
 Each row: pass; fail (the mode and its worst tensor: distance from float64
 and float32 torch's spread; or the error's first line); refused (the
@@ -100,8 +104,24 @@ def _refused(text):
     return text.startswith("Error:") and "internal error" not in text
 
 
-def check_model(name, batch, modes, perturbed, max_params):
-    """A row: {model, status, detail, seconds, params}."""
+def float64_probe(model, opt, x, y):
+    """wholestep's float64 step of a model whose float32 step failed,
+    judged within float64 torch's spread (wst.check's dtype): '; float64
+    step: pass (...)' says the float32 failure is the model's chaos, not a
+    wrong step."""
+    result = wst.check(model, opt, torch.nn.functional.cross_entropy, x, y,
+                       modes=("single_graph",), perturbed=2, dtype=torch.float64, verbose=False)
+    m = result["single_graph"]
+    if m.error is not None:
+        return f"; float64 step: error: {m.error.splitlines()[0]}"
+    n, d, s = (m.failures() or m.tensors)[0]
+    verdict = "pass" if m.passed else f"FAIL ({len(m.failures())} tensors)"
+    return f"; float64 step: {verdict} (nearest {n} {d:.2g}, float64 spread {s:.2g})"
+
+
+def check_model(name, batch, modes, perturbed, max_params, probe=True):
+    """A row: {model, status, detail, seconds, params}; a float32 failure
+    followed by the float64 step's verdict when `probe`."""
     row = {"model": name, "params": num_params(name), "input": None, "status": None,
            "detail": "", "seconds": 0.0, "modes": {}}
     if row["params"] is not None and row["params"] > max_params:
@@ -157,6 +177,9 @@ def check_model(name, batch, modes, perturbed, max_params):
                 parts.append(f"{label}: {n} {d:.3g} (spread {s:.3g}, "
                              f"{len(m.failures())} tensors)")
         row["detail"] = "; ".join(parts)
+        if probe and not errors:
+            row["detail"] += float64_probe(model, opt, x, y)
+        row["seconds"] = time.perf_counter() - t0
     return row
 
 
@@ -180,6 +203,8 @@ def main(argv=None):
                     help="float32 runs from inputs perturbed by one rounding added to the "
                          "spread (wst.check's perturbed)")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--no-float64-probe", action="store_true",
+                    help="do not check a failing model's float64 step (wst.check's dtype)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None, help="write the rows to this file ('-': stdout)")
     args = ap.parse_args(argv)
@@ -199,7 +224,8 @@ def main(argv=None):
           file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     rows = []
     for name in names:
-        row = check_model(name, args.batch, modes, args.perturbed, args.max_params)
+        row = check_model(name, args.batch, modes, args.perturbed, args.max_params,
+                          probe=not args.no_float64_probe)
         rows.append(row)
         print(f"{name}: {row['status']} {row['detail']} ({row['seconds']:.1f} s)",
               file=sys.stderr if args.json == "-" else sys.stdout, flush=True)

@@ -150,8 +150,8 @@ def _adaptive_avg_pool2d(b, node, x, output_size):
         return b.op("avg_pool2d", [x], kernel=k, stride=k)
     # Uneven windows [floor(i*H/O), ceil((i+1)*H/O)): an averaging matrix
     # per axis, exact and differentiable: A_h @ x @ A_w^T.
-    rows = b.constant(_averaging(h, oh), "f32", [oh, h])
-    cols = b.constant(_averaging(w, ow), "f32", [ow, w])
+    rows = b.constant(_averaging(h, oh), b.dtype(x), [oh, h])
+    cols = b.constant(_averaging(w, ow), b.dtype(x), [ow, w])
     left = b.op("broadcast", [rows], dims=[2, 3], shape=[n, c, oh, h])
     right = b.op("broadcast", [cols], dims=[2, 3], shape=[n, c, ow, w])
     y = b.op("matmul", [left, x])

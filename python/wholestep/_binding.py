@@ -9,9 +9,10 @@ from ._ir import ir_dtype
 
 Error = _C.Error
 
-# What a parameter, buffer or optimizer state tensor may be: the step
-# computes in float32 (a float64 model would be rounded silently).
-_PERSISTENT_DTYPES = ("f32", "i64", "bool")
+# What a parameter, buffer or optimizer state tensor may be: a float64
+# model's step computes in float64 throughout (its products and
+# convolutions on the reference kernels).
+_PERSISTENT_DTYPES = ("f32", "f64", "i64", "bool")
 _TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64,
                  "bool": torch.bool}
 
@@ -35,9 +36,8 @@ def _check_bindable(name, t, what):
     if t.requires_grad and t.grad_fn is not None:
         problems.append("the result of a differentiable computation")
     if problems:
-        hint = "; convert the model with model.float()" if t.dtype == torch.float64 else ""
         raise Error(f"{what} '{name}' {list(t.shape)} is {', '.join(problems)}: wholestep binds "
-                    f"float32 (or int64, bool) contiguous CPU tensors{hint}")
+                    f"float32, float64, int64 or bool contiguous CPU tensors")
 
 
 def _data_args(args, who):

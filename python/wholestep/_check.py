@@ -5,7 +5,9 @@ torch (wst.compare, which times them side by side, is _compare.py).
 step in float64 eager torch (a float64 copy of the model, the same batch)
 is the truth. Float32 eager torch runs the same step over several orders of
 the batch's rows (identity, reversed, random permutations; each on a fresh
-copy): the same mathematics, other roundings. For every tensor the step
+copy): the same mathematics, other roundings. (With dtype=torch.float64,
+wholestep's step and the orders run in float64 instead, the same rule with
+float64's rounding.) For every tensor the step
 leaves (each parameter, each buffer, each optimizer state tensor, and the
 loss) the distance of a result from float64 is
 
@@ -18,8 +20,8 @@ that is zero in float64 (the gradient of a convolution's bias before a
 BatchNorm, held in its momentum buffer) from dividing rounding noise by
 nothing. A tensor's float32 spread is the largest distance among the
 float32 orders; a mode passes a tensor when its distance is at most
-``2 * spread + 1e-6``. Integer tensors (``num_batches_tracked``) must be
-equal.
+``2 * spread + 1e-6`` (``2 * spread + 2e-15`` in float64). Integer
+tensors (``num_batches_tracked``) must be equal.
 
 Nothing here changes the caller's model, optimizer, batch or torch's
 random state: every run is on a deep copy of the model with a clone of the
@@ -34,7 +36,10 @@ import time
 import torch
 
 REL_FLOOR = 1e-3   # of the largest tensor of the same kind
-ABS_TERM = 1e-6    # added to 2 * spread (a relative distance)
+# Added to 2 * spread (a relative distance): about 17 roundings of the
+# runs' dtype (float32 steps; float64 steps, dtype=torch.float64).
+ABS_TERM = 1e-6
+ABS_TERM_F64 = 2e-15
 _ORDER_SEED = 7
 
 DEFAULT_MODES = ("single_graph", "three_graph", "interpret")
@@ -116,27 +121,36 @@ def eager_step(model, opt, loss_fn, batch, num_inputs):
 
 
 def _perturb(t, gen):
-    """`t` times (1 + u), u uniform in [-2^-24, 2^-24]: within one rounding
-    of float32."""
+    """`t` times (1 + u), u uniform within one rounding of its dtype
+    (|u| <= 2^-24 for float32, 2^-53 for float64)."""
     if not t.is_floating_point() or not t.numel():
         return t
-    u = (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * 2.0 ** -24
+    unit = 2.0 ** -53 if t.dtype == torch.float64 else 2.0 ** -24
+    u = (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
+    if t.dtype == torch.float64:  # t + t u, one rounding from t
+        return t + t * u
     return (t.double() * (1 + u)).to(t.dtype)
 
 
 def perturb_state(model, gen):
-    """Moves every parameter and buffer of `model` by one float32
-    rounding, in place (_perturb)."""
+    """Moves every parameter and buffer of `model` by one rounding, in
+    place (_perturb)."""
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
             t.copy_(_perturb(t, gen))
 
 
-def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None):
+def _as(model, opt, dtype):
+    """Copies of `model` and `opt`, the model's floating-point tensors in
+    `dtype` (None: as they are)."""
     m = copy.deepcopy(model)
     if dtype is not None:
         m = m.to(dtype)
-    o = clone_optimizer(opt, model, m)
+    return m, clone_optimizer(opt, model, m)
+
+
+def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None):
+    m, o = _as(model, opt, dtype)
     batch = _copy_batch(batch, dtype, perm)
     if perturb is not None:
         perturb_state(m, perturb)
@@ -163,13 +177,13 @@ def config(entry):
     return label, mode, options
 
 
-def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options):
-    """One step of `mode` on copies; the snapshot and the compiled step."""
+def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options, dtype=None):
+    """One step of `mode` on copies (their floating-point tensors in
+    `dtype`, None: as they are); the snapshot and the compiled step."""
     from .torch import compile_train_step
-    m = copy.deepcopy(model)
-    o = clone_optimizer(opt, model, m)
+    m, o = _as(model, opt, dtype)
     step = compile_train_step(m, o, loss_fn, mode=mode, num_inputs=num_inputs, **options)
-    loss = step(*_copy_batch(batch))
+    loss = step(*_copy_batch(batch, dtype))
     return snapshot(m, o, loss), step
 
 
@@ -219,8 +233,8 @@ def distances(snap, ref, scales):
     return out
 
 
-def limit(spread):
-    return 2 * spread + ABS_TERM
+def limit(spread, abs_term=ABS_TERM):
+    return 2 * spread + abs_term
 
 
 # ---------------------------------------------------------------- results
@@ -235,13 +249,17 @@ class ModeCheck:
         self.label, self.mode, self.options = label, mode, options
         self.tensors, self.error, self.exception, self.loss = [], None, None, None
         self.snapshot, self.seconds = None, 0.0
+        self.abs_term = ABS_TERM  # the reference's (Reference.judge)
+
+    def limit(self, spread):
+        return limit(spread, self.abs_term)
 
     @property
     def passed(self):
-        return self.error is None and all(d <= limit(s) for _, d, s in self.tensors)
+        return self.error is None and all(d <= self.limit(s) for _, d, s in self.tensors)
 
     def failures(self):
-        return [(n, d, s) for n, d, s in self.tensors if not d <= limit(s)]
+        return [(n, d, s) for n, d, s in self.tensors if not d <= self.limit(s)]
 
     def worst(self):
         return self.tensors[0] if self.tensors else None
@@ -255,7 +273,7 @@ class ModeCheck:
         n, d, s = self.tensors[0]
         bad = len(self.failures())
         head = "pass" if not bad else f"FAIL ({bad} of {len(self.tensors)} tensors)"
-        return f"{head}; worst {n}: distance {d:.3g}, float32 spread {s:.3g}"
+        return f"{head}; worst {n}: distance {d:.3g}, spread {s:.3g}"
 
 
 def _ratio(d, s):
@@ -280,11 +298,12 @@ class CheckResult:
         return self.modes[label]
 
     def report(self, worst=3):
-        lines = [f"wholestep check: one step, {self.n_tensors} tensors (parameters, buffers, "
-                 f"optimizer state, loss) against float64 eager torch; limit per tensor "
-                 f"2 x float32 spread ({self.orders} batch orders"
-                 + (f", {self.reference.perturbed} perturbed" if self.reference.perturbed else "")
-                 + f") + {ABS_TERM:g}"]
+        ref = self.reference
+        lines = [f"wholestep check: one {ref.precision} step, {self.n_tensors} tensors "
+                 f"(parameters, buffers, optimizer state, loss) against float64 eager torch; "
+                 f"limit per tensor 2 x {ref.precision} spread ({self.orders} batch orders"
+                 + (f", {ref.perturbed} perturbed" if ref.perturbed else "")
+                 + f") + {ref.abs_term:g}"]
         width = max([len(k) for k in self.modes] + [4])
         for label, m in self.modes.items():
             verdict = "pass" if m.passed else "FAIL"
@@ -299,19 +318,20 @@ class CheckResult:
             shown = m.failures()[:max(worst, 1)] if bad else m.tensors[:worst]
             if shown:
                 tw = max(len(n) for n, _, _ in shown)
-                lines.append(f"      {'tensor':<{tw}}  {'distance':>9}  {'f32 spread':>10}  "
+                lines.append(f"      {'tensor':<{tw}}  {'distance':>9}  {'spread':>10}  "
                              f"{'ratio':>8}")
                 for n, d, s in shown:
                     lines.append(f"      {n:<{tw}}  {d:>9.3g}  {s:>10.3g}  {_ratio(d, s):>8.3g}")
         lines.append("verdict: " + ("pass" if self.passed else "FAIL: " + ", ".join(
             k for k, m in self.modes.items() if not m.passed)))
-        if self.same_failure_everywhere():
+        if self.same_failure_everywhere() and ref.precision == "float32":
             lines.append(
                 "every mode, interpret included, is off by the same amount: the float32 step "
                 "of the model as wholestep evaluates it, not its compiler. If the model is "
                 "chaotic in float32 (a ReLU input within rounding of zero decides a gradient), "
                 "float32 torch from inputs perturbed by one rounding lands as far: try "
-                f"perturbed={max(4 * self.reference.perturbed, 16)}")
+                f"perturbed={max(4 * ref.perturbed, 16)}; and dtype=torch.float64 checks "
+                f"wholestep's float64 step, where rounding decides nothing")
         return "\n".join(lines)
 
     def same_failure_everywhere(self):
@@ -330,15 +350,28 @@ class CheckResult:
 # ---------------------------------------------------------------- check
 
 
+def _float_dtype(model):
+    return next((t.dtype for t in list(model.parameters()) + list(model.buffers())
+                 if t.is_floating_point()), torch.float32)
+
+
 class Reference:
-    """Float64 eager torch's step and float32 eager torch's spread around
-    it, for one model, optimizer and batch: over `orders` batch orders, and
+    """Float64 eager torch's step and eager torch's spread around it in
+    `dtype` (None: the model's own; the precision of the steps it judges),
+    for one model, optimizer and batch: over `orders` batch orders, and
     `perturbed` more runs with the parameters, buffers and batch each
-    multiplied by 1 + u, |u| <= 2^-24 (one float32 rounding: what float32
+    multiplied by 1 + u, |u| within one rounding of `dtype` (what it
     reaches through cancellations inside one example, which batch orders
     do not reorder)."""
 
-    def __init__(self, model, optimizer, loss_fn, batch, num_inputs=1, orders=4, perturbed=0):
+    def __init__(self, model, optimizer, loss_fn, batch, num_inputs=1, orders=4, perturbed=0,
+                 dtype=None):
+        self.dtype = dtype
+        run_dtype = dtype or _float_dtype(model)
+        if run_dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"check: steps in {run_dtype} are not judged: float32 or float64")
+        self.precision = "float64" if run_dtype == torch.float64 else "float32"
+        self.abs_term = ABS_TERM_F64 if run_dtype == torch.float64 else ABS_TERM
         with _own_random_state():
             self.truth = _eager_run(model, optimizer, loss_fn, batch, num_inputs,
                                     dtype=torch.float64)
@@ -349,12 +382,13 @@ class Reference:
             perms += [torch.randperm(n, generator=gen) for _ in range(max(orders - 2, 0))]
             self.spread = {name: 0.0 for name in self.truth}
             for perm in perms[:max(orders, 1)]:
-                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, perm=perm)
+                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype, perm=perm)
                 for name, d in distances(snap, self.truth, self.scales).items():
                     self.spread[name] = max(self.spread[name], d)
             noise = torch.Generator().manual_seed(_ORDER_SEED + 1)
             for _ in range(perturbed):
-                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, perturb=noise)
+                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype,
+                                  perturb=noise)
                 for name, d in distances(snap, self.truth, self.scales).items():
                     self.spread[name] = max(self.spread[name], d)
         self.orders, self.perturbed = max(orders, 1), perturbed
@@ -362,11 +396,12 @@ class Reference:
     def judge(self, check, snap):
         """Fills a ModeCheck's tensors from its snapshot."""
         check.snapshot = snap
+        check.abs_term = self.abs_term
         check.loss = float(snap["loss"][1]) if "loss" in snap else None
         rows = [(n, d, self.spread[n]) for n, d in distances(snap, self.truth,
                                                              self.scales).items()]
-        rows.sort(key=lambda r: (-(r[1] / limit(r[2])) if not math.isnan(r[1]) else -math.inf,
-                                 r[0]))
+        rows.sort(key=lambda r: (-(r[1] / check.limit(r[2])) if not math.isnan(r[1])
+                                 else -math.inf, r[0]))
         check.tensors = rows
         return check
 
@@ -382,7 +417,8 @@ def run_checks(reference, model, optimizer, loss_fn, batch, num_inputs, modes, o
         t0 = time.perf_counter()
         try:
             with _own_random_state():
-                snap, _ = compiled_run(model, optimizer, loss_fn, batch, num_inputs, mode, opts)
+                snap, _ = compiled_run(model, optimizer, loss_fn, batch, num_inputs, mode, opts,
+                                       reference.dtype)
             reference.judge(mc, snap)
         except Exception as e:  # noqa: BLE001 - every failure is the verdict
             mc.error = f"{type(e).__name__}: {e}"
@@ -393,22 +429,27 @@ def run_checks(reference, model, optimizer, loss_fn, batch, num_inputs, modes, o
 
 
 def check(model, optimizer, loss_fn, *batch, num_inputs=1, modes=DEFAULT_MODES, orders=4,
-          perturbed=4, verbose=True, **options):
+          perturbed=4, dtype=None, verbose=True, **options):
     """One training step of `model` with `optimizer` and `loss_fn` on
     `batch` (the model's inputs, then the loss function's targets) in each
-    of `modes`, judged against float64 eager torch within twice float32
-    eager torch's spread over `orders` batch orders (the module docstring
-    gives the rule; `perturbed` widens the spread by that many float32
-    runs from inputs perturbed by one rounding, 0 for none). `modes` entries are mode
+    of `modes`, judged against float64 eager torch within twice eager
+    torch's spread over `orders` batch orders (the module docstring gives
+    the rule; `perturbed` widens the spread by that many runs from inputs
+    perturbed by one rounding, 0 for none). `dtype`: the precision of the
+    steps judged and of the spread (None: the model's own, float32 for a
+    float32 model); torch.float64 runs wholestep's step on float64 copies
+    and judges it within float64 torch's spread, where rounding decides
+    nothing: what separates a float32 step that is chaotic (a ReLU input
+    within rounding of zero) from a wrong one. `modes` entries are mode
     names or (mode, {step option: value}) pairs; `options` go to every
-    mode. Runs on copies: the model,
-    the optimizer and the batch are left as they were. Prints the verdict
-    and the worst tensors when `verbose`; returns a CheckResult."""
+    mode. Runs on copies: the model, the optimizer and the batch are left
+    as they were. Prints the verdict and the worst tensors when `verbose`;
+    returns a CheckResult."""
     if not batch:
         raise ValueError("check: no batch given (the model's inputs, then the targets)")
     if isinstance(modes, str):
         modes = (modes,)
-    ref = Reference(model, optimizer, loss_fn, batch, num_inputs, orders, perturbed)
+    ref = Reference(model, optimizer, loss_fn, batch, num_inputs, orders, perturbed, dtype)
     result = CheckResult(run_checks(ref, model, optimizer, loss_fn, batch, num_inputs, modes,
                                     options), ref)
     if verbose:

@@ -21,8 +21,9 @@ import warnings
 import torch
 
 from . import _C, _capture, _grad_flow, _guards
-from ._binding import _Binding, _bound, _check_bindable, _data_args, _examples, _model_inputs
-from ._ir import Builder, Value
+from ._binding import (_TORCH_DTYPES, _Binding, _bound, _check_bindable, _data_args, _examples,
+                       _model_inputs)
+from ._ir import Value
 from ._import import Importer
 from ._optim import Optimizer, OptimizerError
 from ._check import check
@@ -41,8 +42,9 @@ class _Entry:
     groups it trains (Optimizer.plan) and the traced ATen graph, which a
     rebinding of the same key reuses."""
 
-    def __init__(self, step, binding, plan, gm):
+    def __init__(self, step, binding, plan, gm, loss_dtype):
         self.step, self.binding, self.plan, self.gm = step, binding, plan, gm
+        self.loss_dtype = loss_dtype  # the loss function's: float32 or float64
 
 
 # What a compiled step's key holds, in its order (the recompile warning
@@ -150,8 +152,9 @@ class TrainStep:
         state, undo = self._opt.state(plan, lambda p: names[id(p)])
         try:
             binding = _Binding()
+            loss_dtypes = []
             build = self._builder(gm, params, buffers, trained_names, state, groups, types,
-                                  binding)
+                                  binding, loss_dtypes)
             built = [build()]  # import errors before the step layer runs anything
 
             def trace(called_types):
@@ -161,9 +164,10 @@ class TrainStep:
         except BaseException:
             undo()
             raise
-        return _Entry(step, binding, plan, gm), undo
+        return _Entry(step, binding, plan, gm, _TORCH_DTYPES[loss_dtypes[0]]), undo
 
-    def _builder(self, gm, params, buffers, trained_names, state, groups, types, binding):
+    def _builder(self, gm, params, buffers, trained_names, state, groups, types, binding,
+                 loss_dtypes):
         sync = self._options.get("sync_batch_norm") and self._options.get("data_parallel")
         world = _C.process_group()[1] if sync else 1
 
@@ -184,9 +188,8 @@ class TrainStep:
                     or g.type(loss)[0] not in ("f32", "f64"):
                 raise Error("compile_train_step: the loss function must return a 0-d "
                             "floating-point tensor")
-            # The step reads its loss as float32, as it returns it; a
-            # float64 loss's gradient flows back through the conversion.
-            loss = Builder(g, None).convert(loss, "f32")
+            # Returned in its own dtype, as torch returns it.
+            loss_dtypes.append(g.type(loss)[0])
             g.output("loss", loss, "loss")
             return g.finish()
 
@@ -226,7 +229,7 @@ class TrainStep:
             with _guards.sigint_held():
                 threads = _guards.follow_torch_threads()
                 try:
-                    loss, norm, updated = self._run(key, data, params, buffers)
+                    loss, norm, updated, loss_dtype = self._run(key, data, params, buffers)
                 finally:
                     _guards.restore_torch_threads(threads)
             step_count = self._stepped
@@ -247,7 +250,7 @@ class TrainStep:
             raise Error(f"step {step_count}: the loss is {loss}; {what} (as torch's would "
                         f"be). Lower the learning rate or check the data, or skip such steps "
                         f"(on_nonfinite='skip')")
-        return torch.tensor(loss, dtype=torch.float32)
+        return torch.tensor(loss, dtype=loss_dtype)
 
     def _run(self, key, data, params, buffers):
         entry = self._steps.get(key)
@@ -286,7 +289,7 @@ class TrainStep:
             if hasattr(self.optimizer, "_step_count"):
                 self.optimizer._step_count += 1
         self._last = current
-        return loss, norm, updated
+        return loss, norm, updated, current.loss_dtype
 
     def profile(self, *args, steps=10):
         """One step on this batch (compiling it if it is new), then `steps`

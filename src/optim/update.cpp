@@ -176,21 +176,26 @@ Clipped clip_by_global_norm(ir::Builder& b, std::vector<ValueId> grads, ValueId 
   const SourceLoc loc = b.loc;
   b.internal = "global-norm gradient clipping";
   b.loc = {};
-  ValueId total = b.scalar(0.0);
+  // torch's norm is in the widest dtype of the gradients: f32, or f64
+  // when one of them is f64.
+  DType dt = DType::f32;
+  for (ValueId g : grads)
+    if (b.type(g).dtype == DType::f64) dt = DType::f64;
+  ValueId total = b.scalar(0.0, dt);
   for (ValueId g : grads) {
     const ir::Type t = b.type(g);  // a copy: appending moves the nodes
     std::vector<int64_t> axes;
     for (int64_t d = 0; d < t.rank(); ++d) axes.push_back(d);
     ValueId sq = b.binary(Op::mul, g, g);
     ValueId s = axes.empty() ? sq : b.reduce(Op::reduce_sum, sq, axes);
-    total = b.binary(Op::add, total, b.convert(s, DType::f32));
+    total = b.binary(Op::add, total, b.convert(s, dt));
   }
   if (sharded) total = b.all_reduce(total, "sum");
   const ValueId norm = b.unary(Op::sqrt, total);
   const ValueId coef =
-      b.binary(Op::div, b.convert(max_norm, DType::f32), b.binary(Op::add, norm, b.scalar(1e-6)));
+      b.binary(Op::div, b.convert(max_norm, dt), b.binary(Op::add, norm, b.scalar(1e-6, dt)));
   // clamp(coef, max=1): a NaN coefficient stays NaN (torch's clamp).
-  const ValueId one = b.scalar(1.0);
+  const ValueId one = b.scalar(1.0, dt);
   const ValueId clamped = b.add(Op::select, {b.binary(Op::gt, coef, one), one, coef});
   for (ValueId& g : grads) g = b.scale(g, b.convert(clamped, b.type(g).dtype));
   b.internal = caller;

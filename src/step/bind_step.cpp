@@ -59,11 +59,13 @@ void TrainStep::Impl::bind_program(step::Compiled& c, exec::Executable& exe,
     const bool interface = o.role == ir::OutputRole::saved || o.role == ir::OutputRole::grad;
     void* ptr =
         c.owned.get(o.role == ir::OutputRole::loss ? "loss" : o.name, o.type.bytes(), interface);
-    if (o.role == ir::OutputRole::loss) c.loss = static_cast<float*>(ptr);
+    if (o.role == ir::OutputRole::loss) c.loss = {ptr, o.type.dtype};
+    WS_CHECK(o.role != ir::OutputRole::loss || is_floating(o.type.dtype))
+        << "the loss is " << o.type.str();
     if (o.role == ir::OutputRole::user && o.name == step::kFiniteOutput)
       c.finite = static_cast<const uint8_t*>(ptr);
     if (o.role == ir::OutputRole::user && o.name == step::kGradNormOutput)
-      c.grad_norm = static_cast<const float*>(ptr);
+      c.grad_norm = {ptr, o.type.dtype};
     exe.bind_output(i, ptr);
   }
 }

@@ -158,9 +158,9 @@ StepResult TrainStep::Impl::run(const std::vector<Tensor>& data, Loc sloc) {
     interpret_step(c, data, m.hypers, m.opts.detect_anomaly, r);
   } else {
     step::run_programs(c, data, nullptr);
-    r.loss = *c.loss;
+    r.loss = c.loss.read();
     r.skipped = c.finite && *c.finite == 0;
-    if (c.grad_norm) r.grad_norm = *c.grad_norm;
+    if (c.grad_norm.ptr) r.grad_norm = c.grad_norm.read();
   }
   // NonFinite::skip: nothing was written, as if the call had not been made
   // (the cycle stays where it was).

@@ -59,6 +59,16 @@ struct Owned {
   void* get(const std::string& name, size_t bytes, bool interface = false);
 };
 
+// A 0-d floating-point output the step reads after it runs (the loss, the
+// gradients' norm), in its own dtype: a float64 model's loss is not rounded.
+struct ScalarOutput {
+  const void* ptr = nullptr;
+  DType dtype = DType::f32;
+  double read() const {
+    return dtype == DType::f64 ? *static_cast<const double*>(ptr) : *static_cast<const float*>(ptr);
+  }
+};
+
 struct Copy {
   void* user;
   void* own;
@@ -78,10 +88,10 @@ struct Compiled {
   std::vector<Tensor> persistent;  // interpret: the persistent entries (Binding::index)
   Owned owned;
   std::vector<step::IndexCheck> index_checks;
-  std::vector<Copy> shadows;  // aliasing off
-  float* loss = nullptr;
-  const uint8_t* finite = nullptr;   // NonFinite::skip: the step's verdict
-  const float* grad_norm = nullptr;  // when the optimizer clips: the gradients' norm
+  std::vector<Copy> shadows;        // aliasing off
+  ScalarOutput loss;                // f32, or f64 for a float64 loss
+  const uint8_t* finite = nullptr;  // NonFinite::skip: the step's verdict
+  ScalarOutput grad_norm;           // when the optimizer clips: the gradients' norm
   // UpdateSpec::skip_nonfinite_norm: a non-finite norm kept the update out.
   bool skip_nonfinite_norm = false;
   StepCounters counters;
