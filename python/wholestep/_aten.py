@@ -182,8 +182,8 @@ def _zero(b, node, x):
 
 @aten("fill_.Scalar", "fill_.Tensor", "copy_.default",
       torch="`x[a:b] = v`, `x[i] = v`, `fill_`, `zero_`, `copy_`",
-      limits="into slices of step 1 and selections of a tensor the forward made, a buffer or "
-             "an argument")
+      limits="into slices of step 1, selections, reshapes and permutations of a tensor the "
+             "forward made, a buffer or an argument")
 def _fill(b, node, x, value, non_blocking=False):
     if is_value(value):
         return b.broadcast(b.convert(value, b.dtype(x)), b.shape(x))

@@ -53,6 +53,36 @@ _OTHER_VIEWS = {"aten.view.default", "aten._reshape_alias.default", "aten.transp
                 "aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int"}
 
 
+# Views that are a bijection of the whole tensor: a write through one is
+# undone on the written value (_undo_whole_view).
+_WHOLE_VIEWS = {"aten.view.default", "aten._reshape_alias.default", "aten.unsqueeze.default",
+                "aten.squeeze.dim", "aten.squeeze.default", "aten.transpose.int",
+                "aten.permute.default", "aten.t.default", "aten.alias.default",
+                "aten.detach.default"}
+
+
+def _undo_whole_view(b, view, value):
+    """`value`, a new value of `view` (a _WHOLE_VIEWS node), as the new
+    value of the tensor it views."""
+    name = str(view.target)
+    rank = len(b.shape(value))
+    if name == "aten.transpose.int":
+        d0, d1 = view.args[1] % max(rank, 1), view.args[2] % max(rank, 1)
+        perm = list(range(rank))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return b.transpose(value, perm)
+    if name == "aten.t.default":
+        return b.transpose(value, [1, 0]) if rank == 2 else value
+    if name == "aten.permute.default":
+        dims = [d % rank for d in view.args[1]]
+        inverse = [0] * rank
+        for i, d in enumerate(dims):
+            inverse[d] = i
+        return b.transpose(value, inverse)
+    source = view.args[0].meta["val"]
+    return b.reshape(value, list(source.shape))
+
+
 def _is_view(node):
     if node.op != "call_function":
         return False
@@ -69,10 +99,32 @@ def _view_chain(node):
     if torch.Tag.inplace_view in node.target.tags:
         return None, []
     chain, n = [], node.args[0]
-    while _is_view(n):
-        chain.append(n)
+    # An in-place op's result is its operand (`v.mul_(2).add_(1)`, or a
+    # second write through the same view): skipped, as its operand's views.
+    while _is_view(n) or (_is_inplace(n) and not _changes_view_only(n)):
+        if _is_view(n):
+            chain.append(n)
         n = n.args[0]
     return (n, chain[::-1]) if chain else (None, [])
+
+
+def _changes_view_only(node):
+    """An in-place op that changes a tensor's view (transpose_, squeeze_),
+    not its elements."""
+    return _is_inplace(node) and torch.Tag.inplace_view in node.target.tags
+
+
+def _storage(node):
+    """The node whose tensor holds `node`'s elements, and the views from it
+    to `node` (in-place ops on the way, which keep their operand's
+    storage, are skipped; those changing a view only are views)."""
+    chain = []
+    while True:
+        if _is_view(node) or _changes_view_only(node):
+            chain.append(node)
+        elif not _is_inplace(node):
+            return node, chain[::-1]
+        node = node.args[0]
 
 
 def _live(gm, mutating):
@@ -102,6 +154,12 @@ class Importer:
         self.placeholders = {}  # placeholder node -> its input value
         self.written = {}  # a value written into a buffer -> the buffer's input value
         self.b = Builder(graph, self._assign, sync_world_size)
+        # Tensors written in place, and the views of them: a view read after
+        # a write to its storage (through another view, or directly) is made
+        # again from the storage's new value, as torch's views see it.
+        self.versions = {}  # storage node -> its writes so far
+        self.latest = {}    # storage node -> its value after its last write
+        self.views = {}     # view node -> (storage node, views from it, version)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for node, spec in zip(placeholders, inputs):
             if spec[0] == "persistent":
@@ -116,6 +174,28 @@ class Importer:
             self.placeholders[node] = v
             self.roles[node] = (role, spec[2] if spec[0] == "persistent" else None)
         self.current = None
+        self.current_write = None  # set by a write through views while it translates
+
+    def _wrote(self, node, value):
+        """Records that in-place op `node` left `value` in its storage."""
+        storage = _storage(node)[0]
+        self.versions[storage] = self.versions.get(storage, 0) + 1
+        self.latest[storage] = value
+        self.current_write = node
+
+    def _view_again(self, node, storage, chain):
+        """View `node` of `storage` made again from the storage's value
+        after its last write; recorded as current."""
+        v = self.latest[storage]
+        for view in chain:
+            if view.target is operator.getitem:
+                v = v[view.args[1]]
+                continue
+            args = [self.materialize(v)] + self.materialize(self.value(list(view.args[1:])))
+            kwargs = {k: self.materialize(self.value(a)) for k, a in view.kwargs.items()}
+            v = TABLE[str(view.target)](self.b, view, *args, **kwargs)
+        self.views[node] = (storage, chain, self.versions.get(storage, 0))
+        return v
 
     def _assign(self, buffer_value, new_value):
         """An op of the current node writes `new_value` into its operand of
@@ -143,6 +223,9 @@ class Importer:
 
     def value(self, x):
         if isinstance(x, torch.fx.Node):
+            seen = self.views.get(x)
+            if seen is not None and self.versions.get(seen[0], 0) != seen[2]:
+                self.env[x] = self._view_again(x, *seen[:2])
             return self.env[x]
         if isinstance(x, (list, tuple)):
             return type(x)(self.value(e) for e in x)
@@ -181,6 +264,13 @@ class Importer:
                         result = result[0]
                     break
                 self.env[node] = self.translate(node)
+                if _is_inplace(node) and not _changes_view_only(node) \
+                        and self.current_write is None:
+                    self._wrote(node, self.env[node])  # the whole tensor, not through a view
+                self.current_write = None
+                if _is_view(node) or _is_inplace(node):  # its elements are a storage's
+                    storage, chain = _storage(node)
+                    self.views[node] = (storage, chain, self.versions.get(storage, 0))
             except (Unsupported, _C.Error) as e:
                 raise error(node, f"{e}") from None
             except Exception as e:  # a translation's bug: still a wholestep.Error
@@ -237,20 +327,31 @@ class Importer:
         new elements and the base's others), which later reads of the base
         see; a buffer holds it after the step."""
         name = str(node.target)
-        for v in reversed(chain):  # the view nearest the write first
+        # Views of the whole tensor (reshapes, permutations) nearest the
+        # write are undone on the written value; the views from the base to
+        # them must be slices and selections.
+        n_whole = 0
+        while n_whole < len(chain) and str(chain[-1 - n_whole].target) in _WHOLE_VIEWS:
+            n_whole += 1
+        region_chain, whole_chain = chain[:len(chain) - n_whole], chain[len(chain) - n_whole:]
+        for v in region_chain:
             if str(v.target) not in _REGION_VIEWS:
                 raise Unsupported(f"{name} writes in place through a view made by {v.target}; "
                                   f"only writes into slices and selections (x[a:b] = ..., "
-                                  f"x[i] = ...) are translated")
+                                  f"x[i] = ...), reshapes and permutations of them are "
+                                  f"translated")
         role = self.roles.get(base, ("", None))[0] if base.op == "placeholder" else None
         if role not in (None, "data", "buffer"):
             raise Unsupported(f"{name} writes to the {role} '{self.roles[base][1]}' in place; only "
                               f"buffers may be written")
         args = self.materialize(self.value(node.args))
         kwargs = {k: self.materialize(self.value(v)) for k, v in node.kwargs.items()}
-        out = fn(self.b, node, *args, **kwargs)
+        result = fn(self.b, node, *args, **kwargs)
         b = self.b
-        before = self.env[base]
+        out = result
+        for v in reversed(whole_chain):  # the written value in each view's source's shape
+            out = _undo_whole_view(b, v, out)
+        before = self.latest.get(_storage(base)[0], self.env[base])
         shape = b.shape(before)
         lo, hi, dims = [0] * len(shape), list(shape), list(range(len(shape)))
         for v in chain:  # the region of the base the view is
@@ -288,9 +389,10 @@ class Importer:
                 value, mask = parts
         after = b.select(mask, value, before)
         self.env[base] = after
+        self._wrote(node, after)
         if role == "buffer":
             self._assign(self.placeholders[base], after)
-        return out
+        return result
 
     def check(self, node, out):
         """The translation's type is torch's: a wrong one is a bug here."""
