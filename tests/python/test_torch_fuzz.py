@@ -50,7 +50,7 @@ def test_the_generator_makes_valid_models_of_every_kind():
     assert bags == {None, "sum", "mean", "max"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
-            "patches", "centered", "bilinear"} <= ops
+            "patches", "centered", "bilinear", "views"} <= ops
 
 
 def test_shrinking_keeps_the_failure_and_makes_the_spec_smaller():
