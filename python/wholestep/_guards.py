@@ -46,10 +46,11 @@ def check_clipping(clip_grad_norm, error_if_nonfinite, who):
 
 def check_autocast(who):
     """Mixed precision would change which ops run in which dtype: the
-    compiled step is float32 throughout."""
+    compiled step computes in its tensors' own dtypes."""
     if torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled():
         raise Error(f"{who}: called inside torch.autocast: wholestep does not support mixed "
-                    f"precision (the step computes in float32); call it outside autocast")
+                    f"precision (the step computes in its tensors' own dtypes, float32 or "
+                    f"float64); call it outside autocast")
 
 
 # A module's own attributes torch keeps (hook tables, parameter dicts,
