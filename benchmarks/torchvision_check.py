@@ -10,6 +10,10 @@ deterministic step), aux_logits=False for googlenet and inception_v3; at
 vision transformers built for that size). A model with more parameters
 than --max-params (torchvision's own count, from its weights' metadata:
 the model is not built) is listed as too large and not run.
+--family segmentation, video or users checks torchvision's segmentation
+or video builders, or the models users write, instead, as
+torchvision_coverage.py builds and feeds them (the loss over every pixel
+for segmentation).
 
 At 64x64 a ResNet-style network's last stage works on 2x2 maps, and its
 BatchNorms normalize 16 values per channel (batch 4): the step is chaotic,
@@ -40,6 +44,7 @@ the model at this size); too large.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/torchvision_check.py
         [--models resnet18,mobilenet_v2] [--max-params 70e6] [--json out.json]
+        [--family classification|segmentation|video|users]
 """
 
 import argparse
@@ -104,13 +109,13 @@ def _refused(text):
     return text.startswith("Error:") and "internal error" not in text
 
 
-def float64_probe(model, opt, x, y):
+def float64_probe(model, opt, loss_fn, x, y):
     """wholestep's float64 step of a model whose float32 step failed,
     judged within float64 torch's spread (wst.check's dtype): '; float64
     step: pass (...)' says the float32 failure is the model's chaos, not a
     wrong step."""
-    result = wst.check(model, opt, torch.nn.functional.cross_entropy, x, y,
-                       modes=("single_graph",), perturbed=2, dtype=torch.float64, verbose=False)
+    result = wst.check(model, opt, loss_fn, x, y, modes=("single_graph",), perturbed=2,
+                       dtype=torch.float64, verbose=False)
     m = result["single_graph"]
     if m.error is not None:
         return f"; float64 step: error: {m.error.splitlines()[0]}"
@@ -119,23 +124,39 @@ def float64_probe(model, opt, x, y):
     return f"; float64 step: {verdict} (nearest {n} {d:.2g}, float64 spread {s:.2g})"
 
 
-def check_model(name, batch, modes, perturbed, max_params, probe=True):
+def other_family_case(name, family):
+    """(model, loss function, input, target) of a segmentation, video or
+    users' model as torchvision_coverage.py builds and feeds it."""
+    import torchvision_coverage as cov
+    shape = cov.input_shape(name, family)
+    x, y = cov.make_batch(name, shape, family)
+    return cov.build(name, family), cov.loss_fn_of(name, family), x, y
+
+
+def check_model(name, batch, modes, perturbed, max_params, probe=True,
+                family="classification"):
     """A row: {model, status, detail, seconds, params}; a float32 failure
-    followed by the float64 step's verdict when `probe`."""
-    row = {"model": name, "params": num_params(name), "input": None, "status": None,
-           "detail": "", "seconds": 0.0, "modes": {}}
+    followed by the float64 step's verdict when `probe`. Other families
+    than classification as torchvision_coverage.py builds and feeds them."""
+    classification = family == "classification"
+    row = {"model": name, "params": num_params(name) if classification else None,
+           "input": None, "status": None, "detail": "", "seconds": 0.0, "modes": {}}
     if row["params"] is not None and row["params"] > max_params:
         row["status"] = "too large"
         row["detail"] = f"{row['params'] / 1e6:.1f}M parameters > {max_params / 1e6:g}M"
         return row
     t0 = time.perf_counter()
-    size = input_size(name)
-    row["input"] = f"{batch}x3x{size}x{size}"
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(batch, 3, size, size, generator=gen)
-    y = torch.randint(0, 10, (batch,), generator=gen)
     try:
-        model = build(name)
+        if classification:
+            size = input_size(name)
+            gen = torch.Generator().manual_seed(1)
+            x = torch.randn(batch, 3, size, size, generator=gen)
+            y = torch.randint(0, 10, (batch,), generator=gen)
+            model, loss_fn = build(name), torch.nn.functional.cross_entropy
+        else:
+            model, loss_fn, x, y = other_family_case(name, family)
+            row["params"] = sum(p.numel() for p in model.parameters())
+        row["input"] = "x".join(map(str, x.shape))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         with torch.no_grad():
             model(x[:2].clone())
@@ -143,8 +164,8 @@ def check_model(name, batch, modes, perturbed, max_params, probe=True):
         row["status"], row["detail"] = "error", f"eager torch: {str(e).splitlines()[0]}"
         row["seconds"] = time.perf_counter() - t0
         return row
-    result = wst.check(model, opt, torch.nn.functional.cross_entropy, x, y, modes=modes,
-                       perturbed=perturbed, verbose=False)
+    result = wst.check(model, opt, loss_fn, x, y, modes=modes, perturbed=perturbed,
+                       verbose=False)
     row["seconds"] = time.perf_counter() - t0
     errors = [m.error for m in result.modes.values() if m.error is not None]
     for label, m in result.modes.items():
@@ -178,7 +199,7 @@ def check_model(name, batch, modes, perturbed, max_params, probe=True):
                              f"{len(m.failures())} tensors)")
         row["detail"] = "; ".join(parts)
         if probe and not errors:
-            row["detail"] += float64_probe(model, opt, x, y)
+            row["detail"] += float64_probe(model, opt, loss_fn, x, y)
         row["seconds"] = time.perf_counter() - t0
     return row
 
@@ -205,27 +226,37 @@ def main(argv=None):
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--no-float64-probe", action="store_true",
                     help="do not check a failing model's float64 step (wst.check's dtype)")
+    ap.add_argument("--family", default="classification",
+                    choices=("classification", "segmentation", "video", "users"),
+                    help="the models checked: torchvision's classification (the default), "
+                         "segmentation or video builders, or the models users write "
+                         "(user_models.py), built and fed as torchvision_coverage.py does")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None, help="write the rows to this file ('-': stdout)")
     args = ap.parse_args(argv)
-    known = classification_models()
+    if args.family == "classification":
+        known = classification_models()
+    else:
+        import torchvision_coverage
+        known = [n for n, f in torchvision_coverage.families().items() if f == args.family]
     names = args.models.split(",") if args.models else known
     unknown = [n for n in names if n not in known]
     if unknown:
-        ap.error(f"not torchvision classification models: {', '.join(unknown)}")
+        ap.error(f"not {args.family} models: {', '.join(unknown)}")
     if args.threads:
         torch.set_num_threads(args.threads)
         wst.set_num_threads(args.threads)
     modes = tuple(args.modes.split(","))
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
-          f"{torch.get_num_threads()} threads; one SGD step (lr 0.01), batch {args.batch}, "
+          f"{torch.get_num_threads()} threads; one SGD step (lr 0.01), {args.family}, "
+          f"batch {args.batch if args.family == 'classification' else 'as torchvision_coverage.py'}, "
           f"modes {', '.join(modes)}; limit per tensor 2 x float32 spread (4 batch orders"
           + (f", {args.perturbed} perturbed" if args.perturbed else "") + ") + 1e-6",
           file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     rows = []
     for name in names:
         row = check_model(name, args.batch, modes, args.perturbed, args.max_params,
-                          probe=not args.no_float64_probe)
+                          probe=not args.no_float64_probe, family=args.family)
         rows.append(row)
         print(f"{name}: {row['status']} {row['detail']} ({row['seconds']:.1f} s)",
               file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
