@@ -82,14 +82,17 @@ def input_size(name):
     return VIT_SIZES.get(name, SIZES.get(name, 64))
 
 
-def build(name):
+def build(name, as_built=False):
+    """The classification model, built after torch.manual_seed(0), in train
+    mode; without dropout and stochastic depth unless `as_built`."""
     kwargs = {"weights": None, "num_classes": 10}
     if name in NO_AUX:
         kwargs.update(aux_logits=False, init_weights=False)
     if name in SIZE_KWARG:
         kwargs[SIZE_KWARG[name]] = input_size(name)
     torch.manual_seed(0)
-    return deterministic(torchvision.models.get_model(name, **kwargs)).train()
+    model = torchvision.models.get_model(name, **kwargs)
+    return (model if as_built else deterministic(model)).train()
 
 
 def deterministic(model):
