@@ -250,9 +250,10 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
         wst.set_num_threads(args.threads)
     modes = tuple(args.modes.split(","))
+    batch = args.batch if args.family == "classification" else "as torchvision_coverage.py"
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"{torch.get_num_threads()} threads; one SGD step (lr 0.01), {args.family}, "
-          f"batch {args.batch if args.family == 'classification' else 'as torchvision_coverage.py'}, "
+          f"batch {batch}, "
           f"modes {', '.join(modes)}; limit per tensor 2 x float32 spread (4 batch orders"
           + (f", {args.perturbed} perturbed" if args.perturbed else "") + ") + 1e-6",
           file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
