@@ -25,16 +25,6 @@ import wholestep.torch as wst
 FAMILIES = ("classification", "segmentation", "video")
 
 
-def build(name, family):
-    if family == "classification":
-        return check.build(name, as_built=True)
-    kwargs = {"weights": None, "num_classes": 10}
-    if family == "segmentation":
-        kwargs["weights_backbone"] = None
-    torch.manual_seed(0)
-    return torchvision.models.get_model(name, **kwargs).train()
-
-
 def try_model(name, family):
     """(status, detail, seconds) of two compiled steps of the model as built."""
     t0 = time.perf_counter()
@@ -42,7 +32,7 @@ def try_model(name, family):
     shape = (2,) + tuple(shape[1:])
     x, y = cov.make_batch(name, shape, family)
     try:
-        model = build(name, family)
+        model = cov.build(name, family, as_built=True)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         step = wst.compile_train_step(model, opt, cov.loss_fn_of(name, family))
         losses = [float(step(x, y)) for _ in range(2)]

@@ -111,9 +111,9 @@ def shape_text(shape):
     return "x".join(map(str, shape))
 
 
-def build(name, family):
+def build(name, family, as_built=False):
     """The model, built after torch.manual_seed(0), in train mode, without
-    dropout or stochastic depth."""
+    dropout or stochastic depth unless `as_built` (torchvision's models)."""
     import torch
     import torchvision
     import torchvision_check
@@ -121,13 +121,13 @@ def build(name, family):
         torch.manual_seed(0)
         return user_models.MODELS[name][0]().train()
     if family == "classification":
-        return torchvision_check.build(name)
+        return torchvision_check.build(name, as_built)
     kwargs = {"weights": None, "num_classes": 10}
     if family == "segmentation":
         kwargs["weights_backbone"] = None
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, **kwargs)
-    return torchvision_check.deterministic(model).train()
+    return (model if as_built else torchvision_check.deterministic(model)).train()
 
 
 def make_batch(name, shape, family):

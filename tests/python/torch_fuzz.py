@@ -1005,22 +1005,17 @@ def _sgd_for_float64(spec):
     return dict(spec, optimizer=sgd)
 
 
-def _float32_chaos(checked):
+def _float32_chaos(checked, ref):
     """Whether a case's float32 mismatch is the model's, not the
-    compiler's: every float32 config, interpret among them, off alike (the
-    same worst tensor at the same distance, within 1%), and the float64
-    step right in every float64 config: the mathematics is torch's, and the
-    float32 evaluation takes another decision where rounding decides (a
-    median's pick, a ReLU input within rounding of zero)."""
-    f32 = [mc for c, mc, _ in checked if not _is_f64(c)]
+    compiler's: every float32 config off alike, interpret among them
+    (CheckResult.same_failure_everywhere), and the float64 step right in
+    every float64 config: the mathematics is torch's, and the float32
+    evaluation takes another decision where rounding decides (a median's
+    pick, a ReLU input within rounding of zero)."""
     f64 = [mc for c, mc, _ in checked if _is_f64(c)]
-    if not f64 or not all(mc.passed for mc in f64) or not f32 \
-            or not any(mc.label == "interpret" for mc in f32) \
-            or any(mc.passed or mc.error is not None for mc in f32):
-        return False
-    worst = [mc.failures()[0] for mc in f32]
-    return all(w[0] == worst[0][0] and abs(w[1] - worst[0][1]) <= 0.01 * worst[0][1]
-               for w in worst)
+    f32 = {mc.label: mc for c, mc, _ in checked if not _is_f64(c)}
+    return bool(f64) and all(mc.passed for mc in f64) \
+        and _check.CheckResult(f32, ref).same_failure_everywhere()
 
 
 def run_case(spec, only=None, determinism=True, orders=4):
@@ -1060,7 +1055,7 @@ def run_case(spec, only=None, determinism=True, orders=4):
             part_ref = ref
         results = _check.run_checks(part_ref, *case, 1, [_step_config(c) for c in part], {})
         checked += [(c, mc, part_ref) for c, mc in zip(part, results.values())]
-    chaos = _float32_chaos(checked)
+    chaos = _float32_chaos(checked, ref)
     for config, mc, part_ref in checked:
         if mc.passed:
             continue
