@@ -1,7 +1,8 @@
 // Kernels of the neural-network ops: convolution, pooling, gather/scatter
 // in their reference forms (any floating type, obviously correct loops: the
 // oracle), and the counter-based random generator (philox.hpp). f32
-// convolutions run on the compute backend (dnnl_backend.hpp).
+// convolutions run on the compute backend (dnnl_backend.hpp), f64 ones as
+// products of column matrices (f64_products.hpp).
 //
 // Layouts are PyTorch's: activations NCHW, conv weights [O, C/groups, KH, KW],
 // all contiguous row-major.

@@ -4,6 +4,7 @@
 #include "exec/ctc.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "exec/elementwise.hpp"
+#include "exec/f64_products.hpp"
 #include "exec/reduce.hpp"
 #include "ir/attr.hpp"
 
@@ -55,25 +56,6 @@ void binary(Op op, const T* a, const T* b, void* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = binary_value<bop>(a[i], b[i]);
   });
   WS_CHECK(known) << "not binary: " << ir::op_name(op);
-}
-
-// One [m, k] x [k, n] product; either operand may be stored transposed.
-template <class T>
-void matmul(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
-  // a(i,p) and b(p,j) with either operand stored transposed.
-  auto A = [&](int64_t i, int64_t p) { return ta ? a[p * m + i] : a[i * k + p]; };
-  auto B = [&](int64_t p, int64_t j) { return tb ? b[j * k + p] : b[p * n + j]; };
-  // Accumulated in double and rounded once: the oracle is as exact as it can
-  // cheaply be, so what the comparison sees is the optimized kernels' error.
-  std::vector<double> row(static_cast<size_t>(n));
-  for (int64_t i = 0; i < m; ++i) {
-    std::fill(row.begin(), row.end(), 0.0);
-    for (int64_t p = 0; p < k; ++p) {
-      const double aip = double(A(i, p));
-      for (int64_t j = 0; j < n; ++j) row[size_t(j)] += aip * double(B(p, j));
-    }
-    for (int64_t j = 0; j < n; ++j) c[i * n + j] = T(row[size_t(j)]);
-  }
 }
 
 }  // namespace
@@ -180,10 +162,9 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
           // f32 products run the compiled programs' oneDNN primitive (see
           // the header): modes then differ only where the pipeline does.
           return run_backend(op, attrs, in_types, in, out_type, out);
+        } else if constexpr (std::is_same_v<T, double>) {  // f64_products.hpp
+          matmul_f64(d.batch, d.m, d.n, d.k, a, d.ta, b, d.tb, c);
         }
-        for (int64_t i = 0; i < d.batch; ++i)
-          matmul(a + i * d.m * d.k, b + i * d.k * d.n, c + i * d.m * d.n, d.m, d.k, d.n, d.ta,
-                 d.tb);
       });
     case Op::matmul_bias:  // (a @ b) + bias along the last dim
       WS_CHECK(is_floating(out_type.dtype)) << "matmul_bias on " << out_type.str();
@@ -366,11 +347,13 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T *a = static_cast<const T*>(in[0]), *b = static_cast<const T*>(in[1]);
         T* y = static_cast<T*>(out);
         const Conv2dGeom g = ir::conv2d_node_geom(op, attrs, in_types, out_type);
-        if constexpr (std::is_same_v<T, float>)  // as compiled programs (see the header)
+        if constexpr (std::is_same_v<T, float>) {  // as compiled programs (see the header)
           return run_backend(op, attrs, in_types, in, out_type, out);
-        if (op == Op::conv2d) return conv2d_ref(g, a, b, y);
-        if (op == Op::conv2d_input_grad) return conv2d_input_grad_ref(g, a, b, y);
-        conv2d_weight_grad_ref(g, a, b, y);
+        } else {  // f64: products of column matrices (f64_products.hpp)
+          if (op == Op::conv2d) return conv2d_f64(g, a, b, y);
+          if (op == Op::conv2d_input_grad) return conv2d_input_grad_f64(g, a, b, y);
+          conv2d_weight_grad_f64(g, a, b, y);
+        }
       });
     case Op::max_pool2d:
     case Op::avg_pool2d:

@@ -2,8 +2,10 @@
 // op takes. They are the oracle for the optimized kernels, the eager Tensor
 // path, the interpreter (mode `interpret`) and the f64 gradient checks.
 //
-// One exception: f32 matrix products and convolutions run the compute
-// backend's primitives (oneDNN; tested against the f64 loops). In f32 a
+// One exception: matrix products and convolutions run the compute backend's
+// primitives in f32 (oneDNN; tested against the f64 loops) and blocked
+// products of fixed summation order in f64 (f64_products.hpp; tested
+// against the direct loops of nn_kernels.hpp and an fma chain per element). In f32 a
 // product's rounding depends on its summation order, and Adam's normalized
 // update turns those last-bit differences in near-zero gradients into visible
 // parameter differences; with one product everywhere, the interpreter and
