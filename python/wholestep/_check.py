@@ -35,6 +35,8 @@ import time
 
 import torch
 
+from ._exact64 import exact_float64_gradients
+
 REL_FLOOR = 1e-3   # of the largest tensor of the same kind
 # Added to 2 * spread (a relative distance): about 17 roundings of the
 # runs' dtype (float32 steps; float64 steps, dtype=torch.float64).
@@ -155,7 +157,10 @@ def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, pe
     if perturb is not None:
         perturb_state(m, perturb)
         batch = [_perturb(t, perturb) for t in batch]
-    loss = eager_step(m, o, loss_fn, batch, num_inputs)
+    # float64 torch's own roundings to float32 made exact (_exact64.py)
+    exact = _float_dtype(m) == torch.float64
+    with exact_float64_gradients() if exact else contextlib.nullcontext():
+        loss = eager_step(m, o, loss_fn, batch, num_inputs)
     return snapshot(m, o, loss)
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import wholestep.torch as wst
+from wholestep import _check, _exact64
 
 nn = torch.nn
 F = nn.functional
@@ -87,19 +88,56 @@ def test_check_in_float64_passes_a_conv_net_within_float64_spread():
     assert model[0].weight.dtype == torch.float32  # the caller's model untouched
 
 
-def test_check_in_float64_sees_a_float32_rounding_of_one_constant():
-    # torch 1.13's float64 Hardsigmoid backward multiplies by 1.0f / 6.0f
-    # (rounded to float32, 5e-9 from 1/6): wholestep's exact 1/6 lands
-    # 3e-8 from it, inside float32's spread and far outside float64's.
+def hard_and_celu():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Hardsigmoid(), nn.Linear(8, 3))
+    return nn.Sequential(nn.Linear(4, 8), nn.Hardsigmoid(), nn.Linear(8, 8), nn.CELU(0.7),
+                         nn.Linear(8, 3))
+
+
+def test_check_in_float64_judges_hardsigmoid_and_celu_by_their_exact_gradients():
+    # torch 1.13's float64 Hardsigmoid backward multiplies by 1.0f / 6.0f and
+    # CELU's takes 1 / alpha rounded to float32 (3e-8 and 8e-8 off): the
+    # check's float64 eager steps take the exact gradients (_exact64.py),
+    # which wholestep computes, so its step is within float64's spread.
+    x = (torch.rand(4000, dtype=torch.float64) * 8 - 4).requires_grad_()
+    torch_hardsigmoid, torch_celu = F.hardsigmoid, F.celu
+    with _exact64.exact_float64_gradients():
+        hard, = torch.autograd.grad(F.hardsigmoid(x).sum(), x)
+        celu, = torch.autograd.grad(nn.CELU(0.7)(x).sum(), x)
+        inplace = x.detach().clone()
+        F.hardsigmoid(inplace, inplace=True)
+    x = x.detach()
+    one = torch.ones_like(x)
+    assert torch.equal(hard, torch.where((x > -3) & (x < 3), one / 6, 0 * one))
+    assert torch.equal(celu, torch.where(x > 0, one, torch.exp(x / 0.7)))
+    assert torch.equal(inplace, F.hardsigmoid(x))  # torch's own forward
+    assert F.hardsigmoid is torch_hardsigmoid and F.celu is torch_celu  # restored
+
+    model = hard_and_celu()
     x, y = torch.randn(16, 4) * 2, torch.randint(0, 3, (16,))
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    in32 = wst.check(model, opt, F.cross_entropy, x, y, modes=("single_graph",),
-                     verbose=False)
-    in64 = wst.check(model, opt, F.cross_entropy, x, y, modes=("single_graph",),
-                     dtype=torch.float64, verbose=False)
-    assert in32.passed, in32.report()
-    assert not in64.passed
-    name, distance, _ = in64["single_graph"].failures()[0]
-    assert name.startswith("0.") and 1e-9 < distance < 1e-6, in64.report()
+    result = wst.check(model, opt, F.cross_entropy, x, y, modes=("single_graph",),
+                       dtype=torch.float64, perturbed=1, verbose=False)
+    assert result.passed, result.report()
+    worst = max(d for m in result.modes.values() for _, d, _ in m.tensors)
+    assert worst < 1e-13, result.report()
+
+
+def test_check_in_float64_fails_a_step_with_one_tensor_rounded_to_float32():
+    # The check's teeth: the same step with one parameter rounded to float32
+    # (what a float32 constant or accumulator on the way leaves) fails,
+    # naming that tensor, where the step itself passes.
+    model = hard_and_celu()
+    x, y = torch.randn(16, 4) * 2, torch.randint(0, 3, (16,))
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    batch = [x, y]
+    ref = _check.Reference(model, opt, F.cross_entropy, batch, 1, 4, 1, torch.float64)
+    snap, _ = _check.compiled_run(model, opt, F.cross_entropy, batch, 1, "single_graph", {},
+                                  torch.float64)
+    mode = _check.ModeCheck("single_graph", "single_graph", {})
+    assert ref.judge(mode, snap).passed
+    kind, weight = snap["2.weight"]
+    snap["2.weight"] = (kind, weight.float().double())
+    mode = ref.judge(_check.ModeCheck("single_graph", "single_graph", {}), snap)
+    assert not mode.passed
+    assert [n for n, _, _ in mode.failures()] == ["2.weight"]
