@@ -1,7 +1,10 @@
 """wst.check on every torchvision classification model: one SGD step of
 each (lr 0.01, cross-entropy, num_classes=10, batch 4 of random images) in
 every mode against float64 eager torch, within twice float32 eager torch's
-spread over batch orders (the rule of python/wholestep/_check.py).
+spread over batch orders (the rule of python/wholestep/_check.py); with
+--float64, wholestep's float64 step of each, within twice float64 torch's
+spread (wst.check's dtype=torch.float64: rounding decides nothing there,
+so a model's float32 chaos cannot hide a wrong step, nor pass for one).
 
 The models are torchvision.models.list_models(module=torchvision.models),
 built with weights=None and num_classes=10, dropout set to 0 (a
@@ -44,7 +47,7 @@ the model at this size); too large.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/torchvision_check.py
         [--models resnet18,mobilenet_v2] [--max-params 70e6] [--json out.json]
-        [--family classification|segmentation|video|users]
+        [--family classification|segmentation|video|users] [--float64]
 """
 
 import argparse
@@ -137,10 +140,11 @@ def other_family_case(name, family):
 
 
 def check_model(name, batch, modes, perturbed, max_params, probe=True,
-                family="classification"):
+                family="classification", dtype=None):
     """A row: {model, status, detail, seconds, params}; a float32 failure
     followed by the float64 step's verdict when `probe`. Other families
-    than classification as torchvision_coverage.py builds and feeds them."""
+    than classification as torchvision_coverage.py builds and feeds them.
+    `dtype` torch.float64: the float64 step checked instead (no probe)."""
     classification = family == "classification"
     row = {"model": name, "params": num_params(name) if classification else None,
            "input": None, "status": None, "detail": "", "seconds": 0.0, "modes": {}}
@@ -168,7 +172,7 @@ def check_model(name, batch, modes, perturbed, max_params, probe=True,
         row["seconds"] = time.perf_counter() - t0
         return row
     result = wst.check(model, opt, loss_fn, x, y, modes=modes, perturbed=perturbed,
-                       verbose=False)
+                       dtype=dtype, verbose=False)
     row["seconds"] = time.perf_counter() - t0
     errors = [m.error for m in result.modes.values() if m.error is not None]
     for label, m in result.modes.items():
@@ -181,7 +185,7 @@ def check_model(name, batch, modes, perturbed, max_params, probe=True,
     if result.passed:
         row["status"] = "pass"
         worst = max(((label, m.worst()) for label, m in result.modes.items()),
-                    key=lambda lw: lw[1][1] / (2 * lw[1][2] + 1e-6))
+                    key=lambda lw: lw[1][1] / (2 * lw[1][2] + (2e-15 if dtype else 1e-6)))
         label, (n, d, s) = worst
         row["detail"] = f"closest: {label} {n} {d:.2g} (spread {s:.2g})"
     elif (errors and len(errors) == len(modes) and all(_refused(e) for e in errors)
@@ -201,7 +205,7 @@ def check_model(name, batch, modes, perturbed, max_params, probe=True,
                 parts.append(f"{label}: {n} {d:.3g} (spread {s:.3g}, "
                              f"{len(m.failures())} tensors)")
         row["detail"] = "; ".join(parts)
-        if probe and not errors:
+        if probe and not errors and dtype is None:
             row["detail"] += float64_probe(model, opt, loss_fn, x, y)
         row["seconds"] = time.perf_counter() - t0
     return row
@@ -223,9 +227,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--max-params", type=float, default=70e6,
                     help="larger models are listed as too large, not run")
-    ap.add_argument("--perturbed", type=int, default=16,
-                    help="float32 runs from inputs perturbed by one rounding added to the "
-                         "spread (wst.check's perturbed)")
+    ap.add_argument("--perturbed", type=int, default=None,
+                    help="runs from inputs perturbed by one rounding added to the spread "
+                         "(wst.check's perturbed; 16, or 2 with --float64)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--no-float64-probe", action="store_true",
                     help="do not check a failing model's float64 step (wst.check's dtype)")
@@ -234,6 +238,9 @@ def main(argv=None):
                     help="the models checked: torchvision's classification (the default), "
                          "segmentation or video builders, or the models users write "
                          "(user_models.py), built and fed as torchvision_coverage.py does")
+    ap.add_argument("--float64", action="store_true",
+                    help="check each model's float64 step against float64 torch's spread "
+                         "(wst.check's dtype=torch.float64) instead of its float32 step")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None, help="write the rows to this file ('-': stdout)")
     args = ap.parse_args(argv)
@@ -250,17 +257,22 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
         wst.set_num_threads(args.threads)
     modes = tuple(args.modes.split(","))
+    if args.perturbed is None:
+        args.perturbed = 2 if args.float64 else 16
+    precision = "float64" if args.float64 else "float32"
     batch = args.batch if args.family == "classification" else "as torchvision_coverage.py"
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"{torch.get_num_threads()} threads; one SGD step (lr 0.01), {args.family}, "
           f"batch {batch}, "
-          f"modes {', '.join(modes)}; limit per tensor 2 x float32 spread (4 batch orders"
-          + (f", {args.perturbed} perturbed" if args.perturbed else "") + ") + 1e-6",
+          f"modes {', '.join(modes)}; limit per tensor 2 x {precision} spread (4 batch orders"
+          + (f", {args.perturbed} perturbed" if args.perturbed else "") + ") + "
+          + ("2e-15" if args.float64 else "1e-6"),
           file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     rows = []
     for name in names:
         row = check_model(name, args.batch, modes, args.perturbed, args.max_params,
-                          probe=not args.no_float64_probe, family=args.family)
+                          probe=not args.no_float64_probe, family=args.family,
+                          dtype=torch.float64 if args.float64 else None)
         rows.append(row)
         print(f"{name}: {row['status']} {row['detail']} ({row['seconds']:.1f} s)",
               file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
