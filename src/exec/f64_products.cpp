@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #endif
 
+#include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
 
 namespace ws::exec {
@@ -152,11 +153,6 @@ void for_each_image_run(const ConvDims& d, int64_t q0, int64_t len, F&& f) {
   }
 }
 
-// The input position a tap reads along one axis for output position o.
-inline int64_t source(int64_t o, int64_t tap, int64_t stride, int64_t pad, int64_t dil) {
-  return o * stride - pad + tap * dil;
-}
-
 // Calls f(tap row r, column t, input element index or -1 for padding) for
 // every column [q0, q0 + len) of the rows [r0, r1) of group grp's column
 // matrix, row by row, columns in order.
@@ -170,8 +166,8 @@ void for_each_column(const ir::Conv2dGeom& g, const ConvDims& d, int64_t grp, in
       const int64_t plane = (img * g.c + ch) * g.d;
       int64_t oz = pos / (g.oh * g.ow), oy = pos / g.ow % g.oh, ox = pos % g.ow;
       for (int64_t t = t0; t < t0 + cnt; ++t) {
-        const int64_t iz = source(oz, kz, g.sd, g.pd, g.dd), iy = source(oy, ky, g.sh, g.ph, g.dh),
-                      ix = source(ox, kx, g.sw, g.pw, g.dw);
+        const int64_t iz = in_pos(oz, kz, g.sd, g.pd, g.dd), iy = in_pos(oy, ky, g.sh, g.ph, g.dh),
+                      ix = in_pos(ox, kx, g.sw, g.pw, g.dw);
         const bool inside = iz >= 0 && iz < g.d && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
         f(r, t, inside ? ((plane + iz) * g.h + iy) * g.w + ix : int64_t(-1));
         if (++ox == g.ow) {

@@ -16,14 +16,6 @@ namespace ws::exec {
 namespace {
 
 // ---------------------------------------------------------------------------
-// Convolution helpers.
-
-// Input position of output position `o` and kernel tap `k` along one dim.
-inline int64_t in_pos(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
-  return o * stride - pad + k * dil;
-}
-
-// ---------------------------------------------------------------------------
 // Pooling helpers.
 
 // A pooling window clipped to the image: rows [y0, y1), cols [x0, x1).

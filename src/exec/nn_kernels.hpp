@@ -21,6 +21,11 @@ namespace ws::exec {
 using ir::Conv2dGeom;
 using ir::Pool2dGeom;
 
+// Input position of output position `o` and kernel tap `k` along one dim.
+inline int64_t in_pos(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+  return o * stride - pad + k * dil;
+}
+
 // y = conv(x, w), no bias.
 template <class T>
 void conv2d_ref(const Conv2dGeom& g, const T* x, const T* w, T* y);
