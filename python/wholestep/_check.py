@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from ._exact64 import exact_float64_gradients
+from ._exact64 import exact_float64_gradients, float64_constants, float64_operands
 
 REL_FLOOR = 1e-3   # of the largest tensor of the same kind
 # Added to 2 * spread (a relative distance): about 17 roundings of the
@@ -148,6 +148,8 @@ def _as(model, opt, dtype):
     m = copy.deepcopy(model)
     if dtype is not None:
         m = m.to(dtype)
+    if _float_dtype(m) == torch.float64:
+        float64_constants(m)  # the copy's float32 constants (_exact64.py)
     return m, clone_optimizer(opt, model, m)
 
 
@@ -160,7 +162,8 @@ def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, pe
     # float64 torch's own roundings to float32 made exact (_exact64.py)
     exact = _float_dtype(m) == torch.float64
     with exact_float64_gradients() if exact else contextlib.nullcontext():
-        loss = eager_step(m, o, loss_fn, batch, num_inputs)
+        loss = eager_step(m, o, float64_operands(loss_fn) if exact else loss_fn, batch,
+                          num_inputs)
     return snapshot(m, o, loss)
 
 
@@ -187,6 +190,8 @@ def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options, dtype=No
     `dtype`, None: as they are); the snapshot and the compiled step."""
     from .torch import compile_train_step
     m, o = _as(model, opt, dtype)
+    if _float_dtype(m) == torch.float64:  # as the float64 eager steps run it
+        loss_fn = float64_operands(loss_fn)
     step = compile_train_step(m, o, loss_fn, mode=mode, num_inputs=num_inputs, **options)
     loss = step(*_copy_batch(batch, dtype))
     return snapshot(m, o, loss), step

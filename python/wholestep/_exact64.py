@@ -14,12 +14,26 @@ exact gradient passes, and would pass a step rounded the same way.
 ``F.celu`` (what ``nn.Hardsigmoid`` and ``nn.CELU`` call) compute torch's
 own forward and the exact float64 gradient. wst.check runs its float64
 eager steps in it; nothing else does.
+
+A float64 run of a float32 program also meets the program's own float32
+constants: class weights in a closure of the loss function
+(``F.cross_entropy(logits, y, weight=w)``), or in a plain attribute of a
+module. Torch refuses to mix them with float64 values in most ops
+("expected scalar type Double but found Float"), so without help neither
+the float64 truth nor a float64 step of such a program can be run.
+``float64_constants(model)`` turns a float64 copy's plain tensor
+attributes to float64, and ``float64_operands(loss_fn)`` is the loss
+function reading every float32 tensor it hands to a torch function as
+float64 (the same numbers, exactly), the in-place ones excepted. Both sides
+of a float64 comparison run the same converted program.
 """
 
 import contextlib
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 
 class _Hardsigmoid(torch.autograd.Function):
@@ -81,3 +95,52 @@ def exact_float64_gradients():
     finally:
         for name, fn in saved.items():
             setattr(F, name, fn)
+
+
+def _writes(func, kwargs):
+    """Whether a torch function writes into an operand (an in-place
+    method, an item assignment, out=) or is an attribute read: its float32
+    operands stay what they are."""
+    name = getattr(func, "__name__", "")
+    if "out" in kwargs:
+        return True
+    if name.startswith("__") and name.endswith("__"):
+        return name in ("__get__", "__set__", "__setitem__", "__delitem__") or (
+            name.startswith("__i") and name[3:-2] in _IN_PLACE_DUNDERS)
+    return name.endswith("_")
+
+
+_IN_PLACE_DUNDERS = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                     "and", "or", "xor", "lshift", "rshift"}
+
+
+def _as_float64(a):
+    return a.to(torch.float64) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 \
+        else a
+
+
+class _Float64Operands(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not _writes(func, kwargs):
+            args, kwargs = tree_map(_as_float64, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def float64_operands(loss_fn):
+    """`loss_fn` reading each float32 tensor it passes to a torch function
+    as float64 (its float32 constants: class weights, pos_weight)."""
+    def loss(*args, **kwargs):
+        with _Float64Operands():
+            return loss_fn(*args, **kwargs)
+    return loss
+
+
+def float64_constants(model):
+    """Turns the float32 tensors `model`'s modules hold in plain
+    attributes (neither parameters nor buffers) to float64, in place: for
+    a float64 copy of a model."""
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+                setattr(module, name, value.to(torch.float64))

@@ -141,3 +141,54 @@ def test_check_in_float64_fails_a_step_with_one_tensor_rounded_to_float32():
     mode = ref.judge(_check.ModeCheck("single_graph", "single_graph", {}), snap)
     assert not mode.passed
     assert [n for n, _, _ in mode.failures()] == ["2.weight"]
+
+
+class ScaledByConstants(nn.Module):
+    """A convolution whose output a float32 tensor kept in a plain
+    attribute scales and mixes (neither a parameter nor a buffer)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.mix = torch.rand(4, 4) + 0.5
+
+    def forward(self, x):
+        return torch.einsum("nchw,cd->ndhw", self.conv(x), self.mix)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float64], ids=["float32", "float64"])
+def test_check_runs_float32_constants_of_the_model_and_the_loss_in_float64(dtype):
+    # Class weights in the loss function's closure and a mixing matrix in a
+    # plain attribute are float32 tensors torch will not mix with float64
+    # ("expected scalar type Double but found Float"): the float64 truth,
+    # and a float64 step, read them as float64, the same numbers.
+    weight = torch.tensor([0.5, 1.0, 2.0, 1.5])
+
+    def loss_fn(logits, labels):
+        return F.cross_entropy(logits, labels, weight=weight, ignore_index=2,
+                               label_smoothing=0.1)
+
+    model = ScaledByConstants()
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(2, 3, 4, 5, generator=g), torch.randint(0, 4, (2, 4, 5), generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    before = copy.deepcopy(model.state_dict())
+    result = wst.check(model, opt, loss_fn, x, y, modes=("single_graph", "three_graph"),
+                       dtype=dtype, perturbed=1, verbose=False)
+    assert result.passed, result.report()
+    assert weight.dtype == model.mix.dtype == torch.float32  # the user's left as they were
+    assert all(torch.equal(t, before[k]) for k, t in model.state_dict().items())
+
+
+def test_float64_operands_reads_float32_operands_as_float64_and_leaves_writes():
+    weight = torch.tensor([0.25, 3.0])
+    logits = torch.randn(3, 2, dtype=torch.float64)
+    counts = torch.zeros(2)
+    loss = _exact64.float64_operands(
+        lambda z: F.cross_entropy(z, torch.tensor([0, 1, 1]), weight=weight) + counts.add_(1).sum())
+    out = loss(logits)
+    assert out.dtype == torch.float64
+    assert torch.equal(out, F.cross_entropy(logits, torch.tensor([0, 1, 1]),
+                                            weight=weight.double()) + 2)
+    assert counts.dtype == torch.float32 and torch.equal(counts, torch.ones(2))  # written
