@@ -31,8 +31,8 @@ def test_regression_spec(path):
 
 
 def test_the_generator_makes_valid_models_of_every_kind():
-    kinds, ops, losses, bags = set(), set(), set(), set()
-    for seed in range(200):
+    kinds, ops, losses, bags, dense, cells = set(), set(), set(), set(), set(), set()
+    for seed in range(400):
         spec = torch_fuzz.generate(seed)
         kinds.add(spec["input"]["kind"])
         losses.add(spec["loss"])
@@ -41,16 +41,22 @@ def test_the_generator_makes_valid_models_of_every_kind():
         while stack:
             layer = stack.pop()
             ops.add(layer["op"])
+            if "cell" in layer:
+                cells.add(layer["cell"])
             stack += layer.get("body", [])
             for b in layer.get("branches", []):
                 stack += b
-        torch_fuzz.build(spec)  # raises if the generator made a spec that does not fit
+        model = torch_fuzz.build(spec)[0]  # raises if the spec does not fit
+        if spec.get("dense"):
+            dense.add("img" if isinstance(model[-1], torch_fuzz.nn.Conv2d) else "seq")
     assert kinds == {"img", "seq", "tokens", "vec", "bags"}
-    assert losses == {"cross_entropy", "mse", "gaussian_nll", "ctc"}
+    assert losses == set(torch_fuzz.fuzz_losses.KINDS) | {"ctc"}
+    assert dense == {"img", "seq"}
     assert bags == {None, "sum", "mean", "max"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
-            "patches", "centered", "bilinear", "views"} <= ops
+            "patches", "centered", "bilinear", "views", "rnn", "conv1d", "pool1d"} <= ops
+    assert cells == set(torch_fuzz.seq_layers.CELLS)
 
 
 def test_shrinking_keeps_the_failure_and_makes_the_spec_smaller():

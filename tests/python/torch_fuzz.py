@@ -15,12 +15,15 @@ squeeze-excitation, token mixing over a transposed axis, multi-head
 attention, reductions, running means (cumsum) and p-norm normalization
 over the token axis, centering on the tokens' median or k-th value,
 windows as channels (unfold) and summed back (fold), bilinear products,
-...), the classifier head the builder appends
-(flatten or mean over tokens, then Linear; for the CTC loss a Linear per
-token and log-probabilities [T, N, C]), the loss (cross_entropy, mse,
-gaussian_nll with the output's square as the variance, or
-ctc over token inputs: random targets and lengths, zero_infinity, blank
-first or last) and the optimizer (SGD with momentum, nesterov and weight decay; Adam;
+recurrent networks and 1-d convolutions and pooling along the tokens
+(fuzz_sequence_layers.py), ...), the head the builder appends (flatten or
+mean over tokens, then Linear; for a loss per position a 1x1 convolution
+per pixel or a Linear per token; for the CTC loss a Linear per token and
+log-probabilities [T, N, C]), the loss (fuzz_losses.py: cross-entropy
+with its options, NLL, BCE with logits, the regression losses, KL
+divergence, cosine embedding, Gaussian NLL; or ctc over token inputs:
+random targets and lengths, zero_infinity, blank first or last) and the
+optimizer (SGD with momentum, nesterov and weight decay; Adam;
 AdamW; one or two parameter groups; fresh or after an eager step). Only
 what the importer supports is generated.
 
@@ -54,6 +57,9 @@ from pathlib import Path
 
 import torch
 
+import fuzz_losses
+import fuzz_sequence_layers as seq_layers
+from fuzz_sequence_layers import pool_out
 from wholestep import _check
 
 nn = torch.nn
@@ -270,7 +276,7 @@ class Patches(nn.Module):
         cols = F.unfold(x, self.k, padding=self.p, stride=self.s)
         if self.fold:
             return F.fold(cols, x.shape[2:], self.k, padding=self.p, stride=self.s)
-        oh, ow = (_pool_out(n, self.k, self.s, self.p) for n in x.shape[2:])
+        oh, ow = (pool_out(n, self.k, self.s, self.p) for n in x.shape[2:])
         return cols.view(x.shape[0], -1, oh, ow)
 
 
@@ -324,6 +330,13 @@ class Bilinear(nn.Module):
         return self.bilinear(x, torch.tanh(x))
 
 
+class ClassesSecond(nn.Module):
+    """[N, T, C] scores as [N, C, T], the layout of a loss per token."""
+
+    def forward(self, x):
+        return x.transpose(1, 2)
+
+
 class FrameLogProbs(nn.Module):
     """[N, T, C] scores to CTC's [T, N, C] log-probabilities."""
 
@@ -340,14 +353,6 @@ ACTS = {"relu": nn.ReLU, "gelu": GELU, "gelu_tanh": lambda: GELU(approximate="ta
 
 
 # ---------------------------------------------------------------- building
-
-
-def _pool_out(n, k, s, p, ceil=False):
-    span = n + 2 * p - k
-    out = (-(-span // s) if ceil else span // s) + 1
-    if ceil and (out - 1) * s >= n + p:
-        out -= 1
-    return out
 
 
 def make_layer(layer, shape):
@@ -392,7 +397,7 @@ def make_layer(layer, shape):
                     raise Invalid("same padding with a stride")
                 return nn.Conv2d(c, out, k, 1, "same", dil, g, layer["bias"]), ("img", out, h, w)
             span = dil * (k - 1) + 1
-            oh, ow = _pool_out(h, span, s, p), _pool_out(w, span, s, p)
+            oh, ow = pool_out(h, span, s, p), pool_out(w, span, s, p)
             if oh < 1 or ow < 1:
                 raise Invalid("conv output empty")
             return nn.Conv2d(c, out, k, s, p, dil, g, layer["bias"]), ("img", out, oh, ow)
@@ -405,7 +410,7 @@ def make_layer(layer, shape):
             if p > k // 2:
                 raise Invalid("pool padding over half the kernel")
             ceil = layer.get("ceil", False)
-            oh, ow = _pool_out(h, k, s, p, ceil), _pool_out(w, k, s, p, ceil)
+            oh, ow = pool_out(h, k, s, p, ceil), pool_out(w, k, s, p, ceil)
             if oh < 1 or ow < 1 or h + 2 * p < k or w + 2 * p < k:
                 raise Invalid("pool output empty")
             mod = (nn.MaxPool2d(k, s, p, ceil_mode=ceil) if op == "maxpool"
@@ -442,7 +447,7 @@ def make_layer(layer, shape):
             return SqueezeExcite(c, layer["r"]), shape
         if op == "patches":
             k, st, p = layer["k"], layer["s"], layer["p"]
-            oh, ow = _pool_out(h, k, st, p), _pool_out(w, k, st, p)
+            oh, ow = pool_out(h, k, st, p), pool_out(w, k, st, p)
             if oh < 1 or ow < 1 or h + 2 * p < k or w + 2 * p < k:
                 raise Invalid("no window")
             fold = layer.get("fold", False)
@@ -453,6 +458,12 @@ def make_layer(layer, shape):
             return nn.Flatten(), ("vec", c * h * w)
     if kind == "seq":
         _, t, d = shape
+        try:
+            made = seq_layers.make(layer, shape)
+        except ValueError as e:
+            raise Invalid(str(e)) from e
+        if made is not None:
+            return made
         if op == "linear":
             return nn.Linear(d, layer["out"], bias=layer["bias"]), ("seq", t, layer["out"])
         if op == "ln":
@@ -528,10 +539,21 @@ def build(spec):
     body, shape = make_layers(spec["layers"], input_shape(inp))
     mods += body
     classes = spec["classes"]
+    out_shape = (spec["batch"], classes)
     if spec["loss"] == "ctc":
         if shape[0] != "seq":
             raise Invalid("ctc over a value without tokens")
         mods += [nn.Linear(shape[2], classes), FrameLogProbs()]
+        width = 0
+    elif spec.get("dense"):
+        if shape[0] == "img":  # a 1x1 convolution per pixel: [N, C, H, W]
+            mods.append(nn.Conv2d(shape[1], classes, 1))
+            out_shape += shape[2:]
+        elif shape[0] == "seq":  # a Linear per token, the classes second: [N, C, T]
+            mods += [nn.Linear(shape[2], classes), ClassesSecond()]
+            out_shape += (shape[1],)
+        else:
+            raise Invalid("a loss per position over a vector")
         width = 0
     elif shape[0] == "img":
         mods.append(nn.Flatten())
@@ -543,7 +565,7 @@ def build(spec):
         width = shape[1]
     if width > 4096:
         raise Invalid("head too wide")
-    if spec["loss"] != "ctc":
+    if spec["loss"] != "ctc" and not spec.get("dense"):
         mods.append(nn.Linear(width, classes))
     model = nn.Sequential(*mods)
     if not spec.get("train", True):
@@ -560,12 +582,10 @@ def build(spec):
             x = torch.randint(0, inp["vocab"], (n, inp["t"]), generator=gen)
         else:
             x = torch.randn(n, inp["f"], generator=gen)
-        if spec["loss"] == "cross_entropy":
-            y = torch.randint(0, classes, (n,), generator=gen)
-        elif spec["loss"] == "ctc":
-            y = ctc_targets(spec, n, gen)
+        if spec["loss"] == "ctc":
+            y = ctc_targets(spec, n, shape[1], gen)  # the frames the body leaves
         else:
-            y = torch.randn(n, classes, generator=gen)
+            y = fuzz_losses.targets(spec, out_shape, gen)
         return x, y
 
     batch = data()
@@ -580,12 +600,12 @@ def ctc_blank(spec):
     return 0 if spec["blank"] == "first" else spec["classes"] - 1
 
 
-def ctc_targets(spec, n, gen):
+def ctc_targets(spec, n, t, gen):
     """y [n, S + 2]: targets of the classes but the blank (padded to S, half
-    the frames), then input and target lengths. Each target fits its input
+    the t frames), then input and target lengths. Each target fits its input
     (two frames a target is enough, repeats included) unless zero_infinity,
     which may meet samples without an alignment."""
-    t, classes, blank = spec["input"]["t"], spec["classes"], ctc_blank(spec)
+    classes, blank = spec["classes"], ctc_blank(spec)
     most = max(1, t // 2)
     inputs = torch.randint(max(1, t - 2), t + 1, (n,), generator=gen)
     room = inputs if spec["zero_infinity"] else inputs // 2
@@ -596,18 +616,12 @@ def ctc_targets(spec, n, gen):
 
 
 def loss_function(spec):
-    if spec["loss"] == "cross_entropy":
-        return F.cross_entropy
     if spec["loss"] == "ctc":
         def ctc(log_probs, y):
             return F.ctc_loss(log_probs, y[:, :-2], y[:, -2], y[:, -1], blank=ctc_blank(spec),
                               reduction=spec["reduction"], zero_infinity=spec["zero_infinity"])
         return ctc
-    reduction = spec.get("reduction", "mean")
-    if spec["loss"] == "gaussian_nll":  # the output's square as the variance: some below eps
-        return lambda out, y: F.gaussian_nll_loss(out, y, out * out, full=spec["full"],
-                                                  eps=spec["eps"], reduction=reduction)
-    return lambda out, y: F.mse_loss(out, y, reduction=reduction)
+    return fuzz_losses.function(spec, spec["classes"])
 
 
 def make_optimizer(o, model):
@@ -737,9 +751,12 @@ def gen_layer(r, shape, depth):
         ops = ["linear"] * 3 + ["ln"] * 2 + ["act"] * 2 + ["tokmix", "attn", "mha", "softmax",
                                                            "bn", "reduce", "first", "running",
                                                            "normalize", "centered"]
+        ops += ["sequence_layer"] * 3
         if depth < 2:
             ops += ["res", "res", "cat", "mixer", "block"]
         op = r.choice(ops)
+        if op == "sequence_layer":
+            return seq_layers.gen(r, shape)
         heads = r.choice([h for h in (1, 2, 4) if d % h == 0])
         if op == "linear":
             return {"op": "linear", "out": r.choice([d, 2 * d, r.randint(2, 24)]),
@@ -865,18 +882,18 @@ def generate(seed):
     else:
         inp = {"kind": "vec", "f": r.randint(2, 24)}
     spec = {"seed": seed, "input": inp, "batch": r.choice([2, 3, 4, 5, 8]),
-            "classes": r.randint(2, 10),
-            "loss": r.choice(["cross_entropy"] * 6 + ["mse"] * 2 + ["gaussian_nll"])}
-    if spec["loss"] in ("mse", "gaussian_nll"):
-        spec["reduction"] = r.choice(["mean", "mean", "sum"])
-    if spec["loss"] == "gaussian_nll":
-        spec.update(full=r.random() < 0.5, eps=r.choice([1e-6, 0.01, 0.5]))
+            "classes": r.randint(2, 10)}
+    spec.update(fuzz_losses.gen(r, spec["classes"]))
     spec["layers"] = gen_layers(r, input_shape(inp), r.randint(1, 7))
-    if kind in ("seq", "tokens") and r.random() < 0.3 and \
-            make_layers(spec["layers"], input_shape(inp))[1][0] == "seq":
+    out_kind = make_layers(spec["layers"], input_shape(inp))[1][0]
+    if kind in ("seq", "tokens") and r.random() < 0.3 and out_kind == "seq":
+        spec = {k: v for k, v in spec.items() if k in ("seed", "input", "batch", "classes",
+                                                        "layers")}
         spec.update(loss="ctc", reduction=r.choice(["mean", "sum"]),
                     zero_infinity=r.random() < 0.4,
                     blank=r.choice(["first", "last"]))
+    elif spec["loss"] in fuzz_losses.CLASS_LOSSES and out_kind != "vec" and r.random() < 0.5:
+        spec["dense"] = True  # the classes of every pixel or token
     spec["optimizer"] = gen_optimizer(r)
     spec["warm"] = r.random() < 0.25
     spec["train"] = r.random() < 0.9
@@ -1132,6 +1149,8 @@ def candidates(spec):
             yield variant(lambda s, k=key: s["input"].__setitem__(k, s["input"][k] - 1))
     if spec["classes"] > 2:
         yield variant(lambda s: s.__setitem__("classes", 2))
+    for key, value in fuzz_losses.simpler(spec):
+        yield variant(lambda s, k=key, v=value: s.pop(k) if v is None else s.__setitem__(k, v))
     for path, layers in list(_lists(spec["layers"])):
         for i, layer in enumerate(layers):
             for key, value in _simpler(layer):
@@ -1195,6 +1214,8 @@ def _simpler(layer):
         out.append(("p", 2))
     elif op == "reduce" and layer["how"] != "mean":
         out.append(("how", "mean"))
+    else:
+        out += seq_layers.simpler(layer)
     return out
 
 
@@ -1206,7 +1227,7 @@ def _size(spec):
 def shrink(failure, budget=120.0, log=print):
     """The smallest spec found within `budget` seconds that fails the same
     way (the same config, the same category)."""
-    spec, deadline = failure.spec, time.monotonic() + budget
+    deadline = time.monotonic() + budget
     only = DETERMINISM if failure.config is None else failure.config
 
     def still_fails(s):
