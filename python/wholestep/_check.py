@@ -23,6 +23,13 @@ float32 orders; a mode passes a tensor when its distance is at most
 ``2 * spread + 1e-6`` (``2 * spread + 2e-15`` in float64). Integer
 tensors (``num_batches_tracked``) must be equal.
 
+The step's training-loop options (LOOP_OPTIONS) are part of what is
+checked, on both sides: with ``clip_grad_norm`` eager torch calls
+``clip_grad_norm_`` on the optimizer's parameters between the backward
+and the update (with ``error_if_nonfinite``), and with ``accumulate=k``
+each side makes k calls on the batch (eager: k backward passes, then one
+update). They are the same for every mode: the truth is one.
+
 Nothing here changes the caller's model, optimizer, batch or torch's
 random state: every run is on a deep copy of the model with a clone of the
 optimizer (same class, groups, hyperparameters and state).
@@ -45,6 +52,9 @@ ABS_TERM_F64 = 2e-15
 _ORDER_SEED = 7
 
 DEFAULT_MODES = ("single_graph", "three_graph", "interpret")
+# compile_train_step's options that change what a step computes, which the
+# eager truth must do too.
+LOOP_OPTIONS = ("clip_grad_norm", "error_if_nonfinite", "accumulate")
 
 
 # ---------------------------------------------------------------- copies
@@ -113,11 +123,20 @@ def snapshot(model, opt, loss):
     return out
 
 
-def eager_step(model, opt, loss_fn, batch, num_inputs):
-    """One eager torch step; the loss computed before the update."""
+def eager_step(model, opt, loss_fn, batch, num_inputs, loop=None):
+    """One eager torch step as compile_train_step's `loop` options
+    (LOOP_OPTIONS) make it: `accumulate` backward passes on the batch,
+    the gradients clipped by `clip_grad_norm`, the update; the last loss,
+    computed before the update."""
+    loop = loop or {}
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(*batch[:num_inputs]), *batch[num_inputs:])
-    loss.backward()
+    for _ in range(loop.get("accumulate", 1)):
+        loss = loss_fn(model(*batch[:num_inputs]), *batch[num_inputs:])
+        loss.backward()
+    if loop.get("clip_grad_norm") is not None:
+        params = [p for g in opt.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grad_norm_(params, loop["clip_grad_norm"],
+                                       error_if_nonfinite=loop.get("error_if_nonfinite", False))
     opt.step()
     return loss.detach()
 
@@ -153,7 +172,8 @@ def _as(model, opt, dtype):
     return m, clone_optimizer(opt, model, m)
 
 
-def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None):
+def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None,
+               loop=None):
     m, o = _as(model, opt, dtype)
     batch = _copy_batch(batch, dtype, perm)
     if perturb is not None:
@@ -163,7 +183,7 @@ def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, pe
     exact = _float_dtype(m) == torch.float64
     with exact_float64_gradients() if exact else contextlib.nullcontext():
         loss = eager_step(m, o, float64_operands(loss_fn) if exact else loss_fn, batch,
-                          num_inputs)
+                          num_inputs, loop)
     return snapshot(m, o, loss)
 
 
@@ -193,7 +213,8 @@ def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options, dtype=No
     if _float_dtype(m) == torch.float64:  # as the float64 eager steps run it
         loss_fn = float64_operands(loss_fn)
     step = compile_train_step(m, o, loss_fn, mode=mode, num_inputs=num_inputs, **options)
-    loss = step(*_copy_batch(batch, dtype))
+    for _ in range(options.get("accumulate", 1)):  # the update comes with the last call
+        loss = step(*_copy_batch(batch, dtype))
     return snapshot(m, o, loss), step
 
 
@@ -372,11 +393,18 @@ class Reference:
     `perturbed` more runs with the parameters, buffers and batch each
     multiplied by 1 + u, |u| within one rounding of `dtype` (what it
     reaches through cancellations inside one example, which batch orders
-    do not reorder)."""
+    do not reorder). `loop`: the step's LOOP_OPTIONS, which every run
+    applies."""
 
     def __init__(self, model, optimizer, loss_fn, batch, num_inputs=1, orders=4, perturbed=0,
-                 dtype=None):
+                 dtype=None, loop=None):
         self.dtype = dtype
+        self.loop = dict(loop or {})
+        unknown = set(self.loop) - set(LOOP_OPTIONS)
+        if unknown:
+            raise ValueError(f"check: {sorted(unknown)} are not training-loop options "
+                             f"({', '.join(LOOP_OPTIONS)})")
+        loop = self.loop
         run_dtype = dtype or _float_dtype(model)
         if run_dtype not in (torch.float32, torch.float64):
             raise ValueError(f"check: steps in {run_dtype} are not judged: float32 or float64")
@@ -384,7 +412,7 @@ class Reference:
         self.abs_term = ABS_TERM_F64 if run_dtype == torch.float64 else ABS_TERM
         with _own_random_state():
             self.truth = _eager_run(model, optimizer, loss_fn, batch, num_inputs,
-                                    dtype=torch.float64)
+                                    dtype=torch.float64, loop=loop)
             self.scales = _scales(self.truth)
             n = batch[0].shape[0] if batch and batch[0].dim() else 1
             gen = torch.Generator().manual_seed(_ORDER_SEED)
@@ -392,13 +420,14 @@ class Reference:
             perms += [torch.randperm(n, generator=gen) for _ in range(max(orders - 2, 0))]
             self.spread = {name: 0.0 for name in self.truth}
             for perm in perms[:max(orders, 1)]:
-                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype, perm=perm)
+                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype, perm=perm,
+                                  loop=loop)
                 for name, d in distances(snap, self.truth, self.scales).items():
                     self.spread[name] = max(self.spread[name], d)
             noise = torch.Generator().manual_seed(_ORDER_SEED + 1)
             for _ in range(perturbed):
                 snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype,
-                                  perturb=noise)
+                                  perturb=noise, loop=loop)
                 for name, d in distances(snap, self.truth, self.scales).items():
                     self.spread[name] = max(self.spread[name], d)
         self.orders, self.perturbed = max(orders, 1), perturbed
@@ -417,11 +446,15 @@ class Reference:
 
 
 def run_checks(reference, model, optimizer, loss_fn, batch, num_inputs, modes, options):
-    """A ModeCheck per `modes` entry (errors caught and recorded)."""
+    """A ModeCheck per `modes` entry (errors caught and recorded); each
+    mode's step takes the reference's training-loop options."""
     out = {}
     for entry in modes:
         label, mode, opts = config(entry)
-        opts = dict(options, **opts)
+        for key in set(LOOP_OPTIONS) & (set(opts) | set(options)):
+            raise ValueError(f"check: {key} applies to every mode (the eager truth is one "
+                             f"step): pass it to check() itself, not in one mode's options")
+        opts = dict(options, **opts, **reference.loop)
         label = config((mode, opts))[0]
         mc = ModeCheck(label, mode, opts)
         t0 = time.perf_counter()
@@ -452,14 +485,17 @@ def check(model, optimizer, loss_fn, *batch, num_inputs=1, modes=DEFAULT_MODES, 
     nothing: what separates a float32 step that is chaotic (a ReLU input
     within rounding of zero) from a wrong one. `modes` entries are mode
     names or (mode, {step option: value}) pairs; `options` go to every
-    mode. Runs on copies: the model, the optimizer and the batch are left
-    as they were. Prints the verdict and the worst tensors when `verbose`;
-    returns a CheckResult."""
+    mode, and those of the training loop (`clip_grad_norm`,
+    `error_if_nonfinite`, `accumulate`) to the eager truth too. Runs on
+    copies: the model, the optimizer and the batch are left as they were.
+    Prints the verdict and the worst tensors when `verbose`; returns a
+    CheckResult."""
     if not batch:
         raise ValueError("check: no batch given (the model's inputs, then the targets)")
     if isinstance(modes, str):
         modes = (modes,)
-    ref = Reference(model, optimizer, loss_fn, batch, num_inputs, orders, perturbed, dtype)
+    loop = {k: options.pop(k) for k in LOOP_OPTIONS if k in options}
+    ref = Reference(model, optimizer, loss_fn, batch, num_inputs, orders, perturbed, dtype, loop)
     result = CheckResult(run_checks(ref, model, optimizer, loss_fn, batch, num_inputs, modes,
                                     options), ref)
     if verbose:

@@ -150,6 +150,34 @@ def test_check_takes_step_options_per_mode():
     assert result.passed, result.report()
 
 
+@pytest.mark.parametrize("loop", [{"clip_grad_norm": 0.05}, {"accumulate": 3},
+                                  {"clip_grad_norm": 0.1, "accumulate": 2}],
+                         ids=["clip", "accumulate", "both"])
+def test_check_holds_clipping_and_accumulation_to_eager_torchs_loop(loop):
+    # The eager truth clips with clip_grad_norm_ and accumulates k backward
+    # passes too: a step that does either is judged against what eager
+    # torch's loop computes, not against a plain step.
+    model, (x, y) = convnet(), images()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    before = state(model, opt)
+    result = wst.check(model, opt, F.cross_entropy, x, y, modes=("single_graph", "three_graph"),
+                       verbose=False, **loop)
+    assert result.passed, result.report()
+    same_state(before, state(model, opt))
+    # The teeth: the same steps against a truth without the loop's options.
+    plain = _check.Reference(model, opt, F.cross_entropy, [x, y], 1, 4, 0)
+    snap, _ = _check.compiled_run(model, opt, F.cross_entropy, [x, y], 1, "single_graph", loop)
+    assert not plain.judge(_check.ModeCheck("single_graph", "single_graph", loop), snap).passed
+
+
+def test_check_refuses_a_loop_option_given_to_one_mode():
+    model, (x, y) = convnet(), images()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="clip_grad_norm applies to every mode"):
+        wst.check(model, opt, F.cross_entropy, x, y,
+                  modes=[("single_graph", {"clip_grad_norm": 1.0})], verbose=False)
+
+
 def test_clone_optimizer_keeps_groups_hyperparameters_and_state_apart():
     model = convnet()
     params = list(model.parameters())

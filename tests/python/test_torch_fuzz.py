@@ -31,11 +31,12 @@ def test_regression_spec(path):
 
 
 def test_the_generator_makes_valid_models_of_every_kind():
-    kinds, ops, losses, bags, dense, cells = set(), set(), set(), set(), set(), set()
+    kinds, ops, losses, bags, dense, cells, loops = (set() for _ in range(7))
     for seed in range(400):
         spec = torch_fuzz.generate(seed)
         kinds.add(spec["input"]["kind"])
         losses.add(spec["loss"])
+        loops.update(spec.get("loop", {}))
         bags.add(spec["input"].get("mode"))
         stack = list(spec["layers"])
         while stack:
@@ -52,6 +53,7 @@ def test_the_generator_makes_valid_models_of_every_kind():
     assert kinds == {"img", "seq", "tokens", "vec", "bags"}
     assert losses == set(torch_fuzz.fuzz_losses.KINDS) | {"ctc"}
     assert dense == {"img", "seq"}
+    assert loops == {"clip_grad_norm", "accumulate"}
     assert bags == {None, "sum", "mean", "max"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
