@@ -126,3 +126,88 @@ def _ctc_loss(b, node, log_probs, targets, input_lengths, target_lengths, blank=
     loss = b.composite("ctc_loss", log_probs, targets, input_lengths, target_lengths,
                        blank=int(blank), reduction=0, zero_infinity=int(bool(zero_infinity)))
     return loss, None
+
+
+_MARGIN = ('`F.multi_margin_loss` (`p` 1 or 2, `margin`, class `weight`), '
+           '`F.multilabel_margin_loss`')
+_MARGIN_LIMITS = "a class out of range fails the step with torch's message"
+
+
+def _rows(b, x, target):
+    """x as [N, C] and the target as its rows' [N, ...] (a 1-d input is
+    one row), and whether the input was 1-d."""
+    one = len(b.shape(x)) == 1
+    if one:
+        x = b.reshape(x, [1] + b.shape(x))
+        target = b.reshape(target, [1] + b.shape(target))
+    return x, target, one
+
+
+def _row_entries(b, x, cols):
+    """x [N, C] at column cols[n, ...] of each row n: one gather from the
+    flattened x."""
+    n, c = b.shape(x)
+    shape = b.shape(cols)
+    start = b.reshape(b.binary("mul", b.iota("i64", [n], 0), c), [n] + [1] * (len(shape) - 1))
+    return b.op("gather", [b.reshape(x, [n * c]), b.binary("add", cols, start)])
+
+
+def _hinge(b, z, p=1):
+    """max(z, 0) to the power p, its gradient 0 where z <= 0 (torch's
+    z > 0 test)."""
+    return b.select(b.binary("gt", z, 0.0), z if p == 1 else b.op("mul", [z, z]), 0.0)
+
+
+def _per_row(b, loss, one, reduction):
+    if one and reduction == 0:
+        return b.reshape(loss, [])
+    return _reduce(b, loss, reduction)
+
+
+@aten("multi_margin_loss.default", torch=_MARGIN, limits=_MARGIN_LIMITS)
+def _multi_margin(b, node, x, target, p=1, margin=1, weight=None, reduction=1):
+    """Each row's sum over the classes i but its target y of
+    weight[y] max(0, margin - x[y] + x[i])^p, over C (torch's formula)."""
+    if p not in (1, 2):
+        raise Unsupported(f"multi_margin_loss with p = {p}: only p == 1 and p == 2 supported, "
+                          f"as in torch")
+    x, target, one = _rows(b, x, target)
+    n, c = b.shape(x)
+    target = b.op("check", [target, b.binary("ge", target, 0)], message="target out of range")
+    target = b.op("check", [target, b.binary("lt", target, c)], message="target out of range")
+    picked = b.reshape(_row_entries(b, x, target), [n, 1])
+    z = b.binary("add", b.binary("sub", float(margin), picked), x)
+    own = b.binary("eq", b.iota("i64", [n, c], 1), b.reshape(target, [n, 1]))
+    h = b.select(own, 0.0, _hinge(b, z, p))
+    if weight is not None:
+        h = b.binary("mul", h, b.reshape(b.op("gather", [weight, target]), [n, 1]))
+    return _per_row(b, b.binary("div", b.sum(h, [1]), float(c)), one, reduction)
+
+
+@aten("multilabel_margin_loss_forward.default", torch=_MARGIN, limits=_MARGIN_LIMITS)
+def _multilabel_margin(b, node, x, target, reduction=1):
+    """Each row's sum over its targets j (the classes before the first -1)
+    and the classes i not among them of max(0, 1 - x[j] + x[i]), over C
+    (torch's formula; a class given twice counts twice, as in torch)."""
+    x, target, one = _rows(b, x, target)
+    n, c = b.shape(x)
+    target = b.op("check", [target, b.binary("ge", target, -1)],
+                  message="argument #2 'target' is out of range")
+    target = b.op("check", [target, b.binary("lt", target, c)],
+                  message="argument #2 'target' is out of range")
+    f = b.dtype(x)
+    pos = b.iota(f, [n, c], 1)
+    # the targets are the entries before the first -1 (at C: none)
+    first_end = b.unary("neg", b.max(b.unary("neg", b.select(b.binary("eq", target, -1), pos,
+                                                                float(c))), [1], keepdim=True))
+    valid = b.convert(b.binary("lt", pos, first_end), f)  # [N, J]: 1 for a target
+    cols = b.select(b.binary("gt", valid, 0.5), target, 0)
+    valid = b.reshape(valid, [n, c, 1])
+    hits = b.convert(b.binary("eq", b.reshape(cols, [n, c, 1]), b.iota("i64", [n, c, c], 2)), f)
+    is_target = b.reshape(b.max(b.binary("mul", hits, valid), [1]), [n, 1, c])  # [N, 1, I]
+    z = b.binary("add", b.binary("sub", 1.0, b.reshape(_row_entries(b, x, cols), [n, c, 1])),
+                 b.reshape(x, [n, 1, c]))
+    keep = b.binary("gt", b.binary("mul", valid, b.binary("sub", 1.0, is_target)), 0.5)
+    h = b.select(keep, _hinge(b, z), 0.0)
+    loss = b.binary("div", b.sum(h, [1, 2]), float(c))
+    return _per_row(b, loss, one, reduction), None

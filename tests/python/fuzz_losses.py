@@ -11,7 +11,9 @@ functions.
 - mse, l1, smooth_l1 (beta), huber (delta); kl_div of log_softmax
   (batchmean, sum or mean; the target as probabilities or their logs);
   cosine_embedding (the output's halves, targets +-1, a margin);
-  gaussian_nll (the output's square as the variance, some below eps).
+  gaussian_nll (the output's square as the variance, some below eps);
+  multi_margin (p 1 or 2, a margin, class weights) and multilabel_margin
+  (each row's classes before its first -1, some twice).
 
 Class weights and pos_weight are float32 constants in the loss function's
 closure, made from the spec's seed, as users write them."""
@@ -29,7 +31,8 @@ warnings.filterwarnings("ignore", message="reduction: 'mean' divides the total l
 
 # name -> weight of the draw
 KINDS = {"cross_entropy": 8, "mse": 2, "gaussian_nll": 1, "nll": 1, "bce_logits": 1, "l1": 1,
-         "smooth_l1": 1, "huber": 1, "kl_div": 1, "cosine_embedding": 1}
+         "smooth_l1": 1, "huber": 1, "kl_div": 1, "cosine_embedding": 1, "multi_margin": 1,
+         "multilabel_margin": 1}
 CLASS_LOSSES = ("cross_entropy", "nll")
 
 
@@ -65,6 +68,9 @@ def gen(r, classes):
                     log_target=r.random() < 0.5)
     elif kind == "cosine_embedding":
         spec["margin"] = r.choice([0.0, 0.3])
+    elif kind == "multi_margin":
+        spec.update(reduction=r.choice(["mean", "sum"]), p=r.choice([1, 2]),
+                    margin=r.choice([1.0, 0.5]), weight=r.random() < 0.3)
     return spec
 
 
@@ -90,6 +96,12 @@ def targets(spec, out_shape, gen):
         return logits.log_softmax(1) if spec["log_target"] else logits.softmax(1)
     if kind == "cosine_embedding":
         return torch.randint(0, 2, (n,), generator=gen) * 2 - 1
+    if kind == "multi_margin":
+        return torch.randint(0, c, (n,), generator=gen)
+    if kind == "multilabel_margin":  # classes (repeats possible), then -1 and anything
+        classes = torch.randint(0, c, (n, c), generator=gen)
+        ends = torch.randint(0, c + 1, (n, 1), generator=gen)
+        return torch.where(torch.arange(c) == ends, -torch.ones_like(classes), classes)
     return torch.randn(out_shape, generator=gen)
 
 
@@ -120,6 +132,11 @@ def function(spec, classes):
     if kind == "kl_div":
         return lambda out, y: F.kl_div(F.log_softmax(out, 1), y, reduction=red,
                                        log_target=spec["log_target"])
+    if kind == "multi_margin":
+        return lambda out, y: F.multi_margin_loss(out, y, p=spec["p"], margin=spec["margin"],
+                                                  weight=weight, reduction=red)
+    if kind == "multilabel_margin":
+        return lambda out, y: F.multilabel_margin_loss(out, y, reduction=red)
     if kind == "cosine_embedding":
         half = classes // 2
         return lambda out, y: F.cosine_embedding_loss(out[:, :half], out[:, half:], y,

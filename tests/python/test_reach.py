@@ -201,6 +201,10 @@ def test_an_index_out_of_its_dims_range_fails_as_in_torch_and_changes_nothing(pi
 
 
 SIGNS = torch.tensor([[1.0, -1.0, 1.0, 1.0, -1.0]] * 4)
+CLASSES = torch.tensor([2, 0, 4, 2])
+# each row's classes before its first -1 (none; all; a class twice; after a -1, ignored)
+LABEL_SETS = torch.tensor([[-1, 0, 1, 2, 3], [0, 1, 2, 3, 4], [3, 1, 3, -1, 0],
+                           [4, 0, -1, 1, 1]])
 POS_WEIGHT = torch.tensor([0.5, 2.0, 1.0, 3.0, 0.25])
 LOSS_CASES = {
     "l1": (lambda x, y: F.l1_loss(x, y), r(4, 5), r(4, 5)),
@@ -242,6 +246,16 @@ LOSS_CASES = {
                                                     .manual_seed(0)).float()),
     "repeat": (lambda x: x.repeat(2, 1, 3), r(3, 4)),
     "soft_margin": (lambda x: F.soft_margin_loss(x, SIGNS).reshape(1), r(4, 5)),
+    "multi_margin": (lambda x: F.multi_margin_loss(x, CLASSES).reshape(1), r(4, 5)),
+    "multi_margin_p2_weight_unreduced": (lambda x: F.multi_margin_loss(
+        x, CLASSES, p=2, margin=0.7, weight=CLASS_WEIGHT.to(x.dtype), reduction="none"),
+        r(4, 5)),
+    "multi_margin_1d_sum": (lambda x: F.multi_margin_loss(x, CLASSES[1], reduction="sum")
+                            .reshape(1), r(5)),
+    "multilabel_margin": (lambda x: F.multilabel_margin_loss(x, LABEL_SETS).reshape(1),
+                          r(4, 5) * 0.3),
+    "multilabel_margin_1d_unreduced": (lambda x: F.multilabel_margin_loss(
+        x, LABEL_SETS[3], reduction="none").reshape(1), r(5) * 0.3),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=2), r(5, 3),
                               torch.tensor([[0, 2, 4], [2, 2, 1]])),
     "embedding_scale_grad_by_freq": (
@@ -344,6 +358,26 @@ def test_a_one_hot_class_out_of_range_fails_as_in_torch_and_changes_nothing(clas
     with pytest.raises(wholestep.Error, match=message):
         step(torch.randn(3, 4), t)
     assert torch.equal(model.weight, before)
+
+
+@pytest.mark.parametrize("loss, target, message", [
+    (F.multi_margin_loss, [0, 5, 1, 2], r"target out of range \(first at position \[1\]"),
+    (F.multi_margin_loss, [0, -1, 1, 2], r"target out of range \(first at position \[1\]"),
+    (F.multilabel_margin_loss, [[0, 1, -1, 2, 9]] * 4,
+     r"argument #2 'target' is out of range \(first at position \[0,4\]")])
+def test_a_margin_loss_target_out_of_range_fails_as_in_torch_and_changes_nothing(
+        loss, target, message):
+    model = nn.Linear(3, 5)
+    x, t = torch.randn(4, 3), torch.tensor(target)
+    with pytest.raises(RuntimeError, match="out of range"):
+        loss(model(x), t)  # eager torch refuses it too
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, loss)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(wholestep.Error, match=message):
+        step(x, t)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    assert not opt.state  # no momentum buffer made
 
 
 class _MeanAndVariance(nn.Module):
