@@ -109,6 +109,16 @@ Tensor erf(const Tensor& x, Loc loc = Loc::current());
 Tensor expm1(const Tensor& x, Loc loc = Loc::current());  // e^x - 1, exact near 0
 Tensor log1p(const Tensor& x, Loc loc = Loc::current());  // log(1 + x), exact near 0
 Tensor sin(const Tensor& x, Loc loc = Loc::current());    // of radians, any finite x
+// tan, the inverse trigonometric and the hyperbolic functions, as std::'s
+Tensor tan(const Tensor& x, Loc loc = Loc::current());
+Tensor asin(const Tensor& x, Loc loc = Loc::current());
+Tensor acos(const Tensor& x, Loc loc = Loc::current());
+Tensor atan(const Tensor& x, Loc loc = Loc::current());
+Tensor sinh(const Tensor& x, Loc loc = Loc::current());
+Tensor cosh(const Tensor& x, Loc loc = Loc::current());
+Tensor asinh(const Tensor& x, Loc loc = Loc::current());
+Tensor acosh(const Tensor& x, Loc loc = Loc::current());
+Tensor atanh(const Tensor& x, Loc loc = Loc::current());
 Tensor cos(const Tensor& x, Loc loc = Loc::current());
 // x itself, through which no gradient flows (torch's detach()).
 Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());

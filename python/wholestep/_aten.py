@@ -20,7 +20,9 @@ _ELU = '`nn.ELU`, `nn.SELU`, `nn.CELU`'
 _HARD = '`nn.Hardsigmoid`, `nn.Hardswish`'
 _SOFTPLUS = '`nn.Softplus`, `nn.Mish`'
 _MATH = (
-    '`torch.neg`, `exp`, `log`, `sqrt`, `rsqrt`, `tanh`, `sigmoid`, `erf`; `nn.Tanh`, `nn.Sigmoid`')
+    '`torch.neg`, `exp`, `log`, `sqrt`, `rsqrt`, `tanh`, `sigmoid`, `erf`, `expm1`, `log1p`, '
+    '`tan`, `asin`, `acos`, `atan`, `sinh`, `cosh`, `asinh`, `acosh`, `atanh`; `nn.Tanh`, '
+    '`nn.Sigmoid`')
 _COMPARISONS = 'comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`)'
 _MASKED_FILL = '`masked_fill` (a causal mask buffer)'
 
@@ -73,10 +75,10 @@ def _pow(b, node, x, y):
     return b.binary("pow", x, float(y))
 
 
-for _name, _ir in [("neg", "neg"), ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"),
-                   ("rsqrt", "rsqrt"), ("tanh", "tanh"), ("sigmoid", "sigmoid"), ("erf", "erf")]:
+for _name in ["neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "expm1", "log1p",
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]:
     aten(f"{_name}.default", f"{_name}_.default", torch=_MATH)(
-        lambda b, node, x, _ir=_ir: b.unary(_ir, x))
+        lambda b, node, x, _ir=_name: b.unary(_ir, x))
 
 
 # The activations are the C++ library's composites (src/nn/activations.cpp):

@@ -79,6 +79,41 @@ void vjp_sin(const VjpContext& c, Dargs& d) {  // cos x
 void vjp_cos(const VjpContext& c, Dargs& d) {  // -sin x
   d[0] = mul(c, c.dy, c.b.unary(Op::neg, c.b.unary(Op::sin, arg(c, 0))));
 }
+// tan, the inverse trigonometric and the hyperbolic functions: torch's
+// formulas (derivatives.yaml), term for term.
+void vjp_tan(const VjpContext& c, Dargs& d) {  // 1 + tan² x
+  d[0] = mul(c, c.dy, c.b.binary(Op::add, mul(c, c.out, c.out), scalar_like(c, 1, c.out)));
+}
+ValueId square_plus(const VjpContext& c, ValueId x, double v) {  // x² + v
+  return c.b.binary(Op::add, mul(c, x, x), scalar_like(c, v, x));
+}
+ValueId one_minus_square(const VjpContext& c, ValueId x) {  // 1 - x², as torch's -x·x + 1
+  return c.b.binary(Op::add, c.b.unary(Op::neg, mul(c, x, x)), scalar_like(c, 1, x));
+}
+void vjp_atan(const VjpContext& c, Dargs& d) {  // 1 / (x² + 1)
+  d[0] = c.b.binary(Op::div, c.dy, square_plus(c, arg(c, 0), 1));
+}
+void vjp_asin(const VjpContext& c, Dargs& d) {  // rsqrt(1 - x²)
+  d[0] = mul(c, c.dy, c.b.unary(Op::rsqrt, one_minus_square(c, arg(c, 0))));
+}
+void vjp_acos(const VjpContext& c, Dargs& d) {  // -rsqrt(1 - x²)
+  d[0] = mul(c, c.b.unary(Op::neg, c.dy), c.b.unary(Op::rsqrt, one_minus_square(c, arg(c, 0))));
+}
+void vjp_atanh(const VjpContext& c, Dargs& d) {  // 1 / (1 - x²)
+  d[0] = c.b.binary(Op::div, c.dy, one_minus_square(c, arg(c, 0)));
+}
+void vjp_asinh(const VjpContext& c, Dargs& d) {  // rsqrt(x² + 1)
+  d[0] = mul(c, c.dy, c.b.unary(Op::rsqrt, square_plus(c, arg(c, 0), 1)));
+}
+void vjp_acosh(const VjpContext& c, Dargs& d) {  // rsqrt(x² - 1)
+  d[0] = mul(c, c.dy, c.b.unary(Op::rsqrt, square_plus(c, arg(c, 0), -1)));
+}
+void vjp_sinh(const VjpContext& c, Dargs& d) {  // cosh x
+  d[0] = mul(c, c.dy, c.b.unary(Op::cosh, arg(c, 0)));
+}
+void vjp_cosh(const VjpContext& c, Dargs& d) {  // sinh x
+  d[0] = mul(c, c.dy, c.b.unary(Op::sinh, arg(c, 0)));
+}
 // atan2(a, b): d/da = b / (a² + b²), d/db = -a / (a² + b²), as PyTorch
 // computes them (so at a = b = 0 both are NaN, as there).
 void vjp_atan2(const VjpContext& c, Dargs& d) {
@@ -352,6 +387,15 @@ VjpRule builtin_rule(Op op) {
     case Op::pow: return vjp_pow;
     case Op::sin: return vjp_sin;
     case Op::cos: return vjp_cos;
+    case Op::tan: return vjp_tan;
+    case Op::asin: return vjp_asin;
+    case Op::acos: return vjp_acos;
+    case Op::atan: return vjp_atan;
+    case Op::sinh: return vjp_sinh;
+    case Op::cosh: return vjp_cosh;
+    case Op::asinh: return vjp_asinh;
+    case Op::acosh: return vjp_acosh;
+    case Op::atanh: return vjp_atanh;
     case Op::atan2: return vjp_atan2;
     case Op::rsqrt: return vjp_rsqrt;
     case Op::scatter_add: return vjp_scatter_add;

@@ -109,6 +109,15 @@ Tensor identity(const Tensor& x, Loc loc) { return apply(Op::identity, {&x}, {},
 Tensor expm1(const Tensor& x, Loc loc) { return apply(Op::expm1, {&x}, {}, loc); }
 Tensor log1p(const Tensor& x, Loc loc) { return apply(Op::log1p, {&x}, {}, loc); }
 Tensor sin(const Tensor& x, Loc loc) { return apply(Op::sin, {&x}, {}, loc); }
+Tensor tan(const Tensor& x, Loc loc) { return apply(Op::tan, {&x}, {}, loc); }
+Tensor asin(const Tensor& x, Loc loc) { return apply(Op::asin, {&x}, {}, loc); }
+Tensor acos(const Tensor& x, Loc loc) { return apply(Op::acos, {&x}, {}, loc); }
+Tensor atan(const Tensor& x, Loc loc) { return apply(Op::atan, {&x}, {}, loc); }
+Tensor sinh(const Tensor& x, Loc loc) { return apply(Op::sinh, {&x}, {}, loc); }
+Tensor cosh(const Tensor& x, Loc loc) { return apply(Op::cosh, {&x}, {}, loc); }
+Tensor asinh(const Tensor& x, Loc loc) { return apply(Op::asinh, {&x}, {}, loc); }
+Tensor acosh(const Tensor& x, Loc loc) { return apply(Op::acosh, {&x}, {}, loc); }
+Tensor atanh(const Tensor& x, Loc loc) { return apply(Op::atanh, {&x}, {}, loc); }
 Tensor cos(const Tensor& x, Loc loc) { return apply(Op::cos, {&x}, {}, loc); }
 Tensor pow(const Tensor& a, double e, Loc loc) { return pow(a, scalar_like(a, e, loc), loc); }
 

@@ -54,6 +54,24 @@ inline T unary_value_f64(T x) {
     return T(std::sin(d));
   else if constexpr (op == Op::cos)
     return T(std::cos(d));
+  else if constexpr (op == Op::tan)
+    return T(std::tan(d));
+  else if constexpr (op == Op::asin)
+    return T(std::asin(d));
+  else if constexpr (op == Op::acos)
+    return T(std::acos(d));
+  else if constexpr (op == Op::atan)
+    return T(std::atan(d));
+  else if constexpr (op == Op::sinh)
+    return T(std::sinh(d));
+  else if constexpr (op == Op::cosh)
+    return T(std::cosh(d));
+  else if constexpr (op == Op::asinh)
+    return T(std::asinh(d));
+  else if constexpr (op == Op::acosh)
+    return T(std::acosh(d));
+  else if constexpr (op == Op::atanh)
+    return T(std::atanh(d));
   else
     static_assert(kNoDefinition<op>, "unary_value_f64: a unary op without its f64 definition");
 }
@@ -90,6 +108,24 @@ inline void unary_array(const T* x, T* y, int64_t n) {
       sin_f32(x, y, n);
     else if constexpr (op == Op::cos)
       cos_f32(x, y, n);
+    else if constexpr (op == Op::tan)
+      tan_f32(x, y, n);
+    else if constexpr (op == Op::asin)
+      asin_f32(x, y, n);
+    else if constexpr (op == Op::acos)
+      acos_f32(x, y, n);
+    else if constexpr (op == Op::atan)
+      atan_f32(x, y, n);
+    else if constexpr (op == Op::sinh)
+      sinh_f32(x, y, n);
+    else if constexpr (op == Op::cosh)
+      cosh_f32(x, y, n);
+    else if constexpr (op == Op::asinh)
+      asinh_f32(x, y, n);
+    else if constexpr (op == Op::acosh)
+      acosh_f32(x, y, n);
+    else if constexpr (op == Op::atanh)
+      atanh_f32(x, y, n);
     else
       static_assert(kNoDefinition<op>, "unary_array: a unary op without its f32 function");
   } else {

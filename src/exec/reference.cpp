@@ -101,6 +101,15 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::log1p:
     case Op::sin:
     case Op::cos:
+    case Op::tan:
+    case Op::asin:
+    case Op::acos:
+    case Op::atan:
+    case Op::sinh:
+    case Op::cosh:
+    case Op::asinh:
+    case Op::acosh:
+    case Op::atanh:
       return dispatch(out_type.dtype, [&](auto t) {
         using T = decltype(t);
         unary(op, static_cast<const T*>(in[0]), static_cast<T*>(out), n);

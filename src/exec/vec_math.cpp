@@ -268,6 +268,13 @@ void trig_f32(const float* x, float* y, int64_t n, bool cosine) {
     trig_block(x + i, y + i, int(std::min<int64_t>(kTrigLanes, n - i)), cosine);
 }
 
+// f(x[i]) in double, rounded once: correctly rounded but for double's own
+// error.
+template <class F>
+void through_double(const float* x, float* y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(f(double(x[i])));
+}
+
 }  // namespace
 
 void sin_f32(const float* x, float* y, int64_t n) { trig_f32(x, y, n, false); }
@@ -279,10 +286,37 @@ void tanh_f32(const float* x, float* y, int64_t n) { map(x, y, n, tanh_v); }
 void sigmoid_f32(const float* x, float* y, int64_t n) { map(x, y, n, sigmoid_v); }
 void erf_f32(const float* x, float* y, int64_t n) { map(x, y, n, erf_v); }
 void expm1_f32(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = float(std::expm1(double(x[i])));
+  through_double(x, y, n, [](double v) { return std::expm1(v); });
 }
 void log1p_f32(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = float(std::log1p(double(x[i])));
+  through_double(x, y, n, [](double v) { return std::log1p(v); });
+}
+void tan_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::tan(v); });
+}
+void asin_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::asin(v); });
+}
+void acos_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::acos(v); });
+}
+void atan_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::atan(v); });
+}
+void sinh_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::sinh(v); });
+}
+void cosh_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::cosh(v); });
+}
+void asinh_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::asinh(v); });
+}
+void acosh_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::acosh(v); });
+}
+void atanh_f32(const float* x, float* y, int64_t n) {
+  through_double(x, y, n, [](double v) { return std::atanh(v); });
 }
 void sqrt_f32(const float* x, float* y, int64_t n) {
   map(x, y, n, [](F v) { return sqrt(v); });

@@ -62,6 +62,17 @@ void log1p_f32(const float* x, float* y, int64_t n);
 // inf and NaN give NaN).
 void sin_f32(const float* x, float* y, int64_t n);
 void cos_f32(const float* x, float* y, int64_t n);
+// tan, the inverse trigonometric and the hyperbolic functions: std:: in
+// double, rounded once (not vectorized: models use them rarely).
+void tan_f32(const float* x, float* y, int64_t n);
+void asin_f32(const float* x, float* y, int64_t n);
+void acos_f32(const float* x, float* y, int64_t n);
+void atan_f32(const float* x, float* y, int64_t n);
+void sinh_f32(const float* x, float* y, int64_t n);
+void cosh_f32(const float* x, float* y, int64_t n);
+void asinh_f32(const float* x, float* y, int64_t n);
+void acosh_f32(const float* x, float* y, int64_t n);
+void atanh_f32(const float* x, float* y, int64_t n);
 void sqrt_f32(const float* x, float* y, int64_t n);
 void rsqrt_f32(const float* x, float* y, int64_t n);
 

@@ -170,6 +170,15 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::log1p:
     case Op::sin:
     case Op::cos:
+    case Op::tan:
+    case Op::asin:
+    case Op::acos:
+    case Op::atan:
+    case Op::sinh:
+    case Op::cosh:
+    case Op::asinh:
+    case Op::acosh:
+    case Op::atanh:
     case Op::erf: check_floating(op, args[0], loc); return args[0];
     case Op::pow:
     case Op::atan2:

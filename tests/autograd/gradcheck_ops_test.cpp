@@ -173,6 +173,16 @@ std::map<Op, std::vector<CaseFn>> cases() {
       OpCase c;
       return c.check(c.b().unary(op, c.input({5}, {-4, 4})));
     });
+  // each inside its domain, away from its poles
+  const std::pair<Op, std::pair<double, double>> ranged[] = {
+      {Op::tan, {-1.2, 1.2}}, {Op::asin, {-0.9, 0.9}}, {Op::acos, {-0.9, 0.9}},
+      {Op::atan, {-3, 3}},    {Op::sinh, {-2, 2}},     {Op::cosh, {-2, 2}},
+      {Op::asinh, {-3, 3}},   {Op::acosh, {1.2, 3}},   {Op::atanh, {-0.9, 0.9}}};
+  for (const auto& [op, range] : ranged)
+    m[op].push_back([op, range] {
+      OpCase c;
+      return c.check(c.b().unary(op, c.input({5}, {range.first, range.second})));
+    });
   // atan2 in every quadrant: a and b of both signs.
   m[Op::atan2].push_back([] {
     OpCase c;

@@ -17,7 +17,7 @@ const char* kKindNames[] = {"unary",     "binary",  "reduce",        "normalize"
                             "transpose", "reshape", "slice",         "concat",     "softmax",
                             "dropout",   "select",  "cross_entropy", "embed",      "recurrent"};
 constexpr int kKinds = int(sizeof kKindNames / sizeof kKindNames[0]);
-constexpr int kUnaries = 18, kBinaries = 6;
+constexpr int kUnaries = 27, kBinaries = 6;
 const char* kOptNames[] = {"sgd", "adam", "adamw"};
 
 // Values drawn for a parameter or an input: doubles rounded to float first,
@@ -57,7 +57,16 @@ Tensor unary(int which, const Tensor& a) {
     case 14: return nn::mish(a);
     case 15: return nn::leaky_relu(a, 0.2);
     case 16: return sin(mul(a, 3.0));
-    default: return cos(a);
+    case 17: return cos(a);
+    case 18: return tan(mul(tanh(a), 1.2));
+    case 19: return asin(mul(tanh(a), 0.9));
+    case 20: return acos(mul(tanh(a), 0.9));
+    case 21: return atan(mul(a, 2.0));
+    case 22: return sinh(a);
+    case 23: return cosh(a);
+    case 24: return asinh(mul(a, 3.0));
+    case 25: return acosh(add(mul(a, a), 1.1));
+    default: return atanh(mul(tanh(a), 0.9));
   }
 }
 

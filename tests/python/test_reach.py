@@ -282,6 +282,15 @@ WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.
 WITH_NAN = torch.tensor([[1.0, math.nan, -2.0, 3.0, math.nan], [0.5, 0.25, math.nan, -1.0, 2.0]])
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
 MATH_CASES = {
+    "expm1_log1p_near_zero": (lambda x: torch.expm1(x * 1e-6) + torch.log1p(x * 1e-5), r(4, 5)),
+    "tan": (lambda x: torch.tan(x * 0.7), r(4, 5)),
+    "asin_acos_atanh": (lambda x: torch.asin(x.tanh() * 0.9) + 2 * torch.acos(x.tanh() * 0.9)
+                        + 3 * torch.atanh(x.tanh() * 0.9), r(4, 5)),
+    "atan": (lambda x: torch.atan(x * 3), r(4, 5)),
+    "sinh_cosh": (lambda x: torch.sinh(x * 2) + 2 * torch.cosh(x * 2), r(4, 5)),
+    "asinh_acosh": (lambda x: torch.asinh(x * 3) + 2 * torch.acosh(x.abs() + 1.1), r(4, 5)),
+    "inverse_trig_in_place": (lambda x: (x * 0.5).tanh().mul(0.9).asin().atan_().sinh_(),
+                              r(4, 5)),
     "floor_ceil_trunc": (lambda x: x * 0 + x.floor() + 2 * x.ceil() + 3 * x.trunc(), HALVES),
     "round_halves_to_even": (lambda x: x.round() * x, HALVES),
     "sign_frac": (lambda x: x.sign() * x + x.frac(), HALVES),
