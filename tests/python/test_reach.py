@@ -282,6 +282,25 @@ WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.
 WITH_NAN = torch.tensor([[1.0, math.nan, -2.0, 3.0, math.nan], [0.5, 0.25, math.nan, -1.0, 2.0]])
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
 MATH_CASES = {
+    "amin_with_ties": (lambda x: torch.cat([x, x.flip(0)]).amin(0) + x.amin((0, 1), keepdim=True),
+                       r(4, 5)),
+    "any_all_count_nonzero": (lambda x: torch.where((x > 0).any(1, keepdim=True), x, -x)
+                              * torch.where((x > -1).all(1, keepdim=True), 1.0, 2.0)
+                              + (x > 0).any() + (x > -9).all()
+                              + torch.relu(x).count_nonzero(1)[:, None],
+                              r(4, 5)),
+    "std_mean": (lambda x: torch.stack(torch.std_mean(x, 1)), r(4, 5)),
+    "dist": (lambda x, y: torch.dist(x, y).reshape(1) + torch.dist(x, y, 3), r(4, 5), r(4, 5)),
+    "diagonal_trace": (lambda x: x.diagonal(1).sum() + x.diagonal(-1, 1, 0) + torch.trace(x[:4]),
+                       r(5, 5)),
+    "einsum_trace": (lambda x: torch.einsum("bii->b", x), r(3, 4, 4)),
+    "unfold_windows": (lambda x: x.unfold(1, 3, 2) * x.unfold(1, 3, 2).sum(), r(4, 9)),
+    "select_scatter": (lambda x, y: torch.select_scatter(x, y.sum(1), 1, 2), r(4, 5), r(4, 3)),
+    "index_fill": (lambda x: x.index_fill(1, torch.tensor([0, 3]), 0.5), r(4, 5)),
+    "clamp_between_tensors": (lambda x, y: x.clamp(min=y * 0.5, max=y.abs() + 0.2)
+                              + x.clamp(max=y[:1]), r(4, 5), r(4, 5)),
+    "linspace": (lambda x: x * torch.linspace(-1, 2, 5), r(4, 5)),
+    "rrelu_eval": (lambda x: F.rrelu(x, 0.1, 0.3, training=False), r(4, 5)),
     "expm1_log1p_near_zero": (lambda x: torch.expm1(x * 1e-6) + torch.log1p(x * 1e-5), r(4, 5)),
     "tan": (lambda x: torch.tan(x * 0.7), r(4, 5)),
     "asin_acos_atanh": (lambda x: torch.asin(x.tanh() * 0.9) + 2 * torch.acos(x.tanh() * 0.9)
