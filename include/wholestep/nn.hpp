@@ -279,7 +279,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode = Pad
 // (bilinear, trilinear) or cubic (bicubic, A = -0.75, taps clamped to the
 // edge), align_corners as torch's; `scales` are the scale_factors torch
 // was given (empty, or 0 for a dim: none), which set the source positions.
-enum class ResizeMode { nearest, linear, cubic };
+enum class ResizeMode { nearest, nearest_exact, linear, cubic };
 ResizeMode resize_mode(const std::string& name, Loc loc = Loc::current());
 Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes,
                    ResizeMode mode = ResizeMode::nearest, bool align_corners = false,

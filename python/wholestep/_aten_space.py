@@ -13,7 +13,7 @@ _PADDING = (
     '`F.pad` (`constant`, `reflect`, `replicate`, `circular`), `nn.ZeroPad2d`, '
     '`nn.ReflectionPad2d`, `nn.ReplicationPad2d`')
 _RESIZE = (
-    '`nn.Upsample`, `F.interpolate` (`nearest`, `linear`, `bilinear`, `bicubic`, '
+    '`nn.Upsample`, `F.interpolate` (`nearest`, `nearest-exact`, `linear`, `bilinear`, `bicubic`, '
     '`align_corners`, `size` or `scale_factor`)')
 
 
@@ -51,6 +51,12 @@ def _upsample_nearest_vec(b, node, x, output_size, scale_factors):
 @aten("upsample_nearest2d.default", torch=_RESIZE)
 def _upsample_nearest2d(b, node, x, output_size, scales_h=None, scales_w=None):
     return _resize(b, node, x, "nearest", False, [scales_h, scales_w])
+
+
+@aten("_upsample_nearest_exact1d.vec", "_upsample_nearest_exact2d.vec",
+      "_upsample_nearest_exact3d.vec", torch=_RESIZE)
+def _upsample_nearest_exact_vec(b, node, x, output_size, scale_factors):
+    return _resize(b, node, x, "nearest_exact", False, scale_factors)
 
 
 @aten("upsample_linear1d.vec", "upsample_bilinear2d.vec", "upsample_trilinear3d.vec", torch=_RESIZE)

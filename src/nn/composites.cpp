@@ -104,7 +104,8 @@ const Composite kTable[] = {
      return {hardtanh(in[0], a.f64("min_value"), a.f64("max_value"), loc)};
    }},
   {"interpolate", "x", "sizes:ints mode:string=nearest align_corners:int=0 scales:floats=[]", "y",
-   "x [N, C, spatial...] resized to sizes as torch's F.interpolate: nearest, linear or cubic, "
+   "x [N, C, spatial...] resized to sizes as torch's F.interpolate: nearest, nearest_exact, "
+   "linear or cubic, "
    "align_corners as torch's, scales the scale factors given (0: none)",
    [](In in, A a, Loc loc) -> Out {
      return {interpolate(in[0], a.ints("sizes"), resize_mode(a.str("mode"), loc),

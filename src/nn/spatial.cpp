@@ -158,10 +158,11 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, doub
 
 ResizeMode resize_mode(const std::string& name, Loc loc) {
   if (name == "nearest") return ResizeMode::nearest;
+  if (name == "nearest_exact") return ResizeMode::nearest_exact;
   if (name == "linear") return ResizeMode::linear;
   if (name == "cubic") return ResizeMode::cubic;
-  throw Error(fmt::format("interpolate: mode '{}' is not nearest, linear or cubic{}", name,
-                          at(SourceLoc::from(loc))));
+  throw Error(fmt::format("interpolate: mode '{}' is not nearest, nearest_exact, linear or cubic{}",
+                          name, at(SourceLoc::from(loc))));
 }
 
 Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes, ResizeMode mode,
@@ -173,7 +174,8 @@ Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes, ResizeMod
         "interpolate: input {} [N, C, spatial...] needs one size (and one scale, if any) per "
         "spatial dim, got sizes {} and scales {}{}",
         x.str(), sizes, scales, at(SourceLoc::from(loc))));
-  if (align_corners && mode == ResizeMode::nearest)
+  const bool nearest = mode == ResizeMode::nearest || mode == ResizeMode::nearest_exact;
+  if (align_corners && nearest)
     throw Error(
         fmt::format("interpolate: align_corners applies to linear and cubic resizing, "
                     "not nearest{}",
@@ -185,11 +187,12 @@ Tensor interpolate(const Tensor& x, const std::vector<int64_t>& sizes, ResizeMod
     if (n_out < 1 || n_in < 1)
       throw Error(fmt::format("interpolate: dim {} of {} to size {}: both must be positive{}", axis,
                               x.str(), n_out, at(SourceLoc::from(loc))));
-    if (mode == ResizeMode::nearest) {  // torch's index: floor(o * scale) in float
+    if (nearest) {  // torch's index in float: floor(o * scale), exact: floor((o + 0.5) scale)
       const float r = float(scale > 0 ? 1.0 / scale : double(n_in) / double(n_out));
+      const float shift = mode == ResizeMode::nearest_exact ? 0.5f : 0.0f;
       std::vector<int64_t> index;
       for (int64_t o = 0; o < n_out; ++o)
-        index.push_back(std::min(int64_t(std::floor(float(o) * r)), n_in - 1));
+        index.push_back(std::min(int64_t(std::floor((float(o) + shift) * r)), n_in - 1));
       y = take(y, axis, index, loc);
       continue;
     }

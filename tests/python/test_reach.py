@@ -44,6 +44,12 @@ CASES = {
     "pad_circular": (lambda x: F.pad(x, (2, 1, 3, 0), mode="circular"), X),
     "upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), X),
     "upsample_nearest_size": (lambda x: F.interpolate(x, size=(5, 13), mode="nearest"), X),
+    "upsample_nearest_exact_size": (lambda x: F.interpolate(x, size=(5, 13),
+                                                            mode="nearest-exact"), X),
+    "upsample_nearest_exact_scale_1d": (
+        lambda x: F.interpolate(x[0], scale_factor=1.7, mode="nearest-exact"), X),
+    "upsample_nearest_exact_3d": (
+        lambda x: F.interpolate(x[None], scale_factor=(2, 0.5, 1.5), mode="nearest-exact"), X),
     "upsample_bilinear": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), X),
     "upsample_bilinear_corners": (lambda x: F.interpolate(x, size=(11, 4), mode="bilinear",
                                                           align_corners=True), X),
