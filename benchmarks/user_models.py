@@ -6,8 +6,9 @@ one definition of each; here they are built larger: a character LSTM, GRU
 and Elman RNN (two layers of 256 over 64 characters, batch 32), the GPT
 whose attention masks with a registered tril buffer, a Transformer encoder
 LM, a UNet with transposed convolutions and per-pixel classes, a Conv1d
-audio classifier, a GroupNorm/SiLU CNN and a Conv1d/GRU speech recognizer
-trained with the CTC loss (80 features, 100 frames, 29 classes).
+audio classifier, a GroupNorm/SiLU CNN, a Conv1d/GRU speech recognizer
+trained with the CTC loss (80 features, 100 frames, 29 classes) and the
+spatial transformer of PyTorch's tutorial (affine_grid, grid_sample).
 """
 
 import os
@@ -64,4 +65,6 @@ MODELS = {
     "groupnorm_silu": (tm.GroupNormNet, signals((8, 3, 64, 64), 10), tm.smoothed_loss),
     "speech_ctc": (lambda: tm.SpeechCTC(features=80, hidden=128, classes=29),
                    utterances(16, 100, 80, 29, 30), tm.ctc_loss),
+    "spatial_transformer": (tm.SpatialTransformer, signals((16, 3, 28, 28), 10),
+                            tm.F.cross_entropy),
 }

@@ -19,6 +19,7 @@ F = nn.functional
 r = randoms(0)  # the same inputs in every run
 X = r(2, 3, 7, 9)
 CLASS_WEIGHT = torch.tensor([0.5, 1.0, 2.0, 0.25, 1.5])  # a constant of the trace
+GRID = torch.rand(2, 4, 5, 2, generator=torch.Generator().manual_seed(3)) * 2.4 - 1.2
 CASES = {
     "roll": (lambda x: torch.roll(x, (2, -3), (2, 3)), X),
     "roll_flat": (lambda x: torch.roll(x, 5), X),
@@ -104,6 +105,70 @@ CASES = {
 def test_op_matches_float64_torch(name):
     fn, *tensors = CASES[name]
     check(fn, *tensors)
+
+
+# Sampling at fractional positions: each output is four weighted corners and
+# each input's gradient sums up to four terms from each output that reads
+# it; torch's CPU kernel contracts those multiply-adds into fused ones where
+# wholestep rounds each product (8.0 ulps of the largest gradient where
+# torch's float32 lands 3.2 in affine_grid_sample), so 16 ulps.
+SAMPLING_CASES = {
+    # grids reaching past the image (x, y in [-1.2, 1.2]): corners outside it
+    "grid_sample_bilinear_zeros": (lambda x, g: F.grid_sample(x, g * 1.2, align_corners=False),
+                                   X, r(2, 4, 5, 2).tanh()),
+    "grid_sample_bilinear_border_corners": (
+        lambda x, g: F.grid_sample(x, g * 1.2, padding_mode="border", align_corners=True),
+        X, r(2, 4, 5, 2).tanh()),
+    # nearest: no gradient to the grid (a constant here)
+    "grid_sample_nearest": (lambda x: F.grid_sample(x, GRID.to(x.dtype), mode="nearest",
+                                                    align_corners=False), X),
+    "affine_grid_sample": (lambda x, t: F.grid_sample(
+        x, F.affine_grid(t, (2, 3, 4, 6), align_corners=False), align_corners=False),
+        X, torch.tensor([[[0.9, 0.2, 0.1], [-0.1, 1.1, 0.05]]] * 2)),
+    # the identity with align_corners: the edge pixels' coordinates fall on
+    # the border, out of bounds for the gradient (torch's border padding)
+    "affine_identity_border": (lambda x, t: F.grid_sample(
+        x, F.affine_grid(t, (2, 3, 7, 9), align_corners=True), padding_mode="border",
+        align_corners=True), X, torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]] * 2)),
+    "affine_grid_corners": (lambda t: F.affine_grid(t, (2, 1, 5, 3), align_corners=True),
+                            torch.tensor([[[0.9, 0.2, 0.1], [-0.1, 1.1, 0.05]]] * 2)),
+}
+
+
+@pytest.mark.parametrize("name", SAMPLING_CASES)
+def test_sampling_matches_float64_torch(name):
+    fn, *tensors = SAMPLING_CASES[name]
+    check(fn, *tensors, ulps=16)
+
+
+class _Warp(nn.Module):
+    """A spatial transformer's warp from the identity (as the tutorial
+    initializes it), align_corners and border padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]]))
+
+    def forward(self, x):
+        grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), x.shape, align_corners=True)
+        return F.grid_sample(x, grid, padding_mode="border", align_corners=True)
+
+
+def test_the_identity_warp_takes_torchs_gradient_at_pixels_and_borders():
+    # From the identity every sample lies on a pixel, where the bilinear
+    # gradient jumps: the side taken follows the coordinate's bits, which
+    # wholestep computes as torch does (affine_grid's base and sums, the
+    # unnormalization); a coordinate on the border has no gradient in
+    # torch's border padding. So the gradient is torch's own, not a
+    # one-sided neighbour of it.
+    x = torch.randn(2, 3, 5, 7, generator=torch.Generator().manual_seed(4))
+    model = _Warp()
+    model(x).pow(2).sum().backward()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.0),
+                                  lambda y, _: y.pow(2).sum(), mode="three_graph")
+    step(x, torch.zeros(1))
+    got = step.gradients()["theta"]
+    assert torch.allclose(got, model.theta.grad, rtol=1e-5, atol=1e-5), (got, model.theta.grad)
 
 
 def _mask_writes(x):

@@ -148,6 +148,30 @@ class CharRNN(nn.Module):
         return self.head(h if self.batch_first else h.transpose(0, 1))
 
 
+class SpatialTransformer(nn.Module):
+    """The spatial transformer network of PyTorch's tutorial, smaller: a
+    localization net predicts an affine transform (initialized to the
+    identity), F.affine_grid and F.grid_sample warp the input with it, a
+    small CNN classifies the warped image."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.localization = nn.Sequential(nn.Conv2d(3, 8, 5), nn.MaxPool2d(2), nn.ReLU(),
+                                          nn.Conv2d(8, 10, 3), nn.AdaptiveMaxPool2d(3),
+                                          nn.ReLU())
+        self.fc_loc = nn.Sequential(nn.Linear(10 * 3 * 3, 32), nn.ReLU(), nn.Linear(32, 6))
+        with torch.no_grad():
+            self.fc_loc[2].weight.zero_()
+            self.fc_loc[2].bias.copy_(torch.tensor([1.0, 0, 0, 0, 1, 0]))
+        self.classify = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                                      nn.Flatten(), nn.Linear(32, classes))
+
+    def forward(self, x):
+        theta = self.fc_loc(self.localization(x).flatten(1)).view(-1, 2, 3)
+        grid = F.affine_grid(theta, x.size(), align_corners=False)
+        return self.classify(F.grid_sample(x, grid, align_corners=False))
+
+
 class SpeechCTC(nn.Module):
     """A speech recognizer as CTC tutorials write it: Conv1d features over
     a spectrogram [N, F, T], BatchNorm1d, a bidirectional GRU, per-frame
@@ -220,8 +244,8 @@ def _pixels(gen):
 MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), _images(16, 64),
                  F.cross_entropy),
-    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=10, dropout=0.0), _images(8, 64),
-                     F.cross_entropy),
+    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=10, dropout=0.0),
+                     _images(8, 64), F.cross_entropy),
     "vit": (small_vit, _images(4, 32), F.cross_entropy),
     "transformer_lm": (TokenLM, _tokens, lm_loss),
     "gpt_masked_fill": (MaskedGPT, _tokens, lm_loss),
@@ -232,6 +256,7 @@ MODELS = {
     "char_gru": (lambda: CharRNN("GRU", batch_first=False, bidirectional=True), _tokens, lm_loss),
     "char_rnn": (lambda: CharRNN("RNN"), _tokens, lm_loss),
     "speech_ctc": (SpeechCTC, _utterances, ctc_loss),
+    "spatial_transformer": (SpatialTransformer, _images(4, 20), F.cross_entropy),
 }
 
 OPTIMIZERS = {

@@ -1,0 +1,136 @@
+"""A spatial transformer's ops: F.affine_grid (2-d) and F.grid_sample
+(2-d; bilinear or nearest, zeros or border padding), each a few IR ops
+with torch's formulas and gradients (the table and the builder: _ir.py)."""
+
+import numpy as np
+
+from ._aten_math import _floor, _round
+from ._ir import Unsupported, aten
+
+_SAMPLE = ('`F.affine_grid` (2-d), `F.grid_sample` (2-d: `bilinear` or `nearest`, padding '
+           '`zeros` or `border`, `align_corners` both ways)')
+_SAMPLE_LIMITS = "bicubic sampling and reflection padding refused"
+
+
+def _base_axis(n, align_corners, dtype):
+    """torch's base grid along one axis, computed as torch computes it in
+    the grid's dtype (the bits decide which side of a pixel a sample on
+    it reads): linspace(-1, 1, n), times (n - 1) then over n unless
+    align_corners."""
+    t = np.float32 if dtype == "f32" else np.float64
+    if n == 1:
+        values = [t(-1.0)]
+    else:
+        step = (t(1.0) - t(-1.0)) / t(n - 1)
+        values = [t(-1.0) + step * t(i) if i < n // 2 else t(1.0) - step * t(n - 1 - i)
+                  for i in range(n)]
+    if not align_corners:
+        values = [v * t(n - 1) / t(n) for v in values]
+    return [float(v) for v in values]
+
+
+@aten("affine_grid_generator.default", torch=_SAMPLE, limits=_SAMPLE_LIMITS)
+def _affine_grid(b, node, theta, size, align_corners):
+    """[N, H, W, 2]: each pixel's (x, y, 1) times theta [N, 2, 3] transposed
+    (torch's base grid; its product, three terms each, summed in order)."""
+    if len(size) != 4:
+        raise Unsupported(f"affine_grid of size {list(size)} (2-d: [N, C, H, W])")
+    n, _, h, w = size
+    dtype = b.dtype(theta)
+    xs, ys = _base_axis(w, align_corners, dtype), _base_axis(h, align_corners, dtype)
+    bx = b.broadcast(b.constant(xs, dtype, [1, 1, w]), [n, h, w])
+    by = b.broadcast(b.constant(ys, dtype, [1, h, 1]), [n, h, w])
+
+    def entry(r, k):  # theta[:, r, k] over [N, H, W]
+        t = b.op("slice", [b.op("slice", [theta], axis=1, start=r, end=r + 1)], axis=2, start=k,
+                 end=k + 1)
+        return b.broadcast(t, [n, h, w])
+
+    # (x t[r, 0] + y t[r, 1]) + t[r, 2], each step rounded (torch's bits)
+    rows = [b.op("add", [b.op("add", [b.op("mul", [bx, entry(r, 0)]),
+                                      b.op("mul", [by, entry(r, 1)])]), entry(r, 2)])
+            for r in (0, 1)]
+    return b.op("concat", [b.reshape(v, [n, h, w, 1]) for v in rows], axis=3)
+
+
+def _unnormalize(b, coord, size, align_corners):
+    """[-1, 1] to pixel coordinates as torch's CPU kernel computes them:
+    (c + 1) (size - 1) / 2, or (c + 1) size / 2 - 1/2."""
+    if align_corners:
+        return b.binary("mul", b.binary("add", coord, 1.0), (size - 1) / 2)
+    return b.binary("sub", b.binary("mul", b.binary("add", coord, 1.0), size / 2), 0.5)
+
+
+def _clip(b, v, top):
+    """v clipped into [0, top], its gradient 1 strictly inside only (torch's
+    border padding: a coordinate on the border is out of bounds there)."""
+    inside = b.binary("gt", b.binary("mul", b.convert(b.binary("gt", v, 0.0), b.dtype(v)),
+                                     b.convert(b.binary("lt", v, float(top)), b.dtype(v))), 0.5)
+    clipped = b.unary("stop_gradient", b.composite("clamp", v, min=0.0, max=float(top)))
+    return b.select(inside, v, clipped)
+
+
+@aten("grid_sampler_2d.default", torch=_SAMPLE, limits=_SAMPLE_LIMITS)
+def _grid_sample(b, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    """x [N, C, H, W] read at grid [N, Ho, Wo, 2] (x, y in [-1, 1]): each
+    output pixel's corners gathered from x laid out [N*H*W, C], weighted by
+    torch's bilinear weights (the corners outside x weigh 0: zeros padding),
+    or the nearest pixel (rounded half to even, as torch)."""
+    if interpolation_mode not in (0, 1):
+        raise Unsupported("grid_sample with mode='bicubic' (bilinear or nearest)")
+    if padding_mode not in (0, 1):
+        raise Unsupported("grid_sample with padding_mode='reflection' (zeros or border)")
+    n, c, h, w = b.shape(x)
+    _, ho, wo, _ = b.shape(grid)
+    dtype = b.dtype(x)
+    gx, gy = (b.reshape(b.op("slice", [grid], axis=3, start=k, end=k + 1), [n, ho * wo])
+              for k in (0, 1))
+    ix, iy = _unnormalize(b, gx, w, align_corners), _unnormalize(b, gy, h, align_corners)
+    if padding_mode == 1:  # border: coordinates clipped into the image
+        ix, iy = _clip(b, ix, w - 1), _clip(b, iy, h - 1)
+    table = b.reshape(b.transpose(x, [0, 2, 3, 1]), [n * h * w, c])
+    image = b.reshape(b.binary("mul", b.iota("i64", [n, 1], 0), h * w), [n, 1])
+
+    def within(v, hi):
+        return b.binary("mul", b.convert(b.binary("ge", v, 0.0), dtype),
+                        b.convert(b.binary("le", v, float(hi)), dtype))
+
+    def corners(cxs, cys):
+        """x at the integer corners cxs[k], cys[k] ([N, Ho*Wo] each) of every
+        output pixel, 0 outside x: [N, Ho*Wo, K, C], from one gather whose
+        rows go pixel by pixel, corner by corner (so its gradient sums
+        into x in torch's order)."""
+        k = len(cxs)
+        cx = b.op("concat", [b.reshape(v, [n, ho * wo, 1]) for v in cxs], axis=2)
+        cy = b.op("concat", [b.reshape(v, [n, ho * wo, 1]) for v in cys], axis=2)
+        inside = b.binary("gt", b.binary("mul", within(cx, w - 1), within(cy, h - 1)), 0.5)
+        px = b.convert(b.composite("clamp", cx, min=0.0, max=float(w - 1)), "i64")
+        py = b.convert(b.composite("clamp", cy, min=0.0, max=float(h - 1)), "i64")
+        index = b.binary("add", b.binary("add", b.binary("mul", py, w), px),
+                         b.reshape(image, [n, 1, 1]))
+        values = b.op("gather", [table, index])  # [N, Ho*Wo, K, C]
+        return b.select(b.broadcast(b.reshape(inside, [n, ho * wo, k, 1]), [n, ho * wo, k, c]),
+                        values, 0.0)
+
+    def layout(out):  # [N, Ho*Wo, C] as [N, C, Ho, Wo]
+        return b.transpose(b.reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
+
+    if interpolation_mode == 1:  # nearest, halves to even; no gradient to the grid
+        return layout(b.reshape(corners([_round(b, node, ix)], [_round(b, node, iy)]),
+                                [n, ho * wo, c]))
+    x0 = b.unary("stop_gradient", _floor(b, ix))
+    y0 = b.unary("stop_gradient", _floor(b, iy))
+    x1, y1 = b.binary("add", x0, 1.0), b.binary("add", y0, 1.0)
+    # torch's weights: w = ix - x0, e = 1 - w, n = iy - y0, s = 1 - n;
+    # nw = s e, ne = s w, sw = n e, se = n w
+    wx1, wy1 = b.binary("sub", ix, x0), b.binary("sub", iy, y0)
+    wx0, wy0 = b.binary("sub", 1.0, wx1), b.binary("sub", 1.0, wy1)
+    weights = [b.op("mul", [wx0, wy0]), b.op("mul", [wx1, wy0]), b.op("mul", [wx0, wy1]),
+               b.op("mul", [wx1, wy1])]
+    weight = b.op("concat", [b.reshape(v, [n, ho * wo, 1, 1]) for v in weights], axis=2)
+    terms = b.binary("mul", corners([x0, x1, x0, x1], [y0, y0, y1, y1]), weight)
+    out = None
+    for k in range(4):  # nw + ne + sw + se, in torch's order
+        term = b.reshape(b.op("slice", [terms], axis=2, start=k, end=k + 1), [n, ho * wo, c])
+        out = term if out is None else b.op("add", [out, term])
+    return layout(out)
