@@ -213,7 +213,7 @@ def _var(b, node, x, dims=None, correction=None, keepdim=False):
     return b.unary("sqrt", var) if "std" in str(node.target) else var
 
 
-@aten("norm.ScalarOpt_dim", "linalg_vector_norm.default",
+@aten("norm.ScalarOpt_dim", "norm.Scalar", "linalg_vector_norm.default",
       torch="`torch.norm`, `linalg.vector_norm`, `F.normalize` (p-norms)",
       limits="p = 0, p >= 1 or ±inf")
 def _norm(b, node, x, p=2, dims=None, keepdim=False, dtype=None):

@@ -173,3 +173,16 @@ def _rrelu(b, node, x, noise, lower=1.0 / 8, upper=1.0 / 3, training=False, gene
     if training:
         raise Unsupported("RReLU in training mode (a random slope per element)")
     return b.composite("leaky_relu", x, negative_slope=(lower + upper) / 2)
+
+
+@aten("_weight_norm_interface.default", torch="`nn.utils.weight_norm` (its pre-hook traced)",
+      limits="its `weight` attribute set at each call from the parameters the call starts "
+             "from, as eager's forward sets it (without gradient)")
+def _weight_norm(b, node, v, g, dim=0):
+    """v g / |v|, the 2-norm over every dim but `dim` (torch's kernel), and
+    that norm."""
+    shape = b.shape(v)
+    dim = dim % len(shape)
+    axes = [a for a in range(len(shape)) if a != dim]
+    norm = b.unary("sqrt", b.sum(b.op("mul", [v, v]), axes, keepdim=True))
+    return b.binary("mul", v, b.binary("div", g, norm)), norm

@@ -179,7 +179,8 @@ def trace(model, params, buffers, fn, examples):
         # With gradients on whatever the caller's mode: what the trace
         # records as not requiring gradients is then what the model's own
         # code chose (torch.no_grad() inside its forward; _grad_flow.py).
-        with _tagging(where), torch.enable_grad(), traceable():
+        with _tagging(where), torch.enable_grad(), traceable(), \
+                _guards.weight_norm_attributes_kept(model):
             try:
                 gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
             except Exception as e:

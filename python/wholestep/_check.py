@@ -42,6 +42,7 @@ import time
 
 import torch
 
+from . import _guards
 from ._exact64 import exact_float64_gradients, float64_constants, float64_operands
 
 REL_FLOOR = 1e-3   # of the largest tensor of the same kind
@@ -171,6 +172,8 @@ def perturb_state(model, gen):
 def _as(model, opt, dtype):
     """Copies of `model` and `opt`, the model's floating-point tensors in
     `dtype` (None: as they are)."""
+    for module in model.modules():  # torch cannot deepcopy the attribute a forward left
+        _guards.refresh_weight_norm(module)
     m = copy.deepcopy(model)
     if dtype is not None:
         m = m.to(dtype)

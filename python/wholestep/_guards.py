@@ -11,6 +11,7 @@ import threading
 import weakref
 
 import torch
+from torch.nn.utils.weight_norm import WeightNorm
 
 from . import _C
 
@@ -74,7 +75,10 @@ def model_view(model, who, training=True):
     class: the settings a forward reads as Python values (Dropout.p,
     BatchNorm.momentum and eps, a user's flags), which a trace freezes; a
     change must trace again. Raises an Error for a module with a hook: a
-    hook would run once, on the tracer's fake tensors. `training` False:
+    hook would run once, on the tracer's fake tensors; but for
+    nn.utils.weight_norm's, a function of the parameters the trace
+    records, whose attribute (g v / |v|) is set here from the parameters
+    the call starts from, as eager's forward sets it. `training` False:
     without the modules' train/eval flags."""
     state, params, buffers = [], [], []
     seen_modules, seen_params, seen_buffers = set(), set(), set()
@@ -85,8 +89,10 @@ def model_view(model, who, training=True):
             continue
         seen_modules.add(m)
         d = m.__dict__
-        if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]:
+        if d["_forward_hooks"] or d["_backward_hooks"] or any(
+                not isinstance(h, WeightNorm) for h in d["_forward_pre_hooks"].values()):
             _hook_error(model, m, who)
+        refresh_weight_norm(m)
         state.append(type(m))
         state.append(tuple([(k, v) for k, v in d.items()
                             if k not in _TORCH_ATTRS and _plain(v)
@@ -102,6 +108,40 @@ def model_view(model, who, training=True):
         # Children in reverse onto the stack: visited in order, depth first.
         stack.extend(c for c in reversed(d["_modules"].values()) if c is not None)
     return tuple(state), params, buffers
+
+
+def refresh_weight_norm(module):
+    """A weight-normed module's attribute (g v / |v|) computed from its
+    parameters as they are, as eager's forward sets it, without gradient
+    (a tensor deepcopy can copy)."""
+    for h in module._forward_pre_hooks.values():
+        if isinstance(h, WeightNorm):
+            with torch.no_grad():
+                setattr(module, h.name, h.compute_weight(module))
+
+
+def weight_norms(model):
+    """(module, attribute name) of every nn.utils.weight_norm on `model`:
+    a pre-hook that sets the attribute to g v / |v| from its parameters
+    before each forward, a function of the parameters the trace records
+    (the only hook a step or forward takes)."""
+    return [(m, h.name) for m in model.modules() for h in m._forward_pre_hooks.values()
+            if isinstance(h, WeightNorm)]
+
+
+@contextlib.contextmanager
+def weight_norm_attributes_kept(model):
+    """The weight-normed modules' computed attributes as they were before
+    the block: a trace leaves its own tensors there."""
+    kept = [(m, name, m.__dict__.get(name)) for m, name in weight_norms(model)]
+    try:
+        yield
+    finally:
+        for m, name, value in kept:
+            if value is None:
+                m.__dict__.pop(name, None)
+            else:
+                setattr(m, name, value)
 
 
 def _hook_error(model, module, who):

@@ -620,3 +620,50 @@ def test_dropout2d_drops_whole_channels_with_wholesteps_masks():
     kept = grad / 72.0
     assert torch.allclose(kept, kept.round(), atol=1e-4)  # whole channels kept or dropped
     assert 0 < kept.sum() < 32  # of 4 samples x 8 channels, some kept and some dropped
+
+
+def _weight_normed():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.utils.weight_norm(nn.Conv1d(3, 4, 3)), nn.ReLU(),
+                         nn.utils.weight_norm(nn.Conv1d(4, 4, 3), dim=None), nn.Flatten(),
+                         nn.Linear(16, 5))
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float64], ids=["float32", "float64"])
+def test_weight_norm_trains_as_float64_torch(dtype):
+    model = _weight_normed()
+    x, y = torch.randn(4, 3, 8), torch.randint(0, 5, (4,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    result = wst.check(model, opt, F.cross_entropy, x, y, dtype=dtype, verbose=False)
+    assert result.passed, result.report()
+
+
+def test_weight_norm_attribute_is_what_the_forward_computed_from_the_parameters():
+    # nn.utils.weight_norm's pre-hook sets module.weight = g v / |v| before
+    # each forward: a compiled step sets it from the parameters the call
+    # starts from, as eager's forward does, and the trace leaves none of its
+    # own tensors there.
+    model = _weight_normed()
+    x, y = torch.randn(4, 3, 8), torch.randint(0, 5, (4,))
+    step = wst.compile_train_step(model, torch.optim.Adam(model.parameters(), lr=0.01),
+                                  F.cross_entropy)
+    step(x, y)
+    first, second = model[0], model[2]
+    expected = [torch._weight_norm(m.weight_v, m.weight_g, d).detach()
+                for m, d in ((first, 0), (second, -1))]
+    step(x, y)
+    for m, want in zip((first, second), expected):
+        assert type(m.weight) is torch.Tensor and torch.equal(m.weight, want)
+    # removed after training, as a vocoder's export does: the trained g and v
+    trained = torch._weight_norm(first.weight_v, first.weight_g, 0).detach()
+    nn.utils.remove_weight_norm(first)
+    assert isinstance(first.weight, nn.Parameter) and torch.equal(first.weight.detach(), trained)
+
+
+def test_a_forward_hook_beside_a_weight_norm_is_still_refused():
+    model = _weight_normed()
+    model[0].register_forward_hook(lambda m, i, o: None)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    with pytest.raises(wholestep.Error, match=r"module 0 .* has a forward hook"):
+        step(torch.randn(4, 3, 8), torch.randint(0, 5, (4,)))
