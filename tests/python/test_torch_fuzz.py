@@ -44,6 +44,8 @@ def test_the_generator_makes_valid_models_of_every_kind():
             ops.add(layer["op"])
             if "cell" in layer:
                 cells.add(layer["cell"])
+            if "wn" in layer:
+                ops.add("weight_norm")
             stack += layer.get("body", [])
             for b in layer.get("branches", []):
                 stack += b
@@ -57,7 +59,7 @@ def test_the_generator_makes_valid_models_of_every_kind():
     assert bags == {None, "sum", "mean", "max"}
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
-            "patches", "centered", "bilinear", "views", "rnn", "conv1d", "pool1d"} <= ops
+            "patches", "centered", "bilinear", "views", "rnn", "conv1d", "pool1d", "weight_norm"} <= ops
     assert cells == set(torch_fuzz.seq_layers.CELLS)
 
 

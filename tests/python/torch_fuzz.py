@@ -6,7 +6,7 @@ A case is a JSON-able spec (the generator's output for a seed): the input
 Embedding or bags of them through an EmbeddingBag, or vectors [N, F]), a
 list of layer specs (in-place writes through views of several kinds, read back
 through a view made before them; convolutions with and without bias and groups,
-transposed convolutions, BatchNorm, LayerNorm,
+transposed convolutions, weight-normed convolutions, BatchNorm, LayerNorm,
 GroupNorm, the activations of the support table, max and average pooling
 (ceil_mode, count_include_pad, divisor_override), adaptive average and max
 pooling to any size, padding of every mode, upsampling (nearest, bilinear,
@@ -397,12 +397,18 @@ def make_layer(layer, shape):
             if p == "same":
                 if s != 1:
                     raise Invalid("same padding with a stride")
-                return nn.Conv2d(c, out, k, 1, "same", dil, g, layer["bias"]), ("img", out, h, w)
-            span = dil * (k - 1) + 1
-            oh, ow = pool_out(h, span, s, p), pool_out(w, span, s, p)
-            if oh < 1 or ow < 1:
-                raise Invalid("conv output empty")
-            return nn.Conv2d(c, out, k, s, p, dil, g, layer["bias"]), ("img", out, oh, ow)
+                conv, shape = nn.Conv2d(c, out, k, 1, "same", dil, g, layer["bias"]), \
+                    ("img", out, h, w)
+            else:
+                span = dil * (k - 1) + 1
+                oh, ow = pool_out(h, span, s, p), pool_out(w, span, s, p)
+                if oh < 1 or ow < 1:
+                    raise Invalid("conv output empty")
+                conv, shape = nn.Conv2d(c, out, k, s, p, dil, g, layer["bias"]), \
+                    ("img", out, oh, ow)
+            if "wn" in layer:
+                conv = nn.utils.weight_norm(conv, dim=layer["wn"])
+            return conv, shape
         if op == "bn":
             return nn.BatchNorm2d(c), shape
         if op == "ln":
@@ -673,10 +679,15 @@ def gen_layer(r, shape, depth):
             if g > 1:
                 out = c * r.choice([1, 2])
             if r.random() < 0.3 and k % 2:
-                return {"op": "conv", "out": out, "k": k, "s": 1, "p": "same",
-                        "dil": r.choice([1, 1, 2]), "g": g, "bias": r.random() < 0.6}
-            return {"op": "conv", "out": out, "k": k, "s": r.choice([1, 1, 2]),
-                    "p": r.randint(0, k // 2 + 1), "dil": 1, "g": g, "bias": r.random() < 0.6}
+                layer = {"op": "conv", "out": out, "k": k, "s": 1, "p": "same",
+                         "dil": r.choice([1, 1, 2]), "g": g, "bias": r.random() < 0.6}
+            else:
+                layer = {"op": "conv", "out": out, "k": k, "s": r.choice([1, 1, 2]),
+                         "p": r.randint(0, k // 2 + 1), "dil": 1, "g": g,
+                         "bias": r.random() < 0.6}
+            if r.random() < 0.1:  # nn.utils.weight_norm over dim 0, or over all (None)
+                layer["wn"] = r.choice([0, None])
+            return layer
         if op == "bn":
             return {"op": "bn"}
         if op == "act":
@@ -1200,6 +1211,8 @@ def _simpler(layer):
             out.append(("g", 1))
         if layer["bias"]:
             out.append(("bias", False))
+        if "wn" in layer and layer["wn"] is None:
+            out.append(("wn", 0))
     elif op in ("linear",):
         if layer["out"] > 1:
             out.append(("out", _halve(layer["out"], 1)))
