@@ -89,48 +89,38 @@ def _grid_sample(b, node, x, grid, interpolation_mode, padding_mode, align_corne
     if padding_mode == 1:  # border: coordinates clipped into the image
         ix, iy = _clip(b, ix, w - 1), _clip(b, iy, h - 1)
     table = b.reshape(b.transpose(x, [0, 2, 3, 1]), [n * h * w, c])
-    image = b.reshape(b.binary("mul", b.iota("i64", [n, 1], 0), h * w), [n, 1])
+    image = b.binary("mul", b.iota("i64", [n, 1], 0), h * w)
 
     def within(v, hi):
         return b.binary("mul", b.convert(b.binary("ge", v, 0.0), dtype),
                         b.convert(b.binary("le", v, float(hi)), dtype))
 
-    def corners(cxs, cys):
-        """x at the integer corners cxs[k], cys[k] ([N, Ho*Wo] each) of every
-        output pixel, 0 outside x: [N, Ho*Wo, K, C], from one gather whose
-        rows go pixel by pixel, corner by corner (so its gradient sums
-        into x in torch's order)."""
-        k = len(cxs)
-        cx = b.op("concat", [b.reshape(v, [n, ho * wo, 1]) for v in cxs], axis=2)
-        cy = b.op("concat", [b.reshape(v, [n, ho * wo, 1]) for v in cys], axis=2)
+    def corner(cx, cy):
+        """x at integer corners (cx, cy) [N, Ho*Wo] of the output pixels, 0
+        outside x: [N, Ho*Wo, C]."""
         inside = b.binary("gt", b.binary("mul", within(cx, w - 1), within(cy, h - 1)), 0.5)
         px = b.convert(b.composite("clamp", cx, min=0.0, max=float(w - 1)), "i64")
         py = b.convert(b.composite("clamp", cy, min=0.0, max=float(h - 1)), "i64")
-        index = b.binary("add", b.binary("add", b.binary("mul", py, w), px),
-                         b.reshape(image, [n, 1, 1]))
-        values = b.op("gather", [table, index])  # [N, Ho*Wo, K, C]
-        return b.select(b.broadcast(b.reshape(inside, [n, ho * wo, k, 1]), [n, ho * wo, k, c]),
+        index = b.binary("add", b.binary("add", b.binary("mul", py, w), px), image)
+        values = b.op("gather", [table, index])  # [N, Ho*Wo, C]
+        return b.select(b.broadcast(b.reshape(inside, [n, ho * wo, 1]), [n, ho * wo, c]),
                         values, 0.0)
 
     def layout(out):  # [N, Ho*Wo, C] as [N, C, Ho, Wo]
         return b.transpose(b.reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
 
     if interpolation_mode == 1:  # nearest, halves to even; no gradient to the grid
-        return layout(b.reshape(corners([_round(b, node, ix)], [_round(b, node, iy)]),
-                                [n, ho * wo, c]))
+        return layout(corner(_round(b, node, ix), _round(b, node, iy)))
     x0 = b.unary("stop_gradient", _floor(b, ix))
     y0 = b.unary("stop_gradient", _floor(b, iy))
     x1, y1 = b.binary("add", x0, 1.0), b.binary("add", y0, 1.0)
     # torch's weights: w = ix - x0, e = 1 - w, n = iy - y0, s = 1 - n;
-    # nw = s e, ne = s w, sw = n e, se = n w
+    # nw = s e, ne = s w, sw = n e, se = n w; summed in that order
     wx1, wy1 = b.binary("sub", ix, x0), b.binary("sub", iy, y0)
     wx0, wy0 = b.binary("sub", 1.0, wx1), b.binary("sub", 1.0, wy1)
-    weights = [b.op("mul", [wx0, wy0]), b.op("mul", [wx1, wy0]), b.op("mul", [wx0, wy1]),
-               b.op("mul", [wx1, wy1])]
-    weight = b.op("concat", [b.reshape(v, [n, ho * wo, 1, 1]) for v in weights], axis=2)
-    terms = b.binary("mul", corners([x0, x1, x0, x1], [y0, y0, y1, y1]), weight)
     out = None
-    for k in range(4):  # nw + ne + sw + se, in torch's order
-        term = b.reshape(b.op("slice", [terms], axis=2, start=k, end=k + 1), [n, ho * wo, c])
+    for cx, cy, wgt in ((x0, y0, b.op("mul", [wy0, wx0])), (x1, y0, b.op("mul", [wy0, wx1])),
+                        (x0, y1, b.op("mul", [wy1, wx0])), (x1, y1, b.op("mul", [wy1, wx1]))):
+        term = b.binary("mul", corner(cx, cy), b.reshape(wgt, [n, ho * wo, 1]))
         out = term if out is None else b.op("add", [out, term])
     return layout(out)
