@@ -28,11 +28,30 @@ def untracked_from_tracked(node):
                for a in node.all_input_nodes)
 
 
+def _writes_into(gm):
+    """{tensor node: the in-place ops that write into it, directly or
+    through views of it}: a later read of the tensor reads what they wrote
+    (`a = p.clone(); a[:, 1:] += v` makes a read of `a` depend on v), which
+    the graph's edges do not show."""
+    from ._import import _is_inplace, _view_chain
+    out = {}
+    for n in gm.graph.nodes:
+        if _is_inplace(n):
+            base, _ = _view_chain(n)
+            target = base if base is not None else n.args[0]
+            while _is_inplace(target):  # a chain of in-place ops: the tensor they all write
+                target = target.args[0]
+            out.setdefault(target, []).append(n)
+    return out
+
+
 def loss_parameters(gm, n_params):
     """The indices (among the first `n_params` placeholders) of the
-    parameters the loss depends on through differentiable values."""
+    parameters the loss depends on through differentiable values,
+    in-place writes into a value read included."""
     placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes
                                                if n.op == "placeholder")}
+    writers = _writes_into(gm)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     used, seen = set(), set()
     stack = list(output.all_input_nodes)
@@ -41,6 +60,7 @@ def loss_parameters(gm, n_params):
         if n in seen:
             continue
         seen.add(n)
+        stack.extend(writers.get(n, ()))
         v = _val(n)
         if isinstance(v, torch.Tensor) and not v.requires_grad:
             continue  # no gradient flows back through it, as in torch

@@ -667,3 +667,47 @@ def test_a_forward_hook_beside_a_weight_norm_is_still_refused():
                                   F.cross_entropy)
     with pytest.raises(wholestep.Error, match=r"module 0 .* has a forward hook"):
         step(torch.randn(4, 3, 8), torch.randint(0, 5, (4,)))
+
+
+def _add_into_slice(a, v):
+    a = a.clone()
+    a[:, :, 1:, 1:] += v * 2  # as MViT adds its relative positions into the attention
+    return a
+
+
+def _add_into_slice_of_zeros(v):
+    z = torch.zeros(2, 5, dtype=v.dtype)
+    z[:, 1:] += v
+    return z * 3
+
+
+@pytest.mark.parametrize("fn, shapes", [(_add_into_slice, [(1, 2, 5, 5), (1, 2, 4, 4)]),
+                                        (_add_into_slice_of_zeros, [(2, 4)])],
+                         ids=["into_a_copy", "into_zeros"])
+def test_a_value_added_in_place_into_a_slice_gets_its_gradient(fn, shapes):
+    # The in-place write is not an edge of the traced graph: the parameters
+    # it brings in were once left out of the step (never differentiated nor
+    # updated), silently.
+    check(fn, *[r(*s) for s in shapes])
+
+
+@pytest.mark.xfail(strict=True, reason="open: an in-place write under torch.no_grad() through a "
+                   "view of a tracked tensor is differentiated (the importer does not see the "
+                   "grad mode of an in-place op; out-of-place ones it reads from their values)")
+def test_a_value_added_into_a_slice_under_no_grad_gets_no_gradient():
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.v = nn.Parameter(torch.randn(3, 4)), nn.Parameter(torch.randn(3, 3))
+
+        def forward(self, w):
+            a = self.a.clone()
+            with torch.no_grad():
+                a[:, 1:] += self.v
+            return (a * w).sum()
+
+    model = Model()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda loss, _: loss, mode="three_graph")
+    step(torch.randn(3, 4), torch.zeros(1))
+    assert set(step.gradients()) == {"a"}  # as eager: v.grad stays None
