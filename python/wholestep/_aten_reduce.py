@@ -4,6 +4,8 @@ count_nonzero, std_mean, dist, diagonal and trace, windows of a dim
 index_fill), clamp between tensors, linspace and RReLU in eval mode; each a
 few IR ops with torch's gradient (the table and the builder: _ir.py)."""
 
+import numpy as np
+
 from ._aten_math import _dims
 from ._ir import Unsupported, aten, is_value, out_dtype, out_shape
 
@@ -160,11 +162,20 @@ def _linspace(b, node, start, end, steps, dtype=None, layout=None, device=None,
     step in the second."""
     if is_value(start) or is_value(end):
         raise Unsupported("linspace between tensors (numbers only)")
-    n = int(steps)
-    step = (end - start) / (n - 1) if n > 1 else 0.0
-    half = n // 2
-    values = [start + i * step if i < half else end - (n - 1 - i) * step for i in range(n)]
-    return b.constant(values, out_dtype(node), [n])
+    dtype = out_dtype(node)
+    return b.constant(linspace_values(start, end, int(steps), dtype), dtype, [int(steps)])
+
+
+def linspace_values(start, end, n, dtype):
+    """torch.linspace's n values computed as torch computes them in `dtype`
+    (f32 or f64 arithmetic): start + i step in the first half, end - (n - 1
+    - i) step in the second."""
+    t = np.float32 if dtype == "f32" else np.float64
+    if n == 1:
+        return [float(t(start))]
+    step = (t(end) - t(start)) / t(n - 1)
+    return [float(t(start) + step * t(i) if i < n // 2 else t(end) - step * t(n - 1 - i))
+            for i in range(n)]
 
 
 @aten("rrelu_with_noise.default", torch='`nn.RReLU`, `F.rrelu` in eval mode',

@@ -5,6 +5,7 @@ with torch's formulas and gradients (the table and the builder: _ir.py)."""
 import numpy as np
 
 from ._aten_math import _floor, _round
+from ._aten_reduce import linspace_values
 from ._ir import Unsupported, aten
 
 _SAMPLE = ('`F.affine_grid` (2-d), `F.grid_sample` (2-d: `bilinear` or `nearest`, padding '
@@ -18,12 +19,7 @@ def _base_axis(n, align_corners, dtype):
     it reads): linspace(-1, 1, n), times (n - 1) then over n unless
     align_corners."""
     t = np.float32 if dtype == "f32" else np.float64
-    if n == 1:
-        values = [t(-1.0)]
-    else:
-        step = (t(1.0) - t(-1.0)) / t(n - 1)
-        values = [t(-1.0) + step * t(i) if i < n // 2 else t(1.0) - step * t(n - 1 - i)
-                  for i in range(n)]
+    values = [t(v) for v in linspace_values(-1.0, 1.0, n, dtype)]
     if not align_corners:
         values = [v * t(n - 1) / t(n) for v in values]
     return [float(v) for v in values]
