@@ -148,3 +148,21 @@ def test_a_dropped_step_frees_its_trace():
         step(torch.randn(2, 4), torch.tensor([0, 1]))
         del step
     assert alive() == before
+
+
+def test_a_gradient_zero_in_exact_arithmetic_is_noise_under_adam_only():
+    # A convolution's bias before a BatchNorm: its exact gradient is 0, its
+    # float32 one rounding noise that Adam's first step follows at the full
+    # learning rate; the float64 step with SGD judges it instead.
+    spec = {"seed": 5, "input": {"kind": "img", "c": 3, "h": 4, "w": 4}, "batch": 4,
+            "classes": 3, "loss": "cross_entropy",
+            "layers": [{"op": "conv", "out": 2, "k": 3, "s": 1, "p": 1, "dil": 1, "g": 1,
+                        "bias": True},
+                       {"op": "bn"}],
+            "optimizer": {"kind": "adam", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-08,
+                          "wd": 0.0, "amsgrad": False},
+            "warm": False, "train": True}
+    model, opt, loss_fn, batch = torch_fuzz.build(spec)
+    assert torch_fuzz._noise_gradients(spec, model, opt, loss_fn, batch) == {"0.bias"}
+    sgd = torch_fuzz._sgd_for_float64(spec)
+    assert torch_fuzz._noise_gradients(sgd, *torch_fuzz.build(sgd)) == set()
