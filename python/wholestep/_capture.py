@@ -99,13 +99,17 @@ def _user_frame():
 @contextlib.contextmanager
 def _tagging(where):
     """Tags every node the tracer creates with node.meta['ws_module'] (path,
-    class) and node.meta['ws_line'] (file, line)."""
+    class), node.meta['ws_line'] (file, line) and node.meta['ws_grad'],
+    whether gradients were on when its op ran (an in-place write under
+    torch.no_grad() into a tensor that tracks them leaves it tracking them:
+    its value alone does not tell; _grad_flow.untracked_write)."""
     original = torch.fx.Graph.create_node
 
     def create_node(graph, *args, **kwargs):
         node = original(graph, *args, **kwargs)
         node.meta["ws_module"] = where.module()
         node.meta["ws_line"] = _user_frame()
+        node.meta["ws_grad"] = torch.is_grad_enabled()
         return node
 
     pre = torch.nn.modules.module.register_module_forward_pre_hook(where.pre)

@@ -28,6 +28,18 @@ def untracked_from_tracked(node):
                for a in node.all_input_nodes)
 
 
+def untracked_write(node):
+    """An in-place op torch ran with gradients off (under torch.no_grad())
+    into a tensor that tracks them: autograd does not see it, the tensor's
+    gradient passes on as if it had not been written, and its other
+    operands get none from it."""
+    from ._import import _is_inplace
+    if not _is_inplace(node) or node.meta.get("ws_grad", True):
+        return False
+    v = _val(node.args[0])
+    return isinstance(v, torch.Tensor) and v.requires_grad
+
+
 def _writes_into(gm):
     """{tensor node: the in-place ops that write into it, directly or
     through views of it}: a later read of the tensor reads what they wrote
@@ -36,7 +48,7 @@ def _writes_into(gm):
     from ._import import _is_inplace, _view_chain
     out = {}
     for n in gm.graph.nodes:
-        if _is_inplace(n):
+        if _is_inplace(n) and not untracked_write(n):
             base, _ = _view_chain(n)
             target = base if base is not None else n.args[0]
             while _is_inplace(target):  # a chain of in-place ops: the tensor they all write
@@ -48,7 +60,8 @@ def _writes_into(gm):
 def loss_parameters(gm, n_params):
     """The indices (among the first `n_params` placeholders) of the
     parameters the loss depends on through differentiable values,
-    in-place writes into a value read included."""
+    in-place writes into a value read included (but for the operands of
+    those made under torch.no_grad(): untracked_write)."""
     placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes
                                                if n.op == "placeholder")}
     writers = _writes_into(gm)
@@ -68,5 +81,5 @@ def loss_parameters(gm, n_params):
             if placeholders[n] < n_params:
                 used.add(placeholders[n])
             continue
-        stack.extend(n.all_input_nodes)
+        stack.extend([n.args[0]] if untracked_write(n) else n.all_input_nodes)
     return used

@@ -15,7 +15,7 @@ from . import _C
 from . import (_aten, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
                _aten_reduce, _aten_sample, _aten_shape, _aten_space)  # the table
 from ._capture import describe
-from ._grad_flow import untracked_from_tracked
+from ._grad_flow import untracked_from_tracked, untracked_write
 from ._ir import TABLE, Builder, Transposed, Unsupported, Value, ir_dtype
 
 # Ops whose translation reads a Transposed operand as a transpose flag.
@@ -312,7 +312,7 @@ class Importer:
         if name not in _READS_TRANSPOSED:
             args, kwargs = self.materialize(args), {k: self.materialize(v)
                                                      for k, v in kwargs.items()}
-        out = fn(self.b, node, *args, **kwargs)
+        out = self.untracked(node, fn(self.b, node, *args, **kwargs), args[0])
         if untracked_from_tracked(node) and isinstance(out, Value):
             # computed under no_grad or detached: no gradient crosses it
             out = self.b.unary("stop_gradient", out)
@@ -320,6 +320,21 @@ class Importer:
             self._assign(self.env[target], out)
         self.check(node, out)
         return out
+
+    def untracked(self, node, out, operand):
+        """`out`, the value an in-place op writes into `operand`; for a
+        write under torch.no_grad() into a tensor that tracks gradients
+        (_grad_flow.untracked_write), with eager's gradient: the tensor's
+        passes on as if the write had not been, the op's operands get none
+        (`a[:, 1:] += v` leaves v.grad None and a's gradient whole)."""
+        if not untracked_write(node):
+            return out
+        if not (isinstance(out, Value) and isinstance(operand, Value)
+                and self.b.type(out) == self.b.type(operand)):
+            raise Unsupported(f"{node.target} under torch.no_grad() into a tensor that requires "
+                              f"gradients, writing {self.describe(node.args)}: only a write of "
+                              f"the tensor's own type and shape is translated")
+        return self.b.op("straight_through", [out, operand])
 
     def write_through_views(self, node, fn, base, chain):
         """An in-place op on slices and selections of `base`: the op's value
@@ -346,7 +361,7 @@ class Importer:
                               f"buffers may be written")
         args = self.materialize(self.value(node.args))
         kwargs = {k: self.materialize(self.value(v)) for k, v in node.kwargs.items()}
-        result = fn(self.b, node, *args, **kwargs)
+        result = self.untracked(node, fn(self.b, node, *args, **kwargs), args[0])
         b = self.b
         out = result
         for v in reversed(whole_chain):  # the written value in each view's source's shape

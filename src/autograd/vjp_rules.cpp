@@ -250,6 +250,12 @@ void vjp_select(const VjpContext& c, Dargs& d) {
   if (c.want[2]) d[2] = c.b.add(Op::select, {arg(c, 0), zero, c.dy});
 }
 
+// x's value, y's gradient: all of it to y, zero to x.
+void vjp_straight_through(const VjpContext& c, Dargs& d) {
+  if (c.want[0]) d[0] = zeros_like(c, c.dy);
+  if (c.want[1]) d[1] = c.dy;
+}
+
 void vjp_convert(const VjpContext& c, Dargs& d) {
   d[0] = c.b.convert(c.dy, c.b.type(arg(c, 0)).dtype);
 }
@@ -418,6 +424,7 @@ VjpRule builtin_rule(Op op) {
     case Op::reduce_sum: return vjp_reduce_sum;
     case Op::reshape: return vjp_reshape;
     case Op::select: return vjp_select;
+    case Op::straight_through: return vjp_straight_through;
     case Op::sub: return vjp_sub;
     case Op::transpose: return vjp_transpose;
     // Not differentiable: sources, comparisons, indexing by integers,

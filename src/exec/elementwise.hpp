@@ -213,6 +213,8 @@ inline auto binary_value(T a, T b) {
     return T(std::pow(double(a), double(b)));
   else if constexpr (op == Op::atan2)
     return T(std::atan2(double(a), double(b)));
+  else if constexpr (op == Op::straight_through)
+    return a;
   else if constexpr (op == Op::maximum) {
     if constexpr (std::is_floating_point_v<T>)
       return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);

@@ -153,6 +153,7 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       return args[0];
     case Op::identity:
     case Op::stop_gradient: return args[0];
+    case Op::straight_through: check_same(op, args, loc); return args[0];
     case Op::check:
       if (args[1].dtype != DType::b8)
         fail_op(op, "checks a bool condition, got " + args[1].str(), loc);

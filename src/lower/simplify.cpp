@@ -80,8 +80,10 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
       n.op = ir::Op::reshape;
       n.attrs = ir::make_attrs<ir::Op::reshape>({{"shape", n.type.shape}});
     }
-    // Autograd is over: a stop-gradient or an identity is its operand.
-    if (n.op == ir::Op::stop_gradient || n.op == ir::Op::identity) {
+    // Autograd is over: a stop-gradient, an identity or a straight-through
+    // is its (first) operand.
+    if (n.op == ir::Op::stop_gradient || n.op == ir::Op::identity ||
+        n.op == ir::Op::straight_through) {
       rewrote = true;
       map[size_t(v)] = n.args[0];
       continue;

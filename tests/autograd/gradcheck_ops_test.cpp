@@ -89,6 +89,15 @@ std::map<Op, std::vector<CaseFn>> cases() {
     ValueId i = c.b().unary(Op::identity, x);
     return c.check(c.b().binary(Op::mul, i, c.b().unary(Op::exp, i)));
   });
+  // y overwritten with y + c where autograd does not see it: y's gradient
+  // is all of x's (here also the finite differences'), and none goes to x.
+  m[Op::straight_through].push_back([] {
+    OpCase c;
+    ir::Builder& b = c.b();
+    const ValueId y = c.input({2, 3});
+    const ValueId x = b.binary(Op::add, y, b.constant({0.5, -1, 2, 0.25, 3, -2}, b.type(y)));
+    return c.check(b.binary(Op::straight_through, x, y));
+  });
   m[Op::check].push_back([] {  // x's gradient, none to the condition
     OpCase c;
     ir::Builder& b = c.b();

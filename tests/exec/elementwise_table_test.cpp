@@ -278,9 +278,10 @@ void expect_paths_agree(Op op, const std::vector<ir::Type>& in_types, const std:
   EXPECT_TRUE(run_compiled(op, in_types, in, true, &fused) == reference)
       << what << ": the compiled program (fused) differs from the reference";
   // The fused loop kernel computes floats: there op joins a loop fusion
-  // (a stop_gradient or an identity is its operand once autograd is over:
-  // simplify removes it, and no kernel is left).
-  if (is_floating(in_types[0].dtype) && op != Op::stop_gradient && op != Op::identity)
+  // (a stop_gradient, an identity or a straight_through is its operand once
+  // autograd is over: simplify removes it, and no kernel is left).
+  if (is_floating(in_types[0].dtype) && op != Op::stop_gradient && op != Op::identity &&
+      op != Op::straight_through)
     EXPECT_TRUE(fused) << what << ": the fused program has no loop fusion";
 }
 

@@ -48,6 +48,7 @@ test_torch_fuzz.py replays.
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -290,8 +291,9 @@ class WritesThroughViews(nn.Module):
     the writes: overlapping slices of the last dim ("head", "tail"), the
     whole tensor as a vector ("flat") or transposed ("transposed"), the
     first example as a batch of one ("row0"); each write multiplies by or
-    adds its constant. The result reads the tensor and the tail (a view made
-    before every write, which sees them all)."""
+    adds its constant, some under torch.no_grad() (autograd does not see
+    those: the gradient passes them unscaled). The result reads the tensor
+    and the tail (a view made before every write, which sees them all)."""
 
     def __init__(self, writes):
         super().__init__()
@@ -303,11 +305,12 @@ class WritesThroughViews(nn.Module):
         views = {"head": h[..., :max(1, 2 * n // 3)], "tail": h[..., n // 3:],
                  "flat": h.view(-1), "transposed": h.transpose(0, -1),
                  "row0": h[0].unsqueeze(0)}
-        for view, how, c in self.writes:
-            if how == "mul":
-                views[view].mul_(c)
-            else:
-                views[view].add_(c)
+        for view, how, c, *untracked in self.writes:
+            with torch.no_grad() if untracked and untracked[0] else contextlib.nullcontext():
+                if how == "mul":
+                    views[view].mul_(c)
+                else:
+                    views[view].add_(c)
         return h + views["tail"].sum(-1, keepdim=True)
 
 
@@ -665,7 +668,8 @@ def gen_layer(r, shape, depth):
     if r.random() < 0.04:
         return {"op": "views", "writes": [
             [r.choice(["head", "tail", "flat", "transposed", "row0"]), r.choice(["mul", "add"]),
-             r.choice([-2.0, -0.5, 0.25, 1.5, 3.0])] for _ in range(r.randint(1, 4))]}
+             r.choice([-2.0, -0.5, 0.25, 1.5, 3.0]), r.random() < 0.3]
+            for _ in range(r.randint(1, 4))]}
     if kind == "img":
         _, c, h, w = shape
         ops = ["conv"] * 5 + ["bn"] * 3 + ["act"] * 4 + ["maxpool", "avgpool"] * 2 + \
