@@ -10,8 +10,14 @@ alpha 0.7). A float64 truth that is 1e-8 off makes every model with a
 Hardsigmoid (mobilenet_v3, lraspp) fail a float64 check that wholestep's
 exact gradient passes, and would pass a step rounded the same way.
 
-``exact_float64_gradients()`` is a context in which ``F.hardsigmoid`` and
-``F.celu`` (what ``nn.Hardsigmoid`` and ``nn.CELU`` call) compute torch's
+Its log_softmax backward, g - p sum(g), takes 1 - p from p: at a
+saturated softmax (p within 1e-12 of 1: a confident classifier) the
+gradient keeps 4 digits, the same in every batch order.
+
+``exact_float64_gradients()`` is a context in which ``F.hardsigmoid``,
+``F.celu`` (what ``nn.Hardsigmoid`` and ``nn.CELU`` call),
+``F.log_softmax`` and ``F.cross_entropy`` (class targets, no label
+smoothing: nll_loss of log_softmax, as torch defines it) compute torch's
 own forward and the exact float64 gradient. wst.check runs its float64
 eager steps in it; nothing else does.
 
@@ -80,13 +86,64 @@ def _celu(input, alpha=1.0, inplace=False):
     return input.copy_(y) if inplace else y
 
 
-_TORCH = {"hardsigmoid": F.hardsigmoid, "celu": F.celu}
-_EXACT = {"hardsigmoid": _hardsigmoid, "celu": _celu}
+def _exclusive_sums(t):
+    """Along the last dim, each element's sum of the others, without the
+    cancellation of total - t: the sum before it plus the sum after it."""
+    zero = torch.zeros_like(t[..., :1])
+    before = torch.cat([zero, t.cumsum(-1)[..., :-1]], -1)
+    after = torch.cat([t.flip(-1).cumsum(-1).flip(-1)[..., 1:], zero], -1)
+    return before + after
+
+
+class _LogSoftmax(torch.autograd.Function):
+    """log_softmax, its gradient g_i - p_i sum(g) as g_i (1 - p_i) -
+    p_i sum_{j != i} g_j, 1 - p_i the sum of the other probabilities
+    (torch takes 1 - p_i from p_i: at a saturated softmax, p_i within
+    1e-12 of 1, the gradient keeps 4 digits)."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = torch.log_softmax(x, dim)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        p, g = y.exp().movedim(ctx.dim, -1), g.movedim(ctx.dim, -1)
+        d = g * _exclusive_sums(p) - p * _exclusive_sums(g)
+        return d.movedim(-1, ctx.dim), None
+
+
+def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if input.dtype != torch.float64 or dtype not in (None, torch.float64) or dim is None:
+        return _TORCH["log_softmax"](input, dim, _stacklevel, dtype)
+    return _LogSoftmax.apply(input, dim % max(input.dim(), 1))
+
+
+def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                   reduce=None, reduction="mean", label_smoothing=0.0):
+    """torch's own: nll_loss of log_softmax over dim 1 for class targets
+    (label smoothing and probability targets: torch's, as they are)."""
+    if input.dtype != torch.float64 or target.is_floating_point() or label_smoothing \
+            or size_average is not None or reduce is not None or input.dim() < 1:
+        return _TORCH["cross_entropy"](input, target, weight, size_average, ignore_index,
+                                       reduce, reduction, label_smoothing)
+    logp = _LogSoftmax.apply(input, 1 if input.dim() > 1 else 0)
+    return F.nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+
+
+_TORCH = {"hardsigmoid": F.hardsigmoid, "celu": F.celu, "log_softmax": F.log_softmax,
+          "cross_entropy": F.cross_entropy}
+_EXACT = {"hardsigmoid": _hardsigmoid, "celu": _celu, "log_softmax": _log_softmax,
+          "cross_entropy": _cross_entropy}
 
 
 @contextlib.contextmanager
 def exact_float64_gradients():
-    """F.hardsigmoid and F.celu with exact float64 gradients inside."""
+    """F.hardsigmoid, F.celu, F.log_softmax and F.cross_entropy with exact
+    float64 gradients inside."""
     saved = {name: getattr(F, name) for name in _EXACT}
     try:
         for name, fn in _EXACT.items():

@@ -4,6 +4,7 @@ clipped norm in float64, and wst.check(dtype=torch.float64) judges it within
 float64 torch's own spread."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -192,3 +193,31 @@ def test_float64_operands_reads_float32_operands_as_float64_and_leaves_writes():
     assert torch.equal(out, F.cross_entropy(logits, torch.tensor([0, 1, 1]),
                                             weight=weight.double()) + 2)
     assert counts.dtype == torch.float32 and torch.equal(counts, torch.ones(2))  # written
+
+
+def test_check_in_float64_takes_the_exact_gradient_at_a_saturated_softmax():
+    # torch's float64 log_softmax backward takes 1 - p from p within 1e-13
+    # of 1 (3 digits left); the check's truth sums the other probabilities
+    # instead. Exactly: d loss / d x = (-s, s), s = 1 / (1 + e^30).
+    x = torch.tensor([[0.0, -30.0], [-31.0, 0.0]], dtype=torch.float64)
+    y = torch.tensor([0, 1])
+    s = [1 / (1 + math.exp(30)), 1 / (1 + math.exp(31))]
+    exact = torch.tensor([[-s[0], s[0]], [s[1], -s[1]]], dtype=torch.float64) / 2
+
+    def gradient(fn):
+        t = x.clone().requires_grad_()
+        return torch.autograd.grad(fn(t), t)[0]
+
+    def relative(g):
+        return ((g - exact) / exact).abs().max().item()
+
+    smoothed = gradient(lambda t: F.cross_entropy(t, y, label_smoothing=0.1))
+    assert relative(gradient(lambda t: F.cross_entropy(t, y))) > 1e-6  # torch's own
+    with _exact64.exact_float64_gradients():
+        assert relative(gradient(lambda t: F.cross_entropy(t, y))) < 1e-14
+        assert relative(gradient(lambda t: F.nll_loss(F.log_softmax(t, 1), y))) < 1e-14
+        # along dim 0 of the transpose
+        assert relative(gradient(lambda t: F.nll_loss(F.log_softmax(t.t(), 0).t(), y))) < 1e-14
+        # label smoothing: torch's own, unchanged
+        assert torch.equal(gradient(lambda t: F.cross_entropy(t, y, label_smoothing=0.1)),
+                           smoothed)
