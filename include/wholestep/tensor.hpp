@@ -92,6 +92,8 @@ Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 // The angle of the point (b, a) in (-pi, pi], a the ordinate (std::atan2).
 Tensor atan2(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// a - trunc(a / b) b, with a's sign (std::fmod; integers: a % b).
+Tensor fmod(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 // With a scalar second operand of the tensor's dtype.
 Tensor add(const Tensor& a, double b, Loc loc = Loc::current());
 Tensor sub(const Tensor& a, double b, Loc loc = Loc::current());

@@ -123,6 +123,22 @@ void vjp_atan2(const VjpContext& c, Dargs& d) {
   if (c.want[0]) d[0] = mul(c, mul(c, c.dy, b), recip);
   if (c.want[1]) d[1] = mul(c, mul(c, c.dy, c.b.unary(Op::neg, a)), recip);
 }
+// fmod(a, b) = a - trunc(a / b) b: d/da = 1, d/db = -trunc(a / b), a / b
+// rounded then truncated as torch's div(rounding_mode="trunc") (through i64
+// below 2^52, where a double is whole beyond; a NaN stays).
+void vjp_fmod(const VjpContext& c, Dargs& d) {
+  if (c.want[0]) d[0] = c.dy;
+  if (!c.want[1]) return;
+  const ValueId a = arg(c, 0), b = arg(c, 1);
+  const ir::Type t = c.b.type(a);
+  const ValueId q = c.b.binary(Op::div, a, b);
+  const ValueId whole = c.b.convert(c.b.convert(q, DType::i64), t.dtype);
+  const ValueId size = c.b.binary(Op::maximum, q, c.b.unary(Op::neg, q));  // NaN for a NaN
+  const ValueId small = c.b.binary(Op::lt, size, scalar_like(c, 0x1p52, q));
+  const ValueId trunc = c.b.add(Op::select, {small, whole, q});
+  d[1] = c.b.unary(Op::neg, mul(c, c.dy, trunc));
+}
+
 // d/da a^b = b a^(b-1); d/db a^b = a^b log a, taken as 0 where a = 0 (as
 // PyTorch does, so 0^b with b > 0 has a finite exponent gradient).
 void vjp_pow(const VjpContext& c, Dargs& d) {
@@ -391,6 +407,7 @@ VjpRule builtin_rule(Op op) {
     case Op::ctc_loss: return vjp_ctc_loss;
     case Op::max_pool2d: return vjp_max_pool2d;
     case Op::pow: return vjp_pow;
+    case Op::fmod: return vjp_fmod;
     case Op::sin: return vjp_sin;
     case Op::cos: return vjp_cos;
     case Op::tan: return vjp_tan;

@@ -215,7 +215,14 @@ inline auto binary_value(T a, T b) {
     return T(std::atan2(double(a), double(b)));
   else if constexpr (op == Op::straight_through)
     return a;
-  else if constexpr (op == Op::maximum) {
+  else if constexpr (op == Op::fmod) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) throw Error("fmod: integer division by zero");
+      return b == T(-1) ? T(0) : T(a % b);  // -1: the one quotient that overflows
+    } else {
+      return T(std::fmod(double(a), double(b)));  // exact: a float's remainder is one
+    }
+  } else if constexpr (op == Op::maximum) {
     if constexpr (std::is_floating_point_v<T>)
       return (std::isnan(a) || std::isnan(b)) ? T(NAN) : (a > b ? a : b);
     else

@@ -57,7 +57,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f, int64_t align = kChunkAlign) 
 // function other than neg (exp, erf, rsqrt, ...) costs several, pow and
 // atan2 (std::pow and std::atan2 in double) tens, anything else one.
 constexpr int64_t elementwise_cost(ir::Op op) {
-  if (op == ir::Op::pow || op == ir::Op::atan2) return 32;
+  if (op == ir::Op::pow || op == ir::Op::atan2 || op == ir::Op::fmod) return 32;
   const ir::OpInfo& info = ir::op_info(op);
   const bool math = info.category == ir::OpCategory::elementwise && info.arity == 1 &&
                     op != ir::Op::neg && op != ir::Op::convert && op != ir::Op::stop_gradient &&

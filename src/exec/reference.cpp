@@ -120,6 +120,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::div:
     case Op::pow:
     case Op::atan2:
+    case Op::fmod:
     case Op::maximum:
     case Op::straight_through:
     case Op::eq:

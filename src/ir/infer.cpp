@@ -146,6 +146,7 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::sub:
     case Op::mul:
     case Op::div:
+    case Op::fmod:
     case Op::maximum:
       check_same(op, args, loc);
       if (args[0].dtype == DType::b8)

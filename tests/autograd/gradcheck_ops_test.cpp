@@ -198,6 +198,13 @@ std::map<Op, std::vector<CaseFn>> cases() {
     ValueId a = c.input({2, 3}, {-2, 2}), b = c.input({2, 3}, {-2, 2});
     return c.check(c.b().binary(Op::atan2, a, b));
   });
+  // Quotients away from whole numbers, where fmod jumps: trunc 2 and -2.
+  for (Range ra : {Range{2.2, 2.8}, Range{-2.8, -2.2}})
+    m[Op::fmod].push_back([ra] {
+      OpCase c;
+      ValueId a = c.input({2, 3}, ra), b = c.input({2, 3}, {1.0, 1.05});
+      return c.check(c.b().binary(Op::fmod, a, b));
+    });
   m[Op::pow].push_back([] {
     OpCase c;
     ValueId a = c.input({2, 3}, {0.5, 2}), b = c.input({2, 3}, {-1.5, 2.5});

@@ -351,6 +351,7 @@ WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.
                            [-1.3, 0.8, 1.4, 0.6, -1.2], [0.0, 1.7, -0.9, 1.05, 0.75]])
 # NaNs rank above every number, among themselves in their order (stable)
 WITH_NAN = torch.tensor([[1.0, math.nan, -2.0, 3.0, math.nan], [0.5, 0.25, math.nan, -1.0, 2.0]])
+INTS = torch.arange(-6, 6).reshape(3, 4)
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
 MATH_CASES = {
     "amin_with_ties": (lambda x: torch.cat([x, x.flip(0)]).amin(0) + x.amin((0, 1), keepdim=True),
@@ -383,6 +384,13 @@ MATH_CASES = {
                               r(4, 5)),
     "floor_ceil_trunc": (lambda x: x * 0 + x.floor() + 2 * x.ceil() + 3 * x.trunc(), HALVES),
     "round_halves_to_even": (lambda x: x.round() * x, HALVES),
+    "fmod_remainder": (lambda x, y: torch.fmod(x * 3, 1.5) + torch.remainder(x * 3, -1.5)
+                       + torch.fmod(x, y.abs() + 0.2) + (x * 2) % (y[:1] + 0.05), r(4, 5), r(4, 5)),
+    "rounded_division": (lambda x: x * torch.div(x * 7, 0.75, rounding_mode="floor")
+                         + x * torch.div(x * 7, -0.75, rounding_mode="trunc"), r(4, 5)),
+    "integer_remainder_and_division": (
+        lambda x: x * ((INTS % 5) + (INTS % -4) * 10 + (INTS // 3) * 100
+                       + torch.div(INTS, -4, rounding_mode="trunc") * 1000).float(), r(3, 4)),
     "sign_frac": (lambda x: x.sign() * x + x.frac(), HALVES),
     "log2_log10_exp2": (lambda x: (x.abs() + 1).log2() + (x.abs() + 1).log10() + x.exp2(),
                         r(4, 5)),
@@ -745,3 +753,40 @@ def test_an_in_place_write_under_no_grad_takes_eagers_gradients(fn, v_shape):
     for i, (g32, g64) in enumerate(zip(grads[torch.float32], grads[torch.float64])):
         if g64 is not None:
             assert close(got[f"params.{i}"], g32, g64), i
+
+
+def test_remainders_and_rounded_quotients_have_torchs_bits():
+    # A rounded quotient is a decision: a wrong one is off by a whole step.
+    # Signed zeros, infinities, NaNs, a zero divisor, quotients at and past
+    # 2^23 and 2^52 (float64), both signs of each operand.
+    class Probe(nn.Module):
+        def forward(self, a, b):
+            return torch.stack([torch.fmod(a, b), torch.remainder(a, b),
+                                torch.div(a, b, rounding_mode="floor"),
+                                torch.div(a, b, rounding_mode="trunc"), a % 0.75, a // -0.5])
+
+    values = [0.0, -0.0, 0.75, -0.75, 1.0, -1.0, 2.5, -7.25, 1e-30, 8388609.0, 3e9, 1e17,
+              -1e17, 4503599627370497.0, float("inf"), -float("inf"), float("nan")]
+    grid = torch.tensor([[a, b] for a in values for b in values])
+    for dtype in (torch.float32, torch.float64):
+        a, b = grid[:, 0].to(dtype).contiguous(), grid[:, 1].to(dtype).contiguous()
+        # torch's float32 fmod is a - trunc(a / b) b: NaN where a / b
+        # overflows (3e9 / 1e-30); float64 torch's is exact, as wholestep's.
+        want, exact = Probe()(a, b), Probe()(a.double(), b.double()).to(dtype)
+        want = torch.where(want.isnan() & ~exact.isnan(), exact, want)
+        got = wst.compile_forward(Probe())(a, b)
+        same = (got == want) & (torch.signbit(got) == torch.signbit(want)) \
+            | (got.isnan() & want.isnan())
+        bad = [(v, float(a[j]), float(b[j]), float(got[v, j]), float(want[v, j]))
+               for v, j in (~same).nonzero().tolist()]
+        assert not bad, (dtype, len(bad), bad[:8])
+    ints = torch.arange(-9, 10)
+    for d in (4, -4, 7):
+        want = torch.stack([ints % d, ints // d, torch.fmod(ints, d),
+                            torch.div(ints, d, rounding_mode="trunc")])
+
+        class IntProbe(nn.Module):
+            def forward(self, x):
+                return torch.stack([x % d, x // d, torch.fmod(x, d),
+                                    torch.div(x, d, rounding_mode="trunc")])
+        assert torch.equal(wst.compile_forward(IntProbe())(ints), want), d
