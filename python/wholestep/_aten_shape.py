@@ -172,6 +172,24 @@ def _index(b, node, x, indices):
     dims = [d for d, ix in enumerate(indices) if ix is not None]
     if not dims:
         return x
+    flat, index_shape = _positions(b, shape, dims, indices)
+    rest = [d for d in range(len(shape)) if d not in dims]
+    table = b.reshape(b.transpose(x, dims + rest),
+                      [math.prod(shape[d] for d in dims)] + [shape[d] for d in rest])
+    rows = b.op("gather", [table, flat])  # [index_shape..., rest...]
+    # torch puts the index dims where the indexed ones were when those are
+    # adjacent, else first
+    k = len(index_shape)
+    lead = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
+    perm = list(range(k, k + lead)) + list(range(k)) + list(range(k + lead, k + len(rest)))
+    return b.transpose(rows, perm)
+
+
+def _positions(b, shape, dims, indices):
+    """The positions, in x's `dims` merged row-major, that the integer
+    tensors indices[d] (broadcast together; negative ones wrapped) name, -1
+    where one of several is out of its dim's range; and their shape. A
+    gather or scatter at a position out of range fails as torch does."""
     for d in dims:
         if b.dtype(indices[d]) != "i64":
             raise Unsupported(f"indexing with a {b.dtype(indices[d])} tensor: only integer "
@@ -185,16 +203,7 @@ def _index(b, node, x, indices):
         flat = ix if flat is None else b.binary("add", b.binary("mul", flat, shape[d]), ix)
     if len(dims) > 1:
         flat = _poisoned(b, flat, valid)
-    rest = [d for d in range(len(shape)) if d not in dims]
-    table = b.reshape(b.transpose(x, dims + rest),
-                      [math.prod(shape[d] for d in dims)] + [shape[d] for d in rest])
-    rows = b.op("gather", [table, flat])  # [index_shape..., rest...]
-    # torch puts the index dims where the indexed ones were when those are
-    # adjacent, else first
-    k = len(index_shape)
-    lead = dims[0] if dims == list(range(dims[0], dims[-1] + 1)) else 0
-    perm = list(range(k, k + lead)) + list(range(k)) + list(range(k + lead, k + len(rest)))
-    return b.transpose(rows, perm)
+    return flat, index_shape
 
 
 def _in_range(b, ix, n):

@@ -384,6 +384,27 @@ MATH_CASES = {
                               r(4, 5)),
     "floor_ceil_trunc": (lambda x: x * 0 + x.floor() + 2 * x.ceil() + 3 * x.trunc(), HALVES),
     "round_halves_to_even": (lambda x: x.round() * x, HALVES),
+    "index_put_rows": (lambda x, v: x.index_put((torch.tensor([2, -4, 0]),), v * 3), r(5, 4),
+                       r(3, 4)),
+    "setitem_two_dims_apart": (lambda x, v: (lambda y: (y.__setitem__(
+        (torch.tensor([[0], [2]]), slice(None), torch.tensor([1, 3, 0])), v[0] * 2), y)[1])(
+        x * 1.0), r(3, 2, 4), r(2, 3, 2)),
+    "index_put_accumulate_repeated": (lambda x, v: x.index_put(
+        (torch.tensor([1, 3, 1]),), v, accumulate=True), r(4, 5), r(3, 5)),
+    "setitem_columns_broadcast": (lambda x, v: (lambda y: (y.__setitem__(
+        (slice(None), torch.tensor([3, 0])), v.sum(1, keepdim=True)), y)[1])(x * 1.5),
+        r(4, 5), r(4, 2)),
+    "index_add_dim1_repeated": (lambda x, v: x.index_add(1, torch.tensor([2, 0, 2]), v,
+                                                         alpha=0.5), r(4, 3), r(4, 3)),
+    "index_copy_dim1": (lambda x, v: x.index_copy(1, torch.tensor([2, 0]), v * 2), r(4, 3),
+                        r(4, 2)),
+    "scatter_add_repeated": (lambda x, v: x.scatter_add(
+        1, torch.tensor([[0, 1], [2, 2], [1, 0]]), v), r(3, 4), r(3, 2)),
+    "scatter_src_and_value": (lambda x, v: x.scatter(
+        0, torch.tensor([[2, 0, 1, 0]]), v) + x.scatter(1, torch.tensor([[3], [0], [1]]), 0.5),
+        r(3, 4), r(1, 4)),
+    "integer_mask_written_at_positions": (lambda x: x * (lambda m: (m.__setitem__(
+        torch.tensor([0, 2]), 7), m)[1])(torch.zeros(3, 4, dtype=torch.long)).float(), r(3, 4)),
     "fmod_remainder": (lambda x, y: torch.fmod(x * 3, 1.5) + torch.remainder(x * 3, -1.5)
                        + torch.fmod(x, y.abs() + 0.2) + (x * 2) % (y[:1] + 0.05), r(4, 5), r(4, 5)),
     "rounded_division": (lambda x: x * torch.div(x * 7, 0.75, rounding_mode="floor")
@@ -790,3 +811,38 @@ def test_remainders_and_rounded_quotients_have_torchs_bits():
                 return torch.stack([x % d, x // d, torch.fmod(x, d),
                                     torch.div(x, d, rounding_mode="trunc")])
         assert torch.equal(wst.compile_forward(IntProbe())(ints), want), d
+
+
+def test_a_write_that_does_not_accumulate_fails_at_a_repeated_position():
+    # torch keeps one of the values, which it does not define: refused, with
+    # the step and the model as they were; with accumulate the values add.
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 3))
+
+        def forward(self, i):
+            return self.w.index_put((i,), torch.ones(i.shape[0], 3)).sum()
+
+    model = Model()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda loss, _: loss)
+    step(torch.tensor([0, 2]), torch.zeros(1))
+    before = model.w.detach().clone()
+    with pytest.raises(wholestep.Error, match="written twice"):
+        step(torch.tensor([1, 1]), torch.zeros(1))
+    assert torch.equal(model.w.detach(), before)
+    with pytest.raises(wholestep.Error, match="out of range|index"):
+        step(torch.tensor([1, 4]), torch.zeros(1))
+    assert torch.equal(model.w.detach(), before)
+
+
+def test_scatter_reads_the_part_of_src_its_index_covers():
+    # src larger than the index: torch writes src[p] for p over the index.
+    class Probe(nn.Module):
+        def forward(self, x, src):
+            return x.scatter(1, torch.tensor([[3, 0], [1, 2], [0, 0]])[:, :1].contiguous(), src) \
+                + x.scatter_add(0, torch.tensor([[2, 0, 1, 1]]), src[:, :4].contiguous())
+
+    x, src = torch.randn(3, 4), torch.randn(3, 5)
+    assert torch.equal(wst.compile_forward(Probe())(x, src), Probe()(x, src))
