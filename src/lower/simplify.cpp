@@ -2,6 +2,8 @@
 
 #include "ir/attr.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <map>
 #include <tuple>
 
@@ -25,6 +27,22 @@ std::vector<bool> live_nodes(const ir::Graph& g) {
 }
 
 // A printable key for CSE: attributes are compared through their values.
+// Attribute values ordered by their bits: floats compared with < would make
+// a NaN equivalent to every number, and -0.0 to 0.0, merging `full nan` (or
+// `full -0.0`) with `full 0.0` in the map below.
+uint64_t bits(double d) { return std::bit_cast<uint64_t>(d); }
+
+bool attr_less(const ir::AttrValue& a, const ir::AttrValue& b) {
+  if (a.index() != b.index()) return a.index() < b.index();
+  if (const auto* x = std::get_if<double>(&a)) return bits(*x) < bits(std::get<double>(b));
+  if (const auto* x = std::get_if<std::vector<double>>(&a)) {
+    const auto& y = std::get<std::vector<double>>(b);
+    return std::lexicographical_compare(x->begin(), x->end(), y.begin(), y.end(),
+                                        [](double u, double v) { return bits(u) < bits(v); });
+  }
+  return a < b;
+}
+
 struct CseKey {
   ir::Op op;
   std::vector<ValueId> args;
@@ -35,7 +53,12 @@ struct CseKey {
     if (args != o.args) return args < o.args;
     if (type.dtype != o.type.dtype) return type.dtype < o.type.dtype;
     if (type.shape != o.type.shape) return type.shape < o.type.shape;
-    return attrs.items() < o.attrs.items();
+    return std::lexicographical_compare(attrs.items().begin(), attrs.items().end(),
+                                        o.attrs.items().begin(), o.attrs.items().end(),
+                                        [](const auto& u, const auto& v) {
+                                          if (u.first != v.first) return u.first < v.first;
+                                          return attr_less(u.second, v.second);
+                                        });
   }
 };
 
