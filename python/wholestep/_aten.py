@@ -58,6 +58,10 @@ def _rsub(b, node, x, y, alpha=1):
 
 @aten("mul.Tensor", "mul_.Tensor", "mul.Scalar", "mul_.Scalar", torch=_ARITHMETIC)
 def _mul(b, node, x, y):
+    if out_dtype(node) == "bool":  # a product of masks (isfinite's decomposition): and
+        shape = [int(d) for d in node.meta["val"].shape]
+        x, y = b.operand(x, "bool", shape), b.operand(y, "bool", shape)
+        return b.select(x, y, b.full(0, "bool", shape))
     return b.binary("mul", x, y, out_dtype(node))
 
 
@@ -313,12 +317,15 @@ def _sum_all(b, node, x, dtype=None):
     return b.sum(b.convert(x, out_dtype(node)), range(len(b.shape(x))))
 
 
-@aten("bitwise_not.default", "logical_not.default", torch="`~mask`, `logical_not`",
-      limits="of bool tensors")
+@aten("bitwise_not.default", "logical_not.default", "logical_not_.default",
+      torch="`~mask`, `logical_not`",
+      limits="`~` of bool tensors; `logical_not` of any (true where 0)")
 def _not(b, node, x):
-    if b.dtype(x) != "bool":
-        raise Unsupported(f"bitwise_not of {b.dtype(x)}{b.shape(x)} (only of bool tensors)")
     shape = b.shape(x)
+    if b.dtype(x) != "bool":
+        if "logical" not in str(node.target):
+            raise Unsupported(f"bitwise_not of {b.dtype(x)}{shape} (only of bool tensors)")
+        return b.binary("eq", x, 0)
     return b.select(x, b.full(0, "bool", shape), b.full(1, "bool", shape))
 
 

@@ -130,3 +130,32 @@ def _scatter_add(b, node, x, dim, index, src):
       limits=_SCATTER_LIMITS)
 def _scatter_op(b, node, x, dim, index, src):
     return _scatter(b, node, x, dim, index, src, False)
+
+
+@aten("put.default", "put_.default", torch=_SCATTER, limits=_SCATTER_LIMITS)
+def _put(b, node, x, index, source, accumulate=False):
+    """x flattened, source's elements written at index's (take's inverse)."""
+    shape = b.shape(x)
+    flat = _index_put(b, b.reshape(x, [math.prod(shape)]), [b.reshape(index, [
+        math.prod(b.shape(index))])], b.reshape(source, [math.prod(b.shape(source))]),
+        accumulate)
+    return b.reshape(flat, shape)
+
+
+@aten("masked_scatter.default", "masked_scatter_.default", torch=_SCATTER,
+      limits=_SCATTER_LIMITS)
+def _masked_scatter(b, node, x, mask, source):
+    """Where mask is true, source's elements in order: the k-th true element
+    takes source's k-th (a running count of the mask, then a gather; more
+    true elements than source has fail the step, as torch)."""
+    from ._aten_nn import _cumsum_rows
+    shape = b.shape(x)
+    n, count = math.prod(shape), math.prod(b.shape(source))
+    if count == 0:
+        return x
+    m = b.reshape(b.broadcast(mask, shape), [n])
+    taken = _cumsum_rows(b, b.reshape(b.convert(m, "f32"), [1, n]))
+    at = b.convert(b.binary("sub", b.reshape(taken, [n]), 1.0), "i64")
+    at = b.select(m, at, b.full(0, "i64", [n]))
+    values = b.op("gather", [b.reshape(b.convert(source, b.dtype(x)), [count]), at])
+    return b.reshape(b.select(m, values, b.reshape(x, [n])), shape)

@@ -12,7 +12,7 @@ import operator
 import torch
 
 from . import _C
-from . import (_aten, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
+from . import (_aten, _aten_combine, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
                _aten_reduce, _aten_sample, _aten_scatter, _aten_shape,
                _aten_space)  # the table
 from ._capture import describe

@@ -8,7 +8,7 @@ rewrites the page's copy; a test fails when it is stale.
 import sys
 
 from . import _C
-from . import (_aten, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
+from . import (_aten, _aten_combine, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
                _aten_reduce, _aten_sample, _aten_scatter, _aten_shape,
                _aten_space, _traceable)  # the table
 from ._ir import SUPPORT, TRACED

@@ -405,6 +405,32 @@ MATH_CASES = {
         r(3, 4), r(1, 4)),
     "integer_mask_written_at_positions": (lambda x: x * (lambda m: (m.__setitem__(
         torch.tensor([0, 2]), 7), m)[1])(torch.zeros(3, 4, dtype=torch.long)).float(), r(3, 4)),
+    "put_and_masked_scatter": (lambda x, v: x.put(torch.tensor([1, -2, 7]), v[0, :3] * 2)
+                               + x.put(torch.tensor([0, 0]), v[1, :2], accumulate=True)
+                               + x.masked_scatter(x > 0.2, v * 3), r(3, 4), r(3, 4)),
+    "addcmul_addcdiv": (lambda x, y: torch.addcmul(x, x, y, value=0.5)
+                        + torch.addcdiv(y, x, y.abs() + 1, value=-2), r(4, 5), r(4, 5)),
+    "lerp_scalar_and_tensor_weights": (lambda x, y: torch.lerp(x, y, 0.3) + torch.lerp(x, y, 0.8)
+                                       + torch.lerp(x, y, torch.linspace(-0.5, 1.5, 5,
+                                                                         dtype=x.dtype)),
+                                       r(4, 5), r(4, 5)),
+    # ties (a half each), one side -inf, both -inf, broadcasting
+    "logaddexp": (lambda x, y: torch.logaddexp(x, y) + torch.logaddexp(x, x)
+                  + torch.logaddexp(x, torch.tensor(float("-inf"))) + torch.logaddexp(x, y[:1]),
+                  r(4, 5), r(4, 5)),
+    "sinc_at_zero": (lambda x: torch.sinc(x * torch.tensor([0.0, 1, 1, 0, 1])), r(4, 5)),
+    # NaNs from logs of negative numbers: their gradients are finite (0)
+    "nansum": (lambda x: torch.nansum(x.log()) + torch.nansum(x.log(), 1).sum(), r(4, 5)),
+    "nanmean": (lambda x: torch.nanmean(x.log(), 1), r(4, 5)),
+    "rot90_every_turn": (lambda x: torch.cat([torch.rot90(x, k, (1, 2)).flatten()
+                                              for k in (1, 2, 3, -1, 4)])[None] * 1.0,
+                         r(2, 3, 4)),
+    "take_block_diag": (lambda x: torch.take(x, torch.tensor([[0, -1], [5, 2]])).sum()
+                        + torch.block_diag(x[0], x[1:, :2], x[2, 1]), r(3, 4)),
+    "tril_triu_indices": (lambda x: x[torch.tril_indices(3, 4, 1).unbind()]
+                          + x[torch.triu_indices(3, 4, -1)[0], torch.triu_indices(3, 4, -1)[1]][:9]
+                          .repeat(2)[:x[torch.tril_indices(3, 4, 1).unbind()].shape[0]],
+                          r(3, 4)),
     "fmod_remainder": (lambda x, y: torch.fmod(x * 3, 1.5) + torch.remainder(x * 3, -1.5)
                        + torch.fmod(x, y.abs() + 0.2) + (x * 2) % (y[:1] + 0.05), r(4, 5), r(4, 5)),
     "rounded_division": (lambda x: x * torch.div(x * 7, 0.75, rounding_mode="floor")
@@ -846,3 +872,23 @@ def test_scatter_reads_the_part_of_src_its_index_covers():
 
     x, src = torch.randn(3, 4), torch.randn(3, 5)
     assert torch.equal(wst.compile_forward(Probe())(x, src), Probe()(x, src))
+
+
+def test_predicates_and_logical_ops_have_torchs_values():
+    # NaNs, both infinities, zeros of both signs; logical ops of numbers
+    # (a NaN is true) and of masks, and a product of masks (isfinite's
+    # decomposition).
+    def f(x, y):
+        return torch.stack([torch.isnan(x), torch.isinf(x), torch.isfinite(x), torch.isposinf(x),
+                            torch.isneginf(x), torch.logical_and(x, y), torch.logical_or(x, y),
+                            torch.logical_xor(x, y), torch.logical_and(x > 0, y > 0),
+                            torch.logical_not(y), (x > 0) * (y < 1)]).float()
+
+    class Probe(nn.Module):
+        def forward(self, x, y):
+            return f(x, y)
+
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([1.0, nan, inf, -inf, 0.0, -0.0, -3.0, nan])
+    y = torch.tensor([0.0, 1.0, 0.0, 2.0, -0.0, nan, nan, 0.0])
+    assert torch.equal(wst.compile_forward(Probe())(x, y), f(x, y))

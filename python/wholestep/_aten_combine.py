@@ -1,0 +1,192 @@
+"""Small combinations of ATen's: fused multiply-adds and interpolation
+(addcmul, addcdiv, lerp), logaddexp, sinc, nansum, and rearrangements made
+of others (rot90, take, block_diag, the triangle's indices). Each computes
+as torch's CPU kernel does, in its order."""
+
+import math
+
+import torch
+
+from ._aten_shape import _index
+from ._ir import aten, is_value, out_dtype
+
+_BLEND = '`torch.addcmul`, `addcdiv`, `lerp`, `logaddexp`, `sinc`, `nansum`'
+_ARRANGE = '`torch.rot90`, `take`, `block_diag`, `tril_indices`, `triu_indices`'
+
+
+def _full_like(b, value, x):
+    return b.full(float(value), b.dtype(x), b.shape(x))
+
+
+@aten("addcmul.default", "addcmul_.default", torch=_BLEND)
+def _addcmul(b, node, x, t1, t2, value=1):
+    """x + value t1 t2, the product taken (value t1) t2 as torch's kernel."""
+    dtype = out_dtype(node)
+    prod = b.binary("mul", b.binary("mul", t1, float(value), dtype), t2, dtype)
+    return b.binary("add", x, prod, dtype)
+
+
+@aten("addcdiv.default", "addcdiv_.default", torch=_BLEND)
+def _addcdiv(b, node, x, t1, t2, value=1):
+    dtype = out_dtype(node)
+    quot = b.binary("div", b.binary("mul", t1, float(value), dtype), t2, dtype)
+    return b.binary("add", x, quot, dtype)
+
+
+@aten("lerp.Scalar", "lerp_.Scalar", "lerp.Tensor", "lerp_.Tensor", torch=_BLEND)
+def _lerp(b, node, a, z, weight):
+    """a + w (z - a) where |w| < 1/2, else z - (z - a) (1 - w): exact at
+    both ends, as torch."""
+    dtype = out_dtype(node)
+    diff = b.binary("sub", z, a, dtype)
+    low = b.binary("add", a, b.binary("mul", diff, weight, dtype), dtype)
+    one_minus = b.binary("sub", 1.0, weight, dtype) if is_value(weight) else 1.0 - weight
+    high = b.binary("sub", z, b.binary("mul", diff, one_minus, dtype), dtype)
+    if not is_value(weight):
+        return low if abs(weight) < 0.5 else high
+    small = b.binary("lt", b.binary("mul", weight, weight, dtype), 0.25)
+    shape = b.shape(low)
+    return b.select(b.broadcast(small, shape), low, high)
+
+
+@aten("logaddexp.default", torch=_BLEND)
+def _logaddexp(b, node, x, y):
+    """log(e^x + e^y): torch's value, m + log1p(e^-|x - y|) (x itself where
+    both are the same infinity), and torch's gradient, e^(x - result) to x
+    (a half each at x = y), through log(e^(x - m) + e^(y - m)) + m, m the
+    larger held out of the gradient."""
+    dtype = out_dtype(node)
+    m = b.binary("maximum", x, y, dtype)
+    shape = b.shape(m)
+    xb, yb = b.broadcast(b.convert(x, dtype), shape), b.broadcast(b.convert(y, dtype), shape)
+    d = b.op("sub", [xb, yb])
+    gap = b.binary("maximum", d, b.unary("neg", d))
+    value = b.op("add", [m, b.unary("log1p", b.unary("exp", b.unary("neg", gap)))])
+    infinite = b.binary("ne", b.op("sub", [xb, xb]), 0.0)  # NaN for an infinity (and a NaN)
+    same = b.op("mul", [b.convert(b.op("eq", [xb, yb]), "i64"), b.convert(infinite, "i64")])
+    value = b.select(b.binary("ne", same, 0), xb, value)
+    held = b.unary("stop_gradient", m)
+    via = b.op("add", [b.unary("log", b.op("add", [b.unary("exp", b.op("sub", [xb, held])),
+                                                  b.unary("exp", b.op("sub", [yb, held]))])),
+                       held])
+    return b.op("straight_through", [b.unary("stop_gradient", value), via])
+
+
+@aten("sinc.default", "sinc_.default", torch=_BLEND)
+def _sinc(b, node, x):
+    """sin(pi x) / (pi x), 1 at 0 (its gradient 0 there, as torch)."""
+    px = b.binary("mul", x, math.pi)
+    zero = b.binary("eq", x, 0.0)
+    safe = b.select(zero, _full_like(b, 1.0, x), px)
+    return b.select(zero, _full_like(b, 1.0, x), b.op("div", [b.unary("sin", safe), safe]))
+
+
+@aten("nansum.default", torch=_BLEND)
+def _nansum(b, node, x, dim=None, keepdim=False, dtype=None):
+    shape = b.shape(x)
+    clean = b.select(b.op("ne", [x, x]), _full_like(b, 0.0, x), x)
+    dims = list(range(len(shape))) if dim is None or dim == [] else \
+        [d % len(shape) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    return b.sum(clean, dims, keepdim)
+
+
+@aten("rot90.default", torch=_ARRANGE)
+def _rot90(b, node, x, k=1, dims=(0, 1)):
+    """k quarter turns from dims[0] towards dims[1]: flips and a swap."""
+    from ._aten_math import _flip
+    rank = len(b.shape(x))
+    d0, d1 = dims[0] % rank, dims[1] % rank
+    perm = list(range(rank))
+    perm[d0], perm[d1] = d1, d0
+    k %= 4
+    if k == 1:
+        return b.transpose(_flip(b, node, x, [d1]), perm)
+    if k == 2:
+        return _flip(b, node, x, [d0, d1])
+    if k == 3:
+        return b.transpose(_flip(b, node, x, [d0]), perm)
+    return x
+
+
+@aten("take.default", torch=_ARRANGE)
+def _take(b, node, x, index):
+    return _index(b, node, b.reshape(x, [math.prod(b.shape(x))]), [index])
+
+
+@aten("block_diag.default", torch=_ARRANGE)
+def _block_diag(b, node, xs):
+    dtype = out_dtype(node)
+    parts = [b.reshape(x, [1, 1] if not b.shape(x) else
+                       [1, b.shape(x)[0]] if len(b.shape(x)) == 1 else b.shape(x))
+             for x in xs]
+    cols = sum(b.shape(p)[1] for p in parts)
+    rows, at = [], 0
+    for p in parts:
+        h, w = b.shape(p)
+        pieces = [b.full(0.0, dtype, [h, at]) if at else None, b.convert(p, dtype),
+                  b.full(0.0, dtype, [h, cols - at - w]) if cols - at - w else None]
+        pieces = [q for q in pieces if q is not None]
+        rows.append(pieces[0] if len(pieces) == 1 else b.op("concat", pieces, axis=1))
+        at += w
+    return rows[0] if len(rows) == 1 else b.op("concat", rows, axis=0)
+
+
+@aten("tril_indices.default", "triu_indices.default", torch=_ARRANGE)
+def _triangle_indices(b, node, row, col, offset=0, **_):
+    """Numbers known when tracing: torch's own, as a constant."""
+    make = torch.tril_indices if "tril" in str(node.target) else torch.triu_indices
+    t = make(row, col, offset)
+    return b.constant(t.flatten().tolist(), "i64", list(t.shape))
+
+
+_TESTS = '`torch.isnan`, `isinf`, `isfinite`, `isposinf`, `isneginf`, `logical_and`, `logical_or`, ' \
+    '`logical_xor`'
+
+
+def _truth(b, x):
+    """x != 0 as a bool tensor (a NaN is true, as torch's logical ops)."""
+    return x if b.dtype(x) == "bool" else b.binary("ne", x, 0)
+
+
+@aten("isnan.default", torch=_TESTS)
+def _isnan(b, node, x):
+    return b.op("ne", [x, x])
+
+
+def _infinite(b, x):
+    """x is +-inf: x - x is NaN (for a NaN too) and x is not."""
+    return b.select(b.op("ne", [x, x]), b.full(0, "bool", b.shape(x)),
+                    b.binary("ne", b.op("sub", [x, x]), 0.0))
+
+
+@aten("isinf.default", torch=_TESTS)
+def _isinf(b, node, x):
+    if b.dtype(x) not in ("f32", "f64"):
+        return b.full(0, "bool", b.shape(x))
+    return _infinite(b, x)
+
+
+@aten("isposinf.default", "isneginf.default", torch=_TESTS)
+def _isposneginf(b, node, x):
+    if b.dtype(x) not in ("f32", "f64"):
+        return b.full(0, "bool", b.shape(x))
+    side = b.binary("gt" if "posinf" in str(node.target) else "lt", x, 0.0)
+    return b.select(side, _infinite(b, x), b.full(0, "bool", b.shape(x)))
+
+
+@aten("isfinite.default", torch=_TESTS)
+def _isfinite(b, node, x):
+    if b.dtype(x) not in ("f32", "f64"):
+        return b.full(1, "bool", b.shape(x))
+    return b.binary("eq", b.op("sub", [x, x]), 0.0)  # NaN for a NaN or an infinity
+
+
+@aten("logical_and.default", "logical_or.default", "logical_xor.default", torch=_TESTS)
+def _logical(b, node, x, y):
+    shape = [int(d) for d in node.meta["val"].shape]
+    p, q = b.broadcast(_truth(b, x), shape), b.broadcast(_truth(b, y), shape)
+    name = str(node.target)
+    if "xor" in name:
+        return b.op("ne", [p, q])
+    f, t = b.full(0, "bool", shape), b.full(1, "bool", shape)
+    return b.select(p, q, f) if "and" in name else b.select(p, t, q)
