@@ -320,6 +320,10 @@ Tensor SpecModel::apply(size_t i, const std::vector<Tensor>& v) {
     case OpKind::select: {
       const Tensor& b = val(o.b);
       need(broadcasts_to(b.shape(), s), "b does not broadcast to a");
+      if (o.which == 10) {  // a NaN written, then washed out: a NaN full beside a 0.0 full
+        const Tensor v = where(gt(a, b), a, Tensor::scalar(NAN, a.dtype()));
+        return where(ne(v, v), Tensor::scalar(0.0, a.dtype()), v);
+      }
       return where(gt(a, b), a, mul(a, double(o.which) / 10.0));
     }
     case OpKind::cross_entropy: {
@@ -428,7 +432,7 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
   switch (o.kind) {
     case OpKind::unary: o.which = g.pick(kUnaries); break;
     case OpKind::binary: o.which = g.pick(kBinaries), o.b = pick_b(); break;
-    case OpKind::select: o.which = g.pick(10), o.b = pick_b(); break;
+    case OpKind::select: o.which = g.pick(11), o.b = pick_b(); break;
     case OpKind::reduce:
       o.which = g.pick(3);
       o.ints = {g.coin() ? 1 : 0};
