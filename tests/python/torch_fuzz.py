@@ -314,6 +314,41 @@ class WritesThroughViews(nn.Module):
         return h + views["tail"].sum(-1, keepdim=True)
 
 
+class IndexWrites(nn.Module):
+    """Writes at integer positions along the last dim: each write takes a
+    function of the tensor at some positions and puts it at others
+    (index_add and index_put accumulating, with repeated positions;
+    index_copy, scatter and index_put without, at distinct ones;
+    masked_scatter where the tensor is positive)."""
+
+    def __init__(self, writes):
+        super().__init__()
+        self.writes = writes
+
+    def forward(self, x):
+        h = x * 1.0
+        n = h.shape[-1]
+        for how, src, dst, c in self.writes:
+            distinct = sorted({i % n for i in dst})  # where a write that does not add goes
+            v = h.index_select(-1, torch.tensor([i % n for i in src])) * c
+            dst = torch.tensor([i % n for i in dst])
+            if how == "index_add":
+                h = h.index_add(h.dim() - 1, dst, v)
+            elif how == "put_accumulate":  # index_put along the first dim of the transpose
+                h = h.transpose(0, -1).index_put((dst,), v.transpose(0, -1),
+                                                 accumulate=True).transpose(0, -1)
+            elif how == "index_copy":
+                k = len(distinct)
+                h = h.index_copy(h.dim() - 1, torch.tensor(distinct), v[..., :k].contiguous())
+            elif how == "scatter":
+                k = len(distinct)
+                at = torch.tensor(distinct).expand(*h.shape[:-1], k).contiguous()
+                h = h.scatter(h.dim() - 1, at, v[..., :k].contiguous())
+            else:  # masked_scatter
+                h = h.masked_scatter(h > 0, h.flip(-1) * c)
+        return h
+
+
 class Centered(nn.Module):
     """The tokens less their median (or their k-th value) along the tokens."""
 
@@ -371,6 +406,8 @@ def make_layer(layer, shape):
         return ACTS[layer["fn"]](), shape
     if op == "views":
         return WritesThroughViews(layer["writes"]), shape
+    if op == "index_writes":
+        return IndexWrites(layer["writes"]), shape
     if op == "res":
         body, out = make_layers(layer["body"], shape)
         if out != shape:
@@ -665,6 +702,11 @@ def gen_layer(r, shape, depth):
     """A random layer spec that fits `shape` (or None)."""
     kind = shape[0]
     act = {"op": "act", "fn": r.choice(list(ACTS))}
+    if r.random() < 0.03:
+        return {"op": "index_writes", "writes": [
+            [r.choice(["index_add", "put_accumulate", "index_copy", "scatter", "masked_scatter"]),
+             [r.randrange(8) for _ in range(3)], [r.randrange(8) for _ in range(3)],
+             r.choice([-0.5, 0.25, 0.5])] for _ in range(r.randint(1, 3))]}
     if r.random() < 0.04:
         return {"op": "views", "writes": [
             [r.choice(["head", "tail", "flat", "transposed", "row0"]), r.choice(["mul", "add"]),
