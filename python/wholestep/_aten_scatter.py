@@ -10,8 +10,8 @@ import math
 from ._aten_shape import _in_range, _poisoned, _positions
 from ._ir import Unsupported, aten, out_dtype
 
-_SCATTER = ('`x[i] = v` and `x[i] += v` with integer tensors (`index_put`), `index_add`, '
-            '`index_copy`, `scatter`, `scatter_add`')
+_SCATTER = ('`x[i] = v` and `x[i] += v` with integer tensors (`index_put`), `index_add`, `put`, '
+            '`index_copy`, `scatter`, `scatter_add`, `masked_scatter`')
 _SCATTER_LIMITS = ('a write that does not accumulate fails the step at a repeated position '
                    '(torch does not define which value it keeps); `scatter` with `reduce` is '
                    'not translated')
