@@ -139,8 +139,8 @@ def _triangle_indices(b, node, row, col, offset=0, **_):
     return b.constant(t.flatten().tolist(), "i64", list(t.shape))
 
 
-_TESTS = '`torch.isnan`, `isinf`, `isfinite`, `isposinf`, `isneginf`, `logical_and`, `logical_or`, ' \
-    '`logical_xor`'
+_TESTS = ('`torch.isnan`, `isinf`, `isfinite`, `isposinf`, `isneginf`, `logical_and`, '
+          '`logical_or`, `logical_xor`')
 
 
 def _truth(b, x):
@@ -190,3 +190,22 @@ def _logical(b, node, x, y):
         return b.op("ne", [p, q])
     f, t = b.full(0, "bool", shape), b.full(1, "bool", shape)
     return b.select(p, q, f) if "and" in name else b.select(p, t, q)
+
+
+@aten("linalg_cross.default", torch='`torch.cross`, `torch.linalg.cross`')
+def _cross(b, node, x, y, dim=-1):
+    """The cross product along a dim of 3: (x1 y2 - x2 y1, x2 y0 - x0 y2,
+    x0 y1 - x1 y0), as torch's kernel orders it."""
+    dtype = out_dtype(node)
+    shape = [int(d) for d in node.meta["val"].shape]
+    dim %= len(shape)
+    x, y = b.operand(x, dtype, shape), b.operand(y, dtype, shape)
+
+    def part(v, i):
+        return b.op("slice", [v], axis=dim, start=i, end=i + 1)
+
+    def term(i, j):
+        return b.op("sub", [b.op("mul", [part(x, i), part(y, j)]),
+                            b.op("mul", [part(x, j), part(y, i)])])
+
+    return b.op("concat", [term(1, 2), term(2, 0), term(0, 1)], axis=dim)

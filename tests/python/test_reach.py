@@ -431,6 +431,8 @@ MATH_CASES = {
                           + x[torch.triu_indices(3, 4, -1)[0], torch.triu_indices(3, 4, -1)[1]][:9]
                           .repeat(2)[:x[torch.tril_indices(3, 4, 1).unbind()].shape[0]],
                           r(3, 4)),
+    "cross_product": (lambda x, y: torch.linalg.cross(x, y)
+                      + torch.cross(x.t(), y[:1].t(), dim=0).t(), r(4, 3), r(4, 3)),
     "fmod_remainder": (lambda x, y: torch.fmod(x * 3, 1.5) + torch.remainder(x * 3, -1.5)
                        + torch.fmod(x, y.abs() + 0.2) + (x * 2) % (y[:1] + 0.05), r(4, 5), r(4, 5)),
     "rounded_division": (lambda x: x * torch.div(x * 7, 0.75, rounding_mode="floor")
