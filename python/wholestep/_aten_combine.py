@@ -8,7 +8,7 @@ import math
 import torch
 
 from ._aten_shape import _index
-from ._ir import aten, is_value, out_dtype
+from ._ir import Unsupported, aten, is_value, out_dtype
 
 _BLEND = '`torch.addcmul`, `addcdiv`, `lerp`, `logaddexp`, `sinc`, `nansum`'
 _ARRANGE = '`torch.rot90`, `take`, `block_diag`, `tril_indices`, `triu_indices`'
@@ -209,3 +209,50 @@ def _cross(b, node, x, y, dim=-1):
                             b.op("mul", [part(x, j), part(y, i)])])
 
     return b.op("concat", [term(1, 2), term(2, 0), term(0, 1)], axis=dim)
+
+
+def _shifted(b, x, dim, k, fill):
+    """x moved k places along dim, the first k filled with `fill`."""
+    shape = b.shape(x)
+    pad = list(shape)
+    pad[dim] = k
+    head = b.full(fill, b.dtype(x), pad)
+    body = b.op("slice", [x], axis=dim, start=0, end=shape[dim] - k)
+    return b.op("concat", [head, body], axis=dim)
+
+
+def _running(b, x, dim, fill):
+    """The running maximum along dim: log2(n) steps, each the maximum of
+    the values and the values 2^s places before (a NaN carried on)."""
+    n, k = b.shape(x)[dim], 1
+    while k < n:
+        x = b.op("maximum", [x, _shifted(b, x, dim, k, fill)])
+        k *= 2
+    return x
+
+
+@aten("cummax.default", "cummin.default", torch='`torch.cummax`, `torch.cummin`')
+def _cummax(b, node, x, dim):
+    """(values, indices) as torch's kernel: the running extreme, its index
+    the last position at or before that holds it (a tie takes the later
+    one), a NaN carried on from where it is (at the last NaN); values read
+    at the indices, so the gradient goes there, as torch's."""
+    shape = b.shape(x)
+    dim %= len(shape)
+    if b.dtype(x) not in ("f32", "f64"):
+        raise Unsupported(f"{node.target} of {b.dtype(x)} (only of floating-point tensors)")
+    low = "cummin" in str(node.target)
+    held = b.unary("stop_gradient", x)
+    signed = b.unary("neg", held) if low else held
+    run = _running(b, signed, dim, -math.inf)
+    record = b.op("eq", [signed, run])
+    record = b.select(b.op("ne", [signed, signed]), b.full(1, "bool", shape), record)
+    position = b.iota("i64", shape, dim)
+    at = _running(b, b.select(record, position, b.full(-1, "i64", shape)), dim, -1)
+    values = _gather_along(b, x, dim, at)
+    return values, at
+
+
+def _gather_along(b, x, dim, index):
+    from ._aten_shape import _gather
+    return _gather(b, None, x, dim, index)

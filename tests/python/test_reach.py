@@ -433,6 +433,10 @@ MATH_CASES = {
                           r(3, 4)),
     "cross_product": (lambda x, y: torch.linalg.cross(x, y)
                       + torch.cross(x.t(), y[:1].t(), dim=0).t(), r(4, 3), r(4, 3)),
+    "cummax_cummin": (lambda x: torch.cummax(x, 1).values + torch.cummin(x, 0).values * 2
+                      + x * torch.cummax(x, -1).indices, r(4, 7)),
+    # ties: the gradient goes to the later of equal elements, as torch's
+    "cummax_cummin_ties": (lambda x: torch.cummax(x, 2).values + torch.cummin(x, 1)[0] * 3, TIES),
     "fmod_remainder": (lambda x, y: torch.fmod(x * 3, 1.5) + torch.remainder(x * 3, -1.5)
                        + torch.fmod(x, y.abs() + 0.2) + (x * 2) % (y[:1] + 0.05), r(4, 5), r(4, 5)),
     "rounded_division": (lambda x: x * torch.div(x * 7, 0.75, rounding_mode="floor")
@@ -894,3 +898,18 @@ def test_predicates_and_logical_ops_have_torchs_values():
     x = torch.tensor([1.0, nan, inf, -inf, 0.0, -0.0, -3.0, nan])
     y = torch.tensor([0.0, 1.0, 0.0, 2.0, -0.0, nan, nan, 0.0])
     assert torch.equal(wst.compile_forward(Probe())(x, y), f(x, y))
+
+
+def test_cummax_and_cummin_give_torchs_indices_at_ties_and_nans():
+    # A tie takes the later position; a NaN is carried on from the last NaN.
+    class Probe(nn.Module):
+        def forward(self, x):
+            a, b, c = torch.cummax(x, 1), torch.cummin(x, 1), torch.cummax(x, 0)
+            return torch.cat([a.values, a.indices.float(), b.values, b.indices.float(),
+                              c.values, c.indices.float()])
+
+    nan = float("nan")
+    x = torch.tensor([[1.0, 3.0, 2.0, 3.0, 5.0, 5.0, 0.0], [nan, 1.0, 2.0, nan, 0.0, 7.0, -1.0],
+                      [-2.0, -3.0, -3.0, -1.0, -5.0, 4.0, 4.0]])
+    assert torch.equal(wst.compile_forward(Probe())(x).nan_to_num(99.0),
+                       Probe()(x).nan_to_num(99.0))
