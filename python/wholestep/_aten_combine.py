@@ -7,7 +7,8 @@ import math
 
 import torch
 
-from ._aten_shape import _index
+from ._aten_math import _flip
+from ._aten_shape import _gather, _index
 from ._ir import Unsupported, aten, is_value, out_dtype
 
 _BLEND = '`torch.addcmul`, `addcdiv`, `lerp`, `logaddexp`, `sinc`, `nansum`'
@@ -76,9 +77,9 @@ def _logaddexp(b, node, x, y):
 def _sinc(b, node, x):
     """sin(pi x) / (pi x), 1 at 0 (its gradient 0 there, as torch)."""
     px = b.binary("mul", x, math.pi)
-    zero = b.binary("eq", x, 0.0)
-    safe = b.select(zero, _full_like(b, 1.0, x), px)
-    return b.select(zero, _full_like(b, 1.0, x), b.op("div", [b.unary("sin", safe), safe]))
+    zero, one = b.binary("eq", x, 0.0), _full_like(b, 1.0, x)
+    safe = b.select(zero, one, px)
+    return b.select(zero, one, b.op("div", [b.unary("sin", safe), safe]))
 
 
 @aten("nansum.default", torch=_BLEND)
@@ -93,7 +94,6 @@ def _nansum(b, node, x, dim=None, keepdim=False, dtype=None):
 @aten("rot90.default", torch=_ARRANGE)
 def _rot90(b, node, x, k=1, dims=(0, 1)):
     """k quarter turns from dims[0] towards dims[1]: flips and a swap."""
-    from ._aten_math import _flip
     rank = len(b.shape(x))
     d0, d1 = dims[0] % rank, dims[1] % rank
     perm = list(range(rank))
@@ -249,10 +249,4 @@ def _cummax(b, node, x, dim):
     record = b.select(b.op("ne", [signed, signed]), b.full(1, "bool", shape), record)
     position = b.iota("i64", shape, dim)
     at = _running(b, b.select(record, position, b.full(-1, "i64", shape)), dim, -1)
-    values = _gather_along(b, x, dim, at)
-    return values, at
-
-
-def _gather_along(b, x, dim, index):
-    from ._aten_shape import _gather
-    return _gather(b, None, x, dim, index)
+    return _gather(b, None, x, dim, at), at

@@ -4,7 +4,7 @@ with torch's formulas and gradients (the table and the builder: _ir.py)."""
 
 import numpy as np
 
-from ._aten_math import _floor, _round
+from ._aten_round import _floor, _round
 from ._aten_reduce import linspace_values
 from ._ir import Unsupported, aten
 

@@ -7,6 +7,7 @@ the values it writes undefined)."""
 
 import math
 
+from ._aten_nn import _cumsum_rows
 from ._aten_shape import _in_range, _poisoned, _positions
 from ._ir import Unsupported, aten, out_dtype
 
@@ -148,7 +149,6 @@ def _masked_scatter(b, node, x, mask, source):
     """Where mask is true, source's elements in order: the k-th true element
     takes source's k-th (a running count of the mask, then a gather; more
     true elements than source has fail the step, as torch)."""
-    from ._aten_nn import _cumsum_rows
     shape = b.shape(x)
     n, count = math.prod(shape), math.prod(b.shape(source))
     if count == 0:
