@@ -93,9 +93,10 @@ def _scatter(b, node, x, dim, index, src, accumulate):
     _aten_shape._gather reads)."""
     shape, ishape = b.shape(x), b.shape(index)
     dim = dim % max(len(shape), 1)
-    if len(ishape) != len(shape) or any(i > s for i, s in zip(ishape, shape)):
-        raise Unsupported(f"scatter with index {ishape} into {shape}: the index must have the "
-                          f"input's rank and no larger dims")
+    if len(ishape) != len(shape) or any(i > s for d, (i, s) in enumerate(zip(ishape, shape))
+                                        if d != dim):
+        raise Unsupported(f"{node.target} with index {ishape} into {shape}: the index must "
+                          f"have the input's rank and no larger dims but along dim {dim}")
     if not isinstance(src, type(x)):  # scatter.value: a number
         src = b.full(float(src), b.dtype(x), ishape)
     sshape = b.shape(src)

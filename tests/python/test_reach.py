@@ -400,6 +400,10 @@ MATH_CASES = {
                         r(4, 2)),
     "scatter_add_repeated": (lambda x, v: x.scatter_add(
         1, torch.tensor([[0, 1], [2, 2], [1, 0]]), v), r(3, 4), r(3, 2)),
+    # more messages than nodes (a graph network's aggregation): the index
+    # longer than the input along the dim
+    "scatter_add_many_into_few": (lambda x, v: x.scatter_add(
+        0, torch.tensor([2, 0, 2, 1, 0, 2, 2]), v), r(3), r(7)),
     "scatter_src_and_value": (lambda x, v: x.scatter(
         0, torch.tensor([[2, 0, 1, 0]]), v) + x.scatter(1, torch.tensor([[3], [0], [1]]), 0.5),
         r(3, 4), r(1, 4)),
