@@ -130,6 +130,10 @@ Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());
 // backward gives it: y = x + layer_norm(x) over one element gets exactly
 // y's gradient, the normalization's two opposite terms cancelling first.
 Tensor identity(const Tensor& x, Loc loc = Loc::current());
+// `value` itself; the gradient reaching it goes whole to `via` (of the same
+// shape and dtype), none to `value`: a composite's value from one formula,
+// its gradient from another.
+Tensor straight_through(const Tensor& value, const Tensor& via, Loc loc = Loc::current());
 // a to the power e, elementwise; pow(a, b) with a tensor exponent broadcasts.
 Tensor pow(const Tensor& a, double exponent, Loc loc = Loc::current());
 // a @ b over the last two dims, with either operand transposed first. Leading

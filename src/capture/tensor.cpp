@@ -107,6 +107,9 @@ Tensor rsqrt(const Tensor& x, Loc loc) { return apply(Op::rsqrt, {&x}, {}, loc);
 Tensor erf(const Tensor& x, Loc loc) { return apply(Op::erf, {&x}, {}, loc); }
 Tensor stop_gradient(const Tensor& x, Loc loc) { return apply(Op::stop_gradient, {&x}, {}, loc); }
 Tensor identity(const Tensor& x, Loc loc) { return apply(Op::identity, {&x}, {}, loc); }
+Tensor straight_through(const Tensor& value, const Tensor& via, Loc loc) {
+  return apply(Op::straight_through, {&value, &via}, {}, loc);
+}
 Tensor expm1(const Tensor& x, Loc loc) { return apply(Op::expm1, {&x}, {}, loc); }
 Tensor log1p(const Tensor& x, Loc loc) { return apply(Op::log1p, {&x}, {}, loc); }
 Tensor sin(const Tensor& x, Loc loc) { return apply(Op::sin, {&x}, {}, loc); }

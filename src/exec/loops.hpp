@@ -55,6 +55,9 @@ void select_range(const uint8_t* c, const T* a, const T* b, T* y, int64_t sc, in
       const T v = b[i];
       y[i] = c[i] ? u : v;
     }
+  } else if (sc) {
+    const T u = *a, v = *b;
+    for (int64_t i = lo; i < hi; ++i) y[i] = c[i] ? u : v;
   } else {
     for (int64_t i = lo; i < hi; ++i) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
   }

@@ -121,7 +121,8 @@ const Composite kTable[] = {
   {"log_sigmoid", "x", "", "y", "log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))",
    [](In in, A, Loc loc) -> Out { return {log_sigmoid(in[0], loc)}; }},
   {"log_softmax", "x", "axis:int", "y",
-   "x - log(sum(exp(x))) along axis, the max subtracted first (no gradient through it)",
+   "x - log(sum(exp(x))) along axis, the max subtracted first; where the max's p is above "
+   "1/2, its gradient takes 1 - p as the other terms' sum (exact at a saturated softmax)",
    [](In in, A a, Loc loc) -> Out { return {log_softmax(in[0], a.i64("axis"), loc)}; }},
   {"mean", "x", "axes:ints keepdim:int=0", "y", "the sum over axes divided by their size",
    [](In in, A a, Loc loc) -> Out {

@@ -44,11 +44,46 @@ Tensor shifted(const Tensor& x, int64_t axis, Loc loc) {
   return sub(x, stop_gradient(max(x, {axis}, loc), loc).reshape(kept(x, axis), loc), loc);
 }
 
+// x - max - log(sum e^(x - max)) along axis, its gradient formed in one of
+// two ways, chosen per row. Where the row's exponentials sum to 2 or more
+// (no probability above 1/2): g - p sum(g). Where they sum to less than 2,
+// one element m is the maximum with p_m > 1/2, and g_m - p_m sum(g) would
+// take 1 - p_m from p_m (at a saturated softmax, p_m within 1e-12 of 1,
+// only 4 digits would stay). There the log of the sum is log1p(rest), rest
+// the other elements' exponentials, and m's gradient is formed as
+// (g_m - sum(g)) + sum(g) rest / (1 + rest), its first term summed on its
+// own (through an identity): under a cross-entropy's gradient, one
+// element, it is exactly 0, and the second keeps every digit. The same form
+// in every row would round worse (a row of a thousand equal logits:
+// -sum(g) + sum(g) 0.999). The terms sent to m are per-row values, so the
+// backward is one pass over the elements after sum(g), as the plain form's.
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
   axis = norm_axis(x, axis, "log_softmax", loc);
-  Tensor s = shifted(x, axis, loc);
-  Tensor lse = log(sum(exp(s, loc), {axis}, loc), loc).reshape(kept(x, axis), loc);
-  return sub(s, lse, loc);
+  const Shape k = kept(x, axis);
+  const DType dt = x.dtype();
+  Tensor zero = Tensor::scalar(0.0, dt);
+  Tensor top = stop_gradient(max(x, {axis}, loc), loc).reshape(k, loc);
+  Tensor s = sub(x, top, loc);
+  Tensor e = exp(s, loc);
+  Tensor total = sum(e, {axis}, loc).reshape(k, loc);
+  Tensor saturated = lt(total, Tensor::scalar(2.0, dt), loc);
+  // In a saturated row every element but m has its exponential below 1, as
+  // their sum is; other rows do not read `below`.
+  Tensor below = lt(e, Tensor::scalar(1.0, dt), loc);
+  Tensor rest = sum(where(below, e, zero, loc), {axis}, loc).reshape(k, loc);
+  Tensor lse = where(saturated, log1p(rest, loc), log(total, loc), loc);
+  // v's value at m (in a saturated row), the gradient reaching it sent to m.
+  auto at_top = [&](const Tensor& v) {
+    return sum(where(below, zero, v, loc), {axis}, loc).reshape(k, loc);
+  };
+  // Value 0; a gradient G reaching it gives m G rest / (1 + rest).
+  Tensor share =
+      stop_gradient(where(saturated, div(rest, add(rest, 1.0, loc), loc), zero, loc), loc);
+  Tensor to_top = straight_through(broadcast_to(zero, k, loc), mul(share, at_top(x), loc), loc);
+  // s's value; its gradient own's, and in a saturated row -sum(g) sent to m.
+  Tensor own = identity(x, loc);
+  Tensor shifted = straight_through(s, sub(own, where(saturated, at_top(own), top, loc), loc), loc);
+  return sub(shifted, sub(lse, to_top, loc), loc);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
