@@ -52,11 +52,15 @@ def _lerp(b, node, a, z, weight):
 
 @aten("logaddexp.default", torch=_BLEND)
 def _logaddexp(b, node, x, y):
+    """log(e^x + e^y): _log_add_exp in the result's dtype."""
+    return _log_add_exp(b, x, y, out_dtype(node))
+
+
+def _log_add_exp(b, x, y, dtype):
     """log(e^x + e^y): torch's value, m + log1p(e^-|x - y|) (x itself where
     both are the same infinity), and torch's gradient, e^(x - result) to x
     (a half each at x = y), through log(e^(x - m) + e^(y - m)) + m, m the
     larger held out of the gradient."""
-    dtype = out_dtype(node)
     m = b.binary("maximum", x, y, dtype)
     shape = b.shape(m)
     xb, yb = b.broadcast(b.convert(x, dtype), shape), b.broadcast(b.convert(y, dtype), shape)
@@ -227,6 +231,26 @@ def _running(b, x, dim, fill):
     n, k = b.shape(x)[dim], 1
     while k < n:
         x = b.op("maximum", [x, _shifted(b, x, dim, k, fill)])
+        k *= 2
+    return x
+
+
+@aten("logcumsumexp.default", torch="`torch.logcumsumexp`")
+def _logcumsumexp(b, node, x, dim):
+    """The running log(sum(e^x)) along dim by doubling spans (log2(n)
+    steps, each the log-add-exp of the values and those 2^s places before,
+    -inf before the start), with log-add-exp's value and gradient; torch's
+    kernel adds one element at a time, so the roundings differ, each within
+    a few of the value (and a start of -inf gets NaN gradients, as torch's)."""
+    if b.dtype(x) not in ("f32", "f64"):
+        raise Unsupported(f"logcumsumexp of {b.dtype(x)} (only of floating-point tensors)")
+    shape = b.shape(x)
+    if not shape:
+        return x
+    dim %= len(shape)
+    n, k = shape[dim], 1
+    while k < n:
+        x = _log_add_exp(b, x, _shifted(b, x, dim, k, -math.inf), b.dtype(x))
         k *= 2
     return x
 

@@ -8,6 +8,7 @@ from ._ir import Unsupported, along, aten, out_dtype
 
 # What each translation covers, for the support table (_support.py).
 _PRODUCTS = '`nn.Linear`, `x @ w`, `torch.mm`, `torch.bmm`'
+_VECTOR_PRODUCTS = '`torch.mv`, `torch.dot`, `torch.addmv`, `x @ v` with a vector `v`'
 _CONVOLUTIONS = (
     '`nn.Conv1d`, `nn.Conv2d`, `nn.Conv3d`, `nn.ConvTranspose1d`, `nn.ConvTranspose2d`, '
     '`nn.ConvTranspose3d` (stride, padding, dilation, groups, output padding)')
@@ -26,9 +27,28 @@ def _mm(b, node, x, y):
     return b.matmul(x, y)
 
 
+@aten("mv.default", torch=_VECTOR_PRODUCTS)
+def _mv(b, node, x, v):
+    """[m, k] @ [k]: a product with v as a column."""
+    (k,) = b.shape(v)
+    return b.reshape(b.matmul(x, b.reshape(v, [k, 1])), b.shape(x)[:1])
+
+
+@aten("dot.default", "vdot.default", torch=_VECTOR_PRODUCTS)
+def _dot(b, node, x, y):
+    """[k] . [k] (vdot: of real tensors the same): a row times a column."""
+    (k,) = b.shape(x)
+    return b.reshape(b.matmul(b.reshape(x, [1, k]), b.reshape(y, [k, 1])), [])
+
+
+@aten("addmv.default", torch=_VECTOR_PRODUCTS)
+def _addmv(b, node, bias, x, v, beta=1, alpha=1):
+    return _addmm(b, node, bias, x, v, beta, alpha, product=_mv)
+
+
 @aten("addmm.default", torch=_PRODUCTS)
-def _addmm(b, node, bias, x, y, beta=1, alpha=1):
-    prod = b.matmul(x, y)
+def _addmm(b, node, bias, x, y, beta=1, alpha=1, product=None):
+    prod = b.matmul(x, y) if product is None else product(b, node, x, y)
     if alpha != 1:
         prod = b.binary("mul", prod, float(alpha))
     if beta != 1:

@@ -441,6 +441,16 @@ MATH_CASES = {
                       + x * torch.cummax(x, -1).indices, r(4, 7)),
     # ties: the gradient goes to the later of equal elements, as torch's
     "cummax_cummin_ties": (lambda x: torch.cummax(x, 2).values + torch.cummin(x, 1)[0] * 3, TIES),
+    # matrix-vector products: x @ v with a 1-d v is torch.mv
+    "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
+                        + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]
+                        + torch.vdot(y[0], y[2]), r(4, 5), r(3, 5)),
+    # a row longer than a power of two, a -inf inside a row (its gradient 0),
+    # large values (exp would overflow), along each dim
+    "logcumsumexp": (lambda x: torch.logcumsumexp(x * 3, 1)
+                     + torch.logcumsumexp(x * 200 + torch.tensor([0.0, -math.inf, 0, 0, 0, 0, 0]),
+                                          1) * 0.01
+                     + torch.logcumsumexp(x, 0) * 2, r(4, 7)),
     "fmod_remainder": (lambda x, y: torch.fmod(x * 3, 1.5) + torch.remainder(x * 3, -1.5)
                        + torch.fmod(x, y.abs() + 0.2) + (x * 2) % (y[:1] + 0.05), r(4, 5), r(4, 5)),
     "rounded_division": (lambda x: x * torch.div(x * 7, 0.75, rounding_mode="floor")
