@@ -149,6 +149,46 @@ def _unlink_fake_values(gm):
                 v.__dict__.pop(proxy_tensor.proxy_slot, None)
 
 
+def _functional(overload):
+    """The overload of `overload`'s op that takes its arguments but `out`
+    and returns a new tensor, or None."""
+    args = [a for a in overload._schema.arguments if a.name != "out"]
+    packet = overload.overloadpacket
+    for name in packet.overloads():
+        other = getattr(packet, name)
+        schema = other._schema
+        if schema.is_mutable or len(schema.arguments) != len(args):
+            continue
+        if all(a.name == b.name and str(a.type) == str(b.type)
+               for a, b in zip(schema.arguments, args)):
+            return other
+    return None
+
+
+def _out_variants_as_writes(gm):
+    """Each `op(..., out=t)` (F.normalize(..., out=v) in spectral norm's
+    power iteration) as t.copy_(op(...)): the op's functional overload,
+    then an in-place write, which the importer takes as every other."""
+    for node in list(gm.graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
+                or "out" not in node.kwargs:
+            continue
+        functional = _functional(target)
+        if functional is None:
+            continue  # the importer names the op it does not take
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "out"}
+        with gm.graph.inserting_before(node):
+            value = gm.graph.call_function(functional, node.args, kwargs)
+            write = gm.graph.call_function(torch.ops.aten.copy_.default,
+                                           (node.kwargs["out"], value))
+        for new in (value, write):
+            new.meta = dict(node.meta)
+        node.replace_all_uses_with(write)
+        gm.graph.erase_node(node)
+    gm.recompile()
+
+
 def trace(model, params, buffers, fn, examples):
     """``fn(model_call, *examples)`` as a GraphModule over (params, buffers,
     *examples), where ``model_call(*inputs)`` runs the model with the given
@@ -184,7 +224,7 @@ def trace(model, params, buffers, fn, examples):
         # records as not requiring gradients is then what the model's own
         # code chose (torch.no_grad() inside its forward; _grad_flow.py).
         with _tagging(where), torch.enable_grad(), traceable(), \
-                _guards.weight_norm_attributes_kept(model):
+                _guards.reparametrized_attributes_kept(model):
             try:
                 gm = make_fx(program, tracing_mode="fake")(params, buffers, *examples)
             except Exception as e:
@@ -193,6 +233,7 @@ def trace(model, params, buffers, fn, examples):
                 raise _C.Error(f"tracing the model failed: {type(e).__name__}: {e}"
                                f"{_failure_site(where, e)}") from e
     _unlink_fake_values(gm)
+    _out_variants_as_writes(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(names) + len(examples):
         raise _C.Error(

@@ -173,7 +173,7 @@ def _as(model, opt, dtype):
     """Copies of `model` and `opt`, the model's floating-point tensors in
     `dtype` (None: as they are)."""
     for module in model.modules():  # torch cannot deepcopy the attribute a forward left
-        _guards.refresh_weight_norm(module)
+        _guards.refresh_reparametrized(module)
     m = copy.deepcopy(model)
     if dtype is not None:
         m = m.to(dtype)

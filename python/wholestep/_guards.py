@@ -11,6 +11,7 @@ import threading
 import weakref
 
 import torch
+from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
 from . import _C
@@ -60,6 +61,12 @@ def check_autocast(who):
 _TORCH_ATTRS = frozenset(torch.nn.Module().__dict__) - {"training"}
 _SCALARS = frozenset((bool, int, float, str, type(None)))
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+# The pre-hooks a trace takes: each sets a module attribute (the weight) to
+# a function of the module's parameters and buffers, computed by tensor
+# ops the trace records, so the step runs them at every call as eager's
+# forward does (spectral norm's power iteration, which updates its u and v
+# buffers in place in training, included).
+_REPARAMETRIZATIONS = (WeightNorm, SpectralNorm)
 
 
 def _plain(v):
@@ -76,9 +83,10 @@ def model_view(model, who, training=True):
     BatchNorm.momentum and eps, a user's flags), which a trace freezes; a
     change must trace again. Raises an Error for a module with a hook: a
     hook would run once, on the tracer's fake tensors; but for
-    nn.utils.weight_norm's, a function of the parameters the trace
-    records, whose attribute (g v / |v|) is set here from the parameters
-    the call starts from, as eager's forward sets it. `training` False:
+    nn.utils.weight_norm's and nn.utils.spectral_norm's
+    (_REPARAMETRIZATIONS), whose attribute is set here from the
+    parameters and buffers the call starts from (refresh_reparametrized).
+    `training` False:
     without the modules' train/eval flags."""
     state, params, buffers = [], [], []
     seen_modules, seen_params, seen_buffers = set(), set(), set()
@@ -90,9 +98,9 @@ def model_view(model, who, training=True):
         seen_modules.add(m)
         d = m.__dict__
         if d["_forward_hooks"] or d["_backward_hooks"] or any(
-                not isinstance(h, WeightNorm) for h in d["_forward_pre_hooks"].values()):
+                not isinstance(h, _REPARAMETRIZATIONS) for h in d["_forward_pre_hooks"].values()):
             _hook_error(model, m, who)
-        refresh_weight_norm(m)
+        refresh_reparametrized(m)
         state.append(type(m))
         state.append(tuple([(k, v) for k, v in d.items()
                             if k not in _TORCH_ATTRS and _plain(v)
@@ -110,30 +118,44 @@ def model_view(model, who, training=True):
     return tuple(state), params, buffers
 
 
-def refresh_weight_norm(module):
-    """A weight-normed module's attribute (g v / |v|) computed from its
-    parameters as they are, as eager's forward sets it, without gradient
-    (a tensor deepcopy can copy)."""
+def refresh_reparametrized(module):
+    """A weight-normed or spectral-normed module's attribute computed from
+    its parameters and buffers as they are, without gradient (a tensor
+    deepcopy can copy): weight norm's g v / |v|; spectral norm's weight over
+    its largest singular value estimated from u and v as they are, without
+    the power iteration, which the next forward runs."""
     for h in module._forward_pre_hooks.values():
         if isinstance(h, WeightNorm):
             with torch.no_grad():
                 setattr(module, h.name, h.compute_weight(module))
+        elif isinstance(h, SpectralNorm):
+            with torch.no_grad():
+                setattr(module, h.name, h.compute_weight(module, do_power_iteration=False))
 
 
-def weight_norms(model):
-    """(module, attribute name) of every nn.utils.weight_norm on `model`:
-    a pre-hook that sets the attribute to g v / |v| from its parameters
-    before each forward, a function of the parameters the trace records
-    (the only hook a step or forward takes)."""
+def refresh_spectral_norms(model):
+    """After a step, each spectral-normed module's attribute from the
+    parameters and the u and v the step's power iteration left: the weight
+    the next forward starts from (eager's attribute holds the weight its
+    forward used, before the update; the u and v are the same)."""
+    for m in model.modules():
+        if any(isinstance(h, SpectralNorm) for h in m._forward_pre_hooks.values()):
+            refresh_reparametrized(m)
+
+
+def reparametrizations(model):
+    """(module, attribute name) of every nn.utils.weight_norm and
+    nn.utils.spectral_norm on `model` (_REPARAMETRIZATIONS: the only hooks
+    a step or forward takes)."""
     return [(m, h.name) for m in model.modules() for h in m._forward_pre_hooks.values()
-            if isinstance(h, WeightNorm)]
+            if isinstance(h, _REPARAMETRIZATIONS)]
 
 
 @contextlib.contextmanager
-def weight_norm_attributes_kept(model):
-    """The weight-normed modules' computed attributes as they were before
+def reparametrized_attributes_kept(model):
+    """The reparametrized modules' computed attributes as they were before
     the block: a trace leaves its own tensors there."""
-    kept = [(m, name, m.__dict__.get(name)) for m, name in weight_norms(model)]
+    kept = [(m, name, m.__dict__.get(name)) for m, name in reparametrizations(model)]
     try:
         yield
     finally:

@@ -232,6 +232,7 @@ class TrainStep:
                     loss, norm, updated, loss_dtype = self._run(key, data, params, buffers)
                 finally:
                     _guards.restore_torch_threads(threads)
+                _guards.refresh_spectral_norms(self.model)
             step_count = self._stepped
             calls = self._accumulation.calls
         if self._opt.error_if_nonfinite and norm is not None and not math.isfinite(norm):

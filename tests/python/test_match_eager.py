@@ -83,6 +83,7 @@ ONE_OPTIMIZER = {"gpt_masked_fill": "adamw", "unet": "sgd_nesterov_wd",
                  "audio_conv1d": "adam", "groupnorm_silu": "sgd_nesterov_wd",
                  "char_lstm": "adam", "char_gru": "adamw", "char_rnn": "sgd_nesterov_wd",
                  "speech_ctc": "adam", "spatial_transformer": "adamw",
+                 "sn_discriminator": "adam",
                  "resnet18": "sgd_nesterov_wd", "mobilenet_v2": "adam"}
 CASES = [(name, opt) for name in MODELS for opt in OPTIMIZERS
          if ONE_OPTIMIZER.get(name, opt) == opt]

@@ -172,6 +172,27 @@ class SpatialTransformer(nn.Module):
         return self.classify(F.grid_sample(x, grid, align_corners=False))
 
 
+class SNDiscriminator(nn.Module):
+    """A GAN discriminator as SNGAN writes it: every convolution and the
+    head spectrally normalized (nn.utils.spectral_norm: in each training
+    forward a power iteration updates the buffers u and v in place, then the
+    weight is divided by its estimated largest singular value), one with two
+    iterations, one transposed (normalized along dim 1), LeakyReLU."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        sn = nn.utils.spectral_norm
+        self.body = nn.Sequential(
+            sn(nn.Conv2d(3, 16, 3, 1, 1)), nn.LeakyReLU(0.1),
+            sn(nn.Conv2d(16, 32, 4, 2, 1), n_power_iterations=2), nn.LeakyReLU(0.1),
+            sn(nn.ConvTranspose2d(32, 16, 4, 2, 1)), nn.LeakyReLU(0.1),
+            nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.head = sn(nn.Linear(64, classes))
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
 class SpeechCTC(nn.Module):
     """A speech recognizer as CTC tutorials write it: Conv1d features over
     a spectrogram [N, F, T], BatchNorm1d, a bidirectional GRU, per-frame
@@ -257,6 +278,7 @@ MODELS = {
     "char_rnn": (lambda: CharRNN("RNN"), _tokens, lm_loss),
     "speech_ctc": (SpeechCTC, _utterances, ctc_loss),
     "spatial_transformer": (SpatialTransformer, _images(4, 20), F.cross_entropy),
+    "sn_discriminator": (SNDiscriminator, _images(4, 16), F.cross_entropy),
 }
 
 OPTIMIZERS = {
