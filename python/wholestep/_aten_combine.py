@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ._aten_math import _flip
+from ._aten_math import _flip, _scan
 from ._aten_shape import _gather, _index
 from ._ir import Unsupported, aten, is_value, out_dtype
 
@@ -215,24 +215,9 @@ def _cross(b, node, x, y, dim=-1):
     return b.op("concat", [term(1, 2), term(2, 0), term(0, 1)], axis=dim)
 
 
-def _shifted(b, x, dim, k, fill):
-    """x moved k places along dim, the first k filled with `fill`."""
-    shape = b.shape(x)
-    pad = list(shape)
-    pad[dim] = k
-    head = b.full(fill, b.dtype(x), pad)
-    body = b.op("slice", [x], axis=dim, start=0, end=shape[dim] - k)
-    return b.op("concat", [head, body], axis=dim)
-
-
 def _running(b, x, dim, fill):
-    """The running maximum along dim: log2(n) steps, each the maximum of
-    the values and the values 2^s places before (a NaN carried on)."""
-    n, k = b.shape(x)[dim], 1
-    while k < n:
-        x = b.op("maximum", [x, _shifted(b, x, dim, k, fill)])
-        k *= 2
-    return x
+    """The running maximum along dim (_scan: a NaN carried on)."""
+    return _scan(b, x, dim, fill, lambda u, v: b.op("maximum", [u, v]))
 
 
 @aten("logcumsumexp.default", torch="`torch.logcumsumexp`")
@@ -247,12 +232,8 @@ def _logcumsumexp(b, node, x, dim):
     shape = b.shape(x)
     if not shape:
         return x
-    dim %= len(shape)
-    n, k = shape[dim], 1
-    while k < n:
-        x = _log_add_exp(b, x, _shifted(b, x, dim, k, -math.inf), b.dtype(x))
-        k *= 2
-    return x
+    return _scan(b, x, dim % len(shape), -math.inf,
+                 lambda u, v: _log_add_exp(b, u, v, b.dtype(x)))
 
 
 @aten("cummax.default", "cummin.default", torch='`torch.cummax`, `torch.cummin`')

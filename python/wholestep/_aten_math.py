@@ -132,25 +132,37 @@ def _prod_dim(b, node, x, dim, keepdim=False, dtype=None):
     return y if keepdim else b.reshape(y, out_shape(node))
 
 
+def _shifted(b, x, dim, k, fill):
+    """x moved k places along dim, the first k filled with `fill`."""
+    shape = b.shape(x)
+    pad = list(shape)
+    pad[dim] = k
+    head = b.full(fill, b.dtype(x), pad)
+    body = b.op("slice", [x], axis=dim, start=0, end=shape[dim] - k)
+    return b.op("concat", [head, body], axis=dim)
+
+
+def _scan(b, x, dim, fill, combine):
+    """A running combination along dim by doubling spans (Hillis-Steele):
+    log2(n) steps, each combine(values, the values 2^s places before,
+    `fill` before the start), so that each element combines every element
+    up to it."""
+    n, k = b.shape(x)[dim], 1
+    while k < n:
+        x = combine(x, _shifted(b, x, dim, k, fill))
+        k *= 2
+    return x
+
+
 @aten("cumprod.default", torch=_PRODUCTS)
 def _cumprod(b, node, x, dim, dtype=None):
-    """Running products by doubling spans (Hillis-Steele): after the step of
-    span s each element is the product of the s·2 elements ending at it.
-    Only multiplications, so the gradient is exact with zeros (torch's)."""
+    """Running products (_scan). Only multiplications, so the gradient is
+    exact with zeros (torch's)."""
     x = b.convert(x, out_dtype(node))
     shape = b.shape(x)
     if not shape:
         return x
-    dim %= len(shape)
-    n, span = shape[dim], 1
-    while span < n:
-        ones = list(shape)
-        ones[dim] = span
-        before = b.op("concat", [b.full(1.0, b.dtype(x), ones),
-                                 b.op("slice", [x], axis=dim, start=0, end=n - span)], axis=dim)
-        x = b.op("mul", [x, before])
-        span *= 2
-    return x
+    return _scan(b, x, dim % len(shape), 1.0, lambda u, v: b.op("mul", [u, v]))
 
 
 # ---------------------------------------------------------------- sorting
