@@ -15,7 +15,7 @@ _CONVOLUTIONS = (
 _BATCH_NORM = ('`nn.BatchNorm1d`, `nn.BatchNorm2d`, `nn.BatchNorm3d`, `nn.InstanceNorm1d`, '
                '`nn.InstanceNorm2d` (`affine`, `track_running_stats`)')
 _BATCH_NORM_LIMITS = 'running statistics updated in place'
-_MAX_POOL = '`nn.MaxPool1d`, `nn.MaxPool2d` (`ceil_mode`)'
+_MAX_POOL = '`nn.MaxPool1d`, `nn.MaxPool2d` (`ceil_mode`, `dilation`)'
 _AVG_POOL = '`nn.AvgPool2d` (`ceil_mode`, `count_include_pad`, `divisor_override`)'
 
 
@@ -143,7 +143,7 @@ def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, out
 # ---------------------------------------------------------------- pooling
 
 
-@aten("max_pool2d_with_indices.default", torch=_MAX_POOL, limits='no dilation')
+@aten("max_pool2d_with_indices.default", torch=_MAX_POOL)
 def _max_pool2d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     out = b.composite("max_pool2d", x, kernel=list(kernel), stride=list(stride),
                       padding=list(padding), dilation=list(dilation), ceil_mode=int(ceil_mode))

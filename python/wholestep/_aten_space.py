@@ -145,7 +145,6 @@ def _col2im(b, node, cols, output_size, kernel_size, dilation, padding, stride):
 
 _VOLUME = ('`nn.MaxPool3d`, `nn.AvgPool3d`, `nn.AdaptiveAvgPool3d` (video models), '
            '`nn.LocalResponseNorm`')
-_VOLUME_LIMITS = ('pooling dilated in depth only (as 2-d pooling, not in height or width)')
 
 
 def _triple(v):
@@ -188,20 +187,18 @@ def _from_planes(b, y, n, out_d):
     return b.transpose(b.reshape(y, [n, out_d, c, h, w]), [0, 2, 1, 3, 4])
 
 
-@aten("max_pool3d_with_indices.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
+@aten("max_pool3d_with_indices.default", torch=_VOLUME)
 def _max_pool3d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     kernel = _triple(kernel)
     stride = _triple(stride) if stride else kernel
     padding, dilation = _triple(padding), _triple(dilation)
-    if dilation[1:] != [1, 1]:
-        raise Unsupported(f"max_pool3d dilated in height or width (dilation {dilation})")
     out_d = _pool_size(b.shape(x)[2], kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
     planes, _ = _depth_slices(b, x, kernel[0], stride[0], padding[0], dilation[0], -math.inf,
                               out_d)
     best = None
     for plane in planes:
         y = b.composite("max_pool2d", plane, kernel=kernel[1:], stride=stride[1:],
-                        padding=padding[1:], ceil_mode=int(ceil_mode))
+                        padding=padding[1:], dilation=dilation[1:], ceil_mode=int(ceil_mode))
         # a later offset wins only when strictly larger: the first maximum
         best = y if best is None else b.select(b.op("gt", [y, best]), y, best)
     return _from_planes(b, best, b.shape(x)[0], out_d), None
@@ -220,7 +217,7 @@ def _window_sizes(n, k, s, p, out, count_include_pad):
     return sizes
 
 
-@aten("avg_pool3d.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
+@aten("avg_pool3d.default", torch=_VOLUME)
 def _avg_pool3d(b, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
     kernel = _triple(kernel)
@@ -255,7 +252,7 @@ def _avg_pool3d(b, node, x, kernel, stride=(), padding=(0,), ceil_mode=False,
     return b.op("div", [sums, b.broadcast(div, b.shape(sums))])
 
 
-@aten("_adaptive_avg_pool3d.default", torch=_VOLUME, limits=_VOLUME_LIMITS)
+@aten("_adaptive_avg_pool3d.default", torch=_VOLUME)
 def _adaptive_avg_pool3d(b, node, x, output_size):
     n, c, d, h, w = b.shape(x)
     out = _triple(output_size)

@@ -133,7 +133,8 @@ const Composite kTable[] = {
      return {y.reshape(s, loc)};
    }},
   {"max_pool2d", "x", "kernel:ints stride:ints=[] padding:ints=[0] dilation:ints=[1] ceil_mode:int=0",
-   "y", "max of each window of x [N, C, H, W] as torch's MaxPool2d, ceil_mode included",
+   "y", "max of each window of x [N, C, H, W] as torch's MaxPool2d, ceil_mode and dilation "
+   "included",
    [](In in, A a, Loc loc) -> Out { return {max_pool2d(in[0], pool_options(a), loc)}; }},
   {"mish", "x", "", "y", "x tanh(softplus(x))",
    [](In in, A, Loc loc) -> Out { return {mish(in[0], loc)}; }},

@@ -3,9 +3,12 @@
 // reads rows and columns appended to the input, -inf for max; average
 // pooling whose divisor the IR op cannot express (ceil_mode's clipped last
 // window, divisor_override) sums each window by a depthwise convolution
-// with ones and divides by the divisor of each window.
+// with ones and divides by the divisor of each window. Dilated max pooling
+// gathers each window position's elements and keeps the maximum as torch's
+// kernel scans a window.
 #include <algorithm>
 #include <limits>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -25,18 +28,18 @@ std::vector<int64_t> pair(const std::vector<int64_t>& v, const char* what, const
 }
 
 struct Axis {
-  int64_t n, k, s, p;
+  int64_t n, k, s, p, d;
   int64_t out = 0, extra = 0;  // windows; elements appended for ceil_mode
 };
 
-// torch's output size: floor or ceil of (n + 2p - k) / s, plus one, the
-// last window starting inside the input or its left padding.
-Axis axis_geometry(int64_t n, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
-  Axis a{n, k, s, p};
-  const int64_t span = n + 2 * p - k;
+// torch's output size: floor or ceil of (n + 2p - d (k - 1) - 1) / s, plus
+// one, the last window starting inside the input or its left padding.
+Axis axis_geometry(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  Axis a{n, k, s, p, d};
+  const int64_t reach = d * (k - 1) + 1, span = n + 2 * p - reach;
   a.out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   if (ceil_mode && (a.out - 1) * s >= n + p) --a.out;
-  a.extra = std::max<int64_t>(0, (a.out - 1) * s + k - (n + 2 * p));
+  a.extra = std::max<int64_t>(0, (a.out - 1) * s + reach - (n + 2 * p));
   return a;
 }
 
@@ -52,18 +55,19 @@ Geometry geometry(const Tensor& x, const Pool2dOptions& o, const char* what, con
   const auto s = o.stride.empty() ? k : pair(o.stride, "stride", x, loc);
   const auto p = pair(o.padding, "padding", x, loc);
   const auto d = pair(o.dilation, "dilation", x, loc);
-  if (d != std::vector<int64_t>{1, 1})
+  if (d != std::vector<int64_t>{1, 1} && std::string_view(what) != "max_pool2d")
     throw Error(fmt::format("{}: dilation [{}] is not supported (only 1){}", what,
                             fmt::join(d, ","), at(SourceLoc::from(loc))));
   for (int i = 0; i < 2; ++i)
-    if (k[i] < 1 || s[i] < 1 || p[i] < 0 || 2 * p[i] > k[i] || x.size(2 + i) + 2 * p[i] < k[i])
+    if (k[i] < 1 || s[i] < 1 || p[i] < 0 || d[i] < 1 || 2 * p[i] > k[i] ||
+        x.size(2 + i) + 2 * p[i] < d[i] * (k[i] - 1) + 1)
       throw Error(
-          fmt::format("{}: kernel [{}], stride [{}] and padding [{}] do not fit input {} "
-                      "(padding at most half the kernel){}",
-                      what, fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","), x.str(),
-                      at(SourceLoc::from(loc))));
-  return {axis_geometry(x.size(2), k[0], s[0], p[0], o.ceil_mode),
-          axis_geometry(x.size(3), k[1], s[1], p[1], o.ceil_mode)};
+          fmt::format("{}: kernel [{}], stride [{}], padding [{}] and dilation [{}] do not fit "
+                      "input {} (padding at most half the kernel){}",
+                      what, fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","),
+                      fmt::join(d, ","), x.str(), at(SourceLoc::from(loc))));
+  return {axis_geometry(x.size(2), k[0], s[0], p[0], d[0], o.ceil_mode),
+          axis_geometry(x.size(3), k[1], s[1], p[1], d[1], o.ceil_mode)};
 }
 
 // x with `extra` elements of `value` appended to dim `axis`.
@@ -74,10 +78,68 @@ Tensor extend(const Tensor& x, int64_t axis, int64_t extra, double value, const 
   return concat({x, broadcast_to(Tensor::scalar(value, x.dtype()), s, loc)}, axis, loc);
 }
 
+// Along one axis, the padded input's position each window's tap `t` reads,
+// and whether that position is in the input.
+std::vector<int64_t> tap_positions(const Axis& a, int64_t t) {
+  std::vector<int64_t> at;
+  for (int64_t w = 0; w < a.out; ++w) at.push_back(w * a.s + t * a.d);
+  return at;
+}
+bool in_input(const Axis& a, int64_t padded_position) {
+  return padded_position >= a.p && padded_position < a.p + a.n;
+}
+
+// Max pooling with dilation: each tap of the windows (one element of each)
+// gathered from x padded with -inf, and kept as torch's kernel scans a
+// window, in order: a tap in the input replaces the maximum so far where
+// it is larger or NaN, or where no tap in the input came before; a tap in
+// the padding never. So the value and the element the gradient goes to
+// are torch's: the first maximum, the last NaN, the window's first element
+// in the input when all are -inf.
+Tensor dilated_max_pool2d(const Tensor& x, const Geometry& g, Loc loc) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Axis &h = g.h, &w = g.w;
+  Tensor in = pad(x, {w.p, w.p + w.extra, h.p, h.p + h.extra}, PadMode::constant, -inf, loc);
+  Tensor best;
+  // Per window, whether a tap in the input has been kept yet.
+  std::vector<bool> kept(size_t(h.out * w.out), false);
+  const auto mask = [&](const std::vector<double>& m) {
+    return gt(Tensor::from_vector(m, {h.out, w.out}), Tensor::scalar(0.5, DType::f64), loc);
+  };
+  for (int64_t i = 0; i < h.k; ++i) {
+    const std::vector<int64_t> rows = tap_positions(h, i);
+    Tensor tap_rows = take(in, 2, rows, loc);
+    for (int64_t j = 0; j < w.k; ++j) {
+      const std::vector<int64_t> cols = tap_positions(w, j);
+      Tensor tap = take(tap_rows, 3, cols, loc);
+      // always: in the input, none kept before; compare: in the input after one
+      std::vector<double> always, compare;
+      for (int64_t r = 0; r < h.out; ++r)
+        for (int64_t c = 0; c < w.out; ++c) {
+          const bool inside = in_input(h, rows[size_t(r)]) && in_input(w, cols[size_t(c)]);
+          const size_t at = size_t(r * w.out + c);
+          always.push_back(inside && !kept[at]);
+          compare.push_back(inside && kept[at]);
+          kept[at] = kept[at] || inside;
+        }
+      if (!best.defined()) {
+        best = tap;
+        continue;
+      }
+      Tensor wins = where(ne(tap, tap, loc), ne(tap, tap, loc), gt(tap, best, loc), loc);
+      Tensor replaces =
+          where(mask(always), mask(always), where(mask(compare), wins, mask(compare), loc), loc);
+      best = where(replaces, tap, best, loc);
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
   const Geometry g = geometry(x, o, "max_pool2d", loc);
+  if (g.h.d != 1 || g.w.d != 1) return dilated_max_pool2d(x, g, loc);
   const double inf = std::numeric_limits<double>::infinity();
   Tensor in = extend(extend(x, 2, g.h.extra, -inf, loc), 3, g.w.extra, -inf, loc);
   return ws::max_pool2d(in, {g.h.k, g.w.k}, {g.h.s, g.w.s}, {g.h.p, g.w.p}, loc);

@@ -353,6 +353,7 @@ WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.
 WITH_NAN = torch.tensor([[1.0, math.nan, -2.0, 3.0, math.nan], [0.5, 0.25, math.nan, -1.0, 2.0]])
 INTS = torch.arange(-6, 6).reshape(3, 4)
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
+TIES_4D = torch.randint(0, 3, (2, 2, 7, 8), generator=torch.Generator().manual_seed(1)).float()
 MATH_CASES = {
     "amin_with_ties": (lambda x: torch.cat([x, x.flip(0)]).amin(0) + x.amin((0, 1), keepdim=True),
                        r(4, 5)),
@@ -441,6 +442,14 @@ MATH_CASES = {
                       + x * torch.cummax(x, -1).indices, r(4, 7)),
     # ties: the gradient goes to the later of equal elements, as torch's
     "cummax_cummin_ties": (lambda x: torch.cummax(x, 2).values + torch.cummin(x, 1)[0] * 3, TIES),
+    # dilated max pooling: windows reaching into the padding (a first tap
+    # there), ceil_mode's extra window, ties (the first maximum gets the
+    # gradient, as torch's), 1-d
+    "max_pool_dilated": (lambda x: F.max_pool2d(x, (3, 2), (2, 1), (1, 1), (2, 3)).sum((2, 3))
+                         + F.max_pool2d(x, 3, 2, 1, 2, ceil_mode=True).sum((2, 3)) * 2
+                         + F.max_pool1d(x[:, :, 0], 3, 1, 1, 2).sum(2), r(2, 3, 9, 10)),
+    "max_pool_dilated_ties": (lambda x: F.max_pool2d(x, 2, 1, 1, 3).sum((2, 3)) * 3
+                              + F.max_pool2d(x, 3, 1, 0, 2).sum((2, 3)), TIES_4D),
     # matrix-vector products: x @ v with a 1-d v is torch.mv
     "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
                         + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]
@@ -632,6 +641,8 @@ VOLUME_CASES = {
     "avg_pool3d": (lambda x: F.avg_pool3d(x, (3, 2, 2), (2, 1, 2), (1, 1, 0)), V5),
     "max_pool3d_ceil_dilated": (lambda x: F.max_pool3d(x, (2, 3, 3), 2, (1, 1, 1), (2, 1, 1),
                                                        ceil_mode=True), V5),
+    "max_pool3d_dilated_in_every_dim": (lambda x: F.max_pool3d(x, (2, 2, 3), (1, 2, 1), (1, 1, 1),
+                                                               (2, 3, 2)), V5),
     "avg_pool3d_ceil": (lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True), V5),
     "avg_pool3d_ceil_excluding_padding": (
         lambda x: F.avg_pool3d(x, (2, 3, 3), (2, 2, 2), (1, 1, 0), ceil_mode=True,
