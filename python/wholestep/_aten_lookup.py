@@ -1,12 +1,13 @@
 """Lookups as IR ops: nn.Embedding and nn.EmbeddingBag (sum, mean and max
 bags over offsets or a 2-d input), their offsets checked as torch checks
-them (the table and the builder: _ir.py; the rest of the nn ops:
+them, and positions among sorted boundaries (bucketize, searchsorted) (the
+table and the builder: _ir.py; the rest of the nn ops:
 _aten_nn.py)."""
 
 import math
 
 from ._aten_nn import _cumsum_rows
-from ._ir import Unsupported, along, aten
+from ._ir import Unsupported, Value, along, aten
 
 
 # ---------------------------------------------------------------- lookups
@@ -177,3 +178,68 @@ def _embedding_bag(b, node, table, indices, offsets, scale_grad_by_freq=False, m
         count = b.reshape(b.composite("clamp", count, min=1.0), [bags] + [1] * len(d))
         out = b.binary("div", out, b.broadcast(count, b.shape(out)))
     return out, None, None, None
+
+
+# ---------------------------------------------------------------- bucketing
+
+_BUCKETS = '`torch.bucketize`, `torch.searchsorted` (`right`, `side`)'
+_BUCKETS_LIMITS = ('int64 results (not `out_int32`), no `sorter`; work and memory of the '
+                   'values times the boundaries')
+
+
+def _common(b, *values):
+    kinds = [b.dtype(v) for v in values]
+    return "f64" if "f64" in kinds else "f32" if "f32" in kinds else "i64"
+
+
+def _positions_in(b, values, boundaries, right, what):
+    """Each value's position among sorted boundaries along their last dim
+    as torch's binary search finds it: the count of boundaries b with
+    not (b >= v) (right: not (b > v)), so a NaN value goes past them all.
+    values [..., M] and boundaries [..., B] (leading dims equal), or 1-d
+    boundaries for any values."""
+    dtype = _common(b, values, boundaries)
+    values, boundaries = b.convert(values, dtype), b.convert(boundaries, dtype)
+    vs, bs = b.shape(values), b.shape(boundaries)
+    if not bs:
+        raise Unsupported(f"{what} with 0-d boundaries")
+    if len(bs) > 1 and vs[:-1] != bs[:-1]:
+        raise Unsupported(f"{what}: the sorted sequence {bs} and the values {vs} differ in "
+                          f"their leading dims")
+    shape = vs + [bs[-1]]
+    v = b.broadcast(b.reshape(values, vs + [1]), shape)
+    if len(bs) == 1:
+        s = b.broadcast(boundaries, shape)
+    else:
+        s = b.broadcast(b.reshape(boundaries, bs[:-1] + [1, bs[-1]]), shape)
+    above = b.convert(b.op("gt" if right else "ge", [s, v]), "i64")
+    return b.binary("sub", bs[-1], b.sum(above, [len(shape) - 1]))
+
+
+def _no_int32(out_int32, sorter, what):
+    if out_int32:
+        raise Unsupported(f"{what} with out_int32=True (int32 results)")
+    if sorter is not None:
+        raise Unsupported(f"{what} with a sorter")
+
+
+@aten("bucketize.Tensor", "bucketize.Scalar", torch=_BUCKETS, limits=_BUCKETS_LIMITS)
+def _bucketize(b, node, x, boundaries, out_int32=False, right=False):
+    _no_int32(out_int32, None, "bucketize")
+    if not isinstance(x, Value):
+        x = b.full(x, b.dtype(boundaries), [])
+    if len(b.shape(boundaries)) != 1:
+        raise Unsupported(f"bucketize with boundaries {b.shape(boundaries)} (1-d only, as torch)")
+    return _positions_in(b, x, boundaries, right, "bucketize")
+
+
+@aten("searchsorted.Tensor", "searchsorted.Scalar", torch=_BUCKETS, limits=_BUCKETS_LIMITS)
+def _searchsorted(b, node, sequence, values, out_int32=False, right=False, side=None,
+                  sorter=None):
+    _no_int32(out_int32, sorter, "searchsorted")
+    right = right or side == "right"
+    if not isinstance(values, Value):
+        values = b.full(values, b.dtype(sequence), [])
+    if len(b.shape(sequence)) > 1 and not b.shape(values):
+        raise Unsupported("searchsorted of a number in a sequence of more than one dim")
+    return _positions_in(b, values, sequence, right, "searchsorted")

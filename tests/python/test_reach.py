@@ -353,6 +353,8 @@ WITH_ZEROS = torch.tensor([[0.5, -1.5, 0.0, 2.0, 1.25], [1.1, 0.0, -0.7, 0.9, 0.
 WITH_NAN = torch.tensor([[1.0, math.nan, -2.0, 3.0, math.nan], [0.5, 0.25, math.nan, -1.0, 2.0]])
 INTS = torch.arange(-6, 6).reshape(3, 4)
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
+BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0])
+ON_BOUNDARIES = torch.tensor([-1.0, 0.0, 0.5, 2.0, 3.0, -5.0, math.nan])
 TIES_4D = torch.randint(0, 3, (2, 2, 7, 8), generator=torch.Generator().manual_seed(1)).float()
 MATH_CASES = {
     "amin_with_ties": (lambda x: torch.cat([x, x.flip(0)]).amin(0) + x.amin((0, 1), keepdim=True),
@@ -450,6 +452,14 @@ MATH_CASES = {
                          + F.max_pool1d(x[:, :, 0], 3, 1, 1, 2).sum(2), r(2, 3, 9, 10)),
     "max_pool_dilated_ties": (lambda x: F.max_pool2d(x, 2, 1, 1, 3).sum((2, 3)) * 3
                               + F.max_pool2d(x, 3, 1, 0, 2).sum((2, 3)), TIES_4D),
+    # positions among sorted boundaries: values on a boundary, repeated
+    # boundaries, both sides, a NaN (past every boundary, as torch's search)
+    "bucketize_searchsorted": (lambda x: torch.cat([t.flatten() for t in (
+        x * torch.bucketize(x, BOUNDARIES), x * torch.bucketize(x, BOUNDARIES, right=True),
+        x[0] * torch.bucketize(ON_BOUNDARIES, BOUNDARIES),
+        x[0] * torch.searchsorted(BOUNDARIES, ON_BOUNDARIES, side="right"),
+        x[:2] * torch.searchsorted(x[:2, :3].sort(1).values, x[:2], right=True),
+        x * torch.bucketize(x.double(), BOUNDARIES.long()))]), r(4, 7)),
     # matrix-vector products: x @ v with a 1-d v is torch.mv
     "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
                         + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]
