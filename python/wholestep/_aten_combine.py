@@ -187,6 +187,7 @@ def _isfinite(b, node, x):
 
 @aten("logical_and.default", "logical_or.default", "logical_xor.default", torch=_TESTS)
 def _logical(b, node, x, y):
+    """x and y, or, xor, each taken as true where not 0."""
     shape = [int(d) for d in node.meta["val"].shape]
     p, q = b.broadcast(_truth(b, x), shape), b.broadcast(_truth(b, y), shape)
     name = str(node.target)
@@ -194,6 +195,22 @@ def _logical(b, node, x, y):
         return b.op("ne", [p, q])
     f, t = b.full(0, "bool", shape), b.full(1, "bool", shape)
     return b.select(p, q, f) if "and" in name else b.select(p, t, q)
+
+
+@aten("bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_and.Scalar",
+      "bitwise_or.Scalar", "bitwise_xor.Scalar", "bitwise_and_.Tensor", "bitwise_or_.Tensor",
+      "bitwise_xor_.Tensor", torch="`mask1 & mask2`, `torch.bitwise_or`, `mask1 ^ mask2`",
+      limits="bool tensors (and numbers)")
+def _bitwise(b, node, x, y):
+    """Of bools, the logical op (_logical), in the result's dtype (torch
+    gives `mask & True` as int64)."""
+    for v in (x, y):
+        if is_value(v) and b.dtype(v) != "bool" or not is_value(v) and not isinstance(v, bool):
+            kind = b.dtype(v) if is_value(v) else type(v).__name__
+            raise Unsupported(f"{node.target} of {kind} (only of bool tensors)")
+    if not is_value(y):
+        y = b.full(int(y), "bool", [])
+    return b.convert(_logical(b, node, x, y), out_dtype(node))
 
 
 @aten("linalg_cross.default", torch='`torch.cross`, `torch.linalg.cross`')

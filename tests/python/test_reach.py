@@ -355,6 +355,9 @@ INTS = torch.arange(-6, 6).reshape(3, 4)
 TIES = torch.randint(0, 3, (3, 4, 5), generator=torch.Generator().manual_seed(0)).float()
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0])
 ON_BOUNDARIES = torch.tensor([-1.0, 0.0, 0.5, 2.0, 3.0, -5.0, math.nan])
+QS = torch.tensor([0.0, 0.25, 0.9, 1.0])
+NAN_AT = torch.zeros(4, 7, dtype=torch.bool).index_put_((torch.tensor([1, 3]),
+                                                        torch.tensor([2, 6])), torch.tensor(True))
 TIES_4D = torch.randint(0, 3, (2, 2, 7, 8), generator=torch.Generator().manual_seed(1)).float()
 MATH_CASES = {
     "amin_with_ties": (lambda x: torch.cat([x, x.flip(0)]).amin(0) + x.amin((0, 1), keepdim=True),
@@ -460,6 +463,20 @@ MATH_CASES = {
         x[0] * torch.searchsorted(BOUNDARIES, ON_BOUNDARIES, side="right"),
         x[:2] * torch.searchsorted(x[:2, :3].sort(1).values, x[:2], right=True),
         x * torch.bucketize(x.double(), BOUNDARIES.long()))]), r(4, 7)),
+    # quantiles as torch computes them: a NaN in a row (quantile: NaN;
+    # nanquantile: left out), every interpolation, q a number or a tensor
+    "quantile_nanquantile": (lambda x: torch.cat([t.flatten() for t in (
+        torch.quantile(x, 0.3, dim=1), torch.quantile(x, QS.to(x.dtype), dim=0, keepdim=True),
+        torch.nanquantile(x.masked_fill(NAN_AT, math.nan), QS.to(x.dtype), dim=1,
+                          interpolation="midpoint"),
+        torch.quantile(x.masked_fill(NAN_AT, math.nan), 0.7, dim=1, interpolation="lower")[::2],
+        x.quantile(0.55, interpolation="nearest"),
+        x.nanquantile(QS.to(x.dtype), interpolation="higher"))]),
+                             r(4, 7)),
+    # masks combined with &, |, ^ (bitwise ops of bools), in place too
+    "bool_masks_combined": (lambda x: x * ((x > 0) & (x < 1)) + x * ((x > 0.5) | (x < -1)) * 2
+                            + x * ((x > 0) ^ (x[:1] < 0.3)) * 3 + x * ((x > 0) & True) * 4
+                            + x * (lambda m: (m.__ior__(x < -0.5), m)[1])(x > 1) * 5, r(4, 7)),
     # matrix-vector products: x @ v with a 1-d v is torch.mv
     "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
                         + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]
@@ -607,6 +624,48 @@ def test_a_negative_variance_fails_with_torchs_message_and_changes_nothing():
     assert torch.equal(model.linear.weight, before)
     step(x[:3], t[:3])  # the step still runs
     assert not torch.equal(model.linear.weight, before)
+
+
+class _Quantiles(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 6)
+        self.register_buffer("q", torch.tensor([0.1, 0.5]))
+
+    def forward(self, x):
+        return torch.quantile(self.linear(x), self.q, dim=1).t()
+
+
+def test_a_quantile_out_of_range_fails_as_in_torch_and_changes_nothing():
+    torch.manual_seed(0)
+    model = _Quantiles()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.mse_loss)
+    x, t = torch.randn(3, 4), torch.randn(3, 2)
+    step(x, t)
+    model.q[1] = 1.5
+    with pytest.raises(RuntimeError, match=r"quantile\(\) q values must be in the range"):
+        model(x)
+    before = model.linear.weight.detach().clone()
+    with pytest.raises(wholestep.Error, match=r"quantile\(\) q values must be in the range"):
+        step(x, t)
+    assert torch.equal(model.linear.weight, before)
+    model.q[1] = 0.5
+    step(x, t)
+    assert not torch.equal(model.linear.weight, before)
+
+
+def test_a_quantile_of_a_row_with_nan_is_nan_and_nanquantile_leaves_it_out():
+    x = torch.randn(3, 6)
+    x[1, 4] = math.nan
+    for name in ("quantile", "nanquantile"):
+        model = nn.Sequential(nn.Identity())
+        model.forward = lambda v, name=name: getattr(torch, name)(v, torch.tensor([0.2, 0.8]),
+                                                                  dim=1)
+        want = model(x)
+        got = wst.compile_forward(model)(x)
+        assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any() == (name == "quantile")
+        assert torch.allclose(got, want, equal_nan=True)
 
 
 def test_a_nan_variance_is_not_refused_as_in_torch():
