@@ -47,10 +47,7 @@ is wholestep::check, an op of the trace the importer makes the IR's check
 clamp torch makes in place under no_grad is the clamped value with the
 variance's gradient passing straight through, as in torch.
 
-torch.quantile and torch.nanquantile: torch checks q's range by reading
-its values; here the check is wholestep::check, and the rest is torch's
-computation step for step (the sort, each quantile's rank, NaN handling
-and interpolation, gathers from the sort and a lerp).
+torch.quantile, torch.nanquantile and torch.cdist: _traceable_math.py.
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -67,7 +64,7 @@ import torch
 from torch._subclasses import fake_tensor
 from torch.utils._pytree import tree_map
 
-from . import _C
+from . import _C, _traceable_math
 from ._ir import TABLE, TRACED
 
 _MEAN, _SUM = 1, 2  # torch's reduction enum: 0 none, 1 mean, 2 sum
@@ -105,6 +102,33 @@ _LIBRARY.impl("check", lambda x, ok, message: torch.empty_like(x), "Meta")
 _LIBRARY.impl("check", _Check.apply, "Autograd")
 TABLE["wholestep.check.default"] = lambda b, node, x, ok, message: b.op("check", [x, ok],
                                                                          message=message)
+
+# wholestep::straight_through(value, via): value, its gradient sent whole to
+# via (of value's shape), none to value: a rewrite's value computed as torch
+# computes it, its gradient by torch's backward formula. In a trace, the
+# IR's op straight_through.
+_LIBRARY.define("straight_through(Tensor value, Tensor via) -> Tensor")
+
+
+class _StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, value, via):
+        below = torch._C._AutoDispatchBelowAutograd()
+        try:
+            return torch.ops.wholestep.straight_through(value, via)
+        finally:
+            del below
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad
+
+
+_LIBRARY.impl("straight_through", lambda value, via: value.clone(), "CPU")
+_LIBRARY.impl("straight_through", lambda value, via: torch.empty_like(value), "Meta")
+_LIBRARY.impl("straight_through", _StraightThrough.apply, "Autograd")
+TABLE["wholestep.straight_through.default"] = \
+    lambda b, node, value, via: b.op("straight_through", [value, via])
 
 
 def _cross_entropy_loss(original):
@@ -281,64 +305,6 @@ def _gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean
     return loss.sum() if reduction == "sum" else loss
 
 
-TRACED.append(("`torch.quantile`, `torch.nanquantile` (rewritten while tracing)",
-               ["sort.default", "gather.default", "lerp.Tensor", "check (wholestep)"],
-               "a q outside [0, 1] fails the step, as torch raises"))
-_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
-
-
-def _quantile(original, ignore_nan):
-    """torch's quantile_compute in torch ops (aten/native/Sorting.cpp)."""
-
-    def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
-        if out is not None or interpolation not in _INTERPOLATIONS \
-                or not input.is_floating_point():
-            return original(input, q, dim, keepdim, interpolation=interpolation, out=out)
-        what = "nanquantile()" if ignore_nan else "quantile()"
-        qt = torch.as_tensor(q, dtype=input.dtype)
-        if qt.dim() > 1:
-            raise RuntimeError(f"{what} q must be a scalar or 1D tensor")
-        qt = torch.ops.wholestep.check(qt, (qt >= 0) & (qt <= 1),
-                                       f"{what} q values must be in the range [0, 1]")
-        x = input.flatten() if dim is None else input
-        d = 0 if dim is None else dim % max(x.dim(), 1)
-        if x.dim() == 0:
-            x = x.reshape(1)
-        ordered = x.movedim(d, -1).sort(-1).values  # NaN last
-        n = ordered.shape[-1]
-        lead = ordered.shape[:-1]
-        qs = qt.reshape(1) if qt.dim() == 0 else qt
-        if ignore_nan:
-            valid = (~ordered.isnan()).sum(-1, keepdim=True)
-            ranks = qs * (valid - 1).to(qs.dtype)
-            ranks = torch.where(ranks < 0, torch.zeros_like(ranks), ranks)
-        else:
-            ranks = (qs * (n - 1)).expand(*lead, qs.shape[0])
-            has_nan = ordered.isnan().any(-1, keepdim=True)
-            ranks = torch.where(has_nan, torch.full_like(ranks, n - 1), ranks)
-        if interpolation == "lower":
-            ranks = ranks.floor()
-        elif interpolation == "higher":
-            ranks = ranks.ceil()
-        elif interpolation == "nearest":
-            ranks = ranks.round()
-        below = ranks.long()
-        result = ordered.gather(-1, below)
-        if interpolation in ("linear", "midpoint"):
-            weights = torch.full_like(ranks, 0.5) if interpolation == "midpoint" \
-                else ranks - below.to(ranks.dtype)
-            result = torch.lerp(result, ordered.gather(-1, ranks.ceil().long()), weights)
-        if keepdim:
-            if dim is None:
-                result = result.reshape([1] * input.dim() + [qs.shape[0]])
-            else:
-                result = result.unsqueeze(-2).movedim(-2, d)
-        result = result.movedim(-1, 0)
-        return result[0] if qt.dim() == 0 else result
-
-    return quantile
-
-
 def _flat_weights(self):
     return [getattr(self, name) if hasattr(self, name) else None
             for name in self._flat_weights_names]
@@ -358,10 +324,7 @@ def traceable():
     arange, one_hot, nn_one_hot = torch.arange, torch.nn.functional.one_hot, torch._C._nn.one_hot
     ctc = torch.ctc_loss
     gaussian_nll = torch.nn.functional.gaussian_nll_loss
-    quantiles = [(owner, name, getattr(owner, name)) for owner in (torch, torch.Tensor)
-                 for name in ("quantile", "nanquantile")]
-    for owner, name, original in quantiles:
-        setattr(owner, name, _quantile(original, name == "nanquantile"))
+    rewritten = _traceable_math.enter()
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
@@ -381,8 +344,7 @@ def traceable():
         torch.arange = arange
         torch.ctc_loss = ctc
         torch.nn.functional.gaussian_nll_loss = gaussian_nll
-        for owner, name, original in quantiles:
-            setattr(owner, name, original)
+        _traceable_math.leave(rewritten)
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

@@ -477,6 +477,13 @@ MATH_CASES = {
     "bool_masks_combined": (lambda x: x * ((x > 0) & (x < 1)) + x * ((x > 0.5) | (x < -1)) * 2
                             + x * ((x > 0) ^ (x[:1] < 0.3)) * 3 + x * ((x > 0) & True) * 4
                             + x * (lambda m: (m.__ior__(x < -0.5), m)[1])(x > 1) * 5, r(4, 7)),
+    # pairwise distances: p = 2 through products (more than 25 rows) and
+    # directly, p = 1 and 3, batched, a pair at distance 0 (gradient 0)
+    "cdist": (lambda x, y: torch.cat([t.flatten() for t in (
+        torch.cdist(x, y), torch.cdist(x, torch.cat([y, x[:1]])),
+        torch.cdist(x, y, p=1), torch.cdist(x, y, p=3),
+        torch.cdist(x.repeat(7, 1), y), torch.cdist(x, y, compute_mode="use_mm_for_euclid_dist"),
+        torch.cdist(x.reshape(2, 2, 7), y.reshape(1, 3, 7).expand(2, 3, 7)))]), r(4, 7), r(3, 7)),
     # matrix-vector products: x @ v with a 1-d v is torch.mv
     "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
                         + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]

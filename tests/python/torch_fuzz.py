@@ -8,8 +8,9 @@ list of layer specs (in-place writes through views of several kinds, read back
 through a view made before them; convolutions with and without bias and groups,
 transposed convolutions, weight-normed convolutions, BatchNorm, LayerNorm,
 GroupNorm, the activations of the support table, max and average pooling
-(ceil_mode, count_include_pad, divisor_override), adaptive average and max
-pooling to any size, padding of every mode, upsampling (nearest, bilinear,
+(ceil_mode, count_include_pad, divisor_override, max pooling dilated),
+adaptive average and max pooling to any size, padding of every mode,
+upsampling (nearest, bilinear,
 bicubic, align_corners both ways), residual blocks, concatenations,
 squeeze-excitation, token mixing over a transposed axis, multi-head
 attention, reductions, running means (cumsum) and p-norm normalization
@@ -466,14 +467,15 @@ def make_layer(layer, shape):
         if op == "ln":
             return nn.LayerNorm([c, h, w]), shape
         if op in ("maxpool", "avgpool"):
-            k, s, p = layer["k"], layer["s"], layer["p"]
+            k, s, p, dil = layer["k"], layer["s"], layer["p"], layer.get("dil", 1)
             if p > k // 2:
                 raise Invalid("pool padding over half the kernel")
             ceil = layer.get("ceil", False)
-            oh, ow = pool_out(h, k, s, p, ceil), pool_out(w, k, s, p, ceil)
-            if oh < 1 or ow < 1 or h + 2 * p < k or w + 2 * p < k:
+            reach = dil * (k - 1) + 1
+            oh, ow = pool_out(h, reach, s, p, ceil), pool_out(w, reach, s, p, ceil)
+            if oh < 1 or ow < 1 or h + 2 * p < reach or w + 2 * p < reach:
                 raise Invalid("pool output empty")
-            mod = (nn.MaxPool2d(k, s, p, ceil_mode=ceil) if op == "maxpool"
+            mod = (nn.MaxPool2d(k, s, p, dilation=dil, ceil_mode=ceil) if op == "maxpool"
                    else nn.AvgPool2d(k, s, p, ceil_mode=ceil,
                                      count_include_pad=layer.get("cip", True),
                                      divisor_override=layer.get("div")))
@@ -755,6 +757,8 @@ def gen_layer(r, shape, depth):
             layer = {"op": op, "k": k, "s": r.choice([1, 2, k]), "p": r.randint(0, k // 2)}
             if r.random() < 0.3:
                 layer["ceil"] = True
+            if op == "maxpool" and k > 1 and r.random() < 0.2:
+                layer["dil"] = r.choice([2, 3])
             if op == "avgpool":
                 layer["cip"] = r.random() < 0.7
                 if r.random() < 0.1:
@@ -1312,6 +1316,8 @@ def _simpler(layer):
         if layer["bias"]:
             out.append(("bias", False))
     elif op in ("maxpool", "avgpool"):
+        if layer.get("dil", 1) != 1:
+            out.append(("dil", 1))
         if layer["p"]:
             out.append(("p", 0))
         if layer["s"] != layer["k"]:
