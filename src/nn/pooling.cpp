@@ -66,8 +66,28 @@ Geometry geometry(const Tensor& x, const Pool2dOptions& o, const char* what, con
                       "input {} (padding at most half the kernel){}",
                       what, fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","),
                       fmt::join(d, ","), x.str(), at(SourceLoc::from(loc))));
-  return {axis_geometry(x.size(2), k[0], s[0], p[0], d[0], o.ceil_mode),
-          axis_geometry(x.size(3), k[1], s[1], p[1], d[1], o.ceil_mode)};
+  Geometry g{axis_geometry(x.size(2), k[0], s[0], p[0], d[0], o.ceil_mode),
+             axis_geometry(x.size(3), k[1], s[1], p[1], d[1], o.ceil_mode)};
+  // With dilation a window can step over the whole input: torch's pooling
+  // then reads no element (its indices point past the input, and its
+  // backward writes there), so such a window is refused.
+  for (int i = 0; i < 2; ++i) {
+    const Axis& a = i == 0 ? g.h : g.w;
+    for (int64_t w = 0; w < a.out; ++w) {
+      bool reads = false;
+      for (int64_t t = 0; t < a.k && !reads; ++t) {
+        const int64_t at = w * a.s - a.p + t * a.d;
+        reads = at >= 0 && at < a.n;
+      }
+      if (!reads)
+        throw Error(fmt::format(
+            "{}: window {} along dim {} of input {} reads only padding (kernel [{}], stride "
+            "[{}], padding [{}], dilation [{}]): torch's pooling is undefined there{}",
+            what, w, 2 + i, x.str(), fmt::join(k, ","), fmt::join(s, ","), fmt::join(p, ","),
+            fmt::join(d, ","), at(SourceLoc::from(loc))));
+    }
+  }
+  return g;
 }
 
 // x with `extra` elements of `value` appended to dim `axis`.

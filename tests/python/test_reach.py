@@ -633,6 +633,17 @@ def test_a_negative_variance_fails_with_torchs_message_and_changes_nothing():
     assert not torch.equal(model.linear.weight, before)
 
 
+def test_a_dilated_pool_whose_window_reads_only_padding_is_refused_naming_it():
+    # torch gives -inf there, with indices past the input that its backward
+    # writes through
+    model = nn.Sequential(nn.MaxPool2d(2, 1, 1, dilation=2), nn.Flatten(), nn.Linear(6, 3))
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    with pytest.raises(wholestep.Error, match=r"max_pool2d: window 0 along dim 2 of input "
+                       r"f32\[4,1,1,6\] reads only padding .*in module 0"):
+        step(torch.randn(4, 1, 1, 6), torch.randint(0, 3, (4,)))
+
+
 class _Quantiles(nn.Module):
     def __init__(self):
         super().__init__()
