@@ -8,6 +8,7 @@ import math
 import torch
 
 from ._aten_math import _flip, _scan
+from ._aten_round import _abs_nograd
 from ._aten_shape import _gather, _index
 from ._ir import Unsupported, aten, is_value, out_dtype
 
@@ -75,6 +76,43 @@ def _log_add_exp(b, x, y, dtype):
                                                   b.unary("exp", b.op("sub", [yb, held]))])),
                        held])
     return b.op("straight_through", [b.unary("stop_gradient", value), via])
+
+
+@aten("hypot.default", "hypot_.default", torch="`torch.hypot`")
+def _hypot(b, node, x, y):
+    """sqrt(x^2 + y^2) without overflow, as std::hypot: float32 through
+    float64 (the squares and their sum exact there, one rounding of the
+    root, then float32's: torch's bits); float64 as that root where no
+    square overflows or underflows, else m sqrt(1 + (n / m)^2), m the
+    larger magnitude and n the smaller (0 where both are 0), each within an
+    ulp of torch's; an infinity wins over a NaN. Its gradient torch's,
+    g x / result, through 0.5 (x^2 + y^2) times 1 / result held out of the
+    gradient (NaN where the result is 0 or infinite, as torch's)."""
+    dtype = out_dtype(node)
+    shape = [int(d) for d in node.meta["val"].shape]
+    xb, yb = (b.broadcast(b.convert(v, dtype), shape) for v in (x, y))
+    ax, ay = (_abs_nograd(b, v) for v in (xb, yb))
+    if dtype == "f32":
+        wide = [b.convert(v, "f64") for v in (ax, ay)]
+        value = b.convert(b.unary("sqrt", b.op("add", [b.op("mul", [v, v]) for v in wide])), dtype)
+    else:
+        # the root of the sum of squares where neither overflows nor
+        # underflows, else scaled by the larger
+        m, n = b.op("maximum", [ax, ay]), b.select(b.op("lt", [ax, ay]), ax, ay)
+        q = b.op("div", [n, m])
+        scaled = b.op("mul", [m, b.unary("sqrt", b.binary("add", b.op("mul", [q, q]), 1.0))])
+        plain = b.unary("sqrt", b.op("add", [b.op("mul", [ax, ax]), b.op("mul", [ay, ay])]))
+        safe = b.select(b.binary("lt", m, 1e150), b.binary("gt", n, 1e-150),
+                        b.binary("eq", m, -1.0))
+        value = b.select(safe, plain, b.select(b.binary("eq", m, 0.0), 0.0, scaled))
+    infinite = b.binary("eq", b.op("maximum", [b.select(b.op("ne", [ax, ax]), 0.0, ax),
+                                                b.select(b.op("ne", [ay, ay]), 0.0, ay)]),
+                        math.inf)
+    value = b.select(infinite, math.inf, value)
+    squares = b.op("add", [b.op("mul", [xb, xb]), b.op("mul", [yb, yb])])
+    via = b.op("mul", [b.binary("mul", squares, 0.5),
+                       b.binary("div", 1.0, b.unary("stop_gradient", value))])
+    return b.op("straight_through", [value, via])
 
 
 @aten("sinc.default", "sinc_.default", torch=_BLEND)

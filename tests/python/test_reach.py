@@ -484,6 +484,8 @@ MATH_CASES = {
         torch.cdist(x, y, p=1), torch.cdist(x, y, p=3),
         torch.cdist(x.repeat(7, 1), y), torch.cdist(x, y, compute_mode="use_mm_for_euclid_dist"),
         torch.cdist(x.reshape(2, 2, 7), y.reshape(1, 3, 7).expand(2, 3, 7)))]), r(4, 7), r(3, 7)),
+    # the gradient x / hypot, one operand broadcast
+    "hypot": (lambda x, y: torch.hypot(x, y) + torch.hypot(x * 1e3, y[:1]), r(4, 5), r(4, 5)),
     # matrix-vector products: x @ v with a 1-d v is torch.mv
     "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
                         + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]
@@ -918,6 +920,27 @@ def test_an_in_place_write_under_no_grad_takes_eagers_gradients(fn, v_shape):
     for i, (g32, g64) in enumerate(zip(grads[torch.float32], grads[torch.float64])):
         if g64 is not None:
             assert close(got[f"params.{i}"], g32, g64), i
+
+
+def test_hypot_has_torchs_bits_in_float32_and_is_within_an_ulp_in_float64():
+    # zeros of both signs, infinities beside NaNs (an infinity wins),
+    # squares that overflow or underflow float32 and float64
+    class Probe(nn.Module):
+        def forward(self, a, b):
+            return torch.hypot(a, b)
+
+    values = [0.0, -0.0, 1.0, -3.0, 4.0, 2.5, 7e-5, 1e-40, 1e-30, 3e38, -3e38, 1e300, 3e-310,
+              float("inf"), -float("inf"), float("nan")]
+    grid = torch.tensor([[a, b] for a in values for b in values], dtype=torch.float64)
+    for dtype in (torch.float32, torch.float64):
+        a, b = grid[:, 0].to(dtype).contiguous(), grid[:, 1].to(dtype).contiguous()
+        want, got = Probe()(a, b), wst.compile_forward(Probe())(a, b)
+        assert torch.equal(got.isnan(), want.isnan())
+        ulp = 0 if dtype == torch.float32 else 1
+        off = (got - want).abs() > ulp * torch.finfo(dtype).eps * want.abs()
+        bad = (off & ~want.isnan() & (got != want)).nonzero().flatten().tolist()
+        assert not bad, (dtype, [(float(a[i]), float(b[i]), float(got[i]), float(want[i]))
+                                 for i in bad[:8]])
 
 
 def test_remainders_and_rounded_quotients_have_torchs_bits():
