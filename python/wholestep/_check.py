@@ -43,7 +43,8 @@ import time
 import torch
 
 from . import _guards
-from ._exact64 import exact_float64_gradients, float64_constants, float64_operands
+from ._exact64 import (contiguous_gradients, exact_float64_gradients, float64_constants,
+                       float64_operands)
 
 REL_FLOOR = 1e-3   # of the largest tensor of the same kind
 # Added to 2 * spread (a relative distance): about 17 roundings of the
@@ -195,6 +196,27 @@ def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, pe
         loss = eager_step(m, o, float64_operands(loss_fn) if exact else loss_fn, batch,
                           num_inputs, loop)
     return snapshot(m, o, loss)
+
+
+def _float64_gradients(model, opt, loss_fn, batch, num_inputs, contiguous):
+    m, _ = _as(model, opt, torch.float64)
+    b = _copy_batch(batch, torch.float64)
+    with _own_random_state(), exact_float64_gradients(), \
+            contiguous_gradients(m) if contiguous else contextlib.nullcontext():
+        float64_operands(loss_fn)(m(*b[:num_inputs]), *b[num_inputs:]).backward()
+    return [p.grad for p in m.parameters()]
+
+
+def torch_agrees_with_itself(model, opt, loss_fn, batch, num_inputs=1):
+    """Whether float64 torch's gradients stay the same (to 1e-9, or 1e-12
+    of the largest) when every layer's output gradient is made contiguous
+    first (_exact64.contiguous_gradients): where they do not, torch has no
+    truth to give."""
+    plain = _float64_gradients(model, opt, loss_fn, batch, num_inputs, False)
+    contiguous = _float64_gradients(model, opt, loss_fn, batch, num_inputs, True)
+    top = max((g.abs().max().item() for g in plain if g is not None and g.numel()), default=0.0)
+    return all((a is None) == (b is None) and (a is None or torch.allclose(
+        a, b, rtol=1e-9, atol=1e-12 * top, equal_nan=True)) for a, b in zip(plain, contiguous))
 
 
 def config(entry):
@@ -420,6 +442,13 @@ class Reference:
             raise ValueError(f"check: steps in {run_dtype} are not judged: float32 or float64")
         self.precision = "float64" if run_dtype == torch.float64 else "float32"
         self.abs_term = ABS_TERM_F64 if run_dtype == torch.float64 else ABS_TERM
+        if not torch_agrees_with_itself(model, optimizer, loss_fn, batch, num_inputs):
+            raise ValueError(
+                "check: float64 torch's gradients of this model change when each layer's output "
+                "gradient is made contiguous first: torch's own kernels disagree (torch 1.13's "
+                "BatchNorm backward reads the gradient of a transpose and a mean over a batch of "
+                "one in the wrong layout), so there is no truth to judge the step against; check "
+                "with a larger batch")
         with _own_random_state():
             self.truth = _eager_run(model, optimizer, loss_fn, batch, num_inputs,
                                     dtype=torch.float64, loop=loop)

@@ -201,3 +201,33 @@ def float64_constants(model):
         for name, value in list(vars(module).items()):
             if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
                 setattr(module, name, value.to(torch.float64))
+
+
+class _ContiguousGradient(torch.autograd.Function):
+    """x itself; the gradient it passes back made contiguous."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.contiguous()
+
+
+@contextlib.contextmanager
+def contiguous_gradients(model):
+    """Every leaf module's output gradient made contiguous before the
+    module's backward reads it. Torch 1.13's BatchNorm backward reads the
+    gradient a transpose and an expand leave (a tokens-then-mean head over
+    a batch of one) in the wrong layout: with this, its gradients are right,
+    and a truth that changes under it is torch's bug."""
+    hooks = [m.register_forward_hook(
+        lambda mod, inp, out: _ContiguousGradient.apply(out)
+        if torch.is_tensor(out) and out.requires_grad else out)
+        for m in model.modules() if not list(m.children())]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()

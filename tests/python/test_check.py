@@ -178,6 +178,35 @@ def test_check_refuses_a_loop_option_given_to_one_mode():
                   modes=[("single_graph", {"clip_grad_norm": 1.0})], verbose=False)
 
 
+class _TokensHead(torch.nn.Module):
+    """BatchNorm, then the image's pixels as tokens and their mean (a ViT's
+    head), then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn, self.fc = torch.nn.BatchNorm2d(2), torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(self.bn(x).flatten(2).transpose(1, 2).mean(1))
+
+
+def test_check_refuses_to_judge_where_float64_torch_disagrees_with_itself():
+    # torch 1.13's BatchNorm backward reads this gradient over a batch of
+    # one in the wrong layout (every channel gets their mean): the check
+    # would have held wholestep, which is right, to it
+    torch.manual_seed(0)
+    model = _TokensHead()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    y = torch.tensor([1])
+    with pytest.raises(ValueError, match=r"float64 torch's gradients of this model change when "
+                       r"each layer's output gradient is made contiguous"):
+        wst.check(model, opt, torch.nn.functional.cross_entropy, torch.randn(1, 2, 1, 2), y,
+                  verbose=False)
+    result = wst.check(model, opt, torch.nn.functional.cross_entropy, torch.randn(2, 2, 1, 2),
+                       torch.tensor([1, 0]), verbose=False)
+    assert result.passed, result.report()
+
+
 def test_clone_optimizer_keeps_groups_hyperparameters_and_state_apart():
     model = convnet()
     params = list(model.parameters())
