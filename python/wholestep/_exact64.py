@@ -203,18 +203,6 @@ def float64_constants(model):
                 setattr(module, name, value.to(torch.float64))
 
 
-class _ContiguousGradient(torch.autograd.Function):
-    """x itself; the gradient it passes back made contiguous."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.contiguous()
-
-
 @contextlib.contextmanager
 def contiguous_gradients(model):
     """Every leaf module's output gradient made contiguous before the
@@ -222,10 +210,12 @@ def contiguous_gradients(model):
     gradient a transpose and an expand leave (a tokens-then-mean head over
     a batch of one) in the wrong layout: with this, its gradients are right,
     and a truth that changes under it is torch's bug."""
-    hooks = [m.register_forward_hook(
-        lambda mod, inp, out: _ContiguousGradient.apply(out)
-        if torch.is_tensor(out) and out.requires_grad else out)
-        for m in model.modules() if not list(m.children())]
+    def contiguous(mod, inp, out):
+        if torch.is_tensor(out) and out.requires_grad:
+            out.register_hook(lambda g: g.contiguous())  # the output itself unchanged
+
+    hooks = [m.register_forward_hook(contiguous) for m in model.modules()
+             if not list(m.children())]
     try:
         yield
     finally:
