@@ -1,5 +1,6 @@
 """wst.check: one model's step in every mode against float64 eager
-torch (wst.compare, which times them side by side, is _compare.py).
+torch (wst.compare, which times them side by side, is _compare.py; the
+runs it compares, eager and compiled, are _check_runs.py's).
 
 ``check`` judges each compiled mode by the rule the tests use. One training
 step in float64 eager torch (a float64 copy of the model, the same batch)
@@ -35,16 +36,13 @@ random state: every run is on a deep copy of the model with a clone of the
 optimizer (same class, groups, hyperparameters and state).
 """
 
-import contextlib
-import copy
 import math
 import time
 
 import torch
 
-from . import _guards
-from ._exact64 import (contiguous_gradients, exact_float64_gradients, float64_constants,
-                       float64_operands)
+from ._check_runs import (_ORDER_SEED, _eager_run, _float_dtype, _own_random_state,
+                          clone_optimizer, compiled_run, config, torch_agrees_with_itself)
 
 REL_FLOOR = 1e-3   # of the largest tensor of the same kind
 # Added to 2 * spread (a relative distance): about 17 roundings of the
@@ -58,208 +56,11 @@ ABS_TERM_F64 = 2e-15
 # float64's rounding of 1, is 1e-10 of itself off in torch and wholestep
 # alike, on either side.
 LOSS_SCALE_F64 = 1.0
-_ORDER_SEED = 7
 
 DEFAULT_MODES = ("single_graph", "three_graph", "interpret")
 # compile_train_step's options that change what a step computes, which the
 # eager truth must do too.
 LOOP_OPTIONS = ("clip_grad_norm", "error_if_nonfinite", "accumulate")
-
-
-# ---------------------------------------------------------------- copies
-
-
-def clone_optimizer(opt, model, new_model):
-    """An optimizer of `opt`'s class over `new_model`'s parameters (those
-    with the names `opt`'s parameters have in `model`), with `opt`'s
-    groups, hyperparameters and state (copied, cast to the new parameters'
-    dtype as torch's load_state_dict casts it)."""
-    names = {id(p): n for n, p in model.named_parameters()}
-    new_params = dict(new_model.named_parameters())
-    groups = []
-    for gi, g in enumerate(opt.param_groups):
-        params = []
-        for p in g["params"]:
-            if id(p) not in names:
-                raise ValueError(f"param group {gi}: a parameter {list(p.shape)} of the "
-                                 f"optimizer is not a parameter of the model")
-            params.append(new_params[names[id(p)]])
-        groups.append(dict({k: v for k, v in g.items() if k != "params"}, params=params))
-    try:
-        new = type(opt)(groups, **opt.defaults)
-    except TypeError:  # a constructor that does not take its defaults back
-        new = type(opt)(groups)
-    new.load_state_dict(opt.state_dict())  # deep-copies the state
-    return new
-
-
-def _copy_batch(batch, dtype=None, perm=None):
-    out = []
-    for t in batch:
-        if perm is not None and t.dim() > 0:
-            t = t[perm]
-        t = t.clone()
-        if dtype is not None and t.is_floating_point():
-            t = t.to(dtype)
-        out.append(t.contiguous())
-    return out
-
-
-@contextlib.contextmanager
-def _own_random_state():
-    with torch.random.fork_rng(devices=[]):
-        yield
-
-
-# ---------------------------------------------------------------- one step
-
-
-def snapshot(model, opt, loss):
-    """{name: (kind, tensor)} of what a step leaves: parameters, buffers,
-    optimizer state tensors (`<parameter>.<slot>`, kind `state.<slot>`) and
-    the loss."""
-    out = {"loss": ("loss", torch.as_tensor(loss).detach().clone())}
-    names = {}
-    for n, p in model.named_parameters():
-        names[id(p)] = n
-        out[n] = ("parameter", p.detach().clone())
-    for n, b in model.named_buffers():
-        out[n] = ("buffer", b.detach().clone())
-    for p, st in opt.state.items():
-        for k, v in st.items():
-            if torch.is_tensor(v) and id(p) in names:
-                out[f"{names[id(p)]}.{k}"] = (f"state.{k}", v.detach().clone())
-    return out
-
-
-def eager_step(model, opt, loss_fn, batch, num_inputs, loop=None):
-    """One eager torch step as compile_train_step's `loop` options
-    (LOOP_OPTIONS) make it: `accumulate` backward passes on the batch,
-    the gradients clipped by `clip_grad_norm`, the update; the last loss,
-    computed before the update."""
-    loop = loop or {}
-    opt.zero_grad(set_to_none=True)
-    for _ in range(loop.get("accumulate", 1)):
-        loss = loss_fn(model(*batch[:num_inputs]), *batch[num_inputs:])
-        loss.backward()
-    if loop.get("clip_grad_norm") is not None:
-        params = [p for g in opt.param_groups for p in g["params"]]
-        torch.nn.utils.clip_grad_norm_(params, loop["clip_grad_norm"],
-                                       error_if_nonfinite=loop.get("error_if_nonfinite", False))
-    opt.step()
-    return loss.detach()
-
-
-def _perturb(t, gen):
-    """`t` times (1 + u), u uniform within one rounding of its dtype
-    (|u| <= 2^-24 for float32, 2^-53 for float64)."""
-    if not t.is_floating_point() or not t.numel():
-        return t
-    unit = 2.0 ** -53 if t.dtype == torch.float64 else 2.0 ** -24
-    u = (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
-    if t.dtype == torch.float64:  # t + t u, one rounding from t
-        return t + t * u
-    return (t.double() * (1 + u)).to(t.dtype)
-
-
-def perturb_state(model, gen):
-    """Moves every parameter and buffer of `model` by one rounding, in
-    place (_perturb)."""
-    with torch.no_grad():
-        for t in list(model.parameters()) + list(model.buffers()):
-            t.copy_(_perturb(t, gen))
-
-
-def _as(model, opt, dtype):
-    """Copies of `model` and `opt`, the model's floating-point tensors in
-    `dtype` (None: as they are)."""
-    for module in model.modules():  # torch cannot deepcopy the attribute a forward left
-        _guards.refresh_reparametrized(module)
-    m = copy.deepcopy(model)
-    if dtype is not None:
-        m = m.to(dtype)
-    if _float_dtype(m) == torch.float64:
-        float64_constants(m)  # the copy's float32 constants (_exact64.py)
-    return m, clone_optimizer(opt, model, m)
-
-
-def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None,
-               loop=None):
-    m, o = _as(model, opt, dtype)
-    batch = _copy_batch(batch, dtype, perm)
-    if perturb is not None:
-        perturb_state(m, perturb)
-        batch = [_perturb(t, perturb) for t in batch]
-    # float64 torch's own roundings to float32 made exact (_exact64.py)
-    exact = _float_dtype(m) == torch.float64
-    with exact_float64_gradients() if exact else contextlib.nullcontext():
-        loss = eager_step(m, o, float64_operands(loss_fn) if exact else loss_fn, batch,
-                          num_inputs, loop)
-    return snapshot(m, o, loss)
-
-
-def _float64_gradients(model, opt, loss_fn, batch, num_inputs, contiguous):
-    """Each parameter's float64 gradient as (its largest magnitude, its
-    projection on a fixed random tensor): two numbers, not a copy."""
-    m, _ = _as(model, opt, torch.float64)
-    b = _copy_batch(batch, torch.float64)
-    with _own_random_state(), exact_float64_gradients(), \
-            contiguous_gradients(m) if contiguous else contextlib.nullcontext():
-        float64_operands(loss_fn)(m(*b[:num_inputs]), *b[num_inputs:]).backward()
-    gen = torch.Generator().manual_seed(_ORDER_SEED + 2)
-    out = []
-    for p in m.parameters():
-        g = p.grad
-        r = torch.randn(p.shape, generator=gen, dtype=torch.float64)
-        out.append(None if g is None else (g.abs().max().item() if g.numel() else 0.0,
-                                           (g * r).sum().item()))
-    return out
-
-
-def torch_agrees_with_itself(model, opt, loss_fn, batch, num_inputs=1):
-    """Whether float64 torch's gradients stay the same when every layer's
-    output gradient is made contiguous first (_exact64.contiguous_gradients):
-    each gradient's projection on a fixed random tensor, to 1e-9 of its
-    size or 1e-12 of the largest gradient. Where they differ, torch has no
-    truth to give."""
-    plain = _float64_gradients(model, opt, loss_fn, batch, num_inputs, False)
-    contiguous = _float64_gradients(model, opt, loss_fn, batch, num_inputs, True)
-    top = max((g[0] for g in plain if g is not None), default=0.0)
-    return all((a is None) == (b is None) and (
-        a is None or math.isnan(a[1]) and math.isnan(b[1])
-        or abs(a[1] - b[1]) <= 1e-9 * a[0] * math.sqrt(n) + 1e-12 * top * math.sqrt(n))
-        for a, b, n in zip(plain, contiguous, (p.numel() for p in model.parameters())))
-
-
-def config(entry):
-    """(label, mode, options) of a `modes` entry: a mode name, or a pair
-    (mode name, {step option: value})."""
-    if isinstance(entry, str):
-        mode, options = entry, {}
-    else:
-        mode, options = entry
-        options = dict(options)
-    label = mode
-    if options.get("aliasing") is False:
-        label += " (no alias)"
-    if options.get("fuse") is False and mode != "interpret":
-        label += " (unfused)"
-    for k in sorted(set(options) - {"aliasing", "fuse"}):
-        label += f" ({k}={options[k]})"
-    return label, mode, options
-
-
-def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options, dtype=None):
-    """One step of `mode` on copies (their floating-point tensors in
-    `dtype`, None: as they are); the snapshot and the compiled step."""
-    from .torch import compile_train_step
-    m, o = _as(model, opt, dtype)
-    if _float_dtype(m) == torch.float64:  # as the float64 eager steps run it
-        loss_fn = float64_operands(loss_fn)
-    step = compile_train_step(m, o, loss_fn, mode=mode, num_inputs=num_inputs, **options)
-    for _ in range(options.get("accumulate", 1)):  # the update comes with the last call
-        loss = step(*_copy_batch(batch, dtype))
-    return snapshot(m, o, loss), step
 
 
 # ---------------------------------------------------------------- distances
@@ -423,11 +224,6 @@ class CheckResult:
 
 
 # ---------------------------------------------------------------- check
-
-
-def _float_dtype(model):
-    return next((t.dtype for t in list(model.parameters()) + list(model.buffers())
-                 if t.is_floating_point()), torch.float32)
 
 
 class Reference:

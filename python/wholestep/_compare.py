@@ -9,7 +9,7 @@ import math
 import statistics
 import time
 
-from ._check import _copy_batch, _own_random_state, clone_optimizer, config
+from ._check_runs import _copy_batch, _own_random_state, clone_optimizer, config
 
 
 def _max_rel_diff(a_model, b_model):

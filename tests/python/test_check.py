@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import wholestep.torch as wst
-from wholestep import _check
+from wholestep import _check, _check_runs
 
 nn = torch.nn
 F = nn.functional
@@ -49,7 +49,7 @@ def same_state(a, b):
 
 def with_state(model, opt, batch):
     """The optimizer after one eager step: it holds state."""
-    _check.eager_step(model, opt, F.cross_entropy, batch, 1)
+    _check_runs.eager_step(model, opt, F.cross_entropy, batch, 1)
     opt.zero_grad(set_to_none=True)
     return opt
 

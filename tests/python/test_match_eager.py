@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import wholestep.torch as wst
-from wholestep import _check
+from wholestep import _check_runs
 from torch_models import (LR_SCALE, MODELS, OPTIMIZERS, as_float64, distance, eager_steps, float64_copy,
                           gradient_error, gradients, make, permuted)
 
@@ -63,7 +63,7 @@ def reference(name, opt_name):
     for perm, perturb in runs:
         m = copy.deepcopy(model)
         if perturb:
-            _check.perturb_state(m, noise)
+            _check_runs.perturb_state(m, noise)
         o = make_opt(m.parameters())
         losses = eager_steps(m, o, loss_fn, permuted(batches[:10], perm))
         loss_spread = [max(s, abs(a - b) / abs(b)) for s, a, b in zip(loss_spread, losses, losses64)]

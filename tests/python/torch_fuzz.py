@@ -64,7 +64,7 @@ import torch
 import fuzz_losses
 import fuzz_sequence_layers as seq_layers
 from fuzz_sequence_layers import pool_out
-from wholestep import _check
+from wholestep import _check, _check_runs
 
 nn = torch.nn
 F = nn.functional
@@ -666,7 +666,7 @@ def build(spec):
     batch = data()
     opt = make_optimizer(spec["optimizer"], model)
     if spec.get("warm"):  # the optimizer holds state from an eager step
-        _check.eager_step(model, opt, loss_function(spec), data(), 1)
+        _check_runs.eager_step(model, opt, loss_function(spec), data(), 1)
         opt.zero_grad(set_to_none=True)
     return model, opt, loss_function(spec), batch
 
@@ -1135,12 +1135,9 @@ def _noise_gradients(spec, model, opt, loss_fn, batch, f64=False):
     ZERO_F64 of the largest tensor of their kind (_category)."""
     if not f64 and (spec["optimizer"]["kind"] == "sgd" or spec.get("loop")):
         return frozenset()
-    m, _ = _check._as(model, opt, torch.float64)
-    b = _check._copy_batch(batch, torch.float64)
-    with _check._own_random_state(), _check.exact_float64_gradients():
-        _check.float64_operands(loss_fn)(m(b[0]), *b[1:]).backward()
-    grads = {k: p.grad.abs().max().item() for k, p in m.named_parameters()
-             if p.grad is not None and p.numel()}
+    largest = _check_runs.float64_gradients(model, opt, loss_fn, batch, 1, False)
+    grads = {k: g[0] for (k, p), g in zip(model.named_parameters(), largest)
+             if g is not None and p.numel()}
     top = max(grads.values(), default=0.0)
     return frozenset(k for k, g in grads.items() if g <= NOISE_GRADIENT * top)
 
