@@ -288,7 +288,11 @@ class Importer:
             parts, index = self.value(node.args[0]), node.args[1]
             out = parts[index]
             if out is None:
-                raise Unsupported(f"result {index} of {node.args[0].target}")
+                target = node.args[0].target
+                if "with_indices" in str(target):
+                    raise Unsupported(f"the indices (result {index}) of {target} are not "
+                                      f"supported by wholestep, only its values")
+                raise Unsupported(f"result {index} of {target} is not supported by wholestep")
             return out
         name = str(node.target)
         fn = TABLE.get(name)

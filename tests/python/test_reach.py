@@ -646,6 +646,26 @@ def test_a_dilated_pool_whose_window_reads_only_padding_is_refused_naming_it():
         step(torch.randn(4, 1, 1, 6), torch.randint(0, 3, (4,)))
 
 
+def test_a_max_pools_indices_are_refused_naming_them():
+    class Unpooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.pool = nn.MaxPool2d(2, return_indices=True)
+            self.unpool = nn.MaxUnpool2d(2)
+
+        def forward(self, x):
+            return self.unpool(*self.pool(self.conv(x))).mean((2, 3))
+
+    model = Unpooled()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  F.cross_entropy)
+    with pytest.raises(wholestep.Error, match=r"the indices \(result 1\) of "
+                       r"aten.max_pool2d_with_indices.default are not supported by wholestep, "
+                       r"only its values; in module pool"):
+        step(torch.randn(2, 3, 8, 8), torch.tensor([0, 1]))
+
+
 class _Quantiles(nn.Module):
     def __init__(self):
         super().__init__()
