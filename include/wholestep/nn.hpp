@@ -258,6 +258,10 @@ struct Pool2dOptions {
   int64_t divisor_override = 0;
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
+// max_pool2d's values and, as torch's return_indices gives them, each kept
+// element's position in its [H, W] plane (i64).
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& o,
+                                                  Loc loc = Loc::current());
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc = Loc::current());
 
 // x's elements at positions `index` (each in [0, x.size(dim))) along dim, in

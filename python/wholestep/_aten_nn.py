@@ -2,6 +2,7 @@
 and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
+import operator
 
 from ._ir import Unsupported, along, aten, out_dtype
 
@@ -15,7 +16,7 @@ _CONVOLUTIONS = (
 _BATCH_NORM = ('`nn.BatchNorm1d`, `nn.BatchNorm2d`, `nn.BatchNorm3d`, `nn.InstanceNorm1d`, '
                '`nn.InstanceNorm2d` (`affine`, `track_running_stats`)')
 _BATCH_NORM_LIMITS = 'running statistics updated in place'
-_MAX_POOL = '`nn.MaxPool1d`, `nn.MaxPool2d` (`ceil_mode`, `dilation`)'
+_MAX_POOL = '`nn.MaxPool1d`, `nn.MaxPool2d` (`ceil_mode`, `dilation`, `return_indices`)'
 _AVG_POOL = '`nn.AvgPool2d` (`ceil_mode`, `count_include_pad`, `divisor_override`)'
 
 
@@ -145,9 +146,13 @@ def _convolution(b, node, x, w, bias, stride, padding, dilation, transposed, out
 
 @aten("max_pool2d_with_indices.default", torch=_MAX_POOL)
 def _max_pool2d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    out = b.composite("max_pool2d", x, kernel=list(kernel), stride=list(stride),
-                      padding=list(padding), dilation=list(dilation), ceil_mode=int(ceil_mode))
-    return out, None
+    """The values; the indices too where the model reads them (return_indices,
+    nn.MaxUnpool2d), from the composite that scans the windows' taps."""
+    attrs = dict(kernel=list(kernel), stride=list(stride), padding=list(padding),
+                 dilation=list(dilation), ceil_mode=int(ceil_mode))
+    if any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users):
+        return b.composite("max_pool2d_with_indices", x, **attrs)
+    return b.composite("max_pool2d", x, **attrs), None
 
 
 @aten("avg_pool2d.default", torch=_AVG_POOL)

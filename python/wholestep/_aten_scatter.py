@@ -160,3 +160,25 @@ def _masked_scatter(b, node, x, mask, source):
     at = b.select(m, at, b.full(0, "i64", [n]))
     values = b.op("gather", [b.reshape(b.convert(source, b.dtype(x)), [count]), at])
     return b.reshape(b.select(m, values, b.reshape(x, [n])), shape)
+
+
+@aten("max_unpool2d.default", torch="`nn.MaxUnpool2d`, `F.max_unpool2d`",
+      limits="[N, C, H, W] input; a position written twice fails the step (torch keeps one "
+             "value it does not define)")
+def _max_unpool2d(b, node, x, indices, output_size):
+    """Zeros of output_size per plane, each value written at its index in
+    its plane (an index outside the plane fails the step, as torch raises);
+    its gradient read back at the indices."""
+    shape = b.shape(x)
+    if len(shape) != 4:
+        raise Unsupported(f"max_unpool2d of {shape} (only [N, C, H, W])")
+    n, c, h, w = shape
+    oh, ow = [int(v) for v in output_size]
+    planes, size = n * c, oh * ow
+    at = b.reshape(indices, [planes, h * w])
+    offsets = b.binary("mul", b.iota("i64", [planes, h * w], 0), size)
+    flat = _poisoned(b, b.reshape(b.op("add", [at, offsets]), [planes * h * w]),
+                     b.reshape(_in_range(b, at, size), [planes * h * w]))
+    table = b.full(0.0, b.dtype(x), [planes * size])
+    out = _write_rows(b, table, flat, b.reshape(x, [planes * h * w]), accumulate=False)
+    return b.reshape(out, [n, c, oh, ow])

@@ -136,6 +136,13 @@ const Composite kTable[] = {
    "y", "max of each window of x [N, C, H, W] as torch's MaxPool2d, ceil_mode and dilation "
    "included",
    [](In in, A a, Loc loc) -> Out { return {max_pool2d(in[0], pool_options(a), loc)}; }},
+  {"max_pool2d_with_indices", "x",
+   "kernel:ints stride:ints=[] padding:ints=[0] dilation:ints=[1] ceil_mode:int=0", "y indices",
+   "max_pool2d and each kept element's position in its [H, W] plane, as torch's return_indices",
+   [](In in, A a, Loc loc) -> Out {
+     auto [y, indices] = max_pool2d_with_indices(in[0], pool_options(a), loc);
+     return {y, indices};
+   }},
   {"mish", "x", "", "y", "x tanh(softplus(x))",
    [](In in, A, Loc loc) -> Out { return {mish(in[0], loc)}; }},
   {"nll_loss", "logp labels weight?", "reduction:int=1 ignore_index:int=-100", "loss",

@@ -109,18 +109,19 @@ bool in_input(const Axis& a, int64_t padded_position) {
   return padded_position >= a.p && padded_position < a.p + a.n;
 }
 
-// Max pooling with dilation: each tap of the windows (one element of each)
+// Max pooling by scanning the windows' taps (with dilation, or where the
+// indices are asked for): each tap of the windows (one element of each)
 // gathered from x padded with -inf, and kept as torch's kernel scans a
 // window, in order: a tap in the input replaces the maximum so far where
 // it is larger or NaN, or where no tap in the input came before; a tap in
 // the padding never. So the value and the element the gradient goes to
 // are torch's: the first maximum, the last NaN, the window's first element
 // in the input when all are -inf.
-Tensor dilated_max_pool2d(const Tensor& x, const Geometry& g, Loc loc) {
+std::pair<Tensor, Tensor> scanned_max_pool2d(const Tensor& x, const Geometry& g, Loc loc) {
   const double inf = std::numeric_limits<double>::infinity();
   const Axis &h = g.h, &w = g.w;
   Tensor in = pad(x, {w.p, w.p + w.extra, h.p, h.p + h.extra}, PadMode::constant, -inf, loc);
-  Tensor best;
+  Tensor best, index;  // index: the kept element's position in its [H, W] plane
   // Per window, whether a tap in the input has been kept yet.
   std::vector<bool> kept(size_t(h.out * w.out), false);
   const auto mask = [&](const std::vector<double>& m) {
@@ -134,6 +135,7 @@ Tensor dilated_max_pool2d(const Tensor& x, const Geometry& g, Loc loc) {
       Tensor tap = take(tap_rows, 3, cols, loc);
       // always: in the input, none kept before; compare: in the input after one
       std::vector<double> always, compare;
+      std::vector<int64_t> position;
       for (int64_t r = 0; r < h.out; ++r)
         for (int64_t c = 0; c < w.out; ++c) {
           const bool inside = in_input(h, rows[size_t(r)]) && in_input(w, cols[size_t(c)]);
@@ -141,28 +143,37 @@ Tensor dilated_max_pool2d(const Tensor& x, const Geometry& g, Loc loc) {
           always.push_back(inside && !kept[at]);
           compare.push_back(inside && kept[at]);
           kept[at] = kept[at] || inside;
+          position.push_back((rows[size_t(r)] - h.p) * w.n + cols[size_t(c)] - w.p);
         }
+      Tensor here = Tensor::from_vector(position, {h.out, w.out});
       if (!best.defined()) {
         best = tap;
+        index = broadcast_to(here, tap.shape(), loc);
         continue;
       }
       Tensor wins = where(ne(tap, tap, loc), ne(tap, tap, loc), gt(tap, best, loc), loc);
       Tensor replaces =
           where(mask(always), mask(always), where(mask(compare), wins, mask(compare), loc), loc);
       best = where(replaces, tap, best, loc);
+      index = where(replaces, here, index, loc);
     }
   }
-  return best;
+  return {best, index};
 }
 
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
   const Geometry g = geometry(x, o, "max_pool2d", loc);
-  if (g.h.d != 1 || g.w.d != 1) return dilated_max_pool2d(x, g, loc);
+  if (g.h.d != 1 || g.w.d != 1) return scanned_max_pool2d(x, g, loc).first;
   const double inf = std::numeric_limits<double>::infinity();
   Tensor in = extend(extend(x, 2, g.h.extra, -inf, loc), 3, g.w.extra, -inf, loc);
   return ws::max_pool2d(in, {g.h.k, g.w.k}, {g.h.s, g.w.s}, {g.h.p, g.w.p}, loc);
+}
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& o,
+                                                  Loc loc) {
+  return scanned_max_pool2d(x, geometry(x, o, "max_pool2d", loc), loc);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {

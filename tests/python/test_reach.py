@@ -486,6 +486,17 @@ MATH_CASES = {
         torch.cdist(x.reshape(2, 2, 7), y.reshape(1, 3, 7).expand(2, 3, 7)))]), r(4, 7), r(3, 7)),
     # the gradient x / hypot, one operand broadcast
     "hypot": (lambda x, y: torch.hypot(x, y) + torch.hypot(x * 1e3, y[:1]), r(4, 5), r(4, 5)),
+    # a max pool's indices (torch's: the first maximum's position in its
+    # plane, ties included) and the unpooling that writes the values back
+    "max_pool_indices_and_unpool": (lambda x: torch.cat([t.flatten() for t in (
+        F.max_unpool2d(*F.max_pool2d(x, 2, 2, return_indices=True), 2),
+        F.max_unpool2d(*F.max_pool2d(x, 3, 3, 1, return_indices=True), 3, 3, 1, (9, 10)),
+        F.max_pool2d(x, (3, 2), (1, 2), 1, 2, True, True)[1].to(x.dtype) * x[:, :, :1, :1],
+        F.max_pool2d(x.round(), 2, 1, 0, 1, False, True)[1].to(x.dtype) * x[:, :, :1, :1])]),
+                                    r(2, 3, 9, 10)),
+    "max_pool_indices_ties": (lambda x: torch.cat([
+        (F.max_pool2d(x, 2, 2, 1, return_indices=True)[1].to(x.dtype) * x.sum()).flatten(),
+        F.max_unpool2d(*F.max_pool2d(x, 2, 2, return_indices=True), 2).flatten()]), TIES_4D),
     # matrix-vector products: x @ v with a 1-d v is torch.mv
     "vector_products": (lambda x, y: torch.mv(x, y[0]) + torch.dot(x[0], y[1])
                         + torch.addmv(x[:, 1], x, y[1], beta=0.5, alpha=2) + x @ y[2]
@@ -646,24 +657,27 @@ def test_a_dilated_pool_whose_window_reads_only_padding_is_refused_naming_it():
         step(torch.randn(4, 1, 1, 6), torch.randint(0, 3, (4,)))
 
 
-def test_a_max_pools_indices_are_refused_naming_them():
+def test_an_unpooling_that_writes_a_position_twice_fails_the_step_and_changes_nothing():
+    # overlapping windows keep one element twice: torch's max_unpool2d keeps
+    # one of its values without defining which
     class Unpooled(nn.Module):
         def __init__(self):
             super().__init__()
             self.conv = nn.Conv2d(3, 4, 3, padding=1)
-            self.pool = nn.MaxPool2d(2, return_indices=True)
-            self.unpool = nn.MaxUnpool2d(2)
+            self.pool = nn.MaxPool2d(2, 1, return_indices=True)
+            self.unpool = nn.MaxUnpool2d(2, 1)
 
         def forward(self, x):
             return self.unpool(*self.pool(self.conv(x))).mean((2, 3))
 
+    torch.manual_seed(0)
     model = Unpooled()
     step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
                                   F.cross_entropy)
-    with pytest.raises(wholestep.Error, match=r"the indices \(result 1\) of "
-                       r"aten.max_pool2d_with_indices.default are not supported by wholestep, "
-                       r"only its values; in module pool"):
+    before = model.conv.weight.detach().clone()
+    with pytest.raises(wholestep.Error, match=r"a position written twice"):
         step(torch.randn(2, 3, 8, 8), torch.tensor([0, 1]))
+    assert torch.equal(model.conv.weight, before)
 
 
 class _Quantiles(nn.Module):
