@@ -657,6 +657,30 @@ def test_a_dilated_pool_whose_window_reads_only_padding_is_refused_naming_it():
         step(torch.randn(4, 1, 1, 6), torch.randint(0, 3, (4,)))
 
 
+def test_an_unpooling_index_outside_its_plane_fails_as_in_torch_and_changes_nothing():
+    class Unpool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("at", torch.tensor([[[[0, 3], [5, 6]]]]))
+
+        def forward(self, x):
+            return F.max_unpool2d(self.lin(x).view(1, 1, 2, 2), self.at, 2, 2, 0, (3, 3))
+
+    model = Unpool()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                  lambda y: y.sum())
+    x = torch.randn(1, 4)
+    step(x)
+    model.at[0, 0, 1, 1] = 9  # past the 3x3 plane
+    with pytest.raises(RuntimeError, match="invalid max index"):
+        model(x)
+    before = model.lin.weight.detach().clone()
+    with pytest.raises(wholestep.Error, match=r"index -1 at position 3 is out of range"):
+        step(x)
+    assert torch.equal(model.lin.weight, before)
+
+
 def test_an_unpooling_that_writes_a_position_twice_fails_the_step_and_changes_nothing():
     # overlapping windows keep one element twice: torch's max_unpool2d keeps
     # one of its values without defining which
