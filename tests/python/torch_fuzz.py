@@ -8,7 +8,8 @@ list of layer specs (in-place writes through views of several kinds, read back
 through a view made before them; convolutions with and without bias and groups,
 transposed convolutions, weight-normed convolutions, BatchNorm, LayerNorm,
 GroupNorm, the activations of the support table, max and average pooling
-(ceil_mode, count_include_pad, divisor_override, max pooling dilated),
+(ceil_mode, count_include_pad, divisor_override, max pooling dilated, max
+pooling's indices and unpooling),
 adaptive average and max pooling to any size, padding of every mode,
 upsampling (nearest, bilinear,
 bicubic, align_corners both ways), residual blocks, concatenations,
@@ -155,6 +156,20 @@ class Concat(nn.Module):
 
     def forward(self, x):
         return torch.cat([b(x) for b in self.branches], dim=self.dim)
+
+
+class PoolUnpool(nn.Module):
+    """Max pooling with its indices over windows apart by their size, then
+    the values written back at them (a SegNet decoder's step)."""
+
+    def __init__(self, k, p):
+        super().__init__()
+        self.pool = nn.MaxPool2d(k, k, p, return_indices=True)
+        self.unpool = nn.MaxUnpool2d(k, k, p)
+
+    def forward(self, x):
+        y, at = self.pool(x)
+        return self.unpool(y, at, output_size=x.shape[-2:])
 
 
 class ToTokens(nn.Module):
@@ -497,6 +512,11 @@ def make_layer(layer, shape):
             if c % layer["g"]:
                 raise Invalid("groups")
             return nn.GroupNorm(layer["g"], c), shape
+        if op == "unpool":
+            k, p = layer["k"], layer["p"]
+            if h + 2 * p < k or w + 2 * p < k:
+                raise Invalid("unpool window over the input")
+            return PoolUnpool(k, p), shape
         if op == "up":
             mode = layer["mode"]
             corners = layer.get("corners") if mode != "nearest" else None
@@ -739,7 +759,8 @@ def gen_layer(r, shape, depth):
     if kind == "img":
         _, c, h, w = shape
         ops = ["conv"] * 5 + ["bn"] * 3 + ["act"] * 4 + ["maxpool", "avgpool"] * 2 + \
-            ["adaptive", "se", "ln", "head_pattern", "tokens", "flatten", "gn", "pad", "patches"]
+            ["adaptive", "se", "ln", "head_pattern", "tokens", "flatten", "gn", "pad", "patches",
+             "unpool"]
         if h * w <= 64:
             ops += ["up", "convT"]
         if depth < 2:
@@ -779,6 +800,9 @@ def gen_layer(r, shape, depth):
             return layer
         if op == "gn":
             return {"op": "gn", "g": r.choice([d for d in (1, 2, 3, 4) if c % d == 0])}
+        if op == "unpool":
+            k = r.choice([2, 3])
+            return {"op": "unpool", "k": k, "p": r.randint(0, k // 2)}
         if op == "up":
             mode = r.choice(["nearest", "bilinear", "bicubic"])
             return {"op": "up", "f": 2, "mode": mode, "corners": r.random() < 0.5}
