@@ -216,7 +216,7 @@ def _positions_in(b, values, boundaries, right, what):
     return b.binary("sub", bs[-1], b.sum(above, [len(shape) - 1]))
 
 
-def _no_int32(out_int32, sorter, what):
+def _refuse_options(out_int32, sorter, what):
     if out_int32:
         raise Unsupported(f"{what} with out_int32=True (int32 results)")
     if sorter is not None:
@@ -225,7 +225,7 @@ def _no_int32(out_int32, sorter, what):
 
 @aten("bucketize.Tensor", "bucketize.Scalar", torch=_BUCKETS, limits=_BUCKETS_LIMITS)
 def _bucketize(b, node, x, boundaries, out_int32=False, right=False):
-    _no_int32(out_int32, None, "bucketize")
+    _refuse_options(out_int32, None, "bucketize")
     if not isinstance(x, Value):
         x = b.full(x, b.dtype(boundaries), [])
     if len(b.shape(boundaries)) != 1:
@@ -236,7 +236,7 @@ def _bucketize(b, node, x, boundaries, out_int32=False, right=False):
 @aten("searchsorted.Tensor", "searchsorted.Scalar", torch=_BUCKETS, limits=_BUCKETS_LIMITS)
 def _searchsorted(b, node, sequence, values, out_int32=False, right=False, side=None,
                   sorter=None):
-    _no_int32(out_int32, sorter, "searchsorted")
+    _refuse_options(out_int32, sorter, "searchsorted")
     right = right or side == "right"
     if not isinstance(values, Value):
         values = b.full(values, b.dtype(sequence), [])

@@ -8,7 +8,6 @@
 // kernel scans a window.
 #include <algorithm>
 #include <limits>
-#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -55,9 +54,6 @@ Geometry geometry(const Tensor& x, const Pool2dOptions& o, const char* what, con
   const auto s = o.stride.empty() ? k : pair(o.stride, "stride", x, loc);
   const auto p = pair(o.padding, "padding", x, loc);
   const auto d = pair(o.dilation, "dilation", x, loc);
-  if (d != std::vector<int64_t>{1, 1} && std::string_view(what) != "max_pool2d")
-    throw Error(fmt::format("{}: dilation [{}] is not supported (only 1){}", what,
-                            fmt::join(d, ","), at(SourceLoc::from(loc))));
   for (int i = 0; i < 2; ++i)
     if (k[i] < 1 || s[i] < 1 || p[i] < 0 || d[i] < 1 || 2 * p[i] > k[i] ||
         x.size(2 + i) + 2 * p[i] < d[i] * (k[i] - 1) + 1)
@@ -151,9 +147,9 @@ std::pair<Tensor, Tensor> scanned_max_pool2d(const Tensor& x, const Geometry& g,
         index = broadcast_to(here, tap.shape(), loc);
         continue;
       }
-      Tensor wins = where(ne(tap, tap, loc), ne(tap, tap, loc), gt(tap, best, loc), loc);
-      Tensor replaces =
-          where(mask(always), mask(always), where(mask(compare), wins, mask(compare), loc), loc);
+      Tensor nan = ne(tap, tap, loc), first = mask(always), later = mask(compare);
+      Tensor wins = where(nan, nan, gt(tap, best, loc), loc);
+      Tensor replaces = where(first, first, where(later, wins, later, loc), loc);
       best = where(replaces, tap, best, loc);
       index = where(replaces, here, index, loc);
     }
@@ -177,6 +173,9 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dO
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
+  if (o.dilation != std::vector<int64_t>{1} && o.dilation != std::vector<int64_t>{1, 1})
+    throw Error(fmt::format("avg_pool2d: dilation [{}] is not supported (only 1){}",
+                            fmt::join(o.dilation, ","), at(SourceLoc::from(loc))));
   const Geometry g = geometry(x, o, "avg_pool2d", loc);
   if (o.divisor_override < 0)
     throw Error(fmt::format("avg_pool2d: divisor_override {} must be positive{}",
