@@ -61,7 +61,7 @@ def test_the_generator_makes_valid_models_of_every_kind():
     assert {"conv", "bn", "ln", "act", "maxpool", "avgpool", "adaptive", "res", "cat", "se",
             "tokens", "flatten", "linear", "tokmix", "attn", "mha", "reduce", "softmax",
             "patches", "centered", "bilinear", "views", "index_writes", "rnn", "conv1d", "pool1d",
-            "weight_norm", "unpool"} <= ops
+            "weight_norm"} <= ops
     assert cells == set(torch_fuzz.seq_layers.CELLS)
 
 
