@@ -105,12 +105,12 @@ def eager_step(model, opt, loss_fn, batch, num_inputs, loop=None):
     return loss.detach()
 
 
-def _perturb(t, gen):
-    """`t` times (1 + u), u uniform within one rounding of its dtype
-    (|u| <= 2^-24 for float32, 2^-53 for float64)."""
+def _perturb(t, gen, roundings=1):
+    """`t` times (1 + u), u uniform within `roundings` roundings of its
+    dtype (|u| <= 2^-24 each for float32, 2^-53 for float64)."""
     if not t.is_floating_point() or not t.numel():
         return t
-    unit = 2.0 ** -53 if t.dtype == torch.float64 else 2.0 ** -24
+    unit = roundings * (2.0 ** -53 if t.dtype == torch.float64 else 2.0 ** -24)
     u = (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
     if t.dtype == torch.float64:  # t + t u, one rounding from t
         return t + t * u
@@ -123,6 +123,37 @@ def perturb_state(model, gen):
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
             t.copy_(_perturb(t, gen))
+
+
+# How far perturbed_activations moves each layer's outputs, in roundings: a
+# layer's sound evaluations differ by a few (a sum of n terms by up to n),
+# and a single rounding of 2^-53 leaves most values as they were.
+ACTIVATION_ROUNDINGS = 4
+
+
+def _perturbed_outputs(output, gen):
+    if torch.is_tensor(output):
+        return _perturb(output, gen, ACTIVATION_ROUNDINGS)
+    if isinstance(output, tuple):
+        return tuple(_perturbed_outputs(o, gen) for o in output)
+    return output
+
+
+@contextlib.contextmanager
+def perturbed_activations(model, gen):
+    """Every leaf module's floating-point outputs multiplied by 1 + u, |u|
+    within ACTIVATION_ROUNDINGS roundings (_perturb), while the block runs:
+    what a sound evaluation of the same layers may leave, elementwise,
+    where batch orders and perturbed parameters do not reach (a BatchNorm
+    over a channel of equal values leaves a noise whose sign one summation
+    order fixes, and a max beside padding zeros then picks by it)."""
+    hooks = [m.register_forward_hook(lambda _m, _i, out: _perturbed_outputs(out, gen))
+             for m in model.modules() if not any(True for _ in m.children())]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def _as(model, opt, dtype):
@@ -139,7 +170,10 @@ def _as(model, opt, dtype):
 
 
 def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None,
-               loop=None):
+               loop=None, activations=None):
+    """One eager step on copies; `perturb`: a generator moving the state and
+    batch by one rounding first; `activations`: one moving every leaf
+    module's outputs (perturbed_activations)."""
     m, o = _as(model, opt, dtype)
     batch = _copy_batch(batch, dtype, perm)
     if perturb is not None:
@@ -147,7 +181,9 @@ def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, pe
         batch = [_perturb(t, perturb) for t in batch]
     # float64 torch's own roundings to float32 made exact (_exact64.py)
     exact = _float_dtype(m) == torch.float64
-    with exact_float64_gradients() if exact else contextlib.nullcontext():
+    with exact_float64_gradients() if exact else contextlib.nullcontext(), \
+            perturbed_activations(m, activations) if activations is not None \
+            else contextlib.nullcontext():
         loss = eager_step(m, o, float64_operands(loss_fn) if exact else loss_fn, batch,
                           num_inputs, loop)
     return snapshot(m, o, loss)
