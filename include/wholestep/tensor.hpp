@@ -108,9 +108,12 @@ Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
 Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
 Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
 Tensor erf(const Tensor& x, Loc loc = Loc::current());
-Tensor expm1(const Tensor& x, Loc loc = Loc::current());  // e^x - 1, exact near 0
-Tensor log1p(const Tensor& x, Loc loc = Loc::current());  // log(1 + x), exact near 0
-Tensor sin(const Tensor& x, Loc loc = Loc::current());    // of radians, any finite x
+Tensor erfinv(const Tensor& x, Loc loc = Loc::current());   // erf(y) = x
+Tensor lgamma(const Tensor& x, Loc loc = Loc::current());   // log |Gamma(x)|
+Tensor digamma(const Tensor& x, Loc loc = Loc::current());  // lgamma's derivative
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());    // e^x - 1, exact near 0
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());    // log(1 + x), exact near 0
+Tensor sin(const Tensor& x, Loc loc = Loc::current());      // of radians, any finite x
 // tan, the inverse trigonometric and the hyperbolic functions, as std::'s
 Tensor tan(const Tensor& x, Loc loc = Loc::current());
 Tensor asin(const Tensor& x, Loc loc = Loc::current());

@@ -4,6 +4,8 @@ convolutions, pooling and normalization: _aten_nn.py; losses:
 _aten_loss.py; embeddings and bags: _aten_lookup.py; padding, resizing
 and 3-d ops: _aten_space.py)."""
 
+import math
+
 from ._ir import Unsupported, aten, broadcast_shapes, ir_dtype, is_value, out_dtype, out_shape
 
 
@@ -83,6 +85,52 @@ for _name in ["neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "e
               "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]:
     aten(f"{_name}.default", f"{_name}_.default", torch=_MATH)(
         lambda b, node, x, _ir=_name: b.unary(_ir, x))
+
+
+_GAMMA = ('`torch.lgamma`, `digamma`, `polygamma` (n 0 and 1; n 1 not differentiated), '
+          '`mvlgamma`, `erfinv` (and their `torch.special` names)')
+_GAMMA_LIMITS = ('polygamma of order 2 and more; digamma\'s gradient is the exact trigamma, '
+                 'where torch 1.13\'s float64 one is up to 5e-10 off')
+
+
+def _floating(b, node, x):
+    """x converted to the result's dtype (an integer tensor's lgamma is a
+    float tensor, as in torch)."""
+    return b.convert(x, out_dtype(node))
+
+
+for _name in ["lgamma", "digamma", "erfinv"]:
+    aten(f"{_name}.default", f"{_name}_.default", torch=_GAMMA, limits=_GAMMA_LIMITS)(
+        lambda b, node, x, _ir=_name: b.unary(_ir, _floating(b, node, x)))
+
+
+@aten("polygamma.default", torch=_GAMMA, limits=_GAMMA_LIMITS)
+def _polygamma(b, node, n, x):
+    if n == 0:
+        return b.unary("digamma", _floating(b, node, x))
+    if n == 1:
+        return b.unary("trigamma", _floating(b, node, x))
+    raise Unsupported(f"polygamma of order {n} (orders 0 and 1 are)")
+
+
+@aten("polygamma_.default", torch=_GAMMA, limits=_GAMMA_LIMITS)
+def _polygamma_(b, node, x, n):
+    return _polygamma(b, node, n, x)
+
+
+@aten("mvlgamma.default", "mvlgamma_.default", torch=_GAMMA, limits=_GAMMA_LIMITS)
+def _mvlgamma(b, node, x, p):
+    """The multivariate log-gamma: p (p - 1) / 4 log(pi) + sum over j < p
+    of lgamma(x - j / 2), in torch's order (j from p - 1 down, then the
+    constant). Below (p - 1) / 2, where it is not the density's
+    normalizer, it is still that sum, as torch 1.13 computes it."""
+    x = _floating(b, node, x)
+    terms = [b.unary("lgamma", b.binary("sub", x, j / 2) if j else x)
+             for j in range(p - 1, -1, -1)]
+    total = terms[0]
+    for t in terms[1:]:
+        total = b.op("add", [total, t])
+    return b.binary("add", total, p * (p - 1) / 4 * math.log(math.pi))
 
 
 # The activations are the C++ library's composites (src/nn/activations.cpp):

@@ -7,6 +7,7 @@
 
 #include "autograd/vjp.hpp"
 #include "ir/attr.hpp"
+#include "ir/op_error.hpp"
 
 namespace ws::autograd {
 namespace {
@@ -72,6 +73,23 @@ void vjp_erf(const VjpContext& c, Dargs& d) {  // 2/sqrt(pi) exp(-x²)
   ValueId x = arg(c, 0);
   ValueId e = c.b.unary(Op::exp, c.b.unary(Op::neg, mul(c, x, x)));
   d[0] = mul(c, c.dy, mul(c, e, scalar_like(c, 1.1283791670955126, x)));
+}
+void vjp_erfinv(const VjpContext& c, Dargs& d) {  // sqrt(pi)/2 exp(erfinv(x)²)
+  d[0] = mul(
+      c, c.dy,
+      mul(c, c.b.unary(Op::exp, mul(c, c.out, c.out)), scalar_like(c, 0.88622692545275801, c.out)));
+}
+void vjp_lgamma(const VjpContext& c, Dargs& d) {  // digamma x
+  d[0] = mul(c, c.dy, c.b.unary(Op::digamma, arg(c, 0)));
+}
+void vjp_digamma(const VjpContext& c, Dargs& d) {  // trigamma x
+  d[0] = mul(c, c.dy, c.b.unary(Op::trigamma, arg(c, 0)));
+}
+void vjp_trigamma(const VjpContext& c, Dargs&) {  // polygamma(2, x): not built
+  ir::fail_op(Op::trigamma,
+              "its gradient, polygamma(2, x), is not supported (trigamma, polygamma(1, x), is "
+              "differentiated only as digamma's gradient)",
+              c.node.loc);
 }
 void vjp_sin(const VjpContext& c, Dargs& d) {  // cos x
   d[0] = mul(c, c.dy, c.b.unary(Op::cos, arg(c, 0)));
@@ -401,6 +419,10 @@ VjpRule builtin_rule(Op op) {
     case Op::conv2d: return vjp_conv2d;
     case Op::conv2d_input_grad: return vjp_conv2d_input_grad;
     case Op::erf: return vjp_erf;
+    case Op::erfinv: return vjp_erfinv;
+    case Op::lgamma: return vjp_lgamma;
+    case Op::digamma: return vjp_digamma;
+    case Op::trigamma: return vjp_trigamma;
     case Op::expm1: return vjp_expm1;
     case Op::log1p: return vjp_log1p;
     case Op::gather: return vjp_gather;

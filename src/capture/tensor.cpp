@@ -105,6 +105,9 @@ Tensor sigmoid(const Tensor& x, Loc loc) { return apply(Op::sigmoid, {&x}, {}, l
 Tensor sqrt(const Tensor& x, Loc loc) { return apply(Op::sqrt, {&x}, {}, loc); }
 Tensor rsqrt(const Tensor& x, Loc loc) { return apply(Op::rsqrt, {&x}, {}, loc); }
 Tensor erf(const Tensor& x, Loc loc) { return apply(Op::erf, {&x}, {}, loc); }
+Tensor erfinv(const Tensor& x, Loc loc) { return apply(Op::erfinv, {&x}, {}, loc); }
+Tensor lgamma(const Tensor& x, Loc loc) { return apply(Op::lgamma, {&x}, {}, loc); }
+Tensor digamma(const Tensor& x, Loc loc) { return apply(Op::digamma, {&x}, {}, loc); }
 Tensor stop_gradient(const Tensor& x, Loc loc) { return apply(Op::stop_gradient, {&x}, {}, loc); }
 Tensor identity(const Tensor& x, Loc loc) { return apply(Op::identity, {&x}, {}, loc); }
 Tensor straight_through(const Tensor& value, const Tensor& via, Loc loc) {

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "exec/special_math.hpp"
 #include "exec/vec_math.hpp"
 #include "ir/op.hpp"
 #include "wholestep/error.hpp"
@@ -48,6 +49,14 @@ inline T unary_value_f64(T x) {
     return T(std::erf(d));
   else if constexpr (op == Op::expm1)
     return T(std::expm1(d));
+  else if constexpr (op == Op::erfinv)
+    return T(erfinv_f64(d));
+  else if constexpr (op == Op::lgamma)
+    return T(lgamma_f64(d));
+  else if constexpr (op == Op::digamma)
+    return T(digamma_f64(d));
+  else if constexpr (op == Op::trigamma)
+    return T(trigamma_f64(d));
   else if constexpr (op == Op::log1p)
     return T(std::log1p(d));
   else if constexpr (op == Op::sin)
@@ -102,6 +111,14 @@ inline void unary_array(const T* x, T* y, int64_t n) {
       erf_f32(x, y, n);
     else if constexpr (op == Op::expm1)
       expm1_f32(x, y, n);
+    else if constexpr (op == Op::erfinv)
+      erfinv_f32(x, y, n);
+    else if constexpr (op == Op::lgamma)
+      lgamma_f32(x, y, n);
+    else if constexpr (op == Op::digamma)
+      digamma_f32(x, y, n);
+    else if constexpr (op == Op::trigamma)
+      trigamma_f32(x, y, n);
     else if constexpr (op == Op::log1p)
       log1p_f32(x, y, n);
     else if constexpr (op == Op::sin)

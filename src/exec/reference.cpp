@@ -98,6 +98,10 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
     case Op::rsqrt:
     case Op::erf:
     case Op::expm1:
+    case Op::erfinv:
+    case Op::lgamma:
+    case Op::digamma:
+    case Op::trigamma:
     case Op::log1p:
     case Op::sin:
     case Op::cos:

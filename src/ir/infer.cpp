@@ -181,6 +181,10 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
     case Op::asinh:
     case Op::acosh:
     case Op::atanh:
+    case Op::erfinv:
+    case Op::lgamma:
+    case Op::digamma:
+    case Op::trigamma:
     case Op::erf: check_floating(op, args[0], loc); return args[0];
     case Op::pow:
     case Op::atan2:
