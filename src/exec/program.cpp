@@ -59,15 +59,26 @@ Executable::Executable(Program p)
   if (!arena_) throw OutOfMemory(size_t(prog_.arena_bytes), "a program's arena");
 }
 
+namespace {
+// Where a tensor of no elements is bound when its owner gives no address
+// (torch's data_ptr() of an empty tensor is null): nothing reads or writes
+// it, but a null address means unbound.
+alignas(64) std::byte g_no_elements[64];
+
+void* bound_address(void* data, const ir::Type& type) {
+  return data == nullptr && type.numel() == 0 ? g_no_elements : data;
+}
+}  // namespace
+
 void Executable::bind_input(size_t i, void* data) {
   WS_CHECK(i < inputs_.size()) << "input " << i;
-  inputs_[i] = data;
+  inputs_[i] = bound_address(data, prog_.inputs[i].type);
   resolved_ = false;
 }
 
 void Executable::bind_output(size_t i, void* data) {
   WS_CHECK(i < outputs_.size()) << "output " << i;
-  outputs_[i] = data;
+  outputs_[i] = bound_address(data, prog_.outputs[i].type);
   resolved_ = false;
 }
 

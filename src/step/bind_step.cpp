@@ -50,7 +50,7 @@ void TrainStep::Impl::bind_program(step::Compiled& c, exec::Executable& exe,
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const exec::ProgramInput& in = p.inputs[i];
     binds.push_back(bind_input(c, cap, in.role, in.name, in.type.bytes()));
-    if (binds.back().ptr) exe.bind_input(i, binds.back().ptr);
+    if (binds.back().kind != step::Bind::data) exe.bind_input(i, binds.back().ptr);
   }
   c.inputs.push_back(std::move(binds));
   for (size_t i = 0; i < p.outputs.size(); ++i) {

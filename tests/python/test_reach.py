@@ -1242,3 +1242,29 @@ def test_cummax_and_cummin_give_torchs_indices_at_ties_and_nans():
                       [-2.0, -3.0, -3.0, -1.0, -5.0, 4.0, 4.0]])
     assert torch.equal(wst.compile_forward(Probe())(x).nan_to_num(99.0),
                        Probe()(x).nan_to_num(99.0))
+
+
+def test_a_parameter_of_no_elements_trains_in_every_mode():
+    # AdaptiveLogSoftmaxWithLoss's second tail cluster: 8 // 4**2 = 0 hidden
+    # features, so a [0, 8] and a [10, 0] weight (torch's empty tensors have
+    # no address: they were left unbound)
+    torch.manual_seed(0)
+    adaptive = nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10])
+    model = nn.Sequential(nn.Linear(8, 8), _LogProbs(adaptive))
+    assert any(p.numel() == 0 for p in model.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(24, 8), torch.randint(0, 20, (24,))
+    result = wst.check(model, opt, F.nll_loss, x, y, modes=[
+                           "single_graph", "three_graph", "interpret",
+                           ("single_graph", {"aliasing": False}),
+                           ("three_graph", {"aliasing": False})])
+    assert result.passed, result.report()
+
+
+class _LogProbs(nn.Module):
+    def __init__(self, adaptive):
+        super().__init__()
+        self.adaptive = adaptive
+
+    def forward(self, x):
+        return self.adaptive.log_prob(x)
