@@ -9,7 +9,7 @@ import sys
 
 from . import _C
 from . import (_aten, _aten_combine, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
-               _aten_reduce, _aten_round, _aten_sample, _aten_scatter,
+               _aten_random, _aten_reduce, _aten_round, _aten_sample, _aten_scatter,
                _aten_shape, _aten_space, _traceable)  # the table
 from ._ir import SUPPORT, TRACED
 

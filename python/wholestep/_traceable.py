@@ -314,6 +314,13 @@ def _keep_flat_weights(self, value):
     pass  # the module's own list stays as it was, for its eager calls
 
 
+def _multinomial(*args, **kwargs):
+    # torch's own check of the probabilities reads them, which fake tensors
+    # cannot: it would fail saying the probabilities sum to 0
+    raise NotImplementedError("torch.multinomial is not supported by wholestep (random "
+                              "numbers in a forward: see the support table)")
+
+
 @contextlib.contextmanager
 def traceable():
     cross_entropy = torch._C._nn.cross_entropy_loss
@@ -324,7 +331,9 @@ def traceable():
     arange, one_hot, nn_one_hot = torch.arange, torch.nn.functional.one_hot, torch._C._nn.one_hot
     ctc = torch.ctc_loss
     gaussian_nll = torch.nn.functional.gaussian_nll_loss
+    multinomial = torch.multinomial, torch.Tensor.multinomial
     rewritten = _traceable_math.enter()
+    torch.multinomial = torch.Tensor.multinomial = _multinomial
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
@@ -344,6 +353,7 @@ def traceable():
         torch.arange = arange
         torch.ctc_loss = ctc
         torch.nn.functional.gaussian_nll_loss = gaussian_nll
+        torch.multinomial, torch.Tensor.multinomial = multinomial
         _traceable_math.leave(rewritten)
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch

@@ -482,5 +482,17 @@ def set_num_threads(n):
     _guards.set_num_threads(n)
 
 
+def manual_seed(seed):
+    """Restarts wholestep's random stream, which dropout's masks and the
+    random numbers a forward draws (torch.randn_like, rand, randint, ...)
+    come from, at `seed`: the steps after it draw the same numbers as after
+    any other manual_seed(seed) in any process. torch.manual_seed does not
+    reach it (the numbers are wholestep's, not torch's generator's)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 63:
+        raise ValueError(f"manual_seed: a seed is an integer in [0, 2^63), got {seed!r}")
+    _C.manual_seed(seed)
+
+
 __all__ = ["compile_train_step", "compile_forward", "TrainStep", "Forward", "Error",
-           "set_num_threads", "process_group", "step_options", "check", "compare"]
+           "set_num_threads", "manual_seed", "process_group", "step_options", "check",
+           "compare"]

@@ -54,8 +54,11 @@ struct Forward::Impl {
     c->index_checks = cap.index_checks;
     c->graph = partition::single_graph(cap.joint);
     c->graph.name = "forward";
+    // The random stream's offset moves past what the function drew (its
+    // only state an inference function may change); nothing else may.
     for (const ir::Output& o : c->graph.outputs)
-      if (o.role == ir::OutputRole::update)
+      if (o.role == ir::OutputRole::update &&
+          c->graph.input_role(o.aliased_input) != ir::InputRole::rng)
         throw Error(fmt::format(
             "compile_forward: the function changes '{}'; an inference function must not "
             "mutate state{}",

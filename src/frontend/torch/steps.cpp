@@ -447,6 +447,10 @@ void bind_steps(py::module_& m) {
       py::arg("options"),
       "Every step option, those of `options` set and checked as a TrainStep checks them.");
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
+  m.def(
+      "manual_seed", [](uint64_t seed) { ws::set_random_stream({seed, 0}); }, py::arg("seed"),
+      "Restarts the counter-based stream that dropout's masks and a forward's random numbers "
+      "come from at (seed, 0).");
   m.def("num_threads", &num_threads);
   m.def("backend_info", &backend_info);
   // The process group: joined (MPI initialized) when an MPI launcher
