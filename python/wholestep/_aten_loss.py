@@ -4,7 +4,7 @@ KL divergence's xlogy (the table and the builder: _ir.py)."""
 
 import math
 
-from ._ir import Unsupported, aten, is_value
+from ._ir import Unsupported, aten, is_value, out_dtype, out_shape
 
 # What each translation covers, for the support table (_support.py).
 _NLL = (
@@ -109,10 +109,22 @@ def _bce(b, node, p, t, weight=None, reduction=1):
     return _reduce(b, loss, reduction)
 
 
-@aten("xlogy.Tensor", torch=_LOSSES)
+def _log_of_number(y):
+    return math.log(y) if y > 0 else (-math.inf if y == 0 else math.nan)
+
+
+@aten("xlogy.Tensor", "xlogy.Scalar_Other", "xlogy.Scalar_Self", torch=_LOSSES)
 def _xlogy(b, node, x, y):
-    prod = b.binary("mul", x, b.unary("log", y) if is_value(y) else math.log(y))
-    return b.select(b.binary("eq", x, 0.0), 0.0, prod) if is_value(x) else prod
+    """x log y, 0 where x is 0 unless y is NaN (torch's), in the result's
+    dtype (a float64 rate and a float32 count: float64)."""
+    dtype, shape = out_dtype(node), out_shape(node)
+    x, y = (b.broadcast(b.convert(v, dtype), shape) if is_value(v) else float(v)
+            for v in (x, y))
+    prod = b.binary("mul", x, b.unary("log", y) if is_value(y) else _log_of_number(y))
+    if not is_value(x) or (not is_value(y) and math.isnan(y)):
+        return prod
+    out = b.select(b.binary("eq", x, 0.0), 0.0, prod)
+    return b.select(b.op("ne", [y, y]), math.nan, out) if is_value(y) else out
 
 
 _CTC = '`F.ctc_loss`, `nn.CTCLoss` (lengths as tensors or lists, targets padded or concatenated)'

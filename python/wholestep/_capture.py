@@ -17,7 +17,7 @@ import threading
 import torch
 import torch.fx
 
-from . import _C, _guards
+from . import _C, _guards, _traceable_distributions
 from ._traceable import BATCH_NORM_FORWARD, traceable
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -206,7 +206,8 @@ def trace(model, params, buffers, fn, examples):
             tensors.update({alias: tensors[name] for alias, name in aliases.items()})
             return stateless.functional_call(model, tensors, inputs)
 
-        return fn(model_call, *args)
+        # the distributions' validation tests, checked on the result
+        return _traceable_distributions.anchored(fn(model_call, *args))
 
     for path, m in model.named_modules():
         if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.momentum is None \

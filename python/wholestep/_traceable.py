@@ -48,6 +48,7 @@ clamp torch makes in place under no_grad is the clamped value with the
 variance's gradient passing straight through, as in torch.
 
 torch.quantile, torch.nanquantile and torch.cdist: _traceable_math.py.
+torch.distributions' argument validation: _traceable_distributions.py.
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -64,7 +65,7 @@ import torch
 from torch._subclasses import fake_tensor
 from torch.utils._pytree import tree_map
 
-from . import _C, _traceable_math
+from . import _C, _traceable_distributions, _traceable_math
 from ._ir import TABLE, TRACED
 
 _MEAN, _SUM = 1, 2  # torch's reduction enum: 0 none, 1 mean, 2 sum
@@ -333,6 +334,7 @@ def traceable():
     gaussian_nll = torch.nn.functional.gaussian_nll_loss
     multinomial = torch.multinomial, torch.Tensor.multinomial
     rewritten = _traceable_math.enter()
+    validations = _traceable_distributions.enter()
     torch.multinomial = torch.Tensor.multinomial = _multinomial
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
@@ -355,6 +357,7 @@ def traceable():
         torch.nn.functional.gaussian_nll_loss = gaussian_nll
         torch.multinomial, torch.Tensor.multinomial = multinomial
         _traceable_math.leave(rewritten)
+        _traceable_distributions.leave(validations)
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

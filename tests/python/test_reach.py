@@ -580,6 +580,12 @@ MATH_CASES = {
     # float bounds without a dtype: eager's float32 (the trace's fake tensors say int64)
     "arange_of_float_bounds": (lambda x, t: x * torch.arange(5.0)[t] + torch.arange(1, 5.5)[t],
                                r(4, 5), torch.tensor([4, 0, 3, 1, 2])),
+    # 0 log 0 is 0 but 0 log NaN is NaN; a float64 tensor beside a float32
+    # one is float64 (a Poisson log-density's rate and count)
+    "xlogy": (lambda x, y: torch.xlogy(x * (x > 0), y.abs())
+              + torch.xlogy(torch.tensor([0.0, 1.0, 2.0, 0.0, 3.0]), y.abs().double()).float()
+              + torch.xlogy(x.relu(), 2.5) + torch.special.xlogy(x.relu(), y.abs() + 1), r(4, 5),
+              r(4, 5)),
 }
 
 
