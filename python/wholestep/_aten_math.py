@@ -4,7 +4,7 @@ indices, and two rearrangements: each a few IR ops with torch's gradient
 
 import math
 
-from ._aten_round import _abs_nograd, _frozen
+from ._aten_round import _abs_nograd, _exact_f64, _frozen
 from ._aten_shape import _gather
 from ._ir import Unsupported, aten, out_dtype, out_shape
 
@@ -16,7 +16,7 @@ _SHUFFLE = '`nn.PixelShuffle`, `nn.PixelUnshuffle`, `torch.flip`'
 _TRIG = '`torch.sin`, `cos`, `atan2`'
 _PRODUCTS = '`torch.prod` (of all elements or along a dim), `torch.cumprod`'
 _SORTING = '`torch.sort`, `argsort`, `msort`, `topk`'
-_SORTING_LIMITS = ("floating-point tensors; equal elements in their order, as "
+_SORTING_LIMITS = ("numbers (integers up to 2^53); equal elements in their order, as "
                    "`sort(stable=True)` (torch's default sort and topk order them their own "
                    "way, so a tie's gradient may go to another of the equal elements)")
 
@@ -168,23 +168,34 @@ def _cumprod(b, node, x, dim, dtype=None):
 # ---------------------------------------------------------------- sorting
 
 
+def _sort_keys(b, x):
+    """x as the sort reads it: integers as their float64 values, exact up to
+    2^53 in magnitude (a larger int64 fails the step, naming it)."""
+    dtype = b.dtype(x)
+    if dtype == "b8":
+        raise Unsupported("sorting a bool tensor")
+    if dtype in ("f32", "f64"):
+        return x
+    return _exact_f64(b, x, "sorting")
+
+
 def _positions(b, x, dim, descending):
     """The positions along dim that sort x stably (NaN above every number)."""
-    if b.dtype(x) not in ("f32", "f64"):
-        raise Unsupported(f"sorting a {b.dtype(x)} tensor: only floating-point tensors")
-    return b.op("argsort", [x], axis=dim, descending=int(bool(descending)))
+    return b.op("argsort", [_sort_keys(b, x)], axis=dim, descending=int(bool(descending)))
 
 
 @aten("sort.default", "sort.stable", torch=_SORTING, limits=_SORTING_LIMITS)
 def _sort(b, node, x, dim=-1, descending=False, stable=None):
     """The values through a gather at the positions: its gradient a
-    scatter-add, each value's gradient to the element it came from."""
+    scatter-add, each value's gradient to the element it came from
+    (integers gathered as their float64 keys, then converted back)."""
     shape = b.shape(x)
     if not shape:
         return x, b.full(0, "i64", [])
     dim %= len(shape)
-    positions = _positions(b, x, dim, descending)
-    return _gather(b, node, x, dim, positions), positions
+    keys = _sort_keys(b, x)
+    positions = b.op("argsort", [keys], axis=dim, descending=int(bool(descending)))
+    return b.convert(_gather(b, node, keys, dim, positions), b.dtype(x)), positions
 
 
 @aten("argsort.default", "argsort.stable", torch=_SORTING, limits=_SORTING_LIMITS)

@@ -43,6 +43,17 @@ def _abs_nograd(b, x):
     return _abs(b, b.unary("stop_gradient", x))
 
 
+def _exact_f64(b, x, what):
+    """x's values in float64: exact for every integer type but int64, whose
+    values of 2^53 or more in magnitude fail the step (`what` names the use)."""
+    wide = b.convert(x, "f64")
+    if b.dtype(x) != "i64":
+        return wide
+    return b.op("check", [wide, b.binary("lt", _abs_nograd(b, wide), 2.0 ** 53)],
+                message=f"{what} int64 values of 2^53 or more in magnitude (they go through "
+                        f"their float64 values)")
+
+
 def _frozen(b, y):
     return b.unary("stop_gradient", y)
 

@@ -5,6 +5,7 @@ splitting, slicing, rolling, and indexing with integer tensors by gathers
 
 import math
 
+from ._aten_round import _exact_f64
 from ._ir import Transposed, Unsupported, aten, broadcast_shapes, out_shape
 
 # What each translation covers, for the support table (_support.py).
@@ -163,6 +164,15 @@ def _select_int(b, node, x, dim, index):
     return b.reshape(s, out_shape(node))
 
 
+def _gather_rows(b, table, index):
+    """The IR's gather of table's rows; an integer or bool table through its
+    float64 values (_exact_f64), then converted back."""
+    dtype = b.dtype(table)
+    if dtype in ("f32", "f64"):
+        return b.op("gather", [table, index])
+    return b.convert(b.op("gather", [_exact_f64(b, table, "indexing"), index]), dtype)
+
+
 @aten("index.Tensor", torch=_INDEXING, limits=_INDEXING_LIMITS)
 def _index(b, node, x, indices):
     """x[..., i, j, ...] with integer tensors i, j: one gather of rows of x
@@ -176,7 +186,7 @@ def _index(b, node, x, indices):
     rest = [d for d in range(len(shape)) if d not in dims]
     table = b.reshape(b.transpose(x, dims + rest),
                       [math.prod(shape[d] for d in dims)] + [shape[d] for d in rest])
-    rows = b.op("gather", [table, flat])  # [index_shape..., rest...]
+    rows = _gather_rows(b, table, flat)  # [index_shape..., rest...]
     # torch puts the index dims where the indexed ones were when those are
     # adjacent, else first
     k = len(index_shape)
@@ -245,4 +255,4 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
             flat = b.binary("add", flat, b.binary("mul", at, strides[d]) if strides[d] != 1
                             else at)
     flat = _poisoned(b, flat, _in_range(b, index, shape[dim]))
-    return b.op("gather", [b.reshape(x, [math.prod(shape)]), flat])
+    return _gather_rows(b, b.reshape(x, [math.prod(shape)]), flat)

@@ -49,6 +49,7 @@ variance's gradient passing straight through, as in torch.
 
 torch.quantile, torch.nanquantile and torch.cdist: _traceable_math.py.
 torch.distributions' argument validation: _traceable_distributions.py.
+Packed sequences through recurrent layers: _traceable_packed.py.
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -65,7 +66,7 @@ import torch
 from torch._subclasses import fake_tensor
 from torch.utils._pytree import tree_map
 
-from . import _C, _traceable_distributions, _traceable_math
+from . import _C, _traceable_distributions, _traceable_math, _traceable_packed
 from ._ir import TABLE, TRACED
 
 _MEAN, _SUM = 1, 2  # torch's reduction enum: 0 none, 1 mean, 2 sum
@@ -335,6 +336,7 @@ def traceable():
     multinomial = torch.multinomial, torch.Tensor.multinomial
     rewritten = _traceable_math.enter()
     validations = _traceable_distributions.enter()
+    packing = _traceable_packed.enter()
     torch.multinomial = torch.Tensor.multinomial = _multinomial
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
@@ -358,6 +360,7 @@ def traceable():
         torch.multinomial, torch.Tensor.multinomial = multinomial
         _traceable_math.leave(rewritten)
         _traceable_distributions.leave(validations)
+        _traceable_packed.leave(packing)
         torch.nn.functional.one_hot, torch._C._nn.one_hot = one_hot, nn_one_hot
         fake_tensor.FakeTensorMode.__torch_dispatch__ = dispatch
         del rnn._flat_weights

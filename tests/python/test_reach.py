@@ -586,6 +586,12 @@ MATH_CASES = {
               + torch.xlogy(torch.tensor([0.0, 1.0, 2.0, 0.0, 3.0]), y.abs().double()).float()
               + torch.xlogy(x.relu(), 2.5) + torch.special.xlogy(x.relu(), y.abs() + 1), r(4, 5),
               r(4, 5)),
+    # integers sorted (ties, descending: lengths before packing) and
+    # indexed (a table of ints at positions)
+    "integer_sort_and_index": (lambda x, k: x * torch.sort(k, descending=True)[0][:5].float()
+                               + x[:, k.argsort()[:5]] + k[torch.tensor([5, 0, 2, 2, 1])]
+                               + torch.gather(k.expand(4, 6), 1, k.abs().expand(4, 6) % 6)[:, :5],
+                               r(4, 5), torch.tensor([3, -1, 7, 2, 2, 9]))
 }
 
 
