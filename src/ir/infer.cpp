@@ -8,16 +8,30 @@
 #include "ir/attr.hpp"
 #include "ir/builder.hpp"
 #include "ir/geometry.hpp"
+#include "ir/infer_detail.hpp"
 #include "ir/op_error.hpp"
 
 namespace ws::ir {
-namespace {
+
+namespace infer_detail {
 
 std::string types_str(const std::vector<Type>& ts) {
   std::vector<std::string> parts;
   for (const Type& t : ts) parts.push_back(t.str());
   return fmt::format("{}", fmt::join(parts, " and "));
 }
+
+void check_floating(Op op, const Type& t, const SourceLoc& loc) {
+  if (!is_floating(t.dtype)) fail_op(op, "needs a floating-point operand, got " + t.str(), loc);
+}
+
+}  // namespace infer_detail
+
+namespace {
+
+using infer_detail::check_floating;
+using infer_detail::infer_collective;
+using infer_detail::types_str;
 
 // The dtype a `dtype` attribute names.
 DType parse_dtype(Op op, const std::string& s, const SourceLoc& loc) {
@@ -43,10 +57,6 @@ int64_t norm_axis(Op op, int64_t axis, int64_t rank, const Type& t, const Source
   if (a < 0 || a >= rank)
     fail_op(op, fmt::format("axis {} is out of range for {}", axis, t.str()), loc);
   return a;
-}
-
-void check_floating(Op op, const Type& t, const SourceLoc& loc) {
-  if (!is_floating(t.dtype)) fail_op(op, "needs a floating-point operand, got " + t.str(), loc);
 }
 
 void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& loc) {
@@ -82,28 +92,6 @@ Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc)
   return Type{x.dtype, {g.n, g.c, g.oh, g.ow}};
 }
 
-// The elements of a collective's operands packed one after another (one
-// floating dtype, at least one operand).
-int64_t packed_numel(Op op, const std::vector<Type>& args, const SourceLoc& loc) {
-  if (args.empty()) fail_op(op, "takes at least one operand", loc);
-  int64_t total = 0;
-  for (const Type& t : args) {
-    check_floating(op, t, loc);
-    if (t.dtype != args[0].dtype)
-      fail_op(op, "operands must share one dtype: " + types_str(args), loc);
-    total += t.numel();
-  }
-  return total;
-}
-
-// One rank's part of `total` elements split over attribute world's ranks,
-// the last padded.
-int64_t shard_numel(Op op, int64_t total, const Attrs& attrs, const SourceLoc& loc) {
-  const int64_t world = attr<OpSet{Op::reduce_scatter_start, Op::local_shard}, "world">(attrs);
-  if (world < 1) fail_op(op, "world must be >= 1", loc);
-  return (total + world - 1) / world;
-}
-
 Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
                      const SourceLoc& loc) {
   const OpInfo& info = op_info(op);
@@ -120,27 +108,10 @@ Type infer_unchecked(Op op, const std::vector<Type>& args, const Attrs& attrs,
       break;
 
     case Op::all_reduce_start:
-    case Op::reduce_scatter_start: {
-      constexpr OpSet kReducing{Op::all_reduce_start, Op::reduce_scatter_start};
-      const std::string& reduce = attr<kReducing, "reduce">(attrs);
-      if (reduce != "sum" && reduce != "mean")
-        fail_op(op, "reduce must be sum or mean, got '" + reduce + "'", loc);
-      if (attr<kReducing, "seq">(attrs) < 0) fail_op(op, "seq must be >= 0", loc);
-      const int64_t total = packed_numel(op, args, loc);
-      return Type{args[0].dtype,
-                  {op == Op::all_reduce_start ? total : shard_numel(op, total, attrs, loc)}};
-    }
+    case Op::reduce_scatter_start:
     case Op::local_shard:
-      return Type{args[0].dtype, {shard_numel(op, packed_numel(op, args, loc), attrs, loc)}};
-    case Op::all_gather_start: {
-      if (attr<Op::all_gather_start, "seq">(attrs) < 0) fail_op(op, "seq must be >= 0", loc);
-      check_floating(op, args[0], loc);
-      if (args[0].rank() != 1) fail_op(op, "takes a 1-d operand, got " + args[0].str(), loc);
-      const int64_t world = attr<Op::all_gather_start, "world">(attrs);
-      if (world < 1) fail_op(op, "world must be >= 1", loc);
-      return Type{args[0].dtype, {args[0].numel() * world}};
-    }
-    case Op::wait: return args[0];
+    case Op::all_gather_start:
+    case Op::wait: return infer_collective(op, args, attrs, loc);
 
     case Op::add:
     case Op::sub:
