@@ -51,6 +51,10 @@ torch.quantile, torch.nanquantile and torch.cdist: _traceable_math.py.
 torch.distributions' argument validation: _traceable_distributions.py.
 Packed sequences through recurrent layers: _traceable_packed.py.
 
+A custom torch.autograd.Function: refused unless its class declares its
+backward the derivative of its forward (_function_apply, below);
+torch.utils.checkpoint runs its function plainly.
+
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
 closure): this torch's fake mode refuses it; the trace has recorded it as a
@@ -63,6 +67,7 @@ import contextlib
 import math
 
 import torch
+import torch.utils.checkpoint
 from torch._subclasses import fake_tensor
 from torch.utils._pytree import tree_map
 
@@ -316,6 +321,65 @@ def _keep_flat_weights(self, value):
     pass  # the module's own list stays as it was, for its eager calls
 
 
+_FUNCTION_APPLY = torch._C._FunctionBase.__dict__["apply"]
+
+
+def _function_apply(cls, *args, **kwargs):
+    """torch.autograd.Function.apply while tracing. The trace records the
+    ops a Function's forward runs and wholestep differentiates them: its
+    backward is never called, so a Function whose backward is not the
+    derivative of its forward (a gradient reversal, a straight-through
+    estimator) would train wrongly without a word; its forward refuses
+    (_guard_functions), unless its class says its backward is that
+    derivative (`wholestep_differentiate_forward = True`).
+    torch.utils.checkpoint's Function runs its function plainly:
+    recomputing instead of keeping is the compiler's choice (the min-cut
+    partition's), and the values and gradients are the same (none inside
+    when no input requires one, as torch's)."""
+    if cls is torch.utils.checkpoint.CheckpointFunction:
+        run, _preserve_rng_state, *inputs = args
+        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
+            with torch.no_grad():  # as torch's: nothing inside gets a gradient
+                return run(*inputs)
+        return run(*inputs)
+    return _FUNCTION_APPLY.__get__(None, cls)(*args, **kwargs)
+
+
+def _traced_forward(cls):
+    """A Function's forward that refuses to run in a trace (_function_apply);
+    `.apply` kept from before the trace reaches it too."""
+
+    def forward(*args, **kwargs):
+        raise NotImplementedError(
+            f"a custom torch.autograd.Function, {cls.__module__}.{cls.__qualname__}, is not "
+            f"supported: wholestep differentiates the ops its forward runs and never calls its "
+            f"backward. If its backward is the derivative of its forward, set "
+            f"wholestep_differentiate_forward = True on the class")
+    return staticmethod(forward)
+
+
+def _guard_functions():
+    """Every torch.autograd.Function class but wholestep's own, torch's
+    checkpoint and those that declare their backward the derivative of their
+    forward, its forward refusing; returns what _unguard_functions restores."""
+    kept, stack = [], [torch.autograd.Function]
+    while stack:
+        for cls in stack.pop().__subclasses__():
+            stack.append(cls)
+            if "forward" not in cls.__dict__ or cls.__module__.startswith("wholestep.") \
+                    or cls is torch.utils.checkpoint.CheckpointFunction \
+                    or getattr(cls, "wholestep_differentiate_forward", False):
+                continue
+            kept.append((cls, cls.__dict__["forward"]))
+            cls.forward = _traced_forward(cls)
+    return kept
+
+
+def _unguard_functions(kept):
+    for cls, forward in kept:
+        cls.forward = forward
+
+
 def _multinomial(*args, **kwargs):
     # torch's own check of the probabilities reads them, which fake tensors
     # cannot: it would fail saying the probabilities sum to 0
@@ -338,6 +402,8 @@ def traceable():
     validations = _traceable_distributions.enter()
     packing = _traceable_packed.enter()
     torch.multinomial = torch.Tensor.multinomial = _multinomial
+    torch.autograd.Function.apply = classmethod(_function_apply)
+    functions = _guard_functions()
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
@@ -358,6 +424,8 @@ def traceable():
         torch.ctc_loss = ctc
         torch.nn.functional.gaussian_nll_loss = gaussian_nll
         torch.multinomial, torch.Tensor.multinomial = multinomial
+        del torch.autograd.Function.apply
+        _unguard_functions(functions)
         _traceable_math.leave(rewritten)
         _traceable_distributions.leave(validations)
         _traceable_packed.leave(packing)

@@ -5,7 +5,6 @@ failed first step, Python state the trace read, rebinding, schedulers,
 odd arguments, options, autocast and threads."""
 
 import copy
-import inspect
 import os
 import signal
 import threading
@@ -669,3 +668,91 @@ def test_the_pool_follows_torch_set_num_threads():
     finally:
         torch.set_num_threads(saved[0])
         wst.set_num_threads(saved[1])
+
+
+class _Reversal(torch.autograd.Function):
+    """A domain-adversarial network's gradient reversal: the identity
+    forward, the negated gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
+class _Square(torch.autograd.Function):
+    wholestep_differentiate_forward = True
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class _Through(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+        self.fn = fn
+
+    def forward(self, x):
+        return self.b(self.fn(self.a(x)))
+
+
+def test_a_custom_autograd_function_is_refused_naming_it():
+    # its backward would never be called: the reversed gradient would be
+    # the plain one, without a word
+    model = _Through(_Reversal.apply)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+    with pytest.raises(wholestep.Error, match=r"a custom torch.autograd.Function, "
+                                              r"test_frontend_promises._Reversal, is not "
+                                              r"supported: .*never calls its backward.*"
+                                              r"test_frontend_promises.py:\d+"):
+        step(torch.randn(3, 4), torch.randn(3, 2))
+
+
+def test_a_function_whose_backward_is_its_derivative_says_so_and_trains():
+    torch.manual_seed(0)
+    model = _Through(_Square.apply).double()
+    result = wst.check(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss,
+                       torch.randn(3, 4, dtype=torch.float64),
+                       torch.randn(3, 2, dtype=torch.float64), dtype=torch.float64,
+                       modes=["single_graph", "three_graph"])
+    assert result.passed, result.report()
+
+
+class _Checkpointed(nn.Module):
+    """Blocks recomputed in the backward (activation checkpointing), with
+    their parameters inside: torch.utils.checkpoint both ways, and
+    checkpoint_sequential."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(6, 6), nn.Tanh()) for _ in range(3))
+        self.seq = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 6), nn.Sigmoid())
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        x = torch.utils.checkpoint.checkpoint(self.blocks[0], x)
+        x = torch.utils.checkpoint.checkpoint(self.blocks[1], x, use_reentrant=False)
+        x = self.blocks[2](x)
+        x = torch.utils.checkpoint.checkpoint_sequential(self.seq, 2, x)
+        return self.head(x)
+
+
+def test_checkpointed_blocks_train_as_float64_torch():
+    torch.manual_seed(0)
+    model = _Checkpointed().double()
+    result = wst.check(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                       F.mse_loss, torch.randn(5, 6, dtype=torch.float64),
+                       torch.randn(5, 2, dtype=torch.float64), dtype=torch.float64,
+                       modes=["single_graph", "three_graph"])
+    assert result.passed, result.report()

@@ -287,7 +287,10 @@ class Normalize(nn.Module):
 
 
 class _ContiguousGrad(torch.autograd.Function):
-    """The identity, whose backward hands on a contiguous gradient."""
+    """The identity, whose backward hands on a contiguous gradient (the
+    derivative of its forward: wholestep may trace it)."""
+
+    wholestep_differentiate_forward = True
 
     @staticmethod
     def forward(ctx, x):
