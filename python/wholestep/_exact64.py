@@ -59,17 +59,20 @@ class _Hardsigmoid(torch.autograd.Function):
 
 class _Celu(torch.autograd.Function):
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1)), its gradient g where
-    x > 0, else g exp(x / alpha) (torch's rule at 0: the second)."""
+    x > 0, else g exp(x / alpha) (torch's rule at 0: the second), computed
+    from x in the backward so that a gradient taken with create_graph (a
+    gradient penalty) is differentiated again through it."""
 
     @staticmethod
     def forward(ctx, x, alpha):
-        ctx.save_for_backward(torch.where(x > 0, torch.ones_like(x), torch.exp(x / alpha)))
+        ctx.save_for_backward(x)
+        ctx.alpha = alpha
         return torch.celu(x, alpha)
 
     @staticmethod
     def backward(ctx, g):
-        (slope,) = ctx.saved_tensors
-        return g * slope, None
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x > 0, torch.ones_like(x), torch.exp(x / ctx.alpha)), None
 
 
 def _hardsigmoid(input, inplace=False):

@@ -5,7 +5,8 @@ values reaches exactly the parameters whose .grad eager torch would set.
 
 A value torch computed without tracking gradients from values that track
 them (under torch.no_grad(), or a detach()) stops the gradient there: the
-importer makes it a stop_gradient (untracked_from_tracked).
+importer makes it a stop_gradient (untracked_from_tracked); but not a
+tensor autograd saved and unpacked for a backward run with create_graph.
 """
 
 import torch
@@ -24,8 +25,22 @@ def untracked_from_tracked(node):
     name = str(node.target)
     if "_like." in name or ".new_" in name:
         return False  # reads only its operand's shape and dtype (zeros_like, new_ones, ...)
+    if _saved_for_a_tracked_backward(node):
+        return False
     return any(isinstance(_val(a), torch.Tensor) and _val(a).requires_grad
                for a in node.all_input_nodes)
+
+
+def _saved_for_a_tracked_backward(node):
+    """A value autograd saved for a backward that a forward runs with
+    create_graph (torch.autograd.grad in a gradient penalty): the trace
+    shows the saving as a detach that does not track, and its unpacking
+    as a detach of that which does; between the two the gradient goes on,
+    as the saved tensor's own does in eager torch."""
+    detach = torch.ops.aten.detach.default
+    return node.target is detach and bool(node.users) and all(
+        u.target is detach and isinstance(_val(u), torch.Tensor) and _val(u).requires_grad
+        for u in node.users)
 
 
 def untracked_write(node):
@@ -75,7 +90,8 @@ def loss_parameters(gm, n_params):
         seen.add(n)
         stack.extend(writers.get(n, ()))
         v = _val(n)
-        if isinstance(v, torch.Tensor) and not v.requires_grad:
+        if isinstance(v, torch.Tensor) and not v.requires_grad \
+                and not _saved_for_a_tracked_backward(n):
             continue  # no gradient flows back through it, as in torch
         if n.op == "placeholder":
             if placeholders[n] < n_params:

@@ -13,8 +13,8 @@ import torch
 
 from . import _C
 from . import (_aten, _aten_combine, _aten_loss, _aten_lookup, _aten_math, _aten_nn,  # noqa: F401
-               _aten_random, _aten_reduce, _aten_round, _aten_sample, _aten_scatter,
-               _aten_shape, _aten_space)  # the table
+               _aten_backward, _aten_random, _aten_reduce, _aten_round, _aten_sample,
+               _aten_scatter, _aten_shape, _aten_space)  # the table
 from ._capture import describe
 from ._grad_flow import untracked_from_tracked, untracked_write
 from ._ir import TABLE, Builder, Transposed, Unsupported, Value, ir_dtype

@@ -53,7 +53,8 @@ Packed sequences through recurrent layers: _traceable_packed.py.
 
 A custom torch.autograd.Function: refused unless its class declares its
 backward the derivative of its forward (_function_apply, below);
-torch.utils.checkpoint runs its function plainly.
+torch.utils.checkpoint runs its function plainly. Tensor.register_hook:
+refused (the hook would never run on the step's gradients).
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -380,6 +381,14 @@ def _unguard_functions(kept):
         cls.forward = forward
 
 
+def _register_hook(self, hook):
+    # a hook on a tensor of the trace would never run (the step's backward
+    # is wholestep's): its change to the gradient would be lost
+    raise NotImplementedError(
+        "Tensor.register_hook in a forward is not supported: the hook would never run on the "
+        "step's gradients, which wholestep computes; the gradient would be the plain one")
+
+
 def _multinomial(*args, **kwargs):
     # torch's own check of the probabilities reads them, which fake tensors
     # cannot: it would fail saying the probabilities sum to 0
@@ -398,10 +407,12 @@ def traceable():
     ctc = torch.ctc_loss
     gaussian_nll = torch.nn.functional.gaussian_nll_loss
     multinomial = torch.multinomial, torch.Tensor.multinomial
+    register_hook = torch.Tensor.register_hook
     rewritten = _traceable_math.enter()
     validations = _traceable_distributions.enter()
     packing = _traceable_packed.enter()
     torch.multinomial = torch.Tensor.multinomial = _multinomial
+    torch.Tensor.register_hook = _register_hook
     torch.autograd.Function.apply = classmethod(_function_apply)
     functions = _guard_functions()
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
@@ -424,6 +435,7 @@ def traceable():
         torch.ctc_loss = ctc
         torch.nn.functional.gaussian_nll_loss = gaussian_nll
         torch.multinomial, torch.Tensor.multinomial = multinomial
+        torch.Tensor.register_hook = register_hook
         del torch.autograd.Function.apply
         _unguard_functions(functions)
         _traceable_math.leave(rewritten)
