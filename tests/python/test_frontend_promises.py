@@ -770,20 +770,3 @@ def test_a_tensor_hook_in_a_forward_is_refused_naming_it():
     with pytest.raises(wholestep.Error, match=r"Tensor.register_hook in a forward is not "
                                               r"supported.*test_frontend_promises.py:\d+"):
         step(torch.randn(3, 4), torch.randn(3, 2))
-
-
-def _with_gradient_penalty(x):
-    # WGAN-GP's term: the gradient of an output with respect to an input,
-    # kept in the graph and differentiated again
-    (g,) = torch.autograd.grad((x.tanh() ** 2).sum(), x, create_graph=True)
-    return x + g
-
-
-def test_a_gradient_penalty_taken_inside_the_forward_trains_as_float64_torch():
-    torch.manual_seed(0)
-    model = _Through(_with_gradient_penalty).double()
-    result = wst.check(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss,
-                       torch.randn(3, 4, dtype=torch.float64),
-                       torch.randn(3, 2, dtype=torch.float64), dtype=torch.float64,
-                       modes=["single_graph", "three_graph"])
-    assert result.passed, result.report()
