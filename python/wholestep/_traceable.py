@@ -54,7 +54,9 @@ Packed sequences through recurrent layers: _traceable_packed.py.
 A custom torch.autograd.Function: refused unless its class declares its
 backward the derivative of its forward (_function_apply, below);
 torch.utils.checkpoint runs its function plainly. Tensor.register_hook:
-refused (the hook would never run on the step's gradients).
+refused (the hook would never run on the step's gradients). Python's and
+NumPy's random numbers: refused (drawn once, when tracing, they would be
+constants of every step).
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -389,6 +391,46 @@ def _register_hook(self, hook):
         "step's gradients, which wholestep computes; the gradient would be the plain one")
 
 
+_PY_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "sample",
+              "shuffle", "gauss", "normalvariate", "lognormvariate", "expovariate",
+              "betavariate", "gammavariate", "triangular", "vonmisesvariate", "getrandbits")
+_NP_RANDOM = ("rand", "randn", "random", "random_sample", "ranf", "sample", "randint",
+              "random_integers", "uniform", "normal", "standard_normal", "choice",
+              "permutation", "shuffle", "binomial", "poisson", "beta", "gamma", "exponential",
+              "bernoulli", "laplace", "logistic", "lognormal", "multinomial", "dirichlet")
+
+
+def _drawn_once(where):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(
+            f"{where} in a forward draws once, when the model is traced: every step would "
+            f"reuse that number; draw with torch instead (torch.rand, randn, randint, ...: "
+            f"wholestep's random stream, a new draw every step)")
+    return refuse
+
+
+def _guard_python_random():
+    """random's and numpy.random's module functions refusing while tracing;
+    returns what _unguard_python_random restores."""
+    import random
+    kept = [(random, name, getattr(random, name)) for name in _PY_RANDOM
+            if hasattr(random, name)]
+    try:
+        import numpy.random
+        kept += [(numpy.random, name, getattr(numpy.random, name)) for name in _NP_RANDOM
+                 if hasattr(numpy.random, name)]
+    except ImportError:
+        pass
+    for owner, name, _ in kept:
+        setattr(owner, name, _drawn_once(f"{owner.__name__}.{name}"))
+    return kept
+
+
+def _unguard_python_random(kept):
+    for owner, name, original in kept:
+        setattr(owner, name, original)
+
+
 def _multinomial(*args, **kwargs):
     # torch's own check of the probabilities reads them, which fake tensors
     # cannot: it would fail saying the probabilities sum to 0
@@ -415,6 +457,7 @@ def traceable():
     torch.Tensor.register_hook = _register_hook
     torch.autograd.Function.apply = classmethod(_function_apply)
     functions = _guard_functions()
+    python_random = _guard_python_random()
     torch.nn.functional.gaussian_nll_loss = _gaussian_nll_loss
     torch._C._nn.cross_entropy_loss = _cross_entropy_loss(cross_entropy)
     torch.repeat_interleave = _repeat_interleave(repeat)
@@ -438,6 +481,7 @@ def traceable():
         torch.Tensor.register_hook = register_hook
         del torch.autograd.Function.apply
         _unguard_functions(functions)
+        _unguard_python_random(python_random)
         _traceable_math.leave(rewritten)
         _traceable_distributions.leave(validations)
         _traceable_packed.leave(packing)

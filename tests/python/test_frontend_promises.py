@@ -6,9 +6,11 @@ odd arguments, options, autocast and threads."""
 
 import copy
 import os
+import random
 import signal
 import threading
 
+import numpy
 import pytest
 import torch
 
@@ -770,3 +772,30 @@ def test_a_tensor_hook_in_a_forward_is_refused_naming_it():
     with pytest.raises(wholestep.Error, match=r"Tensor.register_hook in a forward is not "
                                               r"supported.*test_frontend_promises.py:\d+"):
         step(torch.randn(3, 4), torch.randn(3, 2))
+
+
+class _PythonRandomDepth(nn.Module):
+    """Stochastic depth decided by Python's random numbers: a trace would
+    take one branch for every step."""
+
+    def __init__(self, draw):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.draw = draw
+
+    def forward(self, x):
+        if self.training and self.draw() < 0.5:
+            return self.b(x)
+        return self.b(self.a(x))
+
+
+@pytest.mark.parametrize("draw, name", [(lambda: random.random(), "random.random"),
+                                        (lambda: float(numpy.random.rand()),
+                                         "numpy.random.rand")])
+def test_python_and_numpy_random_numbers_in_a_forward_are_refused_naming_them(draw, name):
+    model = _PythonRandomDepth(draw)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+    with pytest.raises(wholestep.Error, match=rf"{name} in a forward draws once, when the model "
+                                              rf"is traced"):
+        step(torch.randn(3, 4), torch.randn(3, 4))
+    assert random.random() < 1 and numpy.random.rand() < 1  # both as they were after it
