@@ -79,6 +79,29 @@ def _diagonal(b, node, x, offset=0, dim1=0, dim2=1):
     return b.take(flat, len(rest), _diagonal_positions(n, m, offset))
 
 
+@aten("diag_embed.default", torch="`torch.diag_embed` (a batch of diagonal matrices)",
+      limits="its vectors along the last dim, the matrices in the last two")
+def _diag_embed(b, node, x, offset=0, dim1=-2, dim2=-1):
+    """Matrices [..., n + |offset|, n + |offset|] with x's last dim on their
+    diagonal `offset`: x spread over the rows by a product with the identity,
+    then padded on the side the offset names."""
+    shape = b.shape(x)
+    rank = len(shape) + 1
+    if (dim1 % rank, dim2 % rank) != (rank - 2, rank - 1):
+        raise Unsupported(f"diag_embed into dims {dim1} and {dim2} (the last two are)")
+    n, k, lead = shape[-1], abs(int(offset)), shape[:-1]
+    eye = b.constant([1.0 if i == j else 0.0 for i in range(n) for j in range(n)],
+                     b.dtype(x), [n, n])
+    square = b.op("mul", [b.broadcast(b.reshape(x, shape + [1]), lead + [n, n]),
+                          b.broadcast(eye, lead + [n, n])])
+    if not k:
+        return square
+    cols = b.full(0.0, b.dtype(x), lead + [n, k])
+    rows = b.full(0.0, b.dtype(x), lead + [k, n + k])
+    wide = b.op("concat", [cols, square] if offset > 0 else [square, cols], axis=len(shape))
+    return b.op("concat", [wide, rows] if offset > 0 else [rows, wide], axis=len(shape) - 1)
+
+
 @aten("trace.default", torch=_REDUCE)
 def _trace(b, node, x):
     n, m = b.shape(x)

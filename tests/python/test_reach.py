@@ -591,7 +591,11 @@ MATH_CASES = {
     "integer_sort_and_index": (lambda x, k: x * torch.sort(k, descending=True)[0][:5].float()
                                + x[:, k.argsort()[:5]] + k[torch.tensor([5, 0, 2, 2, 1])]
                                + torch.gather(k.expand(4, 6), 1, k.abs().expand(4, 6) % 6)[:, :5],
-                               r(4, 5), torch.tensor([3, -1, 7, 2, 2, 9]))
+                               r(4, 5), torch.tensor([3, -1, 7, 2, 2, 9])),
+    # a batch of diagonal matrices, on, above and below the main diagonal
+    "diag_embed": (lambda x: torch.diag_embed(x).sum(-1) + torch.diag_embed(x, 1)[..., 1:].sum(-2)
+                   + torch.diag_embed(x, -2)[..., :5].sum(-1)[..., 2:] * 3
+                   + torch.diag_embed(x, dim1=-2, dim2=-1)[..., 0], r(3, 4, 5))
 }
 
 
