@@ -55,6 +55,24 @@ def check_autocast(who):
                     f"float64); call it outside autocast")
 
 
+def check_sparse_gradients(model, opt):
+    """An Embedding or EmbeddingBag with sparse=True gives its weight a
+    sparse gradient, which torch's Adam and AdamW refuse at their step; the
+    compiled step refuses it too, with their message (SGD takes it: the
+    update is the same as from the dense gradient)."""
+    if not isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)):
+        return
+    held = {id(p) for g in opt.param_groups for p in g["params"]}
+    for path, m in model.named_modules():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse \
+                and m.weight.requires_grad and id(m.weight) in held:
+            name = type(opt).__name__
+            hint = ", please consider SparseAdam instead" if name == "Adam" else ""
+            raise Error(f"{name} does not support sparse gradients{hint}: the "
+                        f"{type(m).__name__} with sparse=True in module {path or '(the model)'} "
+                        f"gives its weight one")
+
+
 # A module's own attributes torch keeps (hook tables, parameter dicts,
 # flags): not the model's settings. `training` is one of them, but a trace
 # depends on it.

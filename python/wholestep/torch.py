@@ -132,6 +132,7 @@ class TrainStep:
                             f"a parameter of the model (was its module replaced after the "
                             f"optimizer was made?); make the optimizer and the step again over "
                             f"the model's parameters")
+        _guards.check_sparse_gradients(model, self.optimizer)
         for name, t in params.items():
             _check_bindable(name, t.detach(), "parameter")
         for name, t in buffers.items():

@@ -799,3 +799,38 @@ def test_python_and_numpy_random_numbers_in_a_forward_are_refused_naming_them(dr
                                               rf"is traced"):
         step(torch.randn(3, 4), torch.randn(3, 4))
     assert random.random() < 1 and numpy.random.rand() < 1  # both as they were after it
+
+
+def _sparse_embedding_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Flatten(), nn.Linear(12, 2))
+
+
+def test_a_sparse_embedding_trains_with_sgd_as_eager_and_adam_refuses_it_as_torch_does():
+    x, y = torch.randint(0, 10, (5, 3)), torch.randn(5, 2)
+    model = _sparse_embedding_model().double()
+    eager = copy.deepcopy(model)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1,
+                                                         momentum=0.9), F.mse_loss)
+    for _ in range(3):
+        eager_opt.zero_grad()
+        F.mse_loss(eager(x), y.double()).backward()
+        eager_opt.step()
+        step(x, y.double())
+    for a, b in zip(model.parameters(), eager.parameters()):
+        assert (a - b).abs().max() <= 1e-13 * b.abs().max()
+    for opt_cls, message in [(torch.optim.Adam, "Adam does not support sparse gradients, please "
+                                                "consider SparseAdam instead"),
+                             (torch.optim.AdamW, "AdamW does not support sparse gradients")]:
+        model = _sparse_embedding_model()
+        eager = copy.deepcopy(model)
+        eager_opt = opt_cls(eager.parameters(), lr=0.1)
+        F.mse_loss(eager(x), y).backward()
+        with pytest.raises(RuntimeError, match=message):
+            eager_opt.step()
+        before = [p.detach().clone() for p in model.parameters()]
+        step = wst.compile_train_step(model, opt_cls(model.parameters(), lr=0.1), F.mse_loss)
+        with pytest.raises(wholestep.Error, match=message + r".*module 0"):
+            step(x, y)
+        assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
