@@ -82,8 +82,10 @@ def snapshot(model, opt, loss):
         out[n] = ("buffer", b.detach().clone())
     for p, st in opt.state.items():
         for k, v in st.items():
-            if torch.is_tensor(v) and id(p) in names:
-                out[f"{names[id(p)]}.{k}"] = (f"state.{k}", v.detach().clone())
+            if torch.is_tensor(v) and id(p) in names:  # (SGD's momentum of a sparse gradient
+                # is sparse in eager torch: compared as the dense tensor it stands for)
+                v = v.detach().to_dense() if v.is_sparse else v.detach()
+                out[f"{names[id(p)]}.{k}"] = (f"state.{k}", v.clone())
     return out
 
 
@@ -200,7 +202,7 @@ def float64_gradients(model, opt, loss_fn, batch, num_inputs, contiguous):
     gen = torch.Generator().manual_seed(_ORDER_SEED + 2)
     out = []
     for p in m.parameters():
-        g = p.grad
+        g = None if p.grad is None else (p.grad.to_dense() if p.grad.is_sparse else p.grad)
         r = torch.randn(p.shape, generator=gen, dtype=torch.float64)
         out.append(None if g is None else (g.abs().max().item() if g.numel() else 0.0,
                                            (g * r).sum().item()))

@@ -820,6 +820,10 @@ def test_a_sparse_embedding_trains_with_sgd_as_eager_and_adam_refuses_it_as_torc
         step(x, y.double())
     for a, b in zip(model.parameters(), eager.parameters()):
         assert (a - b).abs().max() <= 1e-13 * b.abs().max()
+    model = _sparse_embedding_model()  # the check reads torch's sparse gradients as dense
+    result = wst.check(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                       F.mse_loss, x, y, modes=["single_graph"])
+    assert result.passed, result.report()
     for opt_cls, message in [(torch.optim.Adam, "Adam does not support sparse gradients, please "
                                                 "consider SparseAdam instead"),
                              (torch.optim.AdamW, "AdamW does not support sparse gradients")]:
