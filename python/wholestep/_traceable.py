@@ -345,19 +345,33 @@ def _function_apply(cls, *args, **kwargs):
             with torch.no_grad():  # as torch's: nothing inside gets a gradient
                 return run(*inputs)
         return run(*inputs)
+    if not _traceable_function(cls):
+        _refuse_function(cls)
     return _FUNCTION_APPLY.__get__(None, cls)(*args, **kwargs)
 
 
+def _traceable_function(cls):
+    """wholestep's own Functions, torch's checkpoint, and those that declare
+    their backward the derivative of their forward."""
+    return cls.__module__.startswith("wholestep.") \
+        or cls is torch.utils.checkpoint.CheckpointFunction \
+        or getattr(cls, "wholestep_differentiate_forward", False)
+
+
+def _refuse_function(cls):
+    raise NotImplementedError(
+        f"a custom torch.autograd.Function, {cls.__module__}.{cls.__qualname__}, is not "
+        f"supported: wholestep differentiates the ops its forward runs and never calls its "
+        f"backward. If its backward is the derivative of its forward, set "
+        f"wholestep_differentiate_forward = True on the class")
+
+
 def _traced_forward(cls):
-    """A Function's forward that refuses to run in a trace (_function_apply);
-    `.apply` kept from before the trace reaches it too."""
+    """A Function's forward that refuses to run in a trace (_function_apply):
+    an `.apply` kept from before the trace reaches it too."""
 
     def forward(*args, **kwargs):
-        raise NotImplementedError(
-            f"a custom torch.autograd.Function, {cls.__module__}.{cls.__qualname__}, is not "
-            f"supported: wholestep differentiates the ops its forward runs and never calls its "
-            f"backward. If its backward is the derivative of its forward, set "
-            f"wholestep_differentiate_forward = True on the class")
+        _refuse_function(cls)
     return staticmethod(forward)
 
 
@@ -369,9 +383,7 @@ def _guard_functions():
     while stack:
         for cls in stack.pop().__subclasses__():
             stack.append(cls)
-            if "forward" not in cls.__dict__ or cls.__module__.startswith("wholestep.") \
-                    or cls is torch.utils.checkpoint.CheckpointFunction \
-                    or getattr(cls, "wholestep_differentiate_forward", False):
+            if "forward" not in cls.__dict__ or _traceable_function(cls):
                 continue
             kept.append((cls, cls.__dict__["forward"]))
             cls.forward = _traced_forward(cls)

@@ -838,3 +838,23 @@ def test_a_sparse_embedding_trains_with_sgd_as_eager_and_adam_refuses_it_as_torc
         with pytest.raises(wholestep.Error, match=message + r".*module 0"):
             step(x, y)
         assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
+def test_a_custom_function_defined_inside_the_forward_is_refused_too():
+    def forward(x):
+        class Clip(torch.autograd.Function):  # a straight-through clip
+            @staticmethod
+            def forward(ctx, v):
+                return v.clamp(-0.1, 0.1)
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        return Clip.apply(x)
+
+    model = _Through(forward)
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+    with pytest.raises(wholestep.Error, match=r"a custom torch.autograd.Function, .*Clip, is not "
+                                              r"supported"):
+        step(torch.randn(3, 4), torch.randn(3, 2))
