@@ -200,3 +200,17 @@ def test_draws_torch_cannot_trace_or_wholestep_does_not_make_are_refused_by_name
                                       F.mse_loss)
         with pytest.raises(wholestep.Error, match=message):
             step(torch.randn(3, 4), torch.randn(3, 4))
+
+
+def test_a_compiled_forward_draws_fresh_numbers_each_call_and_repeats_them_by_seed():
+    # a GAN generator's samples at inference
+    model = nn.Sequential(nn.Identity())
+    model.forward = lambda x: x + torch.randn_like(x)
+    forward = wst.compile_forward(model)
+    x = torch.zeros(64)
+    first, second = forward(x), forward(x)
+    assert not torch.equal(first, second)
+    wst.manual_seed(1)
+    again = forward(x)
+    wst.manual_seed(1)
+    assert torch.equal(forward(x), again)
