@@ -157,3 +157,31 @@ def _slice_backward(b, node, g, sizes, dim, start, end, step):
     if step != 1:
         raise Unsupported(f"slice_backward with step {step}")
     return _placed(b, g, sizes, dim, start, start + b.shape(g)[dim])
+
+
+_CONV = '`torch.autograd.grad(..., create_graph=True)` through a convolution, to its input'
+
+
+@aten("convolution_backward.default", torch=_CONV,
+      limits="the input's gradient of a 1-, 2- or 3-d convolution (a gradient penalty's); "
+             "not its weight's or bias's, nor a transposed convolution's")
+def _convolution_backward(b, node, g, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    """(grad_input, None, None): conv2d's input gradient, which wholestep
+    differentiates again (to g, and to w: a convolution of the two)."""
+    if transposed or output_mask[1] or output_mask[2]:
+        raise Unsupported("convolution_backward inside a forward for a transposed convolution "
+                          "or for a weight's or bias's gradient (an input's is translated)")
+    shape = b.shape(x)
+    if len(shape) not in (3, 4, 5):
+        raise Unsupported(f"convolution_backward of a {len(shape) - 2}-d convolution")
+    attrs = dict(stride=list(stride), padding=list(padding), dilation=list(dilation),
+                 groups=groups)
+    if len(shape) == 3:  # [N, C, L] as [N, C, 1, L]
+        g = b.reshape(g, b.shape(g)[:2] + [1] + b.shape(g)[2:])
+        w = b.reshape(w, b.shape(w)[:2] + [1] + b.shape(w)[2:])
+        attrs.update(stride=[1] + attrs["stride"], padding=[0] + attrs["padding"],
+                     dilation=[1] + attrs["dilation"])
+        gi = b.op("conv2d_input_grad", [g, w], input_shape=shape[:2] + [1] + shape[2:], **attrs)
+        return b.reshape(gi, shape), None, None
+    return b.op("conv2d_input_grad", [g, w], input_shape=shape, **attrs), None, None

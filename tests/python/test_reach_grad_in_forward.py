@@ -89,3 +89,32 @@ def test_a_penalty_through_a_layer_without_a_translated_backward_is_refused():
     step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
     with pytest.raises(wholestep.Error, match="native_layer_norm"):
         step(torch.randn(5, 4), torch.randn(5, 2))
+
+
+class ConvCritic(nn.Module):
+    """An image critic's gradient penalty through strided, dilated and
+    grouped convolutions (1-, 2- or 3-d)."""
+
+    def __init__(self, dims):
+        super().__init__()
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims]
+        self.net = nn.Sequential(conv(2, 4, 3, stride=2, padding=1), nn.LeakyReLU(0.2),
+                                 conv(4, 4, 3, padding=2, dilation=2, groups=2),
+                                 nn.LeakyReLU(0.2), nn.Flatten())
+
+    def forward(self, x):
+        x = x.requires_grad_(True)
+        score = self.net(x).mean(1, keepdim=True)
+        (g,) = torch.autograd.grad(score.sum(), x, create_graph=True)
+        return torch.cat([score, (g.flatten(1).norm(2, dim=1, keepdim=True) - 1) ** 2], 1)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_a_convolutional_critics_gradient_penalty_trains_as_float64_torch(dims):
+    torch.manual_seed(0)
+    model = ConvCritic(dims).double()
+    result = wst.check(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss,
+                       torch.randn(3, 2, *(6,) * dims, dtype=torch.float64),
+                       torch.randn(3, 2, dtype=torch.float64), dtype=torch.float64,
+                       modes=["single_graph", "three_graph"])
+    assert result.passed, result.report()
