@@ -185,3 +185,29 @@ def _convolution_backward(b, node, g, x, w, bias_sizes, stride, padding, dilatio
         gi = b.op("conv2d_input_grad", [g, w], input_shape=shape[:2] + [1] + shape[2:], **attrs)
         return b.reshape(gi, shape), None, None
     return b.op("conv2d_input_grad", [g, w], input_shape=shape, **attrs), None, None
+
+
+@aten("native_layer_norm_backward.default", torch='`torch.autograd.grad(..., create_graph=True)` '
+      'through a LayerNorm, to its input', limits="the input's gradient")
+def _layer_norm_backward(b, node, g, x, normalized_shape, mean, rstd, weight, bias,
+                         output_mask):
+    """(grad_input, None, None): rstd (h - mean(h) - xhat mean(h xhat)) over
+    the normalized dims, h = g weight, xhat = (x - mean) rstd."""
+    if output_mask[1] or output_mask[2]:
+        raise Unsupported("native_layer_norm_backward inside a forward for a weight's or "
+                          "bias's gradient (an input's is translated)")
+    shape = b.shape(x)
+    axes = list(range(len(shape) - len(normalized_shape), len(shape)))
+    count = 1
+    for d in axes:
+        count *= shape[d]
+
+    def mean_of(v):
+        return b.broadcast(b.binary("mul", b.sum(v, axes, keepdim=True), 1.0 / count), shape)
+
+    rstd = b.broadcast(rstd, shape)
+    xhat = b.op("mul", [b.op("sub", [x, b.broadcast(mean, shape)]), rstd])
+    h = g if weight is None else b.op("mul", [g, b.broadcast(weight, shape)])
+    inner = b.op("sub", [b.op("sub", [h, mean_of(h)]), b.op("mul", [xhat, mean_of(
+        b.op("mul", [h, xhat]))])])
+    return b.op("mul", [rstd, inner]), None, None

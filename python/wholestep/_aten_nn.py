@@ -216,9 +216,30 @@ def _batch_norm(b, node, x, weight, bias, running_mean, running_var, training, m
 
 @aten("native_layer_norm.default", torch='`nn.LayerNorm`')
 def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
+    """The normalized values; the mean and 1 / std too where the trace reads
+    them (a gradient taken inside the forward: native_layer_norm_backward)."""
     y = b.composite("layer_norm", x, weight, bias, normalized_dims=len(normalized_shape),
                     eps=float(eps))
-    return y, None, None
+    if not any(u.target is operator.getitem and u.args[1] in (1, 2) and u.users
+               for u in node.users):
+        return y, None, None
+    mean, rstd = _layer_statistics(b, x, len(normalized_shape), float(eps))
+    return y, mean, rstd
+
+
+def _layer_statistics(b, x, dims, eps):
+    """The mean and 1 / sqrt(var + eps) of x over its last `dims` dims (the
+    population variance), those dims kept with size 1: torch's shapes."""
+    shape = b.shape(x)
+    axes = list(range(len(shape) - dims, len(shape)))
+    count = 1
+    for d in axes:
+        count *= shape[d]
+    mean = b.binary("mul", b.sum(x, axes, keepdim=True), 1.0 / count)
+    centered = b.op("sub", [x, b.broadcast(mean, shape)])
+    var = b.binary("mul", b.sum(b.op("mul", [centered, centered]), axes, keepdim=True),
+                   1.0 / count)
+    return mean, b.unary("rsqrt", b.binary("add", var, eps))
 
 
 @aten("native_group_norm.default", torch='`nn.GroupNorm`')

@@ -78,16 +78,36 @@ def test_a_physics_informed_residual_trains_as_float64_torch():
     assert result.passed, result.report()
 
 
-def test_a_penalty_through_a_layer_without_a_translated_backward_is_refused():
+def test_a_penalty_through_a_layer_norm_trains_as_float64_torch():
+    # (WGAN-GP's critics use LayerNorm where BatchNorm would mix the samples)
     class Normed(Critic):
         def __init__(self):
-            super().__init__(torch.tanh)
+            super().__init__(None)
             self.norm = nn.LayerNorm(6)
+            self.act = self.normed  # (a bound method: copies of the model bind their own)
+
+        def normed(self, h):
+            return torch.tanh(self.norm(h))
+
+    torch.manual_seed(0)
+    model = Normed().double()
+    result = wst.check(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss,
+                       torch.randn(5, 4, dtype=torch.float64),
+                       torch.randn(5, 2, dtype=torch.float64), dtype=torch.float64,
+                       modes=["single_graph", "three_graph"])
+    assert result.passed, result.report()
+
+
+def test_a_penalty_through_a_layer_without_a_translated_backward_is_refused():
+    class Batched(Critic):
+        def __init__(self):
+            super().__init__(torch.tanh)
+            self.norm = nn.BatchNorm1d(6)
             self.act = lambda h: self.norm(h)
 
-    model = Normed()
+    model = Batched()
     step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
-    with pytest.raises(wholestep.Error, match="native_layer_norm"):
+    with pytest.raises(wholestep.Error, match="native_batch_norm"):
         step(torch.randn(5, 4), torch.randn(5, 2))
 
 
