@@ -68,6 +68,7 @@ a constant, never trained.
 
 import contextlib
 import math
+import threading
 
 import torch
 import torch.utils.checkpoint
@@ -412,8 +413,12 @@ _NP_RANDOM = ("rand", "randn", "random", "random_sample", "ranf", "sample", "ran
               "bernoulli", "laplace", "logistic", "lognormal", "multinomial", "dirichlet")
 
 
-def _drawn_once(where):
+def _drawn_once(where, original, tracing_thread):
+    """`original`, refusing in the thread that traces (another thread, a
+    data loader's, draws as before)."""
     def refuse(*args, **kwargs):
+        if threading.get_ident() != tracing_thread:
+            return original(*args, **kwargs)
         raise NotImplementedError(
             f"{where} in a forward draws once, when the model is traced: every step would "
             f"reuse that number; draw with torch instead (torch.rand, randn, randint, ...: "
@@ -433,8 +438,9 @@ def _guard_python_random():
                  if hasattr(numpy.random, name)]
     except ImportError:
         pass
-    for owner, name, _ in kept:
-        setattr(owner, name, _drawn_once(f"{owner.__name__}.{name}"))
+    me = threading.get_ident()
+    for owner, name, original in kept:
+        setattr(owner, name, _drawn_once(f"{owner.__name__}.{name}", original, me))
     return kept
 
 

@@ -858,3 +858,31 @@ def test_a_custom_function_defined_inside_the_forward_is_refused_too():
     with pytest.raises(wholestep.Error, match=r"a custom torch.autograd.Function, .*Clip, is not "
                                               r"supported"):
         step(torch.randn(3, 4), torch.randn(3, 2))
+
+
+def test_another_thread_draws_python_random_numbers_while_a_model_is_traced():
+    # a data-loading thread's augmentations are not the forward's
+    drawn, started, release = [], threading.Event(), threading.Event()
+
+    def loader():
+        started.set()
+        release.wait(10)
+        drawn.append(random.random())
+
+    class Waits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x):
+            release.set()
+            thread.join(10)  # the loader draws while the trace runs
+            return self.a(x)
+
+    thread = threading.Thread(target=loader)
+    thread.start()
+    started.wait(10)
+    model = Waits()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+    step(torch.randn(3, 4), torch.randn(3, 4))
+    assert len(drawn) == 1 and 0 <= drawn[0] < 1
