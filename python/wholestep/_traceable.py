@@ -328,6 +328,15 @@ def _keep_flat_weights(self, value):
 _FUNCTION_APPLY = torch._C._FunctionBase.__dict__["apply"]
 
 
+# The thread that traces while traceable() is entered: the guards below
+# refuse only there (another thread's eager autograd runs as before).
+_TRACING = {"thread": None}
+
+
+def _in_trace():
+    return threading.get_ident() == _TRACING["thread"]
+
+
 def _function_apply(cls, *args, **kwargs):
     """torch.autograd.Function.apply while tracing. The trace records the
     ops a Function's forward runs and wholestep differentiates them: its
@@ -340,6 +349,8 @@ def _function_apply(cls, *args, **kwargs):
     recomputing instead of keeping is the compiler's choice (the min-cut
     partition's), and the values and gradients are the same (none inside
     when no input requires one, as torch's)."""
+    if not _in_trace():
+        return _FUNCTION_APPLY.__get__(None, cls)(*args, **kwargs)
     if cls is torch.utils.checkpoint.CheckpointFunction:
         run, _preserve_rng_state, *inputs = args
         if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
@@ -367,12 +378,14 @@ def _refuse_function(cls):
         f"wholestep_differentiate_forward = True on the class")
 
 
-def _traced_forward(cls):
+def _traced_forward(cls, original):
     """A Function's forward that refuses to run in a trace (_function_apply):
     an `.apply` kept from before the trace reaches it too."""
 
     def forward(*args, **kwargs):
-        _refuse_function(cls)
+        if _in_trace():
+            _refuse_function(cls)
+        return original.__get__(None, cls)(*args, **kwargs)
     return staticmethod(forward)
 
 
@@ -387,7 +400,7 @@ def _guard_functions():
             if "forward" not in cls.__dict__ or _traceable_function(cls):
                 continue
             kept.append((cls, cls.__dict__["forward"]))
-            cls.forward = _traced_forward(cls)
+            cls.forward = _traced_forward(cls, cls.__dict__["forward"])
     return kept
 
 
@@ -396,9 +409,14 @@ def _unguard_functions(kept):
         cls.forward = forward
 
 
+_REGISTER_HOOK = torch.Tensor.register_hook
+
+
 def _register_hook(self, hook):
     # a hook on a tensor of the trace would never run (the step's backward
     # is wholestep's): its change to the gradient would be lost
+    if not _in_trace():
+        return _REGISTER_HOOK(self, hook)
     raise NotImplementedError(
         "Tensor.register_hook in a forward is not supported: the hook would never run on the "
         "step's gradients, which wholestep computes; the gradient would be the plain one")
@@ -413,11 +431,11 @@ _NP_RANDOM = ("rand", "randn", "random", "random_sample", "ranf", "sample", "ran
               "bernoulli", "laplace", "logistic", "lognormal", "multinomial", "dirichlet")
 
 
-def _drawn_once(where, original, tracing_thread):
+def _drawn_once(where, original):
     """`original`, refusing in the thread that traces (another thread, a
     data loader's, draws as before)."""
     def refuse(*args, **kwargs):
-        if threading.get_ident() != tracing_thread:
+        if not _in_trace():
             return original(*args, **kwargs)
         raise NotImplementedError(
             f"{where} in a forward draws once, when the model is traced: every step would "
@@ -438,9 +456,8 @@ def _guard_python_random():
                  if hasattr(numpy.random, name)]
     except ImportError:
         pass
-    me = threading.get_ident()
     for owner, name, original in kept:
-        setattr(owner, name, _drawn_once(f"{owner.__name__}.{name}", original, me))
+        setattr(owner, name, _drawn_once(f"{owner.__name__}.{name}", original))
     return kept
 
 
@@ -473,6 +490,7 @@ def traceable():
     packing = _traceable_packed.enter()
     torch.multinomial = torch.Tensor.multinomial = _multinomial
     torch.Tensor.register_hook = _register_hook
+    _TRACING["thread"] = threading.get_ident()
     torch.autograd.Function.apply = classmethod(_function_apply)
     functions = _guard_functions()
     python_random = _guard_python_random()
@@ -498,6 +516,7 @@ def traceable():
         torch.multinomial, torch.Tensor.multinomial = multinomial
         torch.Tensor.register_hook = register_hook
         del torch.autograd.Function.apply
+        _TRACING["thread"] = None
         _unguard_functions(functions)
         _unguard_python_random(python_random)
         _traceable_math.leave(rewritten)

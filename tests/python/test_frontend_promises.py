@@ -860,14 +860,20 @@ def test_a_custom_function_defined_inside_the_forward_is_refused_too():
         step(torch.randn(3, 4), torch.randn(3, 2))
 
 
-def test_another_thread_draws_python_random_numbers_while_a_model_is_traced():
-    # a data-loading thread's augmentations are not the forward's
+def test_another_thread_draws_python_random_numbers_and_runs_autograd_while_a_model_is_traced():
+    # a data-loading thread's augmentations, an eager model's training in
+    # another thread: not the forward's
     drawn, started, release = [], threading.Event(), threading.Event()
 
     def loader():
         started.set()
         release.wait(10)
         drawn.append(random.random())
+        x = torch.ones(3, requires_grad=True)
+        y = _Reversal.apply(x * 2)
+        y.register_hook(lambda g: g * 3)
+        y.sum().backward()
+        drawn.append(x.grad.tolist())
 
     class Waits(nn.Module):
         def __init__(self):
@@ -885,4 +891,5 @@ def test_another_thread_draws_python_random_numbers_while_a_model_is_traced():
     model = Waits()
     step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
     step(torch.randn(3, 4), torch.randn(3, 4))
-    assert len(drawn) == 1 and 0 <= drawn[0] < 1
+    assert len(drawn) == 2 and 0 <= drawn[0] < 1
+    assert drawn[1] == [-6.0, -6.0, -6.0]  # the hook's 3, the reversal's -1, the product's 2
