@@ -194,6 +194,9 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
       if (c.schedule == "cosine")
         s.opt->set_lr(learning_rate(c) * 0.5 * (1 + std::cos(M_PI * double(i) / double(steps))));
       ws::StepResult r = step.run(source.get(i));
+      // traced and compiled: a signal from here on comes while the step is
+      // plainly the one running (its bookkeeping and log line still to come)
+      if (i == start) enter(fmt::format("running step {}", i + 1));
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
       train_seconds += secs;
