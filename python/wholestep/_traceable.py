@@ -56,7 +56,8 @@ backward the derivative of its forward (_function_apply, below);
 torch.utils.checkpoint runs its function plainly. Tensor.register_hook:
 refused (the hook would never run on the step's gradients). Python's and
 NumPy's random numbers: refused (drawn once, when tracing, they would be
-constants of every step).
+constants of every step). Assigning a tensor's .data: refused (no op of
+the trace records it).
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -422,6 +423,24 @@ def _register_hook(self, hook):
         "step's gradients, which wholestep computes; the gradient would be the plain one")
 
 
+_DATA = torch._C._TensorBase.__dict__["data"]
+
+
+def _get_data(self):
+    return _DATA.__get__(self)
+
+
+def _set_data(self, value):
+    # the trace records no op for it: the forward would read one tensor and
+    # the step another, without a word
+    if _in_trace():
+        raise NotImplementedError(
+            "assigning a tensor's .data in a forward is not supported: the trace records no op "
+            "for it; write the new values with an in-place op under torch.no_grad() into a "
+            "buffer, or change the parameter outside the step")
+    _DATA.__set__(self, value)
+
+
 _PY_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "sample",
               "shuffle", "gauss", "normalvariate", "lognormvariate", "expovariate",
               "betavariate", "gammavariate", "triangular", "vonmisesvariate", "getrandbits")
@@ -490,6 +509,7 @@ def traceable():
     packing = _traceable_packed.enter()
     torch.multinomial = torch.Tensor.multinomial = _multinomial
     torch.Tensor.register_hook = _register_hook
+    torch.Tensor.data = property(_get_data, _set_data)
     _TRACING["thread"] = threading.get_ident()
     torch.autograd.Function.apply = classmethod(_function_apply)
     functions = _guard_functions()
@@ -515,6 +535,7 @@ def traceable():
         torch.nn.functional.gaussian_nll_loss = gaussian_nll
         torch.multinomial, torch.Tensor.multinomial = multinomial
         torch.Tensor.register_hook = register_hook
+        del torch.Tensor.data
         del torch.autograd.Function.apply
         _TRACING["thread"] = None
         _unguard_functions(functions)

@@ -893,3 +893,25 @@ def test_another_thread_draws_python_random_numbers_and_runs_autograd_while_a_mo
     step(torch.randn(3, 4), torch.randn(3, 4))
     assert len(drawn) == 2 and 0 <= drawn[0] < 1
     assert drawn[1] == [-6.0, -6.0, -6.0]  # the hook's 3, the reversal's -1, the product's 2
+
+
+def test_assigning_data_in_a_forward_is_refused_naming_it():
+    # the trace records no op for it: the step trained another weight
+    # than the forward read (0.7 off float64 torch), without a word
+    class Halves(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            self.lin.weight.data = self.lin.weight.data * 0.5
+            return self.lin(x)
+
+    model = Halves()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+    with pytest.raises(wholestep.Error, match=r"assigning a tensor's .data in a forward is not "
+                                              r"supported.*test_frontend_promises.py:\d+"):
+        step(torch.randn(3, 4), torch.randn(3, 2))
+    x = torch.ones(2)
+    x.data = torch.zeros(2)  # outside a trace, as torch does
+    assert torch.equal(x, torch.zeros(2))
