@@ -57,7 +57,8 @@ torch.utils.checkpoint runs its function plainly. Tensor.register_hook:
 refused (the hook would never run on the step's gradients). Python's and
 NumPy's random numbers: refused (drawn once, when tracing, they would be
 constants of every step). Assigning a tensor's .data: refused (no op of
-the trace records it).
+the trace records it). torch.manual_seed: refused (the step's random
+numbers are not torch's generator's, and would not repeat as eager's do).
 
 A real tensor the traced code reads that is not one of the model's
 parameters or buffers (class weights kept in a plain attribute or a
@@ -441,6 +442,20 @@ def _set_data(self, value):
     _DATA.__set__(self, value)
 
 
+_MANUAL_SEED = torch.manual_seed
+
+
+def _manual_seed(seed):
+    # eager torch would draw the same numbers after it at every step; the
+    # step's random numbers are wholestep's, drawn afresh each step
+    if _in_trace():
+        raise NotImplementedError(
+            "torch.manual_seed in a forward is not supported: the step's random numbers come "
+            "from wholestep's stream, not torch's generator, so they would not repeat as eager "
+            "torch's do; seed that stream outside the step with wholestep.torch.manual_seed")
+    return _MANUAL_SEED(seed)
+
+
 _PY_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "sample",
               "shuffle", "gauss", "normalvariate", "lognormvariate", "expovariate",
               "betavariate", "gammavariate", "triangular", "vonmisesvariate", "getrandbits")
@@ -510,6 +525,7 @@ def traceable():
     torch.multinomial = torch.Tensor.multinomial = _multinomial
     torch.Tensor.register_hook = _register_hook
     torch.Tensor.data = property(_get_data, _set_data)
+    torch.manual_seed = torch.random.manual_seed = _manual_seed
     _TRACING["thread"] = threading.get_ident()
     torch.autograd.Function.apply = classmethod(_function_apply)
     functions = _guard_functions()
@@ -536,6 +552,7 @@ def traceable():
         torch.multinomial, torch.Tensor.multinomial = multinomial
         torch.Tensor.register_hook = register_hook
         del torch.Tensor.data
+        torch.manual_seed = torch.random.manual_seed = _MANUAL_SEED
         del torch.autograd.Function.apply
         _TRACING["thread"] = None
         _unguard_functions(functions)

@@ -915,3 +915,25 @@ def test_assigning_data_in_a_forward_is_refused_naming_it():
     x = torch.ones(2)
     x.data = torch.zeros(2)  # outside a trace, as torch does
     assert torch.equal(x, torch.zeros(2))
+
+
+def test_seeding_torch_in_a_forward_is_refused_naming_it():
+    # eager torch would draw the same dropout mask at every step after it
+    class Seeded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            torch.manual_seed(0)
+            return F.dropout(self.lin(x), 0.5)
+
+    model = Seeded()
+    step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+    with pytest.raises(wholestep.Error, match=r"torch.manual_seed in a forward is not "
+                                              r"supported.*wholestep.torch.manual_seed"):
+        step(torch.randn(3, 4), torch.randn(3, 2))
+    torch.manual_seed(0)  # outside a trace, as torch does
+    first = torch.rand(2)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(2), first)
