@@ -78,9 +78,9 @@ def _pad(data, batch_sizes, batch_first, padding_value, total_length):
     return (out.transpose(0, 1) if batch_first else out), lengths
 
 
-def _cell(mode, gates_x, gates_h, c):
-    """One step of a layer from its input's and state's projections: the
-    new state (h, c), as torch's cells compute it."""
+def _cell(mode, gates_x, gates_h, h, c):
+    """One step of a layer from its input's and state's projections and its
+    state: the new state (h, c), as torch's cells compute it."""
     if mode == "LSTM":
         i, f, g, o = (gates_h + gates_x).chunk(4, -1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
@@ -90,7 +90,7 @@ def _cell(mode, gates_x, gates_h, c):
         hr, hz, hn = gates_h.chunk(3, -1)
         reset, update = (xr + hr).sigmoid(), (xz + hz).sigmoid()
         new = (xn + hn * reset).tanh()
-        return None, new, update  # combined by the caller with h
+        return (h - new) * update + new, None
     pre = gates_x + gates_h
     return (pre.tanh() if mode == "RNN_TANH" else pre.relu()), None
 
@@ -107,11 +107,7 @@ def _layer(module, mode, x, h, c, valid, layer, reverse):
     out = [None] * steps
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
         gates_h = F.linear(h, w_hh, b_hh)
-        if mode == "GRU":
-            _, new, update = _cell(mode, gates_x[t], gates_h, None)
-            new_h, new_c = (h - new) * update + new, None
-        else:
-            new_h, new_c = _cell(mode, gates_x[t], gates_h, c)
+        new_h, new_c = _cell(mode, gates_x[t], gates_h, h, c)
         keep = valid[t][:, None]
         h = torch.where(keep, new_h, h)
         if c is not None:
