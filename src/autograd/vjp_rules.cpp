@@ -1,13 +1,14 @@
 // The VJP table. Each rule is a few lines over the Builder; shapes always
 // match the operand (broadcasting is explicit in the IR, so its rule is the
-// only place a gradient is reduced).
+// only place a gradient is reduced). The unary math functions' rules are in
+// vjp_math_rules.cpp.
 #include <algorithm>
 #include <array>
 #include <utility>
 
 #include "autograd/vjp.hpp"
+#include "autograd/vjp_detail.hpp"
 #include "ir/attr.hpp"
-#include "ir/op_error.hpp"
 
 namespace ws::autograd {
 namespace {
@@ -15,8 +16,11 @@ namespace {
 using ir::Op;
 using ir::ValueId;
 using Dargs = std::vector<ValueId>;
+using vjp_detail::arg;
+using vjp_detail::math_rule;
+using vjp_detail::mul;
+using vjp_detail::scalar_like;
 
-ValueId arg(const VjpContext& c, int i) { return c.node.args[size_t(i)]; }
 ValueId zeros_like(const VjpContext& c, ValueId v) { return c.b.full(0.0, c.b.type(v)); }
 
 void vjp_add(const VjpContext& c, Dargs& d) { d[0] = d[1] = c.dy; }
@@ -43,95 +47,6 @@ void vjp_identity(const VjpContext& c, Dargs& d) { d[0] = c.dy; }
 void vjp_exp(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::mul, c.dy, c.out); }
 void vjp_log(const VjpContext& c, Dargs& d) { d[0] = c.b.binary(Op::div, c.dy, arg(c, 0)); }
 
-ValueId scalar_like(const VjpContext& c, double v, ValueId like) {
-  return c.b.full(v, c.b.type(like));
-}
-ValueId mul(const VjpContext& c, ValueId a, ValueId b) { return c.b.binary(Op::mul, a, b); }
-
-void vjp_tanh(const VjpContext& c, Dargs& d) {  // 1 - tanh²
-  d[0] = mul(c, c.dy, c.b.binary(Op::sub, scalar_like(c, 1, c.out), mul(c, c.out, c.out)));
-}
-void vjp_sigmoid(const VjpContext& c, Dargs& d) {  // s (1 - s)
-  ValueId one_minus = c.b.binary(Op::sub, scalar_like(c, 1, c.out), c.out);
-  d[0] = mul(c, c.dy, mul(c, c.out, one_minus));
-}
-void vjp_sqrt(const VjpContext& c, Dargs& d) {  // 1 / (2 sqrt x)
-  d[0] = c.b.binary(Op::div, mul(c, c.dy, scalar_like(c, 0.5, c.out)), c.out);
-}
-void vjp_rsqrt(const VjpContext& c, Dargs& d) {  // -x^(-3/2) / 2
-  ValueId cube = mul(c, c.out, mul(c, c.out, c.out));
-  d[0] = mul(c, c.dy, mul(c, cube, scalar_like(c, -0.5, c.out)));
-}
-void vjp_expm1(const VjpContext& c, Dargs& d) {  // e^x
-  d[0] = mul(c, c.dy, c.b.unary(Op::exp, arg(c, 0)));
-}
-void vjp_log1p(const VjpContext& c, Dargs& d) {  // 1 / (1 + x)
-  ValueId x = arg(c, 0);
-  d[0] = c.b.binary(Op::div, c.dy, c.b.binary(Op::add, x, scalar_like(c, 1, x)));
-}
-void vjp_erf(const VjpContext& c, Dargs& d) {  // 2/sqrt(pi) exp(-x²)
-  ValueId x = arg(c, 0);
-  ValueId e = c.b.unary(Op::exp, c.b.unary(Op::neg, mul(c, x, x)));
-  d[0] = mul(c, c.dy, mul(c, e, scalar_like(c, 1.1283791670955126, x)));
-}
-void vjp_erfinv(const VjpContext& c, Dargs& d) {  // sqrt(pi)/2 exp(erfinv(x)²)
-  d[0] = mul(
-      c, c.dy,
-      mul(c, c.b.unary(Op::exp, mul(c, c.out, c.out)), scalar_like(c, 0.88622692545275801, c.out)));
-}
-void vjp_lgamma(const VjpContext& c, Dargs& d) {  // digamma x
-  d[0] = mul(c, c.dy, c.b.unary(Op::digamma, arg(c, 0)));
-}
-void vjp_digamma(const VjpContext& c, Dargs& d) {  // trigamma x
-  d[0] = mul(c, c.dy, c.b.unary(Op::trigamma, arg(c, 0)));
-}
-void vjp_trigamma(const VjpContext& c, Dargs&) {  // polygamma(2, x): not built
-  ir::fail_op(Op::trigamma,
-              "its gradient, polygamma(2, x), is not supported (trigamma, polygamma(1, x), is "
-              "differentiated only as digamma's gradient)",
-              c.node.loc);
-}
-void vjp_sin(const VjpContext& c, Dargs& d) {  // cos x
-  d[0] = mul(c, c.dy, c.b.unary(Op::cos, arg(c, 0)));
-}
-void vjp_cos(const VjpContext& c, Dargs& d) {  // -sin x
-  d[0] = mul(c, c.dy, c.b.unary(Op::neg, c.b.unary(Op::sin, arg(c, 0))));
-}
-// tan, the inverse trigonometric and the hyperbolic functions: torch's
-// formulas (derivatives.yaml), term for term.
-void vjp_tan(const VjpContext& c, Dargs& d) {  // 1 + tan² x
-  d[0] = mul(c, c.dy, c.b.binary(Op::add, mul(c, c.out, c.out), scalar_like(c, 1, c.out)));
-}
-ValueId square_plus(const VjpContext& c, ValueId x, double v) {  // x² + v
-  return c.b.binary(Op::add, mul(c, x, x), scalar_like(c, v, x));
-}
-ValueId one_minus_square(const VjpContext& c, ValueId x) {  // 1 - x², as torch's -x·x + 1
-  return c.b.binary(Op::add, c.b.unary(Op::neg, mul(c, x, x)), scalar_like(c, 1, x));
-}
-void vjp_atan(const VjpContext& c, Dargs& d) {  // 1 / (x² + 1)
-  d[0] = c.b.binary(Op::div, c.dy, square_plus(c, arg(c, 0), 1));
-}
-void vjp_asin(const VjpContext& c, Dargs& d) {  // rsqrt(1 - x²)
-  d[0] = mul(c, c.dy, c.b.unary(Op::rsqrt, one_minus_square(c, arg(c, 0))));
-}
-void vjp_acos(const VjpContext& c, Dargs& d) {  // -rsqrt(1 - x²)
-  d[0] = mul(c, c.b.unary(Op::neg, c.dy), c.b.unary(Op::rsqrt, one_minus_square(c, arg(c, 0))));
-}
-void vjp_atanh(const VjpContext& c, Dargs& d) {  // 1 / (1 - x²)
-  d[0] = c.b.binary(Op::div, c.dy, one_minus_square(c, arg(c, 0)));
-}
-void vjp_asinh(const VjpContext& c, Dargs& d) {  // rsqrt(x² + 1)
-  d[0] = mul(c, c.dy, c.b.unary(Op::rsqrt, square_plus(c, arg(c, 0), 1)));
-}
-void vjp_acosh(const VjpContext& c, Dargs& d) {  // rsqrt(x² - 1)
-  d[0] = mul(c, c.dy, c.b.unary(Op::rsqrt, square_plus(c, arg(c, 0), -1)));
-}
-void vjp_sinh(const VjpContext& c, Dargs& d) {  // cosh x
-  d[0] = mul(c, c.dy, c.b.unary(Op::cosh, arg(c, 0)));
-}
-void vjp_cosh(const VjpContext& c, Dargs& d) {  // sinh x
-  d[0] = mul(c, c.dy, c.b.unary(Op::sinh, arg(c, 0)));
-}
 // atan2(a, b): d/da = b / (a² + b²), d/db = -a / (a² + b²), as PyTorch
 // computes them (so at a = b = 0 both are NaN, as there).
 void vjp_atan2(const VjpContext& c, Dargs& d) {
@@ -409,6 +324,28 @@ void vjp_transpose(const VjpContext& c, Dargs& d) {
 VjpRule builtin_rule(Op op) {
   switch (op) {
     case Op::add: return vjp_add;
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::sqrt:
+    case Op::rsqrt:
+    case Op::expm1:
+    case Op::log1p:
+    case Op::erf:
+    case Op::erfinv:
+    case Op::lgamma:
+    case Op::digamma:
+    case Op::trigamma:
+    case Op::sin:
+    case Op::cos:
+    case Op::tan:
+    case Op::atan:
+    case Op::asin:
+    case Op::acos:
+    case Op::atanh:
+    case Op::asinh:
+    case Op::acosh:
+    case Op::sinh:
+    case Op::cosh: return math_rule(op);  // vjp_math_rules.cpp
     case Op::all_reduce_start: return vjp_all_reduce_start;
     case Op::wait: return vjp_wait;
     case Op::reduce_scatter_start: return vjp_reduce_scatter_start;
@@ -418,36 +355,14 @@ VjpRule builtin_rule(Op op) {
     case Op::concat: return vjp_concat;
     case Op::conv2d: return vjp_conv2d;
     case Op::conv2d_input_grad: return vjp_conv2d_input_grad;
-    case Op::erf: return vjp_erf;
-    case Op::erfinv: return vjp_erfinv;
-    case Op::lgamma: return vjp_lgamma;
-    case Op::digamma: return vjp_digamma;
-    case Op::trigamma: return vjp_trigamma;
-    case Op::expm1: return vjp_expm1;
-    case Op::log1p: return vjp_log1p;
     case Op::gather: return vjp_gather;
     case Op::ctc_loss: return vjp_ctc_loss;
     case Op::max_pool2d: return vjp_max_pool2d;
     case Op::pow: return vjp_pow;
     case Op::fmod: return vjp_fmod;
-    case Op::sin: return vjp_sin;
-    case Op::cos: return vjp_cos;
-    case Op::tan: return vjp_tan;
-    case Op::asin: return vjp_asin;
-    case Op::acos: return vjp_acos;
-    case Op::atan: return vjp_atan;
-    case Op::sinh: return vjp_sinh;
-    case Op::cosh: return vjp_cosh;
-    case Op::asinh: return vjp_asinh;
-    case Op::acosh: return vjp_acosh;
-    case Op::atanh: return vjp_atanh;
     case Op::atan2: return vjp_atan2;
-    case Op::rsqrt: return vjp_rsqrt;
     case Op::scatter_add: return vjp_scatter_add;
-    case Op::sigmoid: return vjp_sigmoid;
     case Op::slice: return vjp_slice;
-    case Op::sqrt: return vjp_sqrt;
-    case Op::tanh: return vjp_tanh;
     case Op::broadcast: return vjp_broadcast;
     case Op::convert: return vjp_convert;
     case Op::div: return vjp_div;
