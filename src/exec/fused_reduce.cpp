@@ -34,13 +34,18 @@ T reduce_run(const T* x, int64_t n, bool is_max) {
 // are several runs each).
 constexpr int64_t kResultBlock = 8;
 
-// The accumulator of one reduction for one result.
+// The accumulator of one reduction for one result: a stream, or a sum's
+// whole sequence gathered when it fits (a BatchNorm channel over a small
+// batch of small maps: then one sum() over it replaces a stream fed a few
+// elements at a time, the same bits by SumStream's contract).
+constexpr int64_t kGatherBytes = 2048;
 union Accumulator {
   Accumulator() {}
   SumStream<float> sum_f32;
   SumStream<double> sum_f64;
   MaxStream<float> max_f32;
   MaxStream<double> max_f64;
+  alignas(64) std::byte gathered[kGatherBytes];
 };
 
 }  // namespace
@@ -124,6 +129,11 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
   // Results a task takes: a batch, or a block whose short runs coalesce.
   const int64_t block = 2 * run <= kFusedChunk ? kResultBlock : 1;
   const int64_t group = batch > 1 ? batch : block;
+  // Sums whose whole sequence fits an accumulator are gathered there.
+  bool gather[4] = {};
+  for (size_t i = 0; i < reductions_.size(); ++i)
+    gather[i] = batch == 1 && !reductions_[i].is_max &&
+                runs * run * int64_t(dtype_size(reductions_[i].dtype)) <= kGatherBytes;
   parallel_for(
       (results_ + group - 1) / group, std::max<int64_t>(1, grain_ / group),
       [&](int64_t begin, int64_t end) {
@@ -173,6 +183,7 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
             for (size_t i = 0; i < reductions_.size(); ++i) {
               const Reduction& r = reductions_[i];
               Accumulator& a = acc[i][k - k0];
+              if (gather[i]) continue;
               if (r.is_max)
                 r.dtype == DType::f32 ? (void)new (&a.max_f32) MaxStream<float>
                                       : (void)new (&a.max_f64) MaxStream<double>;
@@ -203,7 +214,9 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
                     const void* x = static_cast<const std::byte*>(ptr[r.src]) + j * run * es;
                     const int64_t n = fits ? run : len;
                     Accumulator& a = acc[i][k + j - k0];
-                    if (r.is_max)
+                    if (gather[i])  // this run's place in the result's sequence
+                      std::memcpy(a.gathered + (q2 * run + s - start) * es, x, size_t(n * es));
+                    else if (r.is_max)
                       r.dtype == DType::f32 ? a.max_f32.add(static_cast<const float*>(x), n)
                                             : a.max_f64.add(static_cast<const double*>(x), n);
                     else
@@ -221,7 +234,13 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
             for (size_t i = 0; i < reductions_.size(); ++i) {
               const Reduction& r = reductions_[i];
               Accumulator& a = acc[i][k - k0];
-              if (r.dtype == DType::f32)
+              if (gather[i] && r.dtype == DType::f32)
+                reinterpret_cast<float*>(redv[i])[k - k0] =
+                    sum(reinterpret_cast<const float*>(a.gathered), runs * run);
+              else if (gather[i])
+                reinterpret_cast<double*>(redv[i])[k - k0] =
+                    sum(reinterpret_cast<const double*>(a.gathered), runs * run);
+              else if (r.dtype == DType::f32)
                 reinterpret_cast<float*>(redv[i])[k - k0] =
                     r.is_max ? a.max_f32.finish() : a.sum_f32.finish();
               else

@@ -311,6 +311,32 @@ TEST(ParallelKernels, ReductionsGiveTheSameBitsOnAnyThreadCountAndInTheInterpret
     }
 }
 
+// Reduce fusions over a channel's runs (BatchNorm's statistics and their
+// gradients: a product summed over [N, ., S] but the channel, and its
+// maximum), on sequences that fit the gathering accumulator whole (small
+// maps; f64 up to 256 elements, f32 up to 512) and on longer ones streamed a
+// run at a time, mixed in one kernel where one dtype fits and one does not.
+TEST(ParallelKernels, ReduceFusionsOverShortRunsGiveTheSameBitsOnAnyThreadCount) {
+  for (const Shape& shape : {Shape{4, 96, 16}, Shape{4, 37, 4}, Shape{4, 16, 64}, Shape{3, 7, 130},
+                             Shape{5, 9, 1}, Shape{2, 300, 3}})
+    for (DType dt : {DType::f32, DType::f64}) {
+      ir::Graph g;
+      ir::Builder bl(g);
+      ValueId x = bl.input(ir::InputRole::data, "x", {dt, shape});
+      ValueId y = bl.input(ir::InputRole::data, "y", {dt, shape});
+      ValueId xy = bl.binary(Op::mul, x, y);
+      output(g, bl.reduce(Op::reduce_sum, xy, {0, 2}), "sum");
+      output(g, bl.reduce(Op::reduce_max, xy, {0, 2}), "max");
+      ValueId wide =
+          bl.add(Op::convert, {bl.binary(Op::add, x, y)}, ir::Attrs{{"dtype", std::string("f64")}});
+      output(g, bl.reduce(Op::reduce_sum, wide, {0, 2}), "sum_f64");
+      std::string what = std::string(dtype_name(dt)) + "[";
+      for (int64_t d : shape) what += std::to_string(d) + ",";
+      expect_same_bits_everywhere(
+          g, {mixed_values(numel(shape), dt, 11), mixed_values(numel(shape), dt, 12)}, what + "]");
+    }
+}
+
 // The documented order, transcribed directly: blocks of kSumBlock, lanes
 // j mod kSumLanes summed left to right from +0, the lane tree, the carry
 // tree, the fold from the top.
