@@ -352,7 +352,7 @@ bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != st
 // rather than oneDNN's convolution over batch parts. Small maps take the
 // products (measured at batch 8, one thread: resnet's 2x2 and 4x4 maps 2-25x
 // faster, 8x8 stride 1 and larger maps slower), grouped ones where the
-// groups are wide enough (build/benchmarks/conv_weight_grad on a 2-core AVX2
+// groups are wide enough (build/benchmarks/conv_small_maps on a 2-core AVX2
 // EPYC, batch 4: regnet's groups of 48-168 channels 1.4-4x faster on 4x4 and
 // 2x2 maps; groups of 32 on 4x4 maps 1.2x, of 24 0.9x, of 16 0.6x; on 2x2
 // maps groups of 16 1.5x, of 8 slower). The cap on N*S bounds the unfolded
@@ -361,6 +361,22 @@ bool weight_grad_as_products(const Conv2dGeom& g) {
   const int64_t s = g.oh * g.ow, width = std::min(g.o, g.c) / g.groups;
   if (g.volume || s > 16 || g.n * s > 256) return false;
   return g.groups == 1 || width >= 32 || (s <= 4 && width >= 16);
+}
+
+// Whether a forward convolution or an input gradient runs as products over
+// the unfolded input (conv_products.cpp) rather than oneDNN's convolution,
+// which reorders the whole weight at every call and the activations around
+// it. On 2x2 and smaller maps of wide groups the products win: they read
+// the weight once (build/benchmarks/conv_small_maps on a 2-core Zen 5,
+// weights from memory: resnet18's layer4 1.5x forward and 2.0x input
+// gradient at batch 4, 1.2x and 1.6x at batch 16; regnet_x_16gf's 1x1 on
+// 2x2 maps 1.5x and 3.1x, its 3x3 in groups of 128 1.0x and 1.5x). On 4x4
+// maps, and for groups of 48 or fewer channels, oneDNN's convolution is as
+// fast or faster (0.3-1.1x). The cap on N*S bounds the unfolded input.
+bool conv_as_products(const Conv2dGeom& g) {
+  const int64_t s = g.oh * g.ow, width = std::min(g.o, g.c) / g.groups;
+  if (g.volume || s > 4 || g.n * s > 64) return false;
+  return g.groups == 1 || width >= 128;
 }
 
 // The op for the team pinned now.
@@ -399,8 +415,8 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
                        op == Op::matmul_bias);
   const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
   if (op == Op::conv2d_weight_grad)
-    return weight_grad_as_products(g) ? make_weight_grad_cols(g) : make_weight_grad_in_parts(g);
-  return make_conv(op, g);
+    return weight_grad_as_products(g) ? make_conv_products(op, g) : make_weight_grad_in_parts(g);
+  return conv_as_products(g) ? make_conv_products(op, g) : make_conv(op, g);
 }
 
 }  // namespace
@@ -415,7 +431,9 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
     TeamScope pool(num_threads());
     whole = build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides);
   }
-  if (num_threads() == 1 || op == Op::conv2d_weight_grad || whole->flops() == 0) return whole;
+  if (num_threads() == 1 || op == Op::conv2d_weight_grad || whole->flops() == 0 ||
+      whole->impl().rfind("im2col", 0) == 0 || whole->impl().rfind("col2im", 0) == 0)
+    return whole;  // made of one-thread parts: the same op on any team
   TeamScope one(1);
   std::shared_ptr<const BackendOp> solo =
       build_backend_op(op, attrs, in_types, out_type, in_strides, out_strides);

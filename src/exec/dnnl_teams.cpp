@@ -102,119 +102,6 @@ class BatchPartsOp final : public BackendOp {
   std::string impl_;
 };
 
-// conv2d_weight_grad as matrix products, one a group: dw[O/G, C/G*KH*KW] of
-// group g = dy^T[its O/G rows, N*S] @ cols[N*S, its C/G*KH*KW columns]
-// (S = OH*OW, cols the unfolded input, zeros where a tap reads padding), for
-// small maps: there oneDNN's convolution spends its time reordering the
-// weights and the batch parts add whole weight copies. Each group's rows of
-// dw are split into fixed parts (at least kWeightGradParts parts in all),
-// each a one-thread product, so every element is one primitive's sum over
-// N*S whatever the team: the same bits on any team.
-class ColsWeightGradOp final : public BackendOp {
- public:
-  explicit ColsWeightGradOp(const Conv2dGeom& g) : g_(g) {
-    const int64_t ns = g.n * g.oh * g.ow, ckk = g.c * g.kh * g.kw;
-    const int64_t og = g.o / g.groups, gk = ckk / g.groups;  // a group's rows and columns
-    const int64_t per_group =
-        std::min(og, (kWeightGradParts + g.groups - 1) / g.groups);  // row parts of a group
-    dyt_offset_ = 0;
-    cols_offset_ = align64(g.o * ns * 4);
-    scratch_bytes_ = cols_offset_ + align64(ns * ckk * 4);
-    TeamScope one(1);
-    using dims = dnnl::memory::dims;
-    using dt = dnnl::memory::data_type;
-    // An op a part (a DnnlOp binds its pointers: parts run at once).
-    auto product = [&](int64_t rows) -> std::shared_ptr<const BackendOp> {
-      const dnnl::memory::desc a(dims{rows, ns}, dt::f32, dims{ns, 1}),
-          b(dims{ns, gk}, dt::f32, dims{ckk, 1}), c(dims{rows, gk}, dt::f32, dims{gk, 1});
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), user_scratchpad(),
-                                      dnnl_engine());
-      auto op = std::make_shared<DnnlOp>();
-      op->add_operand(DNNL_ARG_SRC, 0, a, pd.src_desc());
-      op->add_operand(DNNL_ARG_WEIGHTS, 1, b, pd.weights_desc());
-      op->add_operand(DNNL_ARG_DST, 2, c, pd.dst_desc());
-      op->set_main<dnnl::matmul>(pd, 2 * rows * ns * gk);
-      op->finish(fmt::format("conv2d_weight_grad matmul [{}x{}x{}]", rows, ns, gk));
-      return op;
-    };
-    for (int64_t group = 0; group < g.groups; ++group)
-      for (int64_t i = 0; i < per_group; ++i) {
-        const int64_t o0 = group * og + og * i / per_group,
-                      rows = group * og + og * (i + 1) / per_group - o0;
-        parts_.push_back({product(rows), scratch_bytes_, o0, group * gk});
-        flops_ += parts_.back().op->flops();
-        scratch_bytes_ += align64(parts_.back().op->scratch_bytes());
-      }
-    impl_ = fmt::format("im2col + {} row parts{}, each {}", parts_.size(),
-                        g.groups > 1 ? fmt::format(" of {} groups", g.groups) : "",
-                        parts_[0].op->impl());
-  }
-  int64_t scratch_bytes() const override { return scratch_bytes_; }
-  const std::string& impl() const override { return impl_; }
-  int64_t flops() const override { return flops_; }
-
-  void run(const void* a, const void* b, void* out, void* scratch, const void*,
-           const void*) const override {
-    const Conv2dGeom& g = g_;
-    const auto* x = static_cast<const float*>(a);
-    const auto* dy = static_cast<const float*>(b);
-    auto* base = static_cast<std::byte*>(scratch);
-    auto* dyt = reinterpret_cast<float*>(base + dyt_offset_);
-    auto* cols = reinterpret_cast<float*>(base + cols_offset_);
-    const int64_t s = g.oh * g.ow, ns = g.n * s, ckk = g.c * g.kh * g.kw, gk = ckk / g.groups;
-    // dyt[o, n*S + p] = dy[n, o, p]; cols[n*S + p, (c*KH + ky)*KW + kx] = x at
-    // the tap, or 0 in the padding. Copies only: any split gives the same bits.
-    parallel_for(
-        g.o, grain_for(ns),
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t o = lo; o < hi; ++o)
-            for (int64_t n = 0; n < g.n; ++n)
-              std::memcpy(dyt + o * ns + n * s, dy + (n * g.o + o) * s, size_t(s) * 4);
-        },
-        1);
-    parallel_for(
-        ns, grain_for(ckk),
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t r = lo; r < hi; ++r) {
-            const int64_t n = r / s, oy = r % s / g.ow, ox = r % g.ow;
-            float* row = cols + r * ckk;
-            for (int64_t c = 0; c < g.c; ++c)
-              for (int64_t ky = 0; ky < g.kh; ++ky) {
-                const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-                const float* xr = x + ((n * g.c + c) * g.h + iy) * g.w;
-                for (int64_t kx = 0; kx < g.kw; ++kx) {
-                  const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-                  *row++ = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? xr[ix] : 0.0f;
-                }
-              }
-          }
-        },
-        1);
-    parallel_for(
-        int64_t(parts_.size()), 1,
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) {
-            const Part& p = parts_[size_t(i)];
-            p.op->run(dyt + p.o0 * ns, cols + p.col0, static_cast<float*>(out) + p.o0 * gk,
-                      base + p.scratch_offset);
-          }
-        },
-        1);
-  }
-
- private:
-  struct Part {
-    std::shared_ptr<const BackendOp> op;
-    int64_t scratch_offset = 0;
-    int64_t o0 = 0;    // its first row of dw
-    int64_t col0 = 0;  // its group's first column of cols
-  };
-  Conv2dGeom g_;
-  std::vector<Part> parts_;
-  int64_t dyt_offset_ = 0, cols_offset_ = 0, scratch_bytes_ = 0, flops_ = 0;
-  std::string impl_;
-};
-
 // Parts of a product run in parallel (make_matrix_parts), each with its own
 // scratch. A part's dense copy of A (a part of a row of a transposed A is
 // not dense, and oneDNN would take its slow kernels) is copies only: the
@@ -293,10 +180,6 @@ class TeamOrSoloOp final : public BackendOp {
 
 std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g) {
   return std::make_shared<BatchPartsOp>(g);
-}
-
-std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g) {
-  return std::make_shared<ColsWeightGradOp>(g);
 }
 
 std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts) {

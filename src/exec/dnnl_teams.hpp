@@ -19,9 +19,11 @@ std::shared_ptr<const BackendOp> make_conv(ir::Op op, const Conv2dGeom& g);
 // the same bits on any team.
 std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g);
 
-// conv2d_weight_grad as im2col and one matrix product a group, each split
-// over fixed row parts: faster on small maps, the same bits on any team.
-std::shared_ptr<const BackendOp> make_weight_grad_cols(const Conv2dGeom& g);
+// Convolution `op` (conv2d, conv2d_input_grad or conv2d_weight_grad, not
+// 3-d) as products over the unfolded input, one a group, each split into
+// fixed parts: the weight read where it lies, no reorder; faster on small
+// maps; the same bits on any team (conv_products.cpp).
+std::shared_ptr<const BackendOp> make_conv_products(ir::Op op, const Conv2dGeom& g);
 
 // A product as fixed parts of its output, each `op` (made for one thread)
 // reading A, B and writing the output at these element offsets of the

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/conv_cases.hpp"
+#include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
 
@@ -60,10 +61,9 @@ ConvTypes conv_types(Op op, const Conv2dGeom& g) {
 // Runs the node's BackendOp with its scratch followed by a guard region it
 // must not touch; the output starts as NaN so a missing write shows. A
 // `team` > 0 runs it on that team (made for the whole pool).
-std::vector<float> run_guarded(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in,
-                               const ir::Type& out, const std::vector<float>& a,
-                               const std::vector<float>& b, const std::string& what, int team = 0) {
-  const auto k = make_backend_op(op, attrs, in, out);
+std::vector<float> run_op_guarded(const std::shared_ptr<const BackendOp>& k, const ir::Type& out,
+                                  const std::vector<float>& a, const std::vector<float>& b,
+                                  const std::string& what, int team = 0) {
   std::optional<TeamScope> on_team;
   if (team > 0) on_team.emplace(team);
   EXPECT_EQ(k->impl().rfind("ref", 0), std::string::npos)
@@ -81,6 +81,12 @@ std::vector<float> run_guarded(Op op, const ir::Attrs& attrs, const std::vector<
     }
   std::free(raw);
   return y;
+}
+
+std::vector<float> run_guarded(Op op, const ir::Attrs& attrs, const std::vector<ir::Type>& in,
+                               const ir::Type& out, const std::vector<float>& a,
+                               const std::vector<float>& b, const std::string& what, int team = 0) {
+  return run_op_guarded(make_backend_op(op, attrs, in, out), out, a, b, what, team);
 }
 
 // The reference models' convolutions (cnn: 3x3, padding 1, strides 1, 2, 2),
@@ -124,6 +130,34 @@ TEST(DnnlConv, ForwardInputGradAndWeightGradMatchF64Reference) {
     }
 }
 
+// Every direction as products over the unfolded input, whichever way the
+// backend would take for the shape: within float rounding of the f64
+// reference, and the same bits on 1, 2 and 3 threads.
+TEST(DnnlConv, ProductsOverTheUnfoldedInputMatchF64ReferenceAndGiveTheSameBitsOnAnyTeam) {
+  std::mt19937 rng(5);
+  const int before = num_threads();
+  for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
+    for (const Conv2dGeom& g : backend_conv_cases()) {
+      if (g.volume) continue;
+      const ConvTypes t = conv_types(op, g);
+      const Vec a = random_vec(t.in[0].numel(), rng), b = random_vec(t.in[1].numel(), rng);
+      const std::string what = fmt::format("{} as products {}", ir::op_name(op), describe(g));
+      std::vector<float> first;
+      for (int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        const std::vector<float> got =
+            run_op_guarded(make_conv_products(op, g), t.out, to_f32(a), to_f32(b), what);
+        if (threads == 1) {
+          expect_close(got, conv_ref(op, g, a, b), 1e-5, what);
+          first = got;
+        } else {
+          EXPECT_EQ(got, first) << what << " on " << threads << " threads";
+        }
+      }
+    }
+  set_num_threads(before);
+}
+
 TEST(DnnlConv, SmallMapsWeightGradientsRunAsProductsOneAGroup) {
   // regnet's grouped 3x3 convolutions on small maps; narrower groups on 4x4
   // maps and a depthwise convolution stay oneDNN's.
@@ -132,10 +166,10 @@ TEST(DnnlConv, SmallMapsWeightGradientsRunAsProductsOneAGroup) {
     return make_backend_op(Op::conv2d_weight_grad, conv_attrs(g), t.in, t.out)->impl();
   };
   const std::pair<Conv2dGeom, std::string> cases[] = {
-      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1), "im2col + 4 row parts,"},
-      {conv_geom(4, 896, 4, 4, 896, 3, 3, 1, 1, 1, 1, 1, 1, 7), "im2col + 7 row parts of 7 groups"},
-      {conv_geom(4, 96, 4, 4, 96, 3, 3, 1, 1, 1, 1, 1, 1, 2), "im2col + 4 row parts of 2 groups"},
-      {conv_geom(4, 64, 2, 2, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "im2col + 4 row parts of 4 groups"},
+      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1), "im2col + 4 parts,"},
+      {conv_geom(4, 896, 4, 4, 896, 3, 3, 1, 1, 1, 1, 1, 1, 7), "im2col + 7 parts of 7 groups"},
+      {conv_geom(4, 96, 4, 4, 96, 3, 3, 1, 1, 1, 1, 1, 1, 2), "im2col + 4 parts of 2 groups"},
+      {conv_geom(4, 64, 2, 2, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "im2col + 4 parts of 4 groups"},
       {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "batch parts"},
       {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 64), "batch parts"}};
   for (const auto& [g, want] : cases)
