@@ -65,6 +65,15 @@ def worst_text(worst):
     return f"{value:.1e} ({tensor})" if tensor else "0"
 
 
+def step_ms(row):
+    """Eager's and wholestep's median step times: from their alternating
+    rounds in one process when the row has them, else each side's own."""
+    both = row["wholestep"].get("alternated")
+    if both:
+        return both["eager_ms"], both["wholestep_ms"]
+    return tuple(row[s].get("timed", {}).get("ms") for s in ("eager", "wholestep"))
+
+
 def table_row(row):
     eager, ws = row["eager"], row["wholestep"]
     diff = row.get("diff")
@@ -74,7 +83,7 @@ def table_row(row):
         change, value = worst_text(diff["change"]), worst_text(diff["value"])
         if not diff["integers_equal"]:
             change += "; integer buffers differ"
-    e_ms, w_ms = (s.get("timed", {}).get("ms") for s in (eager, ws))
+    e_ms, w_ms = step_ms(row)
     ratio = e_ms / w_ms if e_ms and w_ms else None
     trains = row["trains"]
     if row.get("eager_error") and not trains.startswith("too large"):
@@ -94,8 +103,9 @@ first step. Over the parameters and floating-point buffers after that step (w wh
 torch), the tensor named: largest tensor diff max|w - e| / max|e|; largest change diff the same of
 the tensor's change in the step (after - before), which a wrong gradient moves far more; each
 denominator floored at 1e-3 of the largest among parameters, or among buffers. ms: median per
-step after warm-up. compile: wholestep's first step, trace included. peak RSS: VmHWM of each
-side's own process (imports included: see the baseline above)."""
+step after warm-up, both sides alternating in one process (rounds of a few steps each). compile:
+wholestep's first step, trace included. peak RSS: VmHWM of each side's own process (imports
+included: see the baseline above)."""
 
 
 def markdown_table(rows):

@@ -30,10 +30,13 @@ of its error); the loss's relative difference to eager torch's and the
 largest difference of the step's change of a parameter or buffer,
 relative to eager's change of that tensor (|dw - de|max / |de|max, d the
 tensor after the step minus before; the tensor named); the median step time
-of each side over --steps steps after warm-up (fewer, at least one, once
-they took --seconds; eager: the faster of
-torch's foreach and per-parameter SGD, picked during warm-up, as
-torchvision_compare.py); wholestep's compile time (its first step, trace
+of each side after warm-up, taken in wholestep's process once its memory
+is measured: eager torch over its own copy of the model, then --rounds
+rounds of --round-steps steps of each side in turn (fewer, at least one,
+once they took --seconds), so that a host's slow and fast phases fall on
+both sides alike (eager: the faster of torch's foreach and per-parameter
+SGD, picked during warm-up, as torchvision_compare.py; --rounds 0 times
+each side alone in its process, --steps steps); wholestep's compile time (its first step, trace
 included); and each process's peak resident memory. A side that runs out
 of memory (each child's data segment is limited to --memory-limit) or of
 time (--timeout, each side) says so; a model too large in both is listed
@@ -243,6 +246,30 @@ def run_side(args):
     while len(times) < args.steps and (not times or time.perf_counter() < deadline):
         times += side.run(1)
     report(phase="timed", ms=median_ms(times), steps=len(times), rss_mib=max_rss_mib(), **extra)
+    if args.side == "wholestep" and args.rounds > 0:
+        alternate(args, side, family, shape, loss_fn)
+
+
+def alternate(args, ws_side, family, shape, loss_fn):
+    """The speed comparison: eager torch over its own copy of the model
+    (built alike, the faster optimizer path picked in its warm-up), then
+    --rounds rounds, each --round-steps steps of eager torch and as many of
+    wholestep, so that both sides see the same phases of a shared or
+    throttled host; the medians of the per-step times. After the memory
+    figures, which stay this side's own."""
+    model = build(args.model, family)
+    eager = EagerStep(model, make_batch(args.model, shape, family), loss_fn)
+    pc.warm_up_torch(eager, max(1, args.warmup), "auto")
+    times = {"eager": [], "wholestep": []}
+    deadline = time.perf_counter() + args.seconds
+    for r in range(args.rounds):
+        if r and time.perf_counter() > deadline:
+            break
+        for name, side in (("eager", eager), ("wholestep", ws_side)):
+            times[name] += side.run(args.round_steps)
+    report(phase="alternated", eager_ms=median_ms(times["eager"]),
+           wholestep_ms=median_ms(times["wholestep"]), steps=len(times["eager"]),
+           torch_optim="foreach" if eager.foreach else "for-loop")
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +305,8 @@ def run_child(side, name, args, workdir):
     "error"."""
     argv = [sys.executable, os.path.abspath(__file__), "--side", side, "--model", name,
             "--out", workdir, "--threads", str(args.threads), "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--seconds", str(args.seconds), "--mode", args.mode]
+            "--warmup", str(args.warmup), "--seconds", str(args.seconds), "--mode", args.mode,
+            "--rounds", str(args.rounds), "--round-steps", str(args.round_steps)]
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=limit_memory(int(args.memory_limit * 2**30)),
@@ -358,7 +386,10 @@ def header(args):
              f"{tc.SGD['weight_decay']}), then {args.steps} timed steps after warm-up (fewer "
              f"past {args.seconds:g} s), "
              f"wholestep {args.mode}; each side in its own process, data segment limited "
-             f"to {args.memory_limit:.1f} GiB, {args.timeout:g} s"]
+             f"to {args.memory_limit:.1f} GiB, {args.timeout:g} s",
+             (f"times: {args.rounds} rounds of {args.round_steps} steps a side alternating in "
+              f"wholestep's process (fewer past {args.seconds:g} s)" if args.rounds > 0 else
+              "times: each side alone in its own process")]
     lines += torch_env.torch_report(args, args.threads)
     return lines
 
@@ -386,6 +417,11 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=5, help="timed steps per side")
     p.add_argument("--seconds", type=float, default=60,
                    help="fewer timed steps (at least one) once they took this long")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="alternating rounds of eager and wholestep steps in one process, "
+                   "whose medians the table's times are (0: each side timed alone in its own "
+                   "process); fewer once they took --seconds")
+    p.add_argument("--round-steps", type=int, default=2, help="steps per side in each round")
     p.add_argument("--warmup", type=int, default=1,
                    help="warm-up steps per side (eager: per optimizer path, 4 rounds)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
