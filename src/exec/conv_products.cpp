@@ -11,8 +11,9 @@
 // rows and CKK = C*KH*KW:
 //  - cols[N*S, CKK]: the unfolded input, row n*S + p holding the taps of
 //    output position p of image n (zeros where a tap reads padding);
-//  - conv2d: yt[N*S, O] = cols @ w^T, a product a group, then
-//    y[n, o, p] = yt[n*S + p, o];
+//  - conv2d: yt[O, N*S] = w @ colst (colst the unfolded input transposed,
+//    w the product's A, read in place), a product a group, then
+//    y[n, o, p] = yt[o, n*S + p];
 //  - conv2d_input_grad: dyt[N*S, O] (dy's transpose), dcols = dyt @ w, a
 //    product a group, then dx = the sum of dcols' taps onto the input
 //    positions they read (col2im), each input plane summed by one thread in
@@ -126,18 +127,30 @@ void unfold_transposed(const Conv2dGeom& g, const float* x, float* colst) {
       1);
 }
 
-// t[n*S + p, o] = v[n, o, p] for v [N, O, S] (with `back`, the other way).
-void transpose_images(const Conv2dGeom& g, const float* from, float* to, bool back) {
+// t[n*S + p, o] = v[n, o, p] for v [N, O, S].
+void transpose_images(const Conv2dGeom& g, const float* v, float* t) {
   const int64_t s = g.oh * g.ow;
   parallel_for(
       g.n * g.o, grain_for(s),
       [&](int64_t lo, int64_t hi) {
         for (int64_t no = lo; no < hi; ++no) {
           const int64_t n = no / g.o, o = no % g.o;
-          for (int64_t p = 0; p < s; ++p) {
-            const int64_t plain = no * s + p, t = (n * s + p) * g.o + o;
-            back ? (to[plain] = from[t]) : (to[t] = from[plain]);
-          }
+          for (int64_t p = 0; p < s; ++p) t[(n * s + p) * g.o + o] = v[no * s + p];
+        }
+      },
+      1);
+}
+
+// t[o, n*S + p] = v[n, o, p] for v [N, O, S], each image's run of S copied
+// whole (with `back`, v from t).
+void channel_major(const Conv2dGeom& g, const float* from, float* to, bool back) {
+  const int64_t s = g.oh * g.ow, ns = g.n * s;
+  parallel_for(
+      g.n * g.o, grain_for(s),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t no = lo; no < hi; ++no) {
+          const int64_t plain = no * s, major = no % g.o * ns + no / g.o * s;
+          std::memcpy(to + (back ? plain : major), from + (back ? major : plain), size_t(s) * 4);
         }
       },
       1);
@@ -229,15 +242,7 @@ class ColsConvOp final : public ProductsConvOp {
     auto* yt = reinterpret_cast<float*>(base + yt_);
     unfold_transposed(g, static_cast<const float*>(x), cols);
     run_parts(static_cast<const float*>(w), cols, yt, base);
-    const int64_t s = g.oh * g.ow, ns = g.n * s;
-    parallel_for(
-        g.n * g.o, grain_for(s),
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t no = lo; no < hi; ++no)
-            std::memcpy(static_cast<float*>(y) + no * s, yt + (no % g.o) * ns + no / g.o * s,
-                        size_t(s) * 4);
-        },
-        1);
+    channel_major(g, yt, static_cast<float*>(y), true);
   }
 
  private:
@@ -265,7 +270,7 @@ class ColsInputGradOp final : public ProductsConvOp {
     auto* base = static_cast<std::byte*>(scratch);
     auto* dyt = reinterpret_cast<float*>(base + dyt_);
     auto* dcols = reinterpret_cast<float*>(base + dcols_);
-    transpose_images(g, static_cast<const float*>(dy), dyt, false);
+    transpose_images(g, static_cast<const float*>(dy), dyt);
     run_parts(dyt, static_cast<const float*>(w), dcols, base);
     const int64_t plane = g.h * g.w, kk = g.kh * g.kw, ckk = g.c * kk;
     parallel_for(
@@ -320,17 +325,7 @@ class ColsWeightGradOp final : public ProductsConvOp {
     auto* base = static_cast<std::byte*>(scratch);
     auto* dyt = reinterpret_cast<float*>(base + dyt_);
     auto* cols = reinterpret_cast<float*>(base + cols_);
-    // dyt[o, n*S + p] = dy[n, o, p].
-    const int64_t s = g.oh * g.ow, ns = g.n * s;
-    parallel_for(
-        g.o, grain_for(ns),
-        [&](int64_t lo, int64_t hi) {
-          for (int64_t o = lo; o < hi; ++o)
-            for (int64_t n = 0; n < g.n; ++n)
-              std::memcpy(dyt + o * ns + n * s, static_cast<const float*>(dy) + (n * g.o + o) * s,
-                          size_t(s) * 4);
-        },
-        1);
+    channel_major(g, static_cast<const float*>(dy), dyt, false);
     unfold(g, static_cast<const float*>(x), cols);
     run_parts(dyt, cols, static_cast<float*>(dw), base);
   }

@@ -352,8 +352,8 @@ bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != st
 // rather than oneDNN's convolution over batch parts. Small maps take the
 // products (measured at batch 8, one thread: resnet's 2x2 and 4x4 maps 2-25x
 // faster, 8x8 stride 1 and larger maps slower), grouped ones where the
-// groups are wide enough (build/benchmarks/conv_small_maps on a 2-core AVX2
-// EPYC, batch 4: regnet's groups of 48-168 channels 1.4-4x faster on 4x4 and
+// groups are wide enough (conv_small_maps' predecessor, weights from cache,
+// on a 2-core AVX2 EPYC, batch 4: regnet's groups of 48-168 channels 1.4-4x faster on 4x4 and
 // 2x2 maps; groups of 32 on 4x4 maps 1.2x, of 24 0.9x, of 16 0.6x; on 2x2
 // maps groups of 16 1.5x, of 8 slower). The cap on N*S bounds the unfolded
 // input in the scratch.
