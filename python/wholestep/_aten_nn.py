@@ -2,7 +2,6 @@
 and lookups as IR ops (the table and the builder: _ir.py)."""
 
 import math
-import operator
 
 from ._ir import Unsupported, along, aten, out_dtype
 
@@ -150,7 +149,7 @@ def _max_pool2d(b, node, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil
     nn.MaxUnpool2d), from the composite that scans the windows' taps."""
     attrs = dict(kernel=list(kernel), stride=list(stride), padding=list(padding),
                  dilation=list(dilation), ceil_mode=int(ceil_mode))
-    if any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users):
+    if b.reads_result(node, (1,)):
         return b.composite("max_pool2d_with_indices", x, **attrs)
     return b.composite("max_pool2d", x, **attrs), None
 
@@ -220,8 +219,7 @@ def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
     them (a gradient taken inside the forward: native_layer_norm_backward)."""
     y = b.composite("layer_norm", x, weight, bias, normalized_dims=len(normalized_shape),
                     eps=float(eps))
-    if not any(u.target is operator.getitem and u.args[1] in (1, 2) and u.users
-               for u in node.users):
+    if not b.reads_result(node, (1, 2)):
         return y, None, None
     mean, rstd = _layer_statistics(b, x, len(normalized_shape), float(eps))
     return y, mean, rstd

@@ -249,6 +249,7 @@ class Importer:
                     and str(n.target) == "aten.native_batch_norm.default"
                     or _is_inplace(n) and _view_chain(n)[0] is not None}
         live = _live(self.gm, mutating)
+        self.b.live = live
         result = None
         for node in self.gm.graph.nodes:
             if node not in live or node.op == "placeholder":

@@ -11,6 +11,8 @@ lowering fuses them alike. An op not in the table is an error naming it,
 raised before any step runs.
 """
 
+import operator
+
 import torch
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", torch.bool: "bool"}
@@ -71,6 +73,17 @@ class Builder:
         # Above 1: batch statistics are averaged over this many ranks
         # (synchronized BatchNorm).
         self.world_size = world_size
+        # The traced nodes the result or a buffer's mutation depends on
+        # (None: every node); see reads_result.
+        self.live = None
+
+    def reads_result(self, node, indices):
+        """Whether the step reads any of results `indices` of multi-result
+        node `node` (a getitem of it that the result depends on, not one
+        only dead code reads, as make_fx leaves max_pool1d's indices)."""
+        return any(u.target is operator.getitem and u.args[1] in indices
+                   and (u.users if self.live is None else u in self.live)
+                   for u in node.users)
 
     def all_reduce_mean(self, v):
         return Value(self.g.all_reduce(int(v), "mean"))

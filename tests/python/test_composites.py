@@ -156,6 +156,18 @@ def test_importer_records_the_composites_graph(name, case):
     assert imported(fn, examples) == direct(name, examples, operands, attrs)
 
 
+@pytest.mark.parametrize("fn", [lambda x: F.max_pool1d(x, 2),
+                                lambda x: F.max_pool1d(x, 3, 2, 1, ceil_mode=True),
+                                lambda x: F.max_pool2d(x[:, None], 2)],
+                         ids=["max_pool1d", "max_pool1d_ceil", "max_pool2d"])
+def test_a_pooling_whose_indices_only_dead_code_reads_is_the_plain_max_pool(fn):
+    # make_fx traces max_pool1d as max_pool2d_with_indices and squeezes both
+    # results, the indices' squeeze read by nothing: the scan over the
+    # windows' taps (gathers) is only for indices the step reads
+    text = imported(fn, [t(2, 3, 9)])
+    assert "max_pool2d " in text and "gather" not in text, text
+
+
 def test_a_composites_errors_name_it():
     g = _C.Graph()
     x = g.data("f32", [2, 3])
