@@ -269,17 +269,20 @@ class Reference:
             perms += [torch.randperm(n, generator=gen) for _ in range(max(orders - 2, 0))]
             self.spread = {name: 0.0 for name in self.truth}
             for perm in perms[:max(orders, 1)]:
-                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype, perm=perm,
-                                  loop=loop)
-                for name, d in distances(snap, self.truth, self.scales).items():
-                    self.spread[name] = max(self.spread[name], d)
+                self._widen(_eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype,
+                                       perm=perm, loop=loop))
             noise = torch.Generator().manual_seed(_ORDER_SEED + 1)
             for _ in range(perturbed):
-                snap = _eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype,
-                                  perturb=noise, loop=loop)
-                for name, d in distances(snap, self.truth, self.scales).items():
-                    self.spread[name] = max(self.spread[name], d)
+                self._widen(_eager_run(model, optimizer, loss_fn, batch, num_inputs, dtype,
+                                       perturb=noise, loop=loop))
         self.orders, self.perturbed = max(orders, 1), perturbed
+
+    def _widen(self, snap):
+        """The spread widened by one run's snapshot, which is dropped before
+        the next run starts (a large model's runs fit in memory one at a
+        time)."""
+        for name, d in distances(snap, self.truth, self.scales).items():
+            self.spread[name] = max(self.spread[name], d)
 
     def judge(self, check, snap):
         """Fills a ModeCheck's tensors from its snapshot."""
