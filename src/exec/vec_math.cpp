@@ -268,6 +268,121 @@ void trig_f32(const float* x, float* y, int64_t n, bool cosine) {
     trig_block(x + i, y + i, int(std::min<int64_t>(kTrigLanes, n - i)), cosine);
 }
 
+// ---------------------------------------------------------------------------
+// expm1 and log1p, in the same f64 lanes: each result is computed to within
+// 2^-50 of itself in double and rounded once to f32, so it is the correctly
+// rounded f32 but where the exact value lies within 2^-50 of a tie (std::
+// functions in double, rounded once, have the same limit). Four registers
+// at a time, their series side by side: one register's is a chain of
+// dependent operations.
+
+constexpr double kLn2HiD = 6.93147180369123816490e-01;  // ln2's first 33 bits
+constexpr double kLn2LoD = 1.90821492927058770002e-10;  // ln2 - kLn2HiD
+constexpr double kLog2eD = 1.44269504088896338700e+00;
+
+// c[0] + c[1]·x + ... + c[N-1]·x^(N-1) by Estrin's scheme (pairs of terms,
+// then pairs of pairs): a chain of about 2·log2(N) operations, not
+// Horner's 2N, so that a register's lanes do not wait on one another.
+template <size_t N>
+inline Dv estrin(const Dv& x, const double (&c)[N]) {
+  Dv t[N];
+  for (size_t i = 0; i < N; ++i) t[i] = Dv{} + c[i];
+  Dv p = x;
+  for (size_t n = N; n > 1; n = (n + 1) / 2, p = p * p) {
+    for (size_t i = 0; i < n / 2; ++i) t[i] = t[2 * i] + t[2 * i + 1] * p;
+    if (n % 2) t[n / 2] = t[n - 1];
+  }
+  return t[0];
+}
+
+// 2^k for integer-valued lanes k in [-1022, 1023].
+inline Dv pow2_lanes(const Dv& k) {
+  const Lv bits = (__builtin_convertvector(k, Lv) + 1023) << 52;
+  Dv out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+// e^x - 1: x = k·ln2 + r, |r| <= ln2/2 (k·kLn2HiD exact), e^r - 1 by its
+// Taylor series to r^12/12! (remainder below 2^-51 of it), then 2^k·(e^r -
+// 1) + (2^k - 1): the product exact, 2^k - 1 exact, one rounding where the
+// terms have one sign; k = 0 gives e^r - 1 itself (the caller keeps ±0). x is
+// clamped to [-110, 100] first: beyond, the f32 result is -1 or inf alike.
+// NaN lanes stay NaN.
+inline Dv expm1_lanes(const Dv& x) {
+  const Dv xc = x < -110.0 ? Dv{} - 110.0 : (x > 100.0 ? Dv{} + 100.0 : x);
+  Dv k = (xc * kLog2eD + kToInt) - kToInt;
+  k = k == k ? k : Dv{};  // NaN lanes: k = 0, r NaN
+  const Dv r = (xc - k * kLn2HiD) - k * kLn2LoD;
+  // e^r - 1 = r + r²·(1/2! + r/3! + ... + r^10/12!)
+  constexpr double kC[] = {1.0 / 2,       1.0 / 6,        1.0 / 24,       1.0 / 120,
+                           1.0 / 720,     1.0 / 5040,     1.0 / 40320,    1.0 / 362880,
+                           1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
+  const Dv em = r + (r * r) * estrin(r, kC);
+  const Dv t = pow2_lanes(k);
+  return k == 0.0 ? em : t * em + (t - 1.0);
+}
+
+// log(1 + x) for x > -1: 1 + x is exact in double for |x| >= 2^-29 (below,
+// the f32 result is x itself); 1 + x = 2^e·m, m in [√½, √2), log m =
+// 2·atanh(s) = 2s + 2s³/3 + ... + 2s^19/19, s = (m - 1)/(m + 1), |s| <= 0.172
+// (remainder below 2^-55 of it), plus e·ln2 (e·kLn2HiD exact). Lanes
+// outside the domain are set by the caller.
+inline Dv log1p_lanes(const Dv& x) {
+  const Dv u = 1.0 + x;
+  Lv bits;
+  std::memcpy(&bits, &u, sizeof bits);
+  Lv e = ((bits >> 52) & 0x7ff) - 1023;
+  const Lv mant = (bits & ((int64_t(1) << 52) - 1)) | (int64_t(1023) << 52);
+  Dv m;
+  std::memcpy(&m, &mant, sizeof m);  // in [1, 2)
+  const auto high = m > 1.41421356237309504880;
+  m = high ? m * 0.5 : m;
+  e = high ? e + 1 : e;
+  const Dv s = (m - 1.0) / (m + 1.0), z = s * s;
+  constexpr double kC[] = {2.0,      2.0 / 3,  2.0 / 5,  2.0 / 7,  2.0 / 9,
+                           2.0 / 11, 2.0 / 13, 2.0 / 15, 2.0 / 17, 2.0 / 19};
+  const Dv p = estrin(z, kC);
+  const Dv ed = __builtin_convertvector(e, Dv);
+  return ed * kLn2HiD + (ed * kLn2LoD + p * s);
+}
+
+// y = f(x) through f64 lanes, the last elements in lanes padded with 0;
+// `fix(x, y)` then sets the special values on the f32 lanes.
+template <class F, class Fix>
+inline Fv f64_lanes(const Fv& xf, F f, Fix fix) {
+  return fix(xf, __builtin_convertvector(f(__builtin_convertvector(xf, Dv)), Fv));
+}
+
+template <class F, class Fix>
+void f64_map(const float* x, float* y, int64_t n, F f, Fix fix) {
+  constexpr int64_t L = kTrigLanes;
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    Fv a, b, c, d;
+    std::memcpy(&a, x + i, sizeof a);
+    std::memcpy(&b, x + i + L, sizeof b);
+    std::memcpy(&c, x + i + 2 * L, sizeof c);
+    std::memcpy(&d, x + i + 3 * L, sizeof d);
+    a = f64_lanes(a, f, fix), b = f64_lanes(b, f, fix);
+    c = f64_lanes(c, f, fix), d = f64_lanes(d, f, fix);
+    std::memcpy(y + i, &a, sizeof a);
+    std::memcpy(y + i + L, &b, sizeof b);
+    std::memcpy(y + i + 2 * L, &c, sizeof c);
+    std::memcpy(y + i + 3 * L, &d, sizeof d);
+  }
+  for (; i < n; i += L) {
+    const int64_t m = std::min(L, n - i);
+    float xs[L] = {};
+    std::memcpy(xs, x + i, size_t(m) * sizeof(float));
+    Fv xf;
+    std::memcpy(&xf, xs, sizeof xf);
+    const Fv out = f64_lanes(xf, f, fix);
+    std::memcpy(xs, &out, sizeof out);
+    std::memcpy(y + i, xs, size_t(m) * sizeof(float));
+  }
+}
+
 // f(x[i]) in double, rounded once: correctly rounded but for double's own
 // error.
 template <class F>
@@ -286,10 +401,16 @@ void tanh_f32(const float* x, float* y, int64_t n) { map(x, y, n, tanh_v); }
 void sigmoid_f32(const float* x, float* y, int64_t n) { map(x, y, n, sigmoid_v); }
 void erf_f32(const float* x, float* y, int64_t n) { map(x, y, n, erf_v); }
 void expm1_f32(const float* x, float* y, int64_t n) {
-  through_double(x, y, n, [](double v) { return std::expm1(v); });
+  f64_map(x, y, n, expm1_lanes, [](Fv xf, Fv v) { return xf == 0.0f ? xf : v; });  // ±0
 }
 void log1p_f32(const float* x, float* y, int64_t n) {
-  through_double(x, y, n, [](double v) { return std::log1p(v); });
+  f64_map(x, y, n, log1p_lanes, [](Fv xf, Fv v) {
+    const Fv ax = xf < 0.0f ? -xf : xf;
+    v = ax < 0x1p-29f ? xf : v;  // x - x²/2 rounds to x (and keeps -0)
+    v = xf == -1.0f ? Fv{} - kInf : v;
+    v = xf < -1.0f ? Fv{} + kNaN : v;
+    return (xf == kInf) | (xf != xf) ? xf : v;
+  });
 }
 void tan_f32(const float* x, float* y, int64_t n) {
   through_double(x, y, n, [](double v) { return std::tan(v); });

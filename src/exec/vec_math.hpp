@@ -34,6 +34,12 @@
 //   erf     |x| < 1: x·P6(x²); else 1 - exp(-x² + R8(x)), exactly ±1 from 3.93.
 //   sqrt    the correctly rounded instruction (equals f32(sqrt(f64(x)))).
 //   rsqrt   in f64 lanes, 1/sqrt(f64(x)) rounded once to f32: the f64 definition.
+//   expm1   in f64 lanes: x = k·ln2 + r, e^r - 1 by its Taylor series to r^12 (Estrin's
+//           scheme), 2^k·(e^r - 1) + (2^k - 1); rounded once to f32.
+//   log1p   in f64 lanes: 1 + x (exact) = 2^e·m, log m = 2·atanh((m-1)/(m+1)) to s^19,
+//           plus e·ln2; rounded once. Over all 2^32 floats expm1 equals std::expm1
+//           rounded to f32 and log1p differs from std::log1p at two inputs near a tie
+//           (at one of them std::log1p's is the misrounded one).
 //   sin, cos  in f64 lanes (8 at a time, GCC vector types, no multiply-add:
 //           the same bits on every target): x = k·π/2 + r, |r| <= π/4, by
 //           x - k·P1 - k·P2 (P1 π/2's first 25 bits, so k·P1 is exact) for
@@ -54,8 +60,8 @@ void log_f32(const float* x, float* y, int64_t n);
 void tanh_f32(const float* x, float* y, int64_t n);
 void sigmoid_f32(const float* x, float* y, int64_t n);
 void erf_f32(const float* x, float* y, int64_t n);
-// expm1 and log1p: std::expm1 and std::log1p in double, rounded once (not
-// vectorized yet; correctly rounded but for double's own error).
+// expm1 and log1p: in f64 lanes to within 2^-50, rounded once (correctly
+// rounded but within 2^-50 of a tie).
 void expm1_f32(const float* x, float* y, int64_t n);
 void log1p_f32(const float* x, float* y, int64_t n);
 // sin and cos of radians, every finite x reduced exactly (sin(±0) = ±0;

@@ -116,6 +116,10 @@ TEST(VecMathUlp, SigmoidErrorWithinItsBound) { expect_max_ulp<Op::sigmoid>(1.97,
 TEST(VecMathUlp, ErfErrorWithinItsBound) { expect_max_ulp<Op::erf>(1.34, 2.37); }
 // sin and cos compute in f64 lanes without multiply-adds: one bound.
 TEST(VecMathUlp, SinErrorWithinItsBound) { expect_max_ulp<Op::sin>(0.51, 0.51); }
+// expm1 and log1p round once from f64 lanes within 2^-50: correctly rounded
+// against the f64 definition (the sweep has no input within 2^-50 of a tie).
+TEST(VecMathUlp, Expm1IsCorrectlyRounded) { expect_max_ulp<Op::expm1>(0.5, 0.5); }
+TEST(VecMathUlp, Log1pIsCorrectlyRounded) { expect_max_ulp<Op::log1p>(0.5, 0.5); }
 TEST(VecMathUlp, CosErrorWithinItsBound) { expect_max_ulp<Op::cos>(0.51, 0.51); }
 
 // sqrt and 1/sqrt round once from the exact value: bit for bit the f64
@@ -185,6 +189,31 @@ TEST(VecMathSpecial, ExpOverflowsToInfAndUnderflowsThroughDenormalsToZero) {
   EXPECT_SAME(f32<Op::exp>(-103.98f), 0.0f);
   EXPECT_SAME(f32<Op::exp>(-200.0f), 0.0f);
   EXPECT_SAME(f32<Op::exp>(-kMax), 0.0f);
+}
+
+TEST(VecMathSpecial, Expm1AndLog1pAtTheirEndsAndZerosAreStds) {
+  for (float x : {0.0f,   -0.0f,    kMinDenormal,     -kMinDenormal, kMinNormal, 1e-30f,
+                  -3e-9f, 0x1p-29f, -0x1.fffffep-30f, 0.3466f,       -0.3466f,   0.3467f,
+                  1.0f,   -1.0f,    88.72f,           88.73f,        -17.0f,     -17.4f,
+                  -87.0f, -104.0f,  -111.0f,          101.0f,        kMax,       -kMax,
+                  kInf,   -kInf})
+    EXPECT_SAME(f32<Op::expm1>(x), float(std::expm1(double(x)))) << std::hexfloat << x;
+  for (float x : {0.0f,         -0.0f,
+                  kMinDenormal, -kMinDenormal,
+                  1e-30f,       -3e-9f,
+                  0x1p-29f,     -0x1.fffffep-30f,
+                  -0x1p-29f,    0.4142135f,
+                  -0.2928932f,  1.0f,
+                  -0.5f,        -0x1.fffffep-1f,
+                  -1.0f,        -1.5f,
+                  1e30f,        kMax,
+                  kInf,         -kInf})
+    EXPECT_SAME(f32<Op::log1p>(x), float(std::log1p(double(x)))) << std::hexfloat << x;
+  const float nans[] = {kNaN, -kNaN, from_bits(0x7f800001u), from_bits(0xffc12345u)};
+  for (float n : nans) {
+    EXPECT_TRUE(std::isnan(f32<Op::expm1>(n)));
+    EXPECT_TRUE(std::isnan(f32<Op::log1p>(n)));
+  }
 }
 
 TEST(VecMathSpecial, LogOfZeroNegativeInfAndDenormals) {
@@ -358,6 +387,8 @@ TEST(VecMathSplit, SqrtResultsDoNotDependOnTheSplit) { expect_split_independent<
 TEST(VecMathSplit, RsqrtResultsDoNotDependOnTheSplit) { expect_split_independent<Op::rsqrt>(); }
 TEST(VecMathSplit, SinResultsDoNotDependOnTheSplit) { expect_split_independent<Op::sin>(); }
 TEST(VecMathSplit, CosResultsDoNotDependOnTheSplit) { expect_split_independent<Op::cos>(); }
+TEST(VecMathSplit, Expm1ResultsDoNotDependOnTheSplit) { expect_split_independent<Op::expm1>(); }
+TEST(VecMathSplit, Log1pResultsDoNotDependOnTheSplit) { expect_split_independent<Op::log1p>(); }
 TEST(VecMathSplit, NegResultsDoNotDependOnTheSplit) { expect_split_independent<Op::neg>(); }
 
 // ---------------------------------------------------------------------------
