@@ -247,7 +247,9 @@ def config(entry):
 
 def compiled_run(model, opt, loss_fn, batch, num_inputs, mode, options, dtype=None):
     """One step of `mode` on copies (their floating-point tensors in
-    `dtype`, None: as they are); the snapshot and the compiled step."""
+    `dtype`, None: as they are); the snapshot and the compiled step. The
+    snapshot holds the copies' own tensors: another call of the step
+    changes it."""
     from .torch import compile_train_step
     m, o = _as(model, opt, dtype)
     if _float_dtype(m) == torch.float64:  # as the float64 eager steps run it
