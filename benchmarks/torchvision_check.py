@@ -9,7 +9,8 @@ so a model's float32 chaos cannot hide a wrong step, nor pass for one).
 The models are torchvision.models.list_models(module=torchvision.models),
 built with weights=None and num_classes=10, dropout set to 0 (a
 deterministic step), aux_logits=False for googlenet and inception_v3; at
-64x64 (inception_v3 at 96x96, the smallest it takes being 75x75; the
+64x64 (inception_v3 at 96x96, the smallest it takes being 75x75;
+maxvit_t at 224x224, whose 7x7 partitions need a multiple of 224; the
 vision transformers built for that size). A model with more parameters
 than --max-params (torchvision's own count, from its weights' metadata:
 the model is not built) is listed as too large and not run.
@@ -61,7 +62,8 @@ import torchvision
 import wholestep.torch as wst
 
 MODES = ("single_graph", "three_graph", "interpret")
-SIZES = {"inception_v3": 96}
+# inception_v3 takes 75x75 at least; maxvit_t partitions into 7x7 windows of a 224x224 input.
+SIZES = {"inception_v3": 96, "maxvit_t": 224}
 # Vision transformers take their image size at construction.
 SIZE_KWARG = {"vit_b_16": "image_size", "vit_b_32": "image_size", "vit_l_16": "image_size",
               "vit_l_32": "image_size", "vit_h_14": "image_size"}
