@@ -96,6 +96,7 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
     start = saved.data_step;
     check_end_after(f, steps, start);
     fmt::print("resumed from {} at step {}\n", f.resume, start);
+    enter(fmt::format("setting up (resumed from {})", f.resume));
     if (saved.world_size != ws::dist::world_size())
       fmt::print(
           "the checkpoint was saved by {} process{}, this run has {}: the global batch is now "
@@ -187,8 +188,12 @@ int train(const Common& c, const TrainFlags& f, std::optional<ws::DirectoryLock>
       enter(i == start
                 ? fmt::format("running step {}, the run's first: tracing and compiling it", i + 1)
                 : fmt::format("running step {}", i + 1));
-      if (i + 1 == hang_at)
+      if (i + 1 == hang_at) {
+        // Said on stdout, so a test signals the step itself, not the set-up.
+        fmt::print("step {} hangs (WHOLESTEP_TEST_HANG_AT_STEP)\n", i + 1);
+        std::fflush(stdout);
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
       const auto t = std::chrono::steady_clock::now();
       // The learning rate is a graph input: changing it never recompiles.
       if (c.schedule == "cosine")

@@ -108,7 +108,7 @@ TEST(TrainSignals, InAStepThatNeverEndsTheWatchdogStopsWithoutSaving) {
       0);
   Child child("train --resume " + dir + "/ck --threads 1 --save " + dir + "/ck", dir, "child",
               "WHOLESTEP_TEST_HANG_AT_STEP=2");
-  ASSERT_TRUE(child.wait_for("training gpt on")) << child.out() << child.err();
+  ASSERT_TRUE(child.wait_for("step 2 hangs")) << child.out() << child.err();
   const Child::Ended end = child.signal_and_wait(SIGTERM);
   EXPECT_EQ(end.status, 143) << child.err();
   EXPECT_GT(end.seconds, 1.5);  // the grace period, 2 s
@@ -126,7 +126,7 @@ TEST(TrainSignals, ASecondSignalStopsAtOnce) {
   const std::string dir = temp_dir("sig_twice");
   Child child("train --model tiny_mlp --steps 10 --threads 1", dir, "child",
               "WHOLESTEP_TEST_HANG_AT_STEP=1 WHOLESTEP_STOP_GRACE=600");
-  ASSERT_TRUE(child.wait_for("training tiny_mlp on")) << child.out() << child.err();
+  ASSERT_TRUE(child.wait_for("step 1 hangs")) << child.out() << child.err();
   ::kill(child.pid(), SIGINT);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const Child::Ended end = child.signal_and_wait(SIGINT);
