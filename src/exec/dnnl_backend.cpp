@@ -266,7 +266,12 @@ ConvDescs conv_descs(const Conv2dGeom& g) {
 
 }  // namespace
 
-std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
+namespace {
+
+// With `blocked`, a weight gradient is written in the layout its primitive
+// picks, described there, rather than reordered to ours.
+std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
+                                     dnnl::memory::desc* blocked = nullptr) {
   auto k = std::make_shared<DnnlOp>();
   const ConvDescs c = conv_descs(g);
   const int64_t flops = conv_flops(g);
@@ -297,7 +302,9 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
         user_scratchpad(), dnnl_engine(), fwd);
     k->add_operand(DNNL_ARG_SRC, 0, c.x, pd.src_desc());
     k->add_operand(DNNL_ARG_DIFF_DST, 1, c.y, pd.diff_dst_desc());
-    k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2, c.w, pd.diff_weights_desc());
+    if (blocked) *blocked = pd.diff_weights_desc();
+    k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2, blocked ? pd.diff_weights_desc() : c.w,
+                   pd.diff_weights_desc());
     k->set_main<dnnl::convolution_backward_weights>(pd, flops);
   }
   if (g.volume)
@@ -309,6 +316,33 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
     k->finish(fmt::format("{} x [{},{},{},{}] w [{},{},{},{}] stride {}x{} padding {}x{} groups {}",
                           ir::op_name(op), g.n, g.c, g.h, g.w, g.o, g.c / g.groups, g.kh, g.kw,
                           g.sh, g.sw, g.ph, g.pw, g.groups));
+  return k;
+}
+
+}  // namespace
+
+std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
+  return make_conv_op(op, g);
+}
+
+BlockedWeightGrad make_weight_grad_blocked(const Conv2dGeom& g) {
+  BlockedWeightGrad r;
+  r.op = make_conv_op(Op::conv2d_weight_grad, g, &r.blocked);
+  r.plain = conv_descs(g).w;
+  return r;
+}
+
+std::shared_ptr<const BackendOp> make_reorder(const dnnl::memory::desc& from,
+                                              const dnnl::memory::desc& to,
+                                              const std::string& what) {
+  auto k = std::make_shared<DnnlOp>();
+  const dnnl::memory src(from, dnnl_engine(), DNNL_MEMORY_NONE),
+      dst(to, dnnl_engine(), DNNL_MEMORY_NONE);
+  const dnnl::reorder::primitive_desc pd(src, dst, user_scratchpad());
+  k->add_operand(DNNL_ARG_FROM, 0, from, from);
+  k->add_operand(DNNL_ARG_TO, 2, to, to);
+  k->set_main<dnnl::reorder>(pd, 0);
+  k->finish(what);
   return k;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/dnnl_backend.hpp"
+#include "ir/geometry.hpp"
 
 namespace ws::exec {
 
@@ -92,5 +93,20 @@ class DnnlOp final : public BackendOp {
   bool one_thread_ = false;
   mutable std::byte* scratch_bound_ = nullptr;
 };
+
+// conv2d_weight_grad writing the weight gradient in the layout its
+// primitive picks (`blocked`, no reorder; `plain` is ours), for parts of a
+// batch summed there before one reorder (dnnl_teams.cpp).
+struct BlockedWeightGrad {
+  std::shared_ptr<const BackendOp> op;
+  dnnl::memory::desc blocked, plain;
+};
+BlockedWeightGrad make_weight_grad_blocked(const ir::Conv2dGeom& g);
+
+// A reorder between two layouts of one tensor, as a BackendOp: `a` is read
+// in layout `from`, `out` written in layout `to`.
+std::shared_ptr<const BackendOp> make_reorder(const dnnl::memory::desc& from,
+                                              const dnnl::memory::desc& to,
+                                              const std::string& what);
 
 }  // namespace ws::exec

@@ -35,7 +35,12 @@ namespace {
 // kWeightGradParts parts (fewer for a small batch), each a primitive made
 // for one thread, run in parallel over the parts and added in part order.
 // On the cnn's two threads it runs as fast as oneDNN's own split, on one
-// thread 3% slower (docs/performance.md, "A loaded machine").
+// thread 3% slower (docs/performance.md, "A loaded machine"). The parts
+// write their sums in the primitive's own (blocked) layout, where they are
+// added, and one reorder brings the total to ours: a reorder a part moved
+// the whole weight once a part (regnet_x_16gf at batch 4: 19 ms of
+// oneDNN's thread time in a step, 2.6 ms since). Reorders copy, so the bits
+// are those of adding plain parts.
 constexpr int64_t kWeightGradParts = 4;
 
 class BatchPartsOp final : public BackendOp {
@@ -44,19 +49,43 @@ class BatchPartsOp final : public BackendOp {
     const int64_t parts = std::min(g.n, kWeightGradParts);
     x_image_ = g.in_image();
     dy_image_ = g.out_image();
-    dw_numel_ = g.weight_numel();
-    TeamScope one(1);  // each part runs on one thread
+    std::vector<BlockedWeightGrad> made;
+    {
+      TeamScope one(1);  // each part runs on one thread
+      for (int64_t i = 0; i < parts; ++i) {
+        Conv2dGeom gi = g;
+        first_.push_back(g.n * i / parts);
+        gi.n = g.n * (i + 1) / parts - first_.back();
+        made.push_back(make_weight_grad_blocked(gi));
+      }
+      // Parts of one layout sum in it; else each reorders its own sum.
+      const bool one_layout = std::all_of(
+          made.begin(), made.end(), [&](const auto& m) { return m.blocked == made[0].blocked; });
+      for (size_t i = 0; i < made.size() && !one_layout; ++i) {
+        Conv2dGeom gi = g;
+        gi.n = (i + 1 < made.size() ? first_[i + 1] : g.n) - first_[i];
+        made[i].op = make_conv(ir::Op::conv2d_weight_grad, gi);
+        made[i].blocked = made[i].plain;
+      }
+    }
+    const dnnl::memory::desc &blocked = made[0].blocked, &plain = made[0].plain;
+    const bool reordered = !(blocked == plain);
+    sum_numel_ = int64_t(blocked.get_size()) / 4;
     for (int64_t i = 0; i < parts; ++i) {
-      Conv2dGeom gi = g;
-      first_.push_back(g.n * i / parts);
-      gi.n = g.n * (i + 1) / parts - first_.back();
-      Part p{make_conv(ir::Op::conv2d_weight_grad, gi), scratch_bytes_, -1};
+      Part p{std::move(made[size_t(i)].op), scratch_bytes_, -1};
       scratch_bytes_ += align64(p.op->scratch_bytes());
-      if (i > 0) p.sum_offset = scratch_bytes_, scratch_bytes_ += align64(dw_numel_ * 4);
+      if (i > 0 || reordered)
+        p.sum_offset = scratch_bytes_, scratch_bytes_ += align64(sum_numel_ * 4);
       flops_ += p.op->flops();
       parts_.push_back(std::move(p));
     }
     impl_ = fmt::format("{} batch parts, each {}", parts, parts_[0].op->impl());
+    if (reordered) {
+      reorder_ = make_reorder(blocked, plain, "a weight gradient's reorder");
+      reorder_offset_ = scratch_bytes_;
+      scratch_bytes_ += align64(reorder_->scratch_bytes());
+      impl_ += ", summed so, then " + reorder_->impl();
+    }
   }
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
@@ -68,8 +97,8 @@ class BatchPartsOp final : public BackendOp {
     const auto* dy = static_cast<const float*>(b);
     auto* base = static_cast<std::byte*>(scratch);
     auto sum = [&](size_t i) {
-      return i == 0 ? static_cast<float*>(out)
-                    : reinterpret_cast<float*>(base + parts_[i].sum_offset);
+      return parts_[i].sum_offset < 0 ? static_cast<float*>(out)
+                                      : reinterpret_cast<float*>(base + parts_[i].sum_offset);
     };
     parallel_for(
         int64_t(parts_.size()), 1,
@@ -82,12 +111,13 @@ class BatchPartsOp final : public BackendOp {
         },
         1);
     float* dw = sum(0);
-    parallel_for(dw_numel_, kCheapGrain / int64_t(parts_.size()), [&](int64_t lo, int64_t hi) {
+    parallel_for(sum_numel_, kCheapGrain / int64_t(parts_.size()), [&](int64_t lo, int64_t hi) {
       for (size_t i = 1; i < parts_.size(); ++i) {
         const float* s = sum(i);
         for (int64_t j = lo; j < hi; ++j) dw[j] += s[j];
       }
     });
+    if (reorder_) reorder_->run(dw, nullptr, out, base + reorder_offset_);
   }
 
  private:
@@ -98,7 +128,10 @@ class BatchPartsOp final : public BackendOp {
   };
   std::vector<Part> parts_;
   std::vector<int64_t> first_;  // each part's first image
-  int64_t x_image_ = 0, dy_image_ = 0, dw_numel_ = 0, scratch_bytes_ = 0, flops_ = 0;
+  int64_t x_image_ = 0, dy_image_ = 0, sum_numel_ = 0, scratch_bytes_ = 0, flops_ = 0;
+  // From the parts' layout to ours, when they differ (the sums in the scratch).
+  std::shared_ptr<const BackendOp> reorder_;
+  int64_t reorder_offset_ = 0;
   std::string impl_;
 };
 

@@ -176,6 +176,49 @@ TEST(DnnlConv, SmallMapsWeightGradientsRunAsProductsOneAGroup) {
     EXPECT_NE(impl(g).find(want), std::string::npos) << describe(g) << ": " << impl(g);
 }
 
+// The batch parts of a weight gradient add their sums in the layout their
+// primitive writes (blocked, padded when the channels are not a multiple of
+// its block), then reorder once: the bits of each part reordered to ours and
+// added in part order, on any team.
+TEST(DnnlConv, WeightGradientPartsAddInTheirPrimitivesLayoutThenReorderOnce) {
+  std::mt19937 rng(6);
+  const int before = num_threads();
+  for (const Conv2dGeom& g :
+       {conv_geom(5, 24, 9, 9, 20, 3, 3, 1, 1, 1, 1), conv_geom(4, 64, 8, 8, 32, 3, 3, 2, 2, 1, 1),
+        conv_geom(3, 48, 6, 6, 48, 1, 1, 1, 1, 0, 0, 1, 1, 3)}) {
+    const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
+    const std::vector<float> x = to_f32(random_vec(t.in[0].numel(), rng)),
+                             dy = to_f32(random_vec(t.in[1].numel(), rng));
+    const std::string what = describe(g);
+    // Each part alone, reordered to ours by its own primitive, added in order.
+    const int64_t parts = std::min<int64_t>(g.n, 4);
+    std::vector<float> want(size_t(t.out.numel()), 0.0f);
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t first = g.n * i / parts;
+      Conv2dGeom gi = g;
+      gi.n = g.n * (i + 1) / parts - first;
+      const ConvTypes ti = conv_types(Op::conv2d_weight_grad, gi);
+      std::shared_ptr<const BackendOp> part;
+      {
+        TeamScope one(1);
+        part = make_conv(Op::conv2d_weight_grad, gi);
+      }
+      const std::vector<float> xi(x.begin() + first * g.in_image(),
+                                  x.begin() + (first + gi.n) * g.in_image()),
+          dyi(dy.begin() + first * g.out_image(), dy.begin() + (first + gi.n) * g.out_image());
+      const std::vector<float> s = run_op_guarded(part, ti.out, xi, dyi, what);
+      for (size_t j = 0; j < want.size(); ++j) want[j] = i == 0 ? s[j] : want[j] + s[j];
+    }
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      const auto k = make_weight_grad_in_parts(g);
+      EXPECT_NE(k->impl().find("summed so, then"), std::string::npos) << what << ": " << k->impl();
+      EXPECT_EQ(run_op_guarded(k, t.out, x, dy, what), want) << what << " on " << threads;
+    }
+  }
+  set_num_threads(before);
+}
+
 TEST(DnnlConv, FlopsCountMultiplyAddsOfEveryDirection) {
   const Conv2dGeom g = conv_geom(2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2);
   const int64_t want = 2 * g.n * g.o * g.oh * g.ow * (g.c / g.groups) * g.kh * g.kw;
