@@ -24,15 +24,13 @@ constexpr int64_t kMr = 6, kNr = 8, kMc = 120, kNc = 256, kKc = 256;
 // microsecond or two; this is several of them at a few GFLOP/s).
 constexpr int64_t kTileWork = 1 << 16;
 
-// One block: c (kMr x kNr, row stride ldc) = (load ? c : 0) + ap' bp over kc.
+// One block: c (kMr x kNr, row stride ldc) = ap' bp over kc (one fma chain
+// from zero an element), added to c when `load`.
 void block(int64_t kc, const double* ap, const double* bp, double* c, int64_t ldc, bool load) {
 #if defined(__AVX2__) && defined(__FMA__)
   __m256d acc[kMr][2];
 #pragma GCC unroll 6
-  for (int64_t i = 0; i < kMr; ++i) {
-    acc[i][0] = load ? _mm256_loadu_pd(c + i * ldc) : _mm256_setzero_pd();
-    acc[i][1] = load ? _mm256_loadu_pd(c + i * ldc + 4) : _mm256_setzero_pd();
-  }
+  for (int64_t i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_pd();
   for (int64_t q = 0; q < kc; ++q, ap += kMr, bp += kNr) {
     const __m256d b0 = _mm256_loadu_pd(bp), b1 = _mm256_loadu_pd(bp + 4);
 #pragma GCC unroll 6
@@ -44,18 +42,21 @@ void block(int64_t kc, const double* ap, const double* bp, double* c, int64_t ld
   }
 #pragma GCC unroll 6
   for (int64_t i = 0; i < kMr; ++i) {
+    if (load) {
+      acc[i][0] = _mm256_add_pd(_mm256_loadu_pd(c + i * ldc), acc[i][0]);
+      acc[i][1] = _mm256_add_pd(_mm256_loadu_pd(c + i * ldc + 4), acc[i][1]);
+    }
     _mm256_storeu_pd(c + i * ldc, acc[i][0]);
     _mm256_storeu_pd(c + i * ldc + 4, acc[i][1]);
   }
 #else
-  double acc[kMr][kNr];
-  for (int64_t i = 0; i < kMr; ++i)
-    for (int64_t j = 0; j < kNr; ++j) acc[i][j] = load ? c[i * ldc + j] : 0.0;
+  double acc[kMr][kNr] = {};
   for (int64_t q = 0; q < kc; ++q, ap += kMr, bp += kNr)
     for (int64_t i = 0; i < kMr; ++i)
       for (int64_t j = 0; j < kNr; ++j) acc[i][j] = std::fma(ap[i], bp[j], acc[i][j]);
   for (int64_t i = 0; i < kMr; ++i)
-    for (int64_t j = 0; j < kNr; ++j) c[i * ldc + j] = acc[i][j];
+    for (int64_t j = 0; j < kNr; ++j)
+      c[i * ldc + j] = load ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 #endif
 }
 
@@ -108,7 +109,7 @@ void tile(int64_t m, int64_t n, int64_t k, MatF64 a, MatF64 b, double* c, int64_
     const int64_t kc = std::min(kKc, k - pc);
     pack_b(b, pc, kc, jc, nc, bp);
     pack_a(a, ic, mc, pc, kc, ap);
-    const bool load = accumulate || pc > 0;  // later slices continue each chain
+    const bool load = accumulate || pc > 0;  // later slices add to each element
     for (int64_t jr = 0; jr < nc; jr += kNr)
       for (int64_t ir = 0; ir < mc; ir += kMr) {
         double* cb = c + (ic + ir) * ldc + jc + jr;

@@ -5,12 +5,13 @@
 // One exception: matrix products and convolutions run the compute backend's
 // primitives in f32 (oneDNN; tested against the f64 loops) and blocked
 // products of fixed summation order in f64 (f64_products.hpp; tested
-// against the direct loops of nn_kernels.hpp and an fma chain per element). In f32 a
-// product's rounding depends on its summation order, and Adam's normalized
-// update turns those last-bit differences in near-zero gradients into visible
-// parameter differences; with one product everywhere, the interpreter and
-// the compiled modes differ only where the pipeline (partitioning, lowering,
-// aliasing) does, which is what comparing them is for. For the same reason
+// against the direct loops of nn_kernels.hpp and fma chains over slices of
+// the sum per element). In f32 a product's rounding depends on its
+// summation order, and Adam's normalized update turns those last-bit
+// differences in near-zero gradients into visible parameter differences;
+// with one product everywhere, the interpreter and the compiled modes
+// differ only where the pipeline (partitioning, lowering, aliasing) does,
+// which is what comparing them is for. For the same reason
 // floating-point sums run one blocked summation order (reduce.hpp) and
 // elementwise functions have one definition (elementwise.hpp) everywhere.
 //
