@@ -17,8 +17,8 @@ using namespace simd;
 // ---------------------------------------------------------------------------
 // Shared pieces.
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+constexpr float kNaNF = std::numeric_limits<float>::quiet_NaN();
 
 inline F abs(F a) { return as_float(andi(as_int(a), seti(0x7fffffff))); }
 inline F neg(F a) { return as_float(xori(as_int(a), seti(int32_t(0x80000000u)))); }
@@ -100,9 +100,9 @@ inline F log_v(F x) {
   y = fma(z, set(-0.5f), y);
   F r = add(f, y);
   r = fma(e, set(kLn2Hi), r);
-  r = select(eq(x, set(0.0f)), set(-kInf), r);
-  r = select(eq(x, set(kInf)), set(kInf), r);
-  r = select(lt(x, set(0.0f)), set(kNaN), r);
+  r = select(eq(x, set(0.0f)), set(-kInfF), r);
+  r = select(eq(x, set(kInfF)), set(kInfF), r);
+  r = select(lt(x, set(0.0f)), set(kNaNF), r);
   return keep_nan(x, r);
 }
 
@@ -246,7 +246,7 @@ void trig_block(const float* x, float* y, int n, bool cosine) {
         reduce_large(xs[i], &ri, &ki);
         r[i] = ri, k[i] = ki;
       } else {
-        r[i] = double(kNaN), k[i] = 0;
+        r[i] = double(kNaNF), k[i] = 0;
       }
     }
   if (cosine) k += 1;  // cos x = sin(x + π/2)
@@ -383,13 +383,6 @@ void f64_map(const float* x, float* y, int64_t n, F f, Fix fix) {
   }
 }
 
-// f(x[i]) in double, rounded once: correctly rounded but for double's own
-// error.
-template <class F>
-void through_double(const float* x, float* y, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) y[i] = float(f(double(x[i])));
-}
-
 }  // namespace
 
 void sin_f32(const float* x, float* y, int64_t n) { trig_f32(x, y, n, false); }
@@ -407,9 +400,9 @@ void log1p_f32(const float* x, float* y, int64_t n) {
   f64_map(x, y, n, log1p_lanes, [](Fv xf, Fv v) {
     const Fv ax = xf < 0.0f ? -xf : xf;
     v = ax < 0x1p-29f ? xf : v;  // x - x²/2 rounds to x (and keeps -0)
-    v = xf == -1.0f ? Fv{} - kInf : v;
-    v = xf < -1.0f ? Fv{} + kNaN : v;
-    return (xf == kInf) | (xf != xf) ? xf : v;
+    v = xf == -1.0f ? Fv{} - kInfF : v;
+    v = xf < -1.0f ? Fv{} + kNaNF : v;
+    return (xf == kInfF) | (xf != xf) ? xf : v;
   });
 }
 void tan_f32(const float* x, float* y, int64_t n) {
