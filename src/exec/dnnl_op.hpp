@@ -94,6 +94,9 @@ class DnnlOp final : public BackendOp {
   mutable std::byte* scratch_bound_ = nullptr;
 };
 
+// Floating-point operations of a convolution: two per multiply-add.
+int64_t conv_flops(const ir::Conv2dGeom& g);
+
 // conv2d_weight_grad writing the weight gradient in the layout its
 // primitive picks (`blocked`, no reorder; `plain` is ours), for parts of a
 // batch summed there before one reorder (dnnl_teams.cpp).
