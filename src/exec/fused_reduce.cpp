@@ -2,7 +2,8 @@
 // results whose sequences are single short runs side by side (a chunk
 // computes them all, each sums its run in one call), or a block of results
 // whose sequences are several runs each (BatchNorm's channels), visited in
-// memory order, every result's accumulator seeing its own runs in order.
+// memory order, every result's accumulator seeing its own runs in order
+// (sums over short runs gather whole chunks of runs at a time).
 // Either way each result gets reduce_sum's or reduce_max's bits; then the
 // epilogue runs over the batch's or block's results at once, every epilogue
 // value an array of them (one call per op, not one per op and result).
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "exec/fused_loop.hpp"
 #include "exec/parallel.hpp"
@@ -33,6 +35,9 @@ T reduce_run(const T* x, int64_t n, bool is_max) {
 // Results a reduce fusion's task accumulates together (when their sequences
 // are several runs each).
 constexpr int64_t kResultBlock = 8;
+// Tasks a reduce fusion whose results' sequences are all gathered is cut
+// into at least, when it has the results: two threads get even shares.
+constexpr int64_t kGatheredTasks = 8;
 
 // The accumulator of one reduction for one result: a stream, or a sum's
 // whole sequence gathered when it fits (a BatchNorm channel over a small
@@ -126,14 +131,28 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
   // dim is the innermost): a chunk holds several, and each sums its run in
   // one call, as reduce_sum does.
   const int64_t batch = runs == 1 ? std::max<int64_t>(1, kFusedChunk / run) : 1;
-  // Results a task takes: a batch, or a block whose short runs coalesce.
-  const int64_t block = 2 * run <= kFusedChunk ? kResultBlock : 1;
-  const int64_t group = batch > 1 ? batch : block;
   // Sums whose whole sequence fits an accumulator are gathered there.
   bool gather[4] = {};
-  for (size_t i = 0; i < reductions_.size(); ++i)
-    gather[i] = batch == 1 && !reductions_[i].is_max &&
-                runs * run * int64_t(dtype_size(reductions_[i].dtype)) <= kGatherBytes;
+  int64_t seq_bytes[4] = {};
+  for (size_t i = 0; i < reductions_.size(); ++i) {
+    seq_bytes[i] = runs * run * int64_t(dtype_size(reductions_[i].dtype));
+    gather[i] = batch == 1 && !reductions_[i].is_max && seq_bytes[i] <= kGatherBytes;
+  }
+  // Results a task takes: a batch, or a block whose short runs coalesce.
+  // When every reduction gathers and the runs are short (BatchNorm over
+  // 4x4 and 2x2 maps), a block spans up to a whole chunk of runs, its
+  // sequences gathered in a buffer of the thread's: eight results' runs of
+  // 16 or 4 elements made chunks too short to pay for their steps.
+  const bool gathered = batch == 1 && run * kResultBlock < kFusedChunk &&
+                        std::all_of(gather, gather + reductions_.size(), [](bool g) { return g; });
+  int64_t block = 2 * run <= kFusedChunk ? kResultBlock : 1;
+  if (gathered) {
+    const int64_t most = std::min(kFusedChunk / run, kEpilogueRun);
+    const int64_t tasks =
+        std::max((results_ + most - 1) / most, std::min(kGatheredTasks, results_ / kResultBlock));
+    block = std::max(kResultBlock, (results_ + tasks - 1) / tasks);
+  }
+  const int64_t group = batch > 1 ? batch : block;
   parallel_for(
       (results_ + group - 1) / group, std::max<int64_t>(1, grain_ / group),
       [&](int64_t begin, int64_t end) {
@@ -143,6 +162,20 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
         alignas(64) std::byte redv[4][kEpilogueRun * 8];  // the reductions' values
         const std::byte* red[4] = {redv[0], redv[1], redv[2], redv[3]};
         Accumulator acc[4][kResultBlock];
+        // Where result j of the block gathers reduction i's sequence (a
+        // gathered block's: at most 4 x 128 x kGatherBytes, kept by the
+        // thread for the next run).
+        thread_local std::vector<std::byte> wide;
+        int64_t wide_at[4] = {};
+        if (gathered) {
+          int64_t bytes = 0;
+          for (size_t i = 0; i < reductions_.size(); ++i)
+            wide_at[i] = bytes, bytes += block * seq_bytes[i];
+          if (int64_t(wide.size()) < bytes) wide.resize(size_t(bytes));
+        }
+        auto gathered_at = [&](size_t i, int64_t j) {
+          return gathered ? wide.data() + wide_at[i] + j * seq_bytes[i] : acc[i][j].gathered;
+        };
         Segments sg;
         fixed_pointers(ins, bufs, ptr);
         for (int64_t q = begin; q < end; ++q) {
@@ -176,14 +209,14 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
           // through its channels' slice of every image. Each result's
           // accumulator still sees its own runs in order: the same bits.
           const int64_t k0 = q * block, k1 = std::min(results_, k0 + block);
-          int64_t base[kResultBlock];
+          int64_t base[kEpilogueRun];
           Odometer<1> kept(int(nk), kept_.data(), {kept_stride_.data()}, k0);
           for (int64_t k = k0; k < k1; ++k, kept.next()) {
             base[k - k0] = kept.off[0];
             for (size_t i = 0; i < reductions_.size(); ++i) {
               const Reduction& r = reductions_[i];
-              Accumulator& a = acc[i][k - k0];
               if (gather[i]) continue;
+              Accumulator& a = acc[i][k - k0];
               if (r.is_max)
                 r.dtype == DType::f32 ? (void)new (&a.max_f32) MaxStream<float>
                                       : (void)new (&a.max_f64) MaxStream<double>;
@@ -213,10 +246,13 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
                   for (int64_t j = 0; j < (fits ? m : 1); ++j) {
                     const void* x = static_cast<const std::byte*>(ptr[r.src]) + j * run * es;
                     const int64_t n = fits ? run : len;
+                    if (gather[i]) {  // this run's place in the result's sequence
+                      std::memcpy(gathered_at(i, k + j - k0) + (q2 * run + s - start) * es, x,
+                                  size_t(n * es));
+                      continue;
+                    }
                     Accumulator& a = acc[i][k + j - k0];
-                    if (gather[i])  // this run's place in the result's sequence
-                      std::memcpy(a.gathered + (q2 * run + s - start) * es, x, size_t(n * es));
-                    else if (r.is_max)
+                    if (r.is_max)
                       r.dtype == DType::f32 ? a.max_f32.add(static_cast<const float*>(x), n)
                                             : a.max_f64.add(static_cast<const double*>(x), n);
                     else
@@ -233,14 +269,18 @@ void FusedLoop::run_reduce(const void* const* ins, void* const* outs) const {
           for (int64_t k = k0; k < k1; ++k)
             for (size_t i = 0; i < reductions_.size(); ++i) {
               const Reduction& r = reductions_[i];
+              if (gather[i]) {
+                const std::byte* g = gathered_at(i, k - k0);
+                if (r.dtype == DType::f32)
+                  reinterpret_cast<float*>(redv[i])[k - k0] =
+                      sum(reinterpret_cast<const float*>(g), runs * run);
+                else
+                  reinterpret_cast<double*>(redv[i])[k - k0] =
+                      sum(reinterpret_cast<const double*>(g), runs * run);
+                continue;
+              }
               Accumulator& a = acc[i][k - k0];
-              if (gather[i] && r.dtype == DType::f32)
-                reinterpret_cast<float*>(redv[i])[k - k0] =
-                    sum(reinterpret_cast<const float*>(a.gathered), runs * run);
-              else if (gather[i])
-                reinterpret_cast<double*>(redv[i])[k - k0] =
-                    sum(reinterpret_cast<const double*>(a.gathered), runs * run);
-              else if (r.dtype == DType::f32)
+              if (r.dtype == DType::f32)
                 reinterpret_cast<float*>(redv[i])[k - k0] =
                     r.is_max ? a.max_f32.finish() : a.sum_f32.finish();
               else

@@ -337,6 +337,32 @@ TEST(ParallelKernels, ReduceFusionsOverShortRunsGiveTheSameBitsOnAnyThreadCount)
     }
 }
 
+// Sums alone over short runs of many results (BatchNorm's statistics and
+// their gradients over small maps) gather a task's sequences side by side,
+// up to a chunk of runs at a time; with an epilogue over the whole block.
+TEST(ParallelKernels,
+     ReduceFusionsOfSumsOverShortRunsOfManyResultsGiveTheSameBitsOnAnyThreadCount) {
+  for (const Shape& shape : {Shape{4, 896, 16}, Shape{4, 300, 4}, Shape{3, 130, 7},
+                             Shape{2, 1000, 1}, Shape{4, 9, 16}, Shape{5, 260, 12}})
+    for (DType dt : {DType::f32, DType::f64}) {
+      ir::Graph g;
+      ir::Builder bl(g);
+      ValueId x = bl.input(ir::InputRole::data, "x", {dt, shape});
+      ValueId y = bl.input(ir::InputRole::data, "y", {dt, shape});
+      ValueId xy = bl.reduce(Op::reduce_sum, bl.binary(Op::mul, x, y), {0, 2});
+      ValueId sx = bl.reduce(Op::reduce_sum, bl.binary(Op::sub, x, y), {0, 2});
+      output(g, bl.binary(Op::mul, xy, sx), "product");
+      output(g, sx, "sum");
+      ValueId wide =
+          bl.add(Op::convert, {bl.binary(Op::add, x, y)}, ir::Attrs{{"dtype", std::string("f64")}});
+      output(g, bl.reduce(Op::reduce_sum, wide, {0, 2}), "sum_f64");
+      std::string what = std::string(dtype_name(dt)) + "[";
+      for (int64_t d : shape) what += std::to_string(d) + ",";
+      expect_same_bits_everywhere(
+          g, {mixed_values(numel(shape), dt, 13), mixed_values(numel(shape), dt, 14)}, what + "]");
+    }
+}
+
 // The documented order, transcribed directly: blocks of kSumBlock, lanes
 // j mod kSumLanes summed left to right from +0, the lane tree, the carry
 // tree, the fold from the top.
