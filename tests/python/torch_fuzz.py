@@ -44,8 +44,9 @@ right is the model's chaos in float32 (a median's pick or a ReLU input
 decided by rounding), reported apart, not a failure; so is a mismatch on
 tensors that float64 torch itself moves far when its layers' outputs move
 by a few roundings (a max between padding zeros and a value that is 0 in
-exact arithmetic: the gradient follows the noise's sign). A failing case
-shrinks (layers removed, blocks
+exact arithmetic: the gradient follows the noise's sign); a float64
+mismatch within a few times how far those runs move float64 torch is
+rounding-level. A failing case shrinks (layers removed, blocks
 unwrapped, sizes and options reduced while the same failure persists) and
 the smallest failing spec is written as a JSON regression case that
 test_torch_fuzz.py replays.
@@ -1227,6 +1228,22 @@ def _decided_by_rounding(mc, spread):
                for n, d, _ in mc.failures())
 
 
+def _within_rounding_moves(mc, spread):
+    """Whether every failing tensor of a float64 ModeCheck is off by no
+    more than SMALL_RATIO times how far float64 torch's own value moves
+    when its layers' outputs move by a few roundings (_rounding_spread):
+    rounding-level, as a float32 mismatch within SMALL_RATIO of its limit.
+    A BatchNorm over a channel of equal values (a convolution whose windows
+    see only padding, then its bias) leaves x - mean exactly 0 in
+    wholestep and a noise of 1e-16 in float64 torch, which the
+    normalization multiplies by 1 / sqrt(eps) and the next Linear's weight
+    gradient carries: 1.9e-12 of the largest momentum buffer in
+    fuzz_regressions/batch_norm_constant_channel_in_float64_seed82065.json,
+    where batch orders and perturbed inputs move torch by 5e-16 (the
+    windows read no input) and perturbed layer outputs by 1e-12."""
+    return all(d <= SMALL_RATIO * spread.get(n, 0.0) for n, d, _ in mc.failures())
+
+
 def run_case(spec, only=None, determinism=True, orders=4):
     """The failures of a spec ([] when it passes; None when the spec is
     invalid or eager torch cannot run it). `only`: the config to run (None: all);
@@ -1282,6 +1299,8 @@ def run_case(spec, only=None, determinism=True, orders=4):
                 decided[f64] = _rounding_spread(case, part_ref, spec.get("loop"))
             if _decided_by_rounding(mc, decided[f64]):
                 cat = "decided by rounding"
+            elif f64 and _within_rounding_moves(mc, decided[f64]):
+                cat = "small mismatch"
         if mc.error is not None:
             failures.append(Failure(spec, config, cat, None, mc.error.splitlines()[0][:300]))
         else:
