@@ -179,3 +179,27 @@ def test_wrong_clipping_arguments_are_errors(kwargs, message):
     with pytest.raises(wholestep.Error, match=message):
         wst.compile_train_step(m, torch.optim.SGD(m.parameters(), lr=0.1), F.cross_entropy,
                                **kwargs)
+
+
+def test_the_float64_norm_is_the_exact_norm_rounded_once():
+    # The total 2-norm of a float64 step's gradients, over 12,000
+    # parameters, against the exact square root of the exact sum of their
+    # squares (rationals): the nearest double or its neighbour. torch's
+    # clip_grad_norm_ (each tensor's norm, then the norm of those) is 4
+    # ulps off here, and 1.3e-14 (60 ulps) on a model of 12,799 parameters
+    # the torch fuzzer made (seed 82664), where wholestep's is exact.
+    from fractions import Fraction
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(),
+                              torch.nn.Linear(128, 32)).double()
+    x = torch.randn(16, 64, dtype=torch.float64)
+    y = torch.randint(0, 32, (16,))
+    twin = copy.deepcopy(net)
+    F.cross_entropy(twin(x), y).backward()
+    exact = math.sqrt(sum((Fraction(v) ** 2 for p in twin.parameters()
+                           for v in p.grad.flatten().tolist()), Fraction(0)))
+    step = wst.compile_train_step(net, torch.optim.SGD(net.parameters(), lr=0.0), F.cross_entropy,
+                                  clip_grad_norm=MAX_NORM)
+    step(x, y)
+    norm = float(step.stats()["grad_norm"])
+    assert abs(norm - exact) <= math.ulp(exact), (norm, exact)
