@@ -323,7 +323,8 @@ class TrainStep:
         not update), else None; updated: whether the optimizer updated;
         accumulated: with accumulate=k, the calls of the current cycle
         whose gradients the step holds summed after it (0 .. k-1; 0 after
-        an update)."""
+        an update); threads: the team the step ran on (the pool, or one
+        thread when adapt_threads found one faster)."""
         return self._step().stats()
 
     @property

@@ -652,18 +652,22 @@ def test_autocast_is_refused_at_compile_and_at_a_call():
         assert torch.equal(v, before[k])
 
 
-def test_the_pool_follows_torch_set_num_threads():
+def test_the_pool_follows_torch_set_num_threads_and_stats_name_the_steps_team():
     saved = torch.get_num_threads(), wholestep._C.num_threads()
     try:
         model = mlp()
         step = wst.compile_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                                      F.cross_entropy)
+                                      F.cross_entropy, adapt_threads=False)
         predict = wst.compile_forward(model)
         wst.set_num_threads(2)
         torch.set_num_threads(1)
         step(*batch())
         assert wholestep._C.num_threads() == 1
+        assert step.stats()["threads"] == 1
         assert torch.get_num_threads() == 1  # the step's team does not leak into torch's
+        torch.set_num_threads(2)
+        step(*batch())
+        assert step.stats()["threads"] == 2
         torch.set_num_threads(2)
         predict(batch()[0])
         assert wholestep._C.num_threads() == 2

@@ -266,6 +266,7 @@ py::dict stats_dict(const StepResult& r) {
   d["grad_norm"] = r.grad_norm ? py::object(py::float_(*r.grad_norm)) : py::object(py::none());
   d["updated"] = r.updated;
   d["accumulated"] = r.accumulated;
+  d["threads"] = r.threads;
   return d;
 }
 
