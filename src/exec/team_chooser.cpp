@@ -48,6 +48,7 @@ void TeamChooser::ran(int team, double seconds, double now) {
 }
 
 void TeamChooser::decide(double now) {
+  double lost = 0;  // seconds the probe's steps took beyond the chosen team's
   if (probe_.median() < kGain * recent_.median()) {
     chosen_ = other();
     recent_ = probe_;
@@ -55,10 +56,11 @@ void TeamChooser::decide(double now) {
     ++switches_;
   } else {
     interval_ = std::min(2 * interval_, kMaxInterval);
+    lost = kProbeSteps * std::max(0.0, probe_.median() - recent_.median());
   }
   baseline_ = recent_.n == kWindow ? recent_.median() : 0;
   decided_ = true;
-  next_probe_ = now + interval_;
+  next_probe_ = now + std::max(interval_, lost / kProbeBudget);
   since_probe_ = 0;
 }
 

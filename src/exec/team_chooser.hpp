@@ -13,17 +13,19 @@
 // The chooser keeps running the team it has chosen, and now and then runs
 // a few steps on the other (a probe): it switches when their median is
 // clearly faster than the median of its recent steps. Probes come one
-// second apart at first and back off to half a minute while the choice holds
-// (on a quiet machine a probe costs a few slow steps, 0.2% of the run), and
-// never fewer than kMinSteps steps of the chosen team apart (a step of a
-// large model can take longer than the interval: probing by the clock alone
-// would run most of its steps on the slower team), except the first, which
-// comes once kWindow steps are timed (a machine loaded from the start, a
-// large model's step ten times slower on two threads than on one, would
-// otherwise wait twenty slow steps);
-// when recent steps turn much slower than at the last decision (a neighbour
-// arrives), a probe comes at once. Both teams give the same bits, so the
-// choice changes only the time.
+// second apart at first and back off to half a minute while the choice
+// holds, never fewer than kMinSteps steps of the chosen team apart (a step
+// of a large model can take longer than the interval: probing by the clock
+// alone would run most of its steps on the slower team), and never so often
+// that the time a probe lost (its steps' time beyond the chosen team's)
+// exceeds kProbeBudget of the time since the last (twenty steps apart, a
+// model whose step takes 10 s on two threads and 19 s on one lost a tenth
+// of its time to probes); except the first, which comes once kWindow steps
+// are timed (a machine loaded from the start, a large model's step ten
+// times slower on two threads than on one, would otherwise wait twenty slow
+// steps). When recent steps turn much slower than at the last decision (a
+// neighbour arrives), a probe comes at once. Both teams give the same bits,
+// so the choice changes only the time.
 #pragma once
 
 #include <array>
@@ -38,7 +40,8 @@ class TeamChooser {
   static constexpr double kGain = 0.85;   // the other team must take less than this
   static constexpr double kSlower = 1.5;  // recent steps this much slower: probe now
   static constexpr double kFirstInterval = 1, kMaxInterval = 30;  // seconds between probes
-  static constexpr int kMinSteps = 20;  // chosen-team steps between timed probes, at least
+  static constexpr int kMinSteps = 20;          // chosen-team steps between timed probes, at least
+  static constexpr double kProbeBudget = 0.01;  // of the time, a probe may lose at most
 
   // `pool`: the threads of the whole pool (1: nothing to choose).
   explicit TeamChooser(int pool);
