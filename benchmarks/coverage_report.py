@@ -74,6 +74,14 @@ def step_ms(row):
     return tuple(row[s].get("timed", {}).get("ms") for s in ("eager", "wholestep"))
 
 
+def fewer_threads(row):
+    """How many of wholestep's timed steps ran on fewer threads than the
+    others (a probe of one thread; the timed steps come after the first)."""
+    ws = row["wholestep"]
+    teams = (ws.get("alternated") or ws.get("timed") or {}).get("teams") or {}
+    return sum(n for t, n in teams.items() if int(t) < max(map(int, teams)))
+
+
 def table_row(row):
     eager, ws = row["eager"], row["wholestep"]
     diff = row.get("diff")
@@ -89,8 +97,11 @@ def table_row(row):
     if row.get("eager_error") and not trains.startswith("too large"):
         trains += f" (eager torch: {row['eager_error']})"
     peaks = " / ".join(fmt(peak_mib(s), "{:.0f}") or "-" for s in (eager, ws))
+    w_cell = fmt(w_ms, "{:.1f}")
+    if fewer_threads(row):
+        w_cell += f" ({fewer_threads(row)} steps on one thread)"
     return [row["model"], row["input"], cell(trains), loss, cell(value), cell(change),
-            fmt(e_ms, "{:.1f}"), fmt(w_ms, "{:.1f}"), fmt(ratio, "{:.2f}x"),
+            fmt(e_ms, "{:.1f}"), w_cell, fmt(ratio, "{:.2f}x"),
             fmt(ws.get("stepped", {}).get("first_s"), "{:.1f}"), peaks]
 
 
@@ -103,7 +114,9 @@ first step. Over the parameters and floating-point buffers after that step (w wh
 torch), the tensor named: largest tensor diff max|w - e| / max|e|; largest change diff the same of
 the tensor's change in the step (after - before), which a wrong gradient moves far more; each
 denominator floored at 1e-3 of the largest among parameters, or among buffers. ms: median per
-step after warm-up, both sides alternating in one process (rounds of a few steps each). compile:
+step after warm-up (wholestep's past its first probe of one thread), both sides alternating in one
+process (rounds of a few steps each); a wholestep step on one thread among them is counted beside
+its time. compile:
 wholestep's first step, trace included. peak RSS: VmHWM of each side's own process (imports
 included: see the baseline above)."""
 

@@ -177,7 +177,10 @@ class EagerSide(pc.TorchSide):
 class WholestepSide:
     """compile_train_step in one mode, over its own copy of the model."""
 
-    run = pc.TorchSide.run  # times self.step()
+    # A compiled step probes one thread now and then (docs/performance.md, "A
+    # loaded machine"): the first probe once this many steps have run and a
+    # second has passed; later ones far apart on a quiet machine.
+    FIRST_PROBE_STEPS, FIRST_PROBE_S, SETTLE_MAX_S = 9, 1.5, 120
 
     def __init__(self, model, batch, loss_fn, mode):
         self.model, self.batch, self.loss_fn, self.mode = model, batch, loss_fn, mode
@@ -185,6 +188,9 @@ class WholestepSide:
         self.compiled = None
         self.compile_s = self.first_loss = None
         self.error = None
+        self.compiled_at = None
+        self.steps = 0  # since the compile
+        self.teams = {}  # timed steps per team (threads)
 
     def compile(self):
         """The first step, capture and compilation included."""
@@ -197,9 +203,36 @@ class WholestepSide:
                                                mode=self.mode, on_nonfinite="ignore")
         self.first_loss = self.step()
         self.compile_s = time.perf_counter() - t0
+        self.compiled_at = time.perf_counter()
 
     def step(self):
+        self.steps += 1
         return self.compiled(*self.batch)
+
+    def run(self, steps):
+        """Times `steps` steps (ms), counting the team each ran on."""
+        times = []
+        for _ in range(steps):
+            times += pc.TorchSide.run(self, 1)
+            team = self.compiled.stats()["threads"]
+            self.teams[team] = self.teams.get(team, 0) + 1
+        return times
+
+    def settle(self, steps):
+        """Warm-up: `steps` steps, and more until the step's first probe of
+        one thread is over (FIRST_PROBE_STEPS steps and FIRST_PROBE_S seconds
+        since the compile, the last step on the whole pool; at most
+        SETTLE_MAX_S), so that timed steps are the ones a long run takes.
+        Returns the step times (ms)."""
+        import torch  # the step's pool follows torch's thread count
+        times = pc.TorchSide.run(self, steps)
+        deadline = time.perf_counter() + self.SETTLE_MAX_S
+        while time.perf_counter() < deadline and (
+                self.steps < self.FIRST_PROBE_STEPS
+                or time.perf_counter() - self.compiled_at < self.FIRST_PROBE_S
+                or self.compiled.stats()["threads"] != torch.get_num_threads()):
+            times += pc.TorchSide.run(self, 1)
+        return times
 
     def attempt(self, what, *args):
         """Calls `what`; on an error, records its first line and returns None."""
@@ -236,7 +269,7 @@ def compare_model(name, args):
     for mode, m in zip(MODES, copies):
         side = sides[mode] = WholestepSide(m, batch, loss_fn, mode)
         side.attempt(side.compile)
-        warm = side.attempt(side.run, args.warmup)
+        warm = side.attempt(side.settle, args.warmup)
         if warm:
             slowest = max(slowest, min(warm))  # the least disturbed step
     steps = args.steps_per_round or min(200, max(1, round(pc.ROUND_S * 1e3 / slowest)))
@@ -248,6 +281,7 @@ def compare_model(name, args):
             time.sleep(pc.PAUSE_S)
             times[mode] += side.attempt(side.run, steps) or []
     result["steps"] = steps
+    result["teams"] = {mode: dict(side.teams) for mode, side in sides.items()}
     for side_name, ts in times.items():
         result["times"][side_name] = statistics.median(ts) if ts else None
     for mode, side in sides.items():
@@ -327,6 +361,17 @@ def markdown_table(results, rounds):
     return "\n".join(rows)
 
 
+def teams_line(results, threads):
+    """The teams wholestep's timed steps ran on: the whole pool, or where
+    a step moved to one thread (docs/performance.md, "A loaded machine"),
+    how many of them."""
+    fewer = [f"{name} {mode}: {n} of {sum(teams.values())}"
+             for name, r in results.items() for mode, teams in r.get("teams", {}).items()
+             for n in [sum(k for t, k in teams.items() if t < threads)] if n]
+    return (f"wholestep's timed steps ran on one thread: {'; '.join(fewer)}" if fewer else
+            f"wholestep's timed steps all ran on the whole pool ({threads} threads)")
+
+
 def header(args):
     lines = [f"CPU: {pc.cpu_summary()}; {args.threads} threads on both sides",
              f"batch {args.batch}; images {args.image_size}x{args.image_size}; SGD lr "
@@ -396,6 +441,7 @@ def main():
     print(table)
     print()
     print(LEGEND)
+    print(teams_line(results, args.threads))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"header": lines, "threads": args.threads, "batch": args.batch,
