@@ -62,10 +62,15 @@ def test_an_eval_forward_reads_u_and_v_and_changes_nothing():
     model = _model().eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     x = torch.randn(4, 3, 16, 16)
-    with torch.no_grad():
-        want = model(x)
+    with torch.no_grad():  # the truth: float64 eager from the same u and v
+        want = copy.deepcopy(model).double()(x.double())
     got = wst.compile_forward(model)(x)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    # Within float32's rounding of the output's scale (ours 6.6e-7 of it,
+    # float32 torch 5.8e-7; elementwise, float32 torch's own outputs near
+    # zero move by more than 1e-5 of themselves with its thread count). A
+    # power iteration run in eval would move sigma, and every output, by
+    # far more.
+    assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max()
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
 
