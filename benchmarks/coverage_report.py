@@ -75,11 +75,10 @@ def step_ms(row):
 
 
 def fewer_threads(row):
-    """How many of wholestep's timed steps ran on fewer threads than the
-    others (a probe of one thread; the timed steps come after the first)."""
+    """How many of wholestep's timed steps ran on fewer threads than its
+    pool (a probe of one thread; the timed steps come after the first)."""
     ws = row["wholestep"]
-    teams = (ws.get("alternated") or ws.get("timed") or {}).get("teams") or {}
-    return sum(n for t, n in teams.items() if int(t) < max(map(int, teams)))
+    return (ws.get("alternated") or ws.get("timed") or {}).get("fewer_threads", 0)
 
 
 def table_row(row):
@@ -97,9 +96,9 @@ def table_row(row):
     if row.get("eager_error") and not trains.startswith("too large"):
         trains += f" (eager torch: {row['eager_error']})"
     peaks = " / ".join(fmt(peak_mib(s), "{:.0f}") or "-" for s in (eager, ws))
-    w_cell = fmt(w_ms, "{:.1f}")
-    if fewer_threads(row):
-        w_cell += f" ({fewer_threads(row)} steps on one thread)"
+    w_cell, fewer = fmt(w_ms, "{:.1f}"), fewer_threads(row)
+    if fewer:
+        w_cell += f" ({fewer} steps on one thread)"
     return [row["model"], row["input"], cell(trains), loss, cell(value), cell(change),
             fmt(e_ms, "{:.1f}"), w_cell, fmt(ratio, "{:.2f}x"),
             fmt(ws.get("stepped", {}).get("first_s"), "{:.1f}"), peaks]

@@ -188,12 +188,13 @@ class WholestepSide:
         self.compiled = None
         self.compile_s = self.first_loss = None
         self.error = None
-        self.compiled_at = None
+        self.compiled_at = self.pool = None
         self.steps = 0  # since the compile
         self.teams = {}  # timed steps per team (threads)
 
     def compile(self):
         """The first step, capture and compilation included."""
+        import torch
         import wholestep.torch as wst
         t0 = time.perf_counter()
         # Like eager, which never looks at the loss: a model that diverges on
@@ -204,6 +205,7 @@ class WholestepSide:
         self.first_loss = self.step()
         self.compile_s = time.perf_counter() - t0
         self.compiled_at = time.perf_counter()
+        self.pool = torch.get_num_threads()  # the step's pool follows torch's count
 
     def step(self):
         self.steps += 1
@@ -218,19 +220,22 @@ class WholestepSide:
             self.teams[team] = self.teams.get(team, 0) + 1
         return times
 
+    def fewer_threads(self):
+        """The timed steps that ran on fewer threads than the pool."""
+        return sum(n for team, n in self.teams.items() if team < self.pool)
+
     def settle(self, steps):
         """Warm-up: `steps` steps, and more until the step's first probe of
         one thread is over (FIRST_PROBE_STEPS steps and FIRST_PROBE_S seconds
         since the compile, the last step on the whole pool; at most
         SETTLE_MAX_S), so that timed steps are the ones a long run takes.
         Returns the step times (ms)."""
-        import torch  # the step's pool follows torch's thread count
         times = pc.TorchSide.run(self, steps)
         deadline = time.perf_counter() + self.SETTLE_MAX_S
         while time.perf_counter() < deadline and (
                 self.steps < self.FIRST_PROBE_STEPS
                 or time.perf_counter() - self.compiled_at < self.FIRST_PROBE_S
-                or self.compiled.stats()["threads"] != torch.get_num_threads()):
+                or self.compiled.stats()["threads"] != self.pool):
             times += pc.TorchSide.run(self, 1)
         return times
 
@@ -281,7 +286,8 @@ def compare_model(name, args):
             time.sleep(pc.PAUSE_S)
             times[mode] += side.attempt(side.run, steps) or []
     result["steps"] = steps
-    result["teams"] = {mode: dict(side.teams) for mode, side in sides.items()}
+    result["fewer_threads"] = {mode: (side.fewer_threads(), sum(side.teams.values()))
+                               for mode, side in sides.items() if side.pool is not None}
     for side_name, ts in times.items():
         result["times"][side_name] = statistics.median(ts) if ts else None
     for mode, side in sides.items():
@@ -365,9 +371,8 @@ def teams_line(results, threads):
     """The teams wholestep's timed steps ran on: the whole pool, or where
     a step moved to one thread (docs/performance.md, "A loaded machine"),
     how many of them."""
-    fewer = [f"{name} {mode}: {n} of {sum(teams.values())}"
-             for name, r in results.items() for mode, teams in r.get("teams", {}).items()
-             for n in [sum(k for t, k in teams.items() if t < threads)] if n]
+    fewer = [f"{name} {mode}: {n} of {total}" for name, r in results.items()
+             for mode, (n, total) in r.get("fewer_threads", {}).items() if n]
     return (f"wholestep's timed steps ran on one thread: {'; '.join(fewer)}" if fewer else
             f"wholestep's timed steps all ran on the whole pool ({threads} threads)")
 

@@ -241,13 +241,13 @@ def run_side(args):
         side.settle(args.warmup)
         stats = side.compiled.stats()
         extra = {"kernels": stats["kernels"], "planned_peak_mib": stats["peak_bytes"] / 2**20}
-        side.teams.clear()  # the timed steps' teams
+        side.teams.clear()  # the timed steps' teams from here
     times = []  # --steps of them, fewer once --seconds have passed
     deadline = time.perf_counter() + args.seconds
     while len(times) < args.steps and (not times or time.perf_counter() < deadline):
         times += side.run(1)
     if args.side == "wholestep":
-        extra["teams"] = dict(side.teams)
+        extra["fewer_threads"] = side.fewer_threads()
         side.teams.clear()
     report(phase="timed", ms=median_ms(times), steps=len(times), rss_mib=max_rss_mib(), **extra)
     if args.side == "wholestep" and args.rounds > 0:
@@ -273,7 +273,8 @@ def alternate(args, ws_side, family, shape, loss_fn):
             times[name] += side.run(args.round_steps)
     report(phase="alternated", eager_ms=median_ms(times["eager"]),
            wholestep_ms=median_ms(times["wholestep"]), steps=len(times["eager"]),
-           torch_optim="foreach" if eager.foreach else "for-loop", teams=dict(ws_side.teams))
+           torch_optim="foreach" if eager.foreach else "for-loop",
+           fewer_threads=ws_side.fewer_threads())
 
 
 # ---------------------------------------------------------------------------

@@ -668,7 +668,6 @@ def test_the_pool_follows_torch_set_num_threads_and_stats_name_the_steps_team():
         torch.set_num_threads(2)
         step(*batch())
         assert step.stats()["threads"] == 2
-        torch.set_num_threads(2)
         predict(batch()[0])
         assert wholestep._C.num_threads() == 2
     finally:
