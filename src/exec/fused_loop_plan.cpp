@@ -265,6 +265,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     }
     st.es[3] = int32_t(values_[size_t(st.out)].esize);
   }
+  streaming_ = reductions_.empty() && broadcasts_.empty();
+  chunk_ = streaming_ ? kStreamChunk : kFusedChunk;
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()
                ? per_chunk

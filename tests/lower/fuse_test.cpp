@@ -9,6 +9,7 @@
 #include "exec/fused_loop.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
+#include "exec/threads.hpp"
 #include "ir/text.hpp"
 #include "lower/lower.hpp"
 #include "lower/pipeline.hpp"
@@ -90,6 +91,56 @@ TEST(FuseElementwise, InPlaceUpdatesCountAsOneStreamWithTheirRead) {
   const ir::Graph in = golden_input("fuse", "momentum_update_over_large_arrays");
   exec::Executable e(lower::lower(in, {}));
   EXPECT_EQ(e.program().kernels.size(), 1u) << e.program().str();
+}
+
+// Loops with no broadcast operand and no reduction (an update in place; a
+// dropout, whose element i is number skip + i of the stream) walk short
+// chunks, each asking for the next one's elements first; over sizes that are
+// not a multiple of a chunk, on every team, they give the interpreter's
+// bits. A loop reading a per-row operand keeps long chunks.
+TEST(FuseElementwise, StreamingLoopsWalkShortChunksWithTheInterpretersBits) {
+  const ir::Graph g = ir::parse(R"(graph streams {
+  %0 = input data "g" : f32[333,77]
+  %1 = input param "w" : f32[333,77]
+  %2 = input opt_state "buf" : f32[333,77]
+  %3 = input hyper "lr" : f32[]
+  %4 = input hyper "m" : f32[]
+  %5 = input rng "seed" : i64[]
+  %6 = input rng "offset" : i64[]
+  %7 = input data "x" : f32[1001,13]
+  %8 = input data "bias" : f32[13]
+  %9 = broadcast %4 {dims=[], shape=[333,77]} : f32[333,77]
+  %10 = mul %2, %9 : f32[333,77]
+  %11 = add %10, %0 : f32[333,77]
+  %12 = broadcast %3 {dims=[], shape=[333,77]} : f32[333,77]
+  %13 = mul %11, %12 : f32[333,77]
+  %14 = sub %1, %13 : f32[333,77]
+  %15 = random_uniform %5, %6 {dtype="f32", shape=[1001,13], skip=77} : f32[1001,13]
+  %16 = full {value=0.25} : f32[1001,13]
+  %17 = ge %15, %16 : bool[1001,13]
+  %18 = full {value=0.0} : f32[1001,13]
+  %19 = select %17, %7, %18 : f32[1001,13]
+  %20 = broadcast %8 {dims=[1], shape=[1001,13]} : f32[1001,13]
+  %21 = add %7, %20 : f32[1001,13]
+  %22 = exp %21 : f32[1001,13]
+  out update %11 -> %2 "buf"
+  out update %14 -> %1 "w"
+  out user %19 "dropped"
+  out user %22 "biased"
+})");
+  const exec::Program p = lower::lower(g);
+  int streaming = 0, rows = 0;
+  for (const exec::Kernel& k : p.kernels)
+    if (k.loop) (k.loop->chunk() == exec::kStreamChunk ? streaming : rows) += 1;
+  EXPECT_EQ(streaming, 2) << p.str();
+  EXPECT_EQ(rows, 1) << p.str();
+  const int before = exec::num_threads();
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    exec::set_num_threads(threads);
+    expect_same_everywhere(g, inputs_for(g));
+  }
+  exec::set_num_threads(before);
 }
 
 // Plain SGD on a weight whose gradient is a product: one product
