@@ -6,10 +6,12 @@
 // run reads another copy of the weight (and, for the weight gradient,
 // writes another), at least 256 MB of them in turn, so that the weights
 // come from memory as in a step, not from a cache:
-//   build/benchmarks/conv_small_maps [threads]
+//   build/benchmarks/conv_small_maps [threads [case]]
+// (a case: the cases whose description contains it, each way's kernel named).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "exec/dnnl_teams.hpp"
@@ -36,10 +38,12 @@ float* aligned(std::vector<float>& v) {
 }
 
 // Milliseconds of one run of each way, medians.
-std::pair<double, double> compare(Op op, const Conv2dGeom& g) {
+std::pair<double, double> compare(Op op, const Conv2dGeom& g, bool verbose) {
   using namespace ws::exec;
   const auto dnnl = op == Op::conv2d_weight_grad ? make_weight_grad_in_parts(g) : make_conv(op, g);
   const auto products = make_conv_products(op, g);
+  if (verbose)
+    std::printf("  oneDNN: %s\n  products: %s\n", dnnl->impl().c_str(), products->impl().c_str());
   const int64_t w = g.weight_numel(), x = g.n * g.in_image(), y = g.n * g.out_image();
   const int64_t copies = std::max<int64_t>(2, kWeightBytes / (w * 4));
   std::vector<float> weights(size_t(copies * w + 16), 0.5f), xs(size_t(x + 16), 0.25f),
@@ -96,11 +100,13 @@ int main(int argc, char** argv) {
               kRuns);
   std::printf("%-44s %-6s %9s %9s %7s\n", "padding k/2, stride 1", "", "oneDNN", "products",
               "ratio");
+  const char* only = argc > 2 ? argv[2] : nullptr;
   for (const Case& k : cases) {
+    if (only && !std::strstr(k.what, only)) continue;
     Conv2dGeom g{.n = k.n, .c = k.c, .h = k.hw, .w = k.hw, .o = k.o, .kh = k.k, .kw = k.k};
     g.ph = g.pw = k.k / 2, g.oh = g.ow = k.hw, g.groups = k.groups;
     for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad}) {
-      const auto [a, b] = compare(op, g);
+      const auto [a, b] = compare(op, g, only != nullptr);
       std::printf("%-44s %-6s %9.3f %9.3f %6.2fx\n", k.what,
                   op == Op::conv2d              ? "fwd"
                   : op == Op::conv2d_input_grad ? "dx"
