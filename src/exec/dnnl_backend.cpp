@@ -254,19 +254,34 @@ namespace {
 // for. Its direct and brgemm kernels compute each output on one thread.
 bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != std::string::npos; }
 
-// Whether a weight gradient runs as im2col and products (a product a group)
-// rather than oneDNN's convolution over batch parts. Small maps take the
-// products (measured at batch 8, one thread: resnet's 2x2 and 4x4 maps 2-25x
-// faster, 8x8 stride 1 and larger maps slower), grouped ones where the
-// groups are wide enough (conv_small_maps' predecessor, weights from cache,
-// on a 2-core AVX2 EPYC, batch 4: regnet's groups of 48-168 channels 1.4-4x faster on 4x4 and
-// 2x2 maps; groups of 32 on 4x4 maps 1.2x, of 24 0.9x, of 16 0.6x; on 2x2
-// maps groups of 16 1.5x, of 8 slower). The cap on N*S bounds the unfolded
-// input in the scratch.
+// How a weight gradient runs: as im2col and products (a product a group),
+// as oneDNN's convolution over fixed parts of the weight (whole groups or
+// ranges of output channels, each over the whole batch), or over fixed parts
+// of the batch added after. Measured with build/benchmarks/conv_small_maps
+// (2-core Zen 5, batch 4, weights from memory; ms, batch parts / weight parts
+// / products): products for a 1x1 window on maps of 16 positions or fewer
+// (regnet_x_16gf's 896 channels on 4x4 maps 1.06 / 0.65 / 0.35; resnet50's
+// 2048x512 on 2x2 2.20 / 1.45 / 0.20) and for a 3x3 without groups on 2x2
+// maps (resnet18's layer4 2.89 / 1.19 / 0.77). Weight parts for groups on
+// small maps (regnet_x_16gf's groups of 128 on 4x4 maps 1.79 / 1.04 / 1.71,
+// on 8x8 1.77 / 1.28 / 2.67; resnext50's groups of 16 0.16 / 0.08 / 0.62;
+// depthwise on 8x8 maps 0.072 / 0.050) and where the weight is at least x
+// (resnet18's 128 channels on 8x8 maps 0.50 / 0.26 / 0.40; a 3x3 in two
+// groups of 128 on 16x16 maps 2.40 / 2.13). Batch parts where x is larger
+// and the maps are not small (a 256-channel 1x1 on 16x16 maps 0.53 / 0.59;
+// depthwise on 32x32 maps 0.100 / 0.124): weight parts would each reorder
+// the whole x, or the batch parts' sums are cheap. The cap on N*S bounds
+// the unfolded input in the scratch.
 bool weight_grad_as_products(const Conv2dGeom& g) {
-  const int64_t s = g.oh * g.ow, width = std::min(g.o, g.c) / g.groups;
-  if (g.volume || s > 16 || g.n * s > 256) return false;
-  return g.groups == 1 || width >= 32 || (s <= 4 && width >= 16);
+  const int64_t s = g.oh * g.ow;
+  if (g.volume || s > 16 || g.n * s > 256 || g.groups > 1) return false;
+  return (g.kh == 1 && g.kw == 1) || (s <= 4 && g.n * s <= 64);
+}
+
+bool weight_grad_in_weight_parts(const Conv2dGeom& g) {
+  if (g.volume) return false;
+  return g.weight_numel() >= g.n * g.in_image() ||
+         (g.groups >= kWeightGradParts && g.oh * g.ow <= 256);
 }
 
 // Whether a forward convolution or an input gradient runs as products over
@@ -321,7 +336,9 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
                        op == Op::matmul_bias);
   const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
   if (op == Op::conv2d_weight_grad)
-    return weight_grad_as_products(g) ? make_conv_products(op, g) : make_weight_grad_in_parts(g);
+    return weight_grad_as_products(g)       ? make_conv_products(op, g)
+           : weight_grad_in_weight_parts(g) ? make_weight_grad_in_weight_parts(g)
+                                            : make_weight_grad_in_parts(g);
   return conv_as_products(g) ? make_conv_products(op, g) : make_conv(op, g);
 }
 

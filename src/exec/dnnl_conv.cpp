@@ -30,7 +30,9 @@ int64_t right_pad(int64_t out, int64_t in, int64_t k, int64_t s, int64_t p, int6
   return (out - 1) * s + dil * (k - 1) + 1 - in - p;
 }
 
-ConvDescs conv_descs(const Conv2dGeom& g) {
+// x_channels, y_channels: the channels of the images x and y are slices of
+// (0: g.c and g.o), for a convolution over a slice of their channels.
+ConvDescs conv_descs(const Conv2dGeom& g, int64_t x_channels = 0, int64_t y_channels = 0) {
   ConvDescs c;
   const bool v = g.volume, grouped = g.groups > 1;
   const dims x = v ? dims{g.n, g.c, g.d, g.h, g.w} : dims{g.n, g.c, g.h, g.w};
@@ -42,6 +44,15 @@ ConvDescs conv_descs(const Conv2dGeom& g) {
   const tag plain = v ? tag::ncdhw : tag::nchw;
   c.x = {x, dt::f32, plain};
   c.y = {y, dt::f32, plain};
+  // A slice of each image's channels: the image's stride is the whole's.
+  auto sliced = [&](const dims& d, int64_t channels) {
+    dims st(d.size(), 1);
+    for (size_t i = d.size() - 1; i-- > 0;) st[i] = st[i + 1] * d[i + 1];
+    st[0] = st[1] * channels;
+    return dnnl::memory::desc(d, dt::f32, st);
+  };
+  if (x_channels > g.c) c.x = sliced(x, x_channels);
+  if (y_channels > g.o) c.y = sliced(y, y_channels);
   c.w = {w, dt::f32, v ? (grouped ? tag::goidhw : tag::oidhw) : (grouped ? tag::goihw : tag::oihw)};
   c.x_any = {x, dt::f32, tag::any};
   c.y_any = {y, dt::f32, tag::any};
@@ -67,9 +78,10 @@ namespace {
 // With `blocked`, a weight gradient is written in the layout its primitive
 // picks, described there, rather than reordered to ours.
 std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
-                                     dnnl::memory::desc* blocked = nullptr) {
+                                     dnnl::memory::desc* blocked = nullptr, int64_t x_channels = 0,
+                                     int64_t y_channels = 0) {
   auto k = std::make_shared<DnnlOp>();
-  const ConvDescs c = conv_descs(g);
+  const ConvDescs c = conv_descs(g, x_channels, y_channels);
   const int64_t flops = conv_flops(g);
   const auto alg = dnnl::algorithm::convolution_direct;
   // The backward primitives take the forward one as a hint.
@@ -119,6 +131,11 @@ std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
 
 std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
   return make_conv_op(op, g);
+}
+
+std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const Conv2dGeom& g, int64_t x_channels,
+                                                           int64_t y_channels) {
+  return make_conv_op(Op::conv2d_weight_grad, g, nullptr, x_channels, y_channels);
 }
 
 BlockedWeightGrad make_weight_grad_blocked(const Conv2dGeom& g) {

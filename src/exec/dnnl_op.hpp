@@ -106,6 +106,12 @@ struct BlockedWeightGrad {
 };
 BlockedWeightGrad make_weight_grad_blocked(const ir::Conv2dGeom& g);
 
+// conv2d_weight_grad of a convolution over a slice of its images'
+// channels: x and dy are slices of images of x_channels and y_channels
+// channels (at the slice's first channel); the gradient in our layout.
+std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const ir::Conv2dGeom& g,
+                                                           int64_t x_channels, int64_t y_channels);
+
 // A reorder between two layouts of one tensor, as a BackendOp: `a` is read
 // in layout `from`, `out` written in layout `to`.
 std::shared_ptr<const BackendOp> make_reorder(const dnnl::memory::desc& from,

@@ -6,9 +6,11 @@
 // needs primitives made for one thread: TeamOrSoloOp holds both and runs the
 // one team() asks for. And a primitive that splits a sum across its threads
 // rounds differently for each team: of the backend ops the convolution
-// weight gradient does, so it sums fixed parts of the batch itself
-// (BatchPartsOp), and so does a product with a transposed A and a long K,
-// run as fixed parts of its output (MatrixPartsOp). oneDNN's
+// weight gradient does, so it runs as fixed parts of the weight, each a
+// one-thread primitive over the whole batch (WeightPartsOp), or sums fixed
+// parts of the batch itself (BatchPartsOp), and so does a product with a
+// transposed A and a long K, run as fixed parts of its output
+// (MatrixPartsOp). oneDNN's
 // gemm:jit kernels (its products on CPUs without AVX-512, some
 // convolutions) read the team when they run, not when they are made, and
 // split their sums by it: DnnlOp runs them on one thread, and a product
@@ -41,7 +43,6 @@ namespace {
 // the whole weight once a part (regnet_x_16gf at batch 4: 19 ms of
 // oneDNN's thread time in a step, 2.6 ms since). Reorders copy, so the bits
 // are those of adding plain parts.
-constexpr int64_t kWeightGradParts = 4;
 
 class BatchPartsOp final : public BackendOp {
  public:
@@ -135,6 +136,77 @@ class BatchPartsOp final : public BackendOp {
   std::string impl_;
 };
 
+// conv2d_weight_grad as kWeightGradParts fixed parts of the weight, each
+// over the whole batch: whole groups, or ranges of output channels (of a
+// group, in blocks of 16). Each part is a primitive made for one thread
+// reading its slices of x and dy and writing its part of the gradient: every
+// element is one primitive's sum, nothing is added after. A part of a
+// convolution without groups reads (and reorders) the whole x.
+class WeightPartsOp final : public BackendOp {
+ public:
+  explicit WeightPartsOp(const Conv2dGeom& g) {
+    const int64_t parts = kWeightGradParts;
+    const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+    const int64_t kk = g.weight_numel() / g.o / cg;                   // taps
+    const int64_t xp = g.in_image() / g.c, yp = g.out_image() / g.o;  // plane sizes
+    TeamScope one(1);
+    auto add = [&](Conv2dGeom gi, int64_t c0, int64_t o0) {
+      Part p{make_weight_grad_of_slice(gi, g.c, g.o), c0 * xp, o0 * yp, o0 * cg * kk,
+             scratch_bytes_};
+      scratch_bytes_ += align64(p.op->scratch_bytes());
+      flops_ += p.op->flops();
+      parts_.push_back(std::move(p));
+    };
+    if (g.groups >= parts) {  // whole groups
+      for (int64_t i = 0; i < parts; ++i) {
+        const int64_t g0 = g.groups * i / parts, g1 = g.groups * (i + 1) / parts;
+        Conv2dGeom gi = g;
+        gi.groups = g1 - g0, gi.c = gi.groups * cg, gi.o = gi.groups * og;
+        add(gi, g0 * cg, g0 * og);
+      }
+    } else {  // ranges of each group's output channels, in blocks of 16
+      const int64_t per = (parts + g.groups - 1) / g.groups, blocks = (og + 15) / 16;
+      for (int64_t gr = 0; gr < g.groups; ++gr)
+        for (int64_t i = 0; i < per; ++i) {
+          const int64_t o0 = std::min(og, blocks * i / per * 16),
+                        o1 = std::min(og, blocks * (i + 1) / per * 16);
+          if (o1 <= o0) continue;
+          Conv2dGeom gi = g;
+          gi.groups = 1, gi.c = cg, gi.o = o1 - o0;
+          add(gi, gr * cg, gr * og + o0);
+        }
+    }
+    impl_ = fmt::format("{} weight parts, each {}", parts_.size(), parts_[0].op->impl());
+  }
+  int64_t scratch_bytes() const override { return scratch_bytes_; }
+  const std::string& impl() const override { return impl_; }
+  int64_t flops() const override { return flops_; }
+  void run(const void* a, const void* b, void* out, void* scratch, const void*,
+           const void*) const override {
+    auto* base = static_cast<std::byte*>(scratch);
+    parallel_for(
+        int64_t(parts_.size()), 1,
+        [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) {
+            const Part& p = parts_[size_t(i)];
+            p.op->run(static_cast<const float*>(a) + p.x, static_cast<const float*>(b) + p.dy,
+                      static_cast<float*>(out) + p.dw, base + p.scratch_offset);
+          }
+        },
+        1);
+  }
+
+ private:
+  struct Part {
+    std::shared_ptr<const BackendOp> op;
+    int64_t x = 0, dy = 0, dw = 0;  // element offsets of its slices
+    int64_t scratch_offset = 0;
+  };
+  std::vector<Part> parts_;
+  int64_t scratch_bytes_ = 0, flops_ = 0;
+  std::string impl_;
+};
+
 // Parts of a product run in parallel (make_matrix_parts), each with its own
 // scratch. A part's dense copy of A (a part of a row of a transposed A is
 // not dense, and oneDNN would take its slow kernels) is copies only: the
@@ -213,6 +285,10 @@ class TeamOrSoloOp final : public BackendOp {
 
 std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g) {
   return std::make_shared<BatchPartsOp>(g);
+}
+
+std::shared_ptr<const BackendOp> make_weight_grad_in_weight_parts(const Conv2dGeom& g) {
+  return std::make_shared<WeightPartsOp>(g);
 }
 
 std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts) {

@@ -15,9 +15,17 @@ namespace ws::exec {
 // (dnnl_backend.cpp).
 std::shared_ptr<const BackendOp> make_conv(ir::Op op, const Conv2dGeom& g);
 
+// Parts a weight gradient runs as, over the batch or over the weight.
+constexpr int64_t kWeightGradParts = 4;
+
 // conv2d_weight_grad summed over fixed parts of the batch in a fixed order:
 // the same bits on any team.
 std::shared_ptr<const BackendOp> make_weight_grad_in_parts(const Conv2dGeom& g);
+
+// conv2d_weight_grad as fixed parts of the weight (whole groups, or ranges
+// of output channels), each over the whole batch: the same bits on any
+// team.
+std::shared_ptr<const BackendOp> make_weight_grad_in_weight_parts(const Conv2dGeom& g);
 
 // Convolution `op` (conv2d, conv2d_input_grad or conv2d_weight_grad, not
 // 3-d) as products over the unfolded input, one a group, each split into

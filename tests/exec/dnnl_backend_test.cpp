@@ -158,22 +158,61 @@ TEST(DnnlConv, ProductsOverTheUnfoldedInputMatchF64ReferenceAndGiveTheSameBitsOn
   set_num_threads(before);
 }
 
-TEST(DnnlConv, SmallMapsWeightGradientsRunAsProductsOneAGroup) {
-  // regnet's grouped 3x3 convolutions on small maps; narrower groups on 4x4
-  // maps and a depthwise convolution stay oneDNN's.
+TEST(DnnlConv, WeightGradientsRunAsProductsWeightPartsOrBatchParts) {
   auto impl = [](const Conv2dGeom& g) {
     const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
     return make_backend_op(Op::conv2d_weight_grad, conv_attrs(g), t.in, t.out)->impl();
   };
   const std::pair<Conv2dGeom, std::string> cases[] = {
-      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1), "im2col + 4 parts,"},
-      {conv_geom(4, 896, 4, 4, 896, 3, 3, 1, 1, 1, 1, 1, 1, 7), "im2col + 7 parts of 7 groups"},
-      {conv_geom(4, 96, 4, 4, 96, 3, 3, 1, 1, 1, 1, 1, 1, 2), "im2col + 4 parts of 2 groups"},
-      {conv_geom(4, 64, 2, 2, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "im2col + 4 parts of 4 groups"},
-      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4), "batch parts"},
-      {conv_geom(4, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 64), "batch parts"}};
+      // 1x1 windows on small maps, and 3x3 without groups on 2x2 maps.
+      {conv_geom(4, 896, 4, 4, 896, 1, 1), "im2col + 4 parts,"},
+      {conv_geom(4, 512, 2, 2, 512, 3, 3, 1, 1, 1, 1), "im2col + 4 parts,"},
+      // Groups on small maps (regnet's, depthwise), and weights at least x.
+      {conv_geom(4, 896, 4, 4, 896, 3, 3, 1, 1, 1, 1, 1, 1, 7), "4 weight parts"},
+      {conv_geom(4, 384, 8, 8, 384, 3, 3, 1, 1, 1, 1, 1, 1, 384), "4 weight parts"},
+      {conv_geom(4, 128, 8, 8, 128, 3, 3, 1, 1, 1, 1), "4 weight parts"},
+      {conv_geom(4, 256, 16, 16, 256, 3, 3, 1, 1, 1, 1, 1, 1, 2), "4 weight parts"},
+      // x larger than the weight on larger maps.
+      {conv_geom(4, 256, 16, 16, 256, 1, 1), "4 batch parts"},
+      {conv_geom(4, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32), "4 batch parts"},
+      {in_depth(conv_geom(2, 4, 6, 5, 6, 3, 3, 1, 1, 1, 1), 4, 3, 1, 1), "batch parts"}};
   for (const auto& [g, want] : cases)
     EXPECT_NE(impl(g).find(want), std::string::npos) << describe(g) << ": " << impl(g);
+}
+
+// A weight gradient in fixed parts of the weight (whole groups, ranges of a
+// group's output channels, or of the output channels of a convolution
+// without groups; channels not a multiple of 16, strides, padding and
+// dilation), each part reading its slices of x and dy: within float
+// rounding of the f64 reference, and the same bits on 1, 2 and 3 threads.
+TEST(DnnlConv, WeightGradientInWeightPartsMatchesF64ReferenceAndGivesTheSameBitsOnAnyTeam) {
+  std::mt19937 rng(7);
+  const int before = num_threads();
+  for (const Conv2dGeom& g :
+       {conv_geom(3, 28, 5, 5, 28, 3, 3, 1, 1, 1, 1, 1, 1, 7),
+        conv_geom(2, 40, 6, 6, 40, 3, 3, 2, 2, 1, 1, 1, 1, 5),
+        conv_geom(4, 36, 7, 7, 60, 3, 3, 1, 1, 2, 2, 2, 2, 2),
+        conv_geom(2, 12, 8, 8, 12, 3, 3, 1, 1, 1, 1, 1, 1, 12),
+        conv_geom(3, 20, 6, 5, 37, 3, 2, 1, 1, 1, 0), conv_geom(2, 24, 4, 4, 70, 1, 1),
+        conv_geom(2, 10, 3, 3, 3, 3, 3, 1, 1, 1, 1)}) {
+    const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
+    const Vec x = random_vec(t.in[0].numel(), rng), dy = random_vec(t.in[1].numel(), rng);
+    const std::string what = describe(g);
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      const auto k = make_weight_grad_in_weight_parts(g);
+      EXPECT_NE(k->impl().find("weight parts"), std::string::npos) << what << ": " << k->impl();
+      const std::vector<float> got = run_op_guarded(k, t.out, to_f32(x), to_f32(dy), what);
+      if (threads == 1) {
+        expect_close(got, conv_ref(Op::conv2d_weight_grad, g, x, dy), 1e-5, what);
+        first = got;
+      } else {
+        EXPECT_EQ(got, first) << what << " on " << threads << " threads";
+      }
+    }
+  }
+  set_num_threads(before);
 }
 
 // The batch parts of a weight gradient add their sums in the layout their
@@ -321,8 +360,9 @@ TEST(DnnlBackend, EagerPathMatchesProgramKernelBitwise) {
 // Thread counts give the same bits. oneDNN splits products and
 // forward/input-gradient convolutions over output elements, so each
 // element's sum runs in the same order whatever the count; the weight
-// gradient sums fixed parts of the batch in a fixed order, or (small maps)
-// runs fixed row parts of one product, each on one thread. The same holds
+// gradient runs fixed parts of the weight or sums fixed parts of the batch
+// in a fixed order, or (small maps) runs fixed row parts of one product,
+// each on one thread. The same holds
 // for an op made for two threads run on one (its one-thread twin, which a
 // step runs under load) and for one made for one thread.
 TEST(DnnlBackend, OneAndTwoThreadsGiveTheSameBits) {
