@@ -88,14 +88,11 @@ void FusedLoop::segments(int64_t s, int64_t len, const void* const* ins, Segment
 }
 
 void FusedLoop::prefetch(int64_t s, int64_t e, const void* const* ins, void* const* outs) const {
-  for (int32_t v : moving_) {
-    const Value& val = values_[size_t(v)];
-    if (val.kind != Kind::input && val.kind != Kind::output) continue;
-    const auto* base =
-        static_cast<const std::byte*>(val.kind == Kind::input ? ins[val.index] : outs[val.index]);
+  for (const Stream& st : streams_) {
+    const auto* base = static_cast<const std::byte*>(st.result ? outs[st.index] : ins[st.index]);
     // A result's lines too are asked for reading: asking for writing
     // measured the same.
-    for (int64_t b = s * val.esize; b < e * val.esize; b += 64) __builtin_prefetch(base + b, 0, 3);
+    for (int64_t b = s * st.esize; b < e * st.esize; b += 64) __builtin_prefetch(base + b, 0, 3);
   }
 }
 
@@ -174,7 +171,7 @@ void FusedLoop::run_loop(const void* const* ins, void* const* outs, int64_t grai
         fixed_pointers(ins, bufs, ptr);
         for (int64_t s = begin; s < end;) {
           const int64_t len = std::min(s + chunk_, end) - s;
-          if (streaming_) prefetch(s + len, std::min(s + len + chunk_, end), ins, outs);
+          if (!streams_.empty()) prefetch(s + len, std::min(s + len + chunk_, end), ins, outs);
           run_chunk(s, len, ins, outs, bufs, ptr, sg);
           copy_out(s, len, ptr, outs);
           if (kept) {

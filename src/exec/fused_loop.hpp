@@ -184,7 +184,7 @@ class FusedLoop {
   void run_epilogue(int64_t k0, int64_t n, const void* const* ins, void* const* outs,
                     const void** ptr, std::byte (*vals)[kEpilogueRun * 8],
                     const std::byte* const* red) const;
-  // Asks for elements [s, e) of every full-size operand and result.
+  // Asks for elements [s, e) of every stream.
   void prefetch(int64_t s, int64_t e, const void* const* ins, void* const* outs) const;
   // Runs `steps` over one chunk of `len` elements starting at element s of
   // the loop (one per result when len is 1).
@@ -209,8 +209,16 @@ class FusedLoop {
     const std::byte* at[kMaxFusedBuffers][kMaxSegments];
   };
   bool segmented_ = false;
-  bool streaming_ = false;       // walked in chunks of kStreamChunk, prefetched
   int64_t chunk_ = kFusedChunk;  // elements a chunk holds
+  // The full-size operands and results a streaming loop (one with neither
+  // broadcast operand nor reduction, walked in chunks of kStreamChunk)
+  // asks for one chunk ahead; empty for the other loops.
+  struct Stream {
+    bool result;    // in outs, else in ins
+    int32_t index;  // in ins or outs
+    int64_t esize;
+  };
+  std::vector<Stream> streams_;
   struct SlotWalk {
     int32_t index;             // the operand
     int64_t stride[kMaxRank];  // bytes per step of each dim of walk_

@@ -265,8 +265,14 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     }
     st.es[3] = int32_t(values_[size_t(st.out)].esize);
   }
-  streaming_ = reductions_.empty() && broadcasts_.empty();
-  chunk_ = streaming_ ? kStreamChunk : kFusedChunk;
+  if (reductions_.empty() && broadcasts_.empty()) {
+    chunk_ = kStreamChunk;
+    for (int32_t v : moving_) {
+      const Value& val = values_[size_t(v)];
+      if (val.kind == Kind::input || val.kind == Kind::output)
+        streams_.push_back({val.kind == Kind::output, val.index, val.esize});
+    }
+  }
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()
                ? per_chunk
