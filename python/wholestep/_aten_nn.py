@@ -169,9 +169,9 @@ def _adaptive_avg_pool2d(b, node, x, output_size):
     oh, ow = _pair(output_size)
     if (oh, ow) == (h, w):
         return x
-    if h % oh == 0 and w % ow == 0:
-        k = [h // oh, w // ow]
-        return b.op("avg_pool2d", [x], kernel=k, stride=k)
+    pool = _adaptive_as_pool(h, oh, w, ow)
+    if pool:
+        return b.op("avg_pool2d", [x], kernel=pool[0], stride=pool[1])
     # Uneven windows [floor(i*H/O), ceil((i+1)*H/O)): an averaging matrix
     # per axis, exact and differentiable: A_h @ x @ A_w^T.
     rows = b.constant(_averaging(h, oh), b.dtype(x), [oh, h])
@@ -182,10 +182,32 @@ def _adaptive_avg_pool2d(b, node, x, output_size):
     return b.op("matmul", [y, right], transpose_b=1)
 
 
+def _adaptive_windows(n, out):
+    """An adaptive pool's windows along an axis of n: [floor(i*n/out),
+    ceil((i+1)*n/out)) for each output i."""
+    return [((i * n) // out, -(-((i + 1) * n) // out)) for i in range(out)]
+
+
+def _adaptive_as_pool(h, oh, w, ow):
+    """(kernel, stride) of the plain pool with the same windows as an
+    adaptive one from h x w to oh x ow, where along both axes they have
+    one size and start at a fixed stride (every output size dividing its
+    input, and more: 10 to 3 is windows of 4 at stride 3); else None."""
+    kernel, stride = [], []
+    for n, out in ((h, oh), (w, ow)):
+        windows = _adaptive_windows(n, out)
+        k = windows[0][1] - windows[0][0]
+        s = windows[1][0] if out > 1 else k
+        if s < 1 or any(hi - lo != k or lo != i * s for i, (lo, hi) in enumerate(windows)):
+            return None
+        kernel.append(k)
+        stride.append(s)
+    return kernel, stride
+
+
 def _averaging(n, out):
     m = [0.0] * (out * n)
-    for i in range(out):
-        lo, hi = (i * n) // out, -(-((i + 1) * n) // out)
+    for i, (lo, hi) in enumerate(_adaptive_windows(n, out)):
         for j in range(lo, hi):
             m[i * n + j] = 1.0 / (hi - lo)
     return m
@@ -344,16 +366,16 @@ def _baddbmm(b, node, bias, x, y, beta=1, alpha=1):
 def _adaptive_max_pool2d(b, node, x, output_size):
     h, w = b.shape(x)[-2:]
     oh, ow = _pair(output_size)
-    if h % oh == 0 and w % ow == 0:
-        k = [h // oh, w // ow]
-        return b.composite("max_pool2d", x, kernel=k, stride=k), None
+    pool = _adaptive_as_pool(h, oh, w, ow)
+    if pool:
+        return b.composite("max_pool2d", x, kernel=pool[0], stride=pool[1]), None
     # Uneven windows [floor(i*n/o), ceil((i+1)*n/o)): a box's maximum is the
     # maximum over its columns of the maxima over its rows. Along an axis,
     # the t-th element of every window (its last again where a window is
     # shorter), a later one kept only when strictly larger; columns first,
     # so that of equal maxima the first in torch's row-major scan wins.
     def along(v, axis, n, out):
-        windows = [((i * n) // out, -(-((i + 1) * n) // out)) for i in range(out)]
+        windows = _adaptive_windows(n, out)
         best = None
         for t in range(max(hi - lo for lo, hi in windows)):
             y = b.take(v, axis, [min(lo + t, hi - 1) for lo, hi in windows])

@@ -116,6 +116,10 @@ SAMPLING_CASES = {
     # grids reaching past the image (x, y in [-1.2, 1.2]): corners outside it
     "grid_sample_bilinear_zeros": (lambda x, g: F.grid_sample(x, g * 1.2, align_corners=False),
                                    X, r(2, 4, 5, 2).tanh()),
+    # as many channels as a corner is read as a row of channels from
+    "grid_sample_bilinear_zeros_channel_rows": (
+        lambda x, g: F.grid_sample(x, g * 1.2, align_corners=False), r(2, 16, 5, 6),
+        r(2, 4, 5, 2).tanh()),
     "grid_sample_bilinear_border_corners": (
         lambda x, g: F.grid_sample(x, g * 1.2, padding_mode="border", align_corners=True),
         X, r(2, 4, 5, 2).tanh()),
@@ -309,7 +313,14 @@ LOSS_CASES = {
                 r(2, 3, 5), r(2, 5, 4)),
     "einsum": (lambda a, m: torch.einsum("bij,bjk->bik", a, m), r(2, 3, 5), r(2, 5, 4)),
     "adaptive_max_pool": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), r(2, 3, 4, 9)),
-    "adaptive_max_pool_uneven": (lambda x: F.adaptive_max_pool2d(x, (3, 4)), r(2, 3, 7, 9)),
+    "adaptive_max_pool_uneven": (lambda x: F.adaptive_max_pool2d(x, (3, 4)), r(2, 3, 7, 10)),
+    # windows of one size at a fixed stride (10 to 3: 4 at stride 3), as a
+    # plain pool
+    "adaptive_max_pool_overlapping": (lambda x: F.adaptive_max_pool2d(x, (3, 4)),
+                                      r(2, 3, 10, 9)),
+    "adaptive_avg_pool_overlapping": (lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
+                                      r(2, 3, 10, 9)),
+    "adaptive_avg_pool_uneven": (lambda x: F.adaptive_avg_pool2d(x, (3, 4)), r(2, 3, 7, 10)),
     # ties in every window (ReLU's zeros, integers): torch's gradient goes to
     # the first maximum in row-major order
     "adaptive_max_pool_uneven_ties": (lambda x: F.adaptive_max_pool2d(x, (3, 5)),
