@@ -11,6 +11,8 @@ from ._ir import Unsupported, aten
 _SAMPLE = ('`F.affine_grid` (2-d), `F.grid_sample` (2-d: `bilinear` or `nearest`, padding '
            '`zeros` or `border`, `align_corners` both ways)')
 _SAMPLE_LIMITS = "bicubic sampling and reflection padding refused"
+# From this many channels grid_sample reads a corner as a row of channels.
+_CHANNEL_ROWS = 16
 
 
 def _base_axis(n, align_corners, dtype):
@@ -69,9 +71,10 @@ def _clip(b, v, top):
 @aten("grid_sampler_2d.default", torch=_SAMPLE, limits=_SAMPLE_LIMITS)
 def _grid_sample(b, node, x, grid, interpolation_mode, padding_mode, align_corners):
     """x [N, C, H, W] read at grid [N, Ho, Wo, 2] (x, y in [-1, 1]): each
-    output pixel's corners gathered from x laid out [N*H*W, C], weighted by
-    torch's bilinear weights (the corners outside x weigh 0: zeros padding),
-    or the nearest pixel (rounded half to even, as torch)."""
+    output pixel's corners gathered from x (rows of channels, or elements
+    of each plane when there are few), weighted by torch's bilinear weights
+    (the corners outside x weigh 0: zeros padding), or the nearest pixel
+    (rounded half to even, as torch)."""
     if interpolation_mode not in (0, 1):
         raise Unsupported("grid_sample with mode='bicubic' (bilinear or nearest)")
     if padding_mode not in (0, 1):
@@ -84,8 +87,39 @@ def _grid_sample(b, node, x, grid, interpolation_mode, padding_mode, align_corne
     ix, iy = _unnormalize(b, gx, w, align_corners), _unnormalize(b, gy, h, align_corners)
     if padding_mode == 1:  # border: coordinates clipped into the image
         ix, iy = _clip(b, ix, w - 1), _clip(b, iy, h - 1)
-    table = b.reshape(b.transpose(x, [0, 2, 3, 1]), [n * h * w, c])
-    image = b.binary("mul", b.iota("i64", [n, 1], 0), h * w)
+    if c >= _CHANNEL_ROWS:
+        # x laid out [N*H*W, C]: a corner is one row of C channels.
+        table = b.reshape(b.transpose(x, [0, 2, 3, 1]), [n * h * w, c])
+        image = b.binary("mul", b.iota("i64", [n, 1], 0), h * w)
+        spread = [n, ho * wo, c]
+
+        def expand(v):  # [N, Ho*Wo] over the channels
+            return b.broadcast(b.reshape(v, [n, ho * wo, 1]), spread)
+
+        def read(pixel):  # [N, Ho*Wo, C]
+            return b.op("gather", [table, b.binary("add", pixel, image)])
+
+        def layout(out):  # [N, Ho*Wo, C] as [N, C, Ho, Wo]
+            return b.transpose(b.reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
+    else:
+        # Few channels: x as it lies, a corner one element of each plane (a
+        # row of C would repeat each output pixel's weight along rows too
+        # short for a fused loop, and move x and the result through
+        # transposes).
+        table = b.reshape(x, [n * c * h * w, 1])
+        plane = b.broadcast(b.binary("mul", b.reshape(b.iota("i64", [n * c, 1], 0), [n, c, 1]),
+                                     h * w), [n, c, ho * wo])
+        spread = [n, c, ho * wo]
+
+        def expand(v):  # [N, Ho*Wo] over the channels
+            return b.broadcast(b.reshape(v, [n, 1, ho * wo]), spread)
+
+        def read(pixel):  # [N, C, Ho*Wo]
+            return b.reshape(b.op("gather", [table, b.binary("add", expand(pixel), plane)]),
+                             spread)
+
+        def layout(out):  # [N, C, Ho*Wo] as [N, C, Ho, Wo]
+            return b.reshape(out, [n, c, ho, wo])
 
     def within(v, hi):
         return b.binary("mul", b.convert(b.binary("ge", v, 0.0), dtype),
@@ -93,17 +127,11 @@ def _grid_sample(b, node, x, grid, interpolation_mode, padding_mode, align_corne
 
     def corner(cx, cy):
         """x at integer corners (cx, cy) [N, Ho*Wo] of the output pixels, 0
-        outside x: [N, Ho*Wo, C]."""
+        outside x, spread over the channels."""
         inside = b.binary("gt", b.binary("mul", within(cx, w - 1), within(cy, h - 1)), 0.5)
         px = b.convert(b.composite("clamp", cx, min=0.0, max=float(w - 1)), "i64")
         py = b.convert(b.composite("clamp", cy, min=0.0, max=float(h - 1)), "i64")
-        index = b.binary("add", b.binary("add", b.binary("mul", py, w), px), image)
-        values = b.op("gather", [table, index])  # [N, Ho*Wo, C]
-        return b.select(b.broadcast(b.reshape(inside, [n, ho * wo, 1]), [n, ho * wo, c]),
-                        values, 0.0)
-
-    def layout(out):  # [N, Ho*Wo, C] as [N, C, Ho, Wo]
-        return b.transpose(b.reshape(out, [n, ho, wo, c]), [0, 3, 1, 2])
+        return b.select(expand(inside), read(b.binary("add", b.binary("mul", py, w), px)), 0.0)
 
     if interpolation_mode == 1:  # nearest, halves to even; no gradient to the grid
         return layout(corner(_round(b, node, ix), _round(b, node, iy)))
@@ -117,6 +145,6 @@ def _grid_sample(b, node, x, grid, interpolation_mode, padding_mode, align_corne
     out = None
     for cx, cy, wgt in ((x0, y0, b.op("mul", [wy0, wx0])), (x1, y0, b.op("mul", [wy0, wx1])),
                         (x0, y1, b.op("mul", [wy1, wx0])), (x1, y1, b.op("mul", [wy1, wx1]))):
-        term = b.binary("mul", corner(cx, cy), b.reshape(wgt, [n, ho * wo, 1]))
+        term = b.op("mul", [corner(cx, cy), expand(wgt)])
         out = term if out is None else b.op("add", [out, term])
     return layout(out)

@@ -325,6 +325,10 @@ void gather_rows(const T* table, int64_t rows, int64_t width, const int64_t* idx
   parallel_for(
       n, grain_for(width),
       [=](int64_t b, int64_t e) {
+        if (width == 1) {  // elements (grid_sample over few channels): no call each
+          for (int64_t i = b; i < e; ++i) out[i] = table[idx[i]];
+          return;
+        }
         const size_t bytes = size_t(width) * sizeof(T);
         for (int64_t i = b; i < e; ++i) std::memcpy(out + i * width, table + idx[i] * width, bytes);
       },
