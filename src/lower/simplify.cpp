@@ -85,6 +85,22 @@ bool keeps_order(const Shape& in, const ir::Node& n) {
 
 }  // namespace
 
+// The operand of concatenation `cat` that slice `sl` takes whole, or
+// kNoValue.
+ValueId concat_operand(const ir::Graph& g, const ir::Node& cat, const ir::Node& sl) {
+  const int64_t axis = ir::attr<ir::Op::slice, "axis">(sl);
+  if (ir::attr<ir::Op::concat, "axis">(cat) != axis) return ir::kNoValue;
+  const int64_t start = ir::attr<ir::Op::slice, "start">(sl);
+  const int64_t end = ir::attr<ir::Op::slice, "end">(sl);
+  int64_t at = 0;
+  for (ValueId a : cat.args) {
+    const int64_t len = g.type(a).shape[size_t(axis)];
+    if (at == start && at + len == end) return a;
+    at += len;
+  }
+  return ir::kNoValue;
+}
+
 ir::Graph simplify(const ir::Graph& g, bool* changed) {
   std::vector<bool> live = live_nodes(g);
   ir::Graph out;
@@ -116,6 +132,15 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
         out.type(n.args[0]).shape == n.type.shape && identity_dims(n)) {
       map[size_t(v)] = n.args[0];
       continue;
+    }
+    // A slice along a concatenation's axis that takes exactly one of its
+    // operands is that operand (the backward of a split made by slices
+    // concatenates the pieces' gradients, which a later slice takes apart).
+    if (n.op == ir::Op::slice && out.node(n.args[0]).op == ir::Op::concat) {
+      if (ValueId part = concat_operand(out, out.node(n.args[0]), n); part != ir::kNoValue) {
+        map[size_t(v)] = part;
+        continue;
+      }
     }
     // Inputs are never merged, nor nodes with a body (fusions): their
     // values are their bodies', which the key does not hold (two constant
