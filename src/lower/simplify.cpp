@@ -83,8 +83,6 @@ bool keeps_order(const Shape& in, const ir::Node& n) {
   return true;
 }
 
-}  // namespace
-
 // The operand of concatenation `cat` that slice `sl` takes whole, or
 // kNoValue.
 ValueId concat_operand(const ir::Graph& g, const ir::Node& cat, const ir::Node& sl) {
@@ -100,6 +98,8 @@ ValueId concat_operand(const ir::Graph& g, const ir::Node& cat, const ir::Node& 
   }
   return ir::kNoValue;
 }
+
+}  // namespace
 
 ir::Graph simplify(const ir::Graph& g, bool* changed) {
   std::vector<bool> live = live_nodes(g);
