@@ -82,6 +82,20 @@ def loaded_openblas():
     return None
 
 
+def require_optimized_blas(script):
+    """Exits unless torch's products run on OpenBLAS (after importing
+    torch): Debian's python3-torch falls back to the reference BLAS, several
+    times slower, when no OpenBLAS package is installed, and a table against
+    that is not against eager torch in its best configuration."""
+    import torch
+    torch.ones(2, 2) @ torch.ones(2, 2)  # the BLAS is mapped by its first product
+    if loaded_openblas() is None:
+        found = ", ".join(mapped_libraries(("libblas", "blis", "mkl"))) or "no BLAS library found"
+        sys.exit(f"{script}: torch's matrix products do not run on OpenBLAS ({found}): install "
+                 f"libopenblas0-openmp (scripts/setup.sh installs it); refusing to compare "
+                 f"against torch on the reference BLAS")
+
+
 OPENBLAS_THREADING = {0: "sequential", 1: "pthreads", 2: "OpenMP"}
 
 

@@ -1,9 +1,12 @@
 """Same-run comparison of wholestep's PyTorch frontend against torch eager on unmodified torchvision models.
 
 Trains each model one SGD step at a time (lr 0.01, momentum 0.9, weight decay
-5e-4, cross-entropy) three ways in this one process: torch eager as
+5e-4, cross-entropy) four ways in this one process: torch eager as
 pytorch_compare.TorchSide runs it (zero_grad(set_to_none=True), forward, loss,
-backward, opt.step(), loss.item()) and wholestep.torch.compile_train_step in
+backward, opt.step(), loss.item()); the same over AOTAutograd's module
+(functorch.compile.aot_module with TorchScript graphs and the min-cut
+partitioner, the design of the seeds' texts: forward and backward graphs,
+torch's optimizer outside them); and wholestep.torch.compile_train_step in
 its single_graph and three_graph modes. The models are torchvision's resnet18, resnet50, resnext50_32x4d,
 alexnet, mobilenet_v2, mnasnet1_0, vgg16 and squeezenet1_1 (num_classes=10,
 weights=None), vit_b_16 (torchvision.models.vit_b_16, i.e. VisionTransformer
@@ -15,12 +18,15 @@ its own copy of the model, made from the same initial values, and its own
 optimizer; all train on one fixed random batch. wholestep does not check
 the loss (on_nonfinite="ignore"), as eager does not.
 
-For each model: the compile time of each wholestep mode (its first step,
-capture included), warm-up steps on every side (not timed), then R
-alternating rounds of K steps per side -- eager, three_graph, single_graph --
-and one Markdown table of median ms/step, the speedup of each wholestep mode
-over eager (and its geometric mean over the models), the compile times, and
-wholestep's kernels per step and planned peak memory. A model that fails to
+For each model: the compile time of AOTAutograd and of each wholestep mode
+(the first step, capture included), warm-up steps on every side (not timed),
+then R alternating rounds of K steps per side -- eager, aot, three_graph,
+single_graph -- with the single graph's floor (TrainStep.floor: its
+convolutions and products alone, each a oneDNN primitive in the layouts it
+picks) measured once a round, and one Markdown table of median ms/step, the
+speedup of each side over eager (and its geometric mean over the models),
+the step over its floor, the threads wholestep's steps ran on, the compile
+times, and wholestep's kernels per step and planned peak memory. A model that fails to
 compile or run in a wholestep mode keeps its row, which gives the error's
 first line; the other sides are still timed.
 
@@ -38,7 +44,10 @@ CPU's instruction set, OPENBLAS_CORETYPE is set to the right one (PyTorch's
 best case; wholestep does not use OpenBLAS) and the header says so. Both sides
 use N threads (torch.set_num_threads, OpenBLAS's pool, wst.set_num_threads);
 torch's optimizer runs the faster of its foreach and per-parameter paths,
-measured during warm-up.
+measured during warm-up (AOTAutograd's takes the same). The script refuses
+to run when torch's products are not on OpenBLAS (Debian's python3-torch
+falls back to the reference BLAS without libopenblas0-openmp) or when
+networkx, which AOTAutograd's min-cut partitioner needs, is missing.
 """
 
 import argparse
@@ -60,7 +69,8 @@ CNNS = ("resnet18", "resnet50", "resnext50_32x4d", "alexnet", "mobilenet_v2", "m
         "vgg16", "squeezenet1_1")
 MODELS = CNNS + ("vit_b_16", "bert")
 MODES = ("three_graph", "single_graph")
-SIDES = ("eager",) + MODES
+PEERS = ("eager", "aot")  # torch eager; AOTAutograd (AotSide)
+SIDES = PEERS + MODES
 SGD = dict(lr=0.01, momentum=0.9, weight_decay=5e-4)
 # BERT-mini's shape (4 layers, hidden 256, 4 heads, FFN 1024), a smaller vocabulary.
 BERT = dict(vocab=8192, seq_len=128, d_model=256, heads=4, layers=4, ffn=1024)
@@ -163,6 +173,25 @@ def make_sgd(model, foreach=None):
     return torch.optim.SGD(model.parameters(), foreach=foreach, **SGD)
 
 
+class Attempting:
+    """A side whose failure is its row's result, not the run's: attempt()
+    records the error's first line, and the side does nothing after."""
+
+    error = None
+    label = ""
+
+    def attempt(self, what, *args):
+        """Calls `what`; on an error, records its first line and returns None."""
+        if self.error is not None:
+            return None
+        try:
+            return what(*args)
+        except Exception as e:  # noqa: BLE001 (any failure is a row's result)
+            self.error = first_line(e)
+            print(f"  {self.label}: {self.error}", file=sys.stderr, flush=True)
+            return None
+
+
 class EagerSide(pc.TorchSide):
     """torch eager, as pytorch_compare times it (zero_grad(set_to_none=True),
     forward, loss, backward, opt.step(), loss.item()), over a given model and
@@ -174,7 +203,31 @@ class EagerSide(pc.TorchSide):
         self.foreach = False
 
 
-class WholestepSide:
+class AotSide(EagerSide, Attempting):
+    """AOTAutograd as the seeds built it: functorch.compile.aot_module over
+    the model (TorchScript forward and backward graphs, the min-cut
+    partitioner), then torch's optimizer on the path eager picked; timed
+    as eager is. Its first step traces and compiles."""
+
+    def __init__(self, model, batch, foreach):
+        from functorch.compile import aot_module, min_cut_rematerialization_partition, ts_compile
+        super().__init__(model, batch)
+        self.set_foreach(foreach)
+        self.model = aot_module(model, fw_compiler=ts_compile, bw_compiler=ts_compile,
+                                partition_fn=min_cut_rematerialization_partition)
+        self.label = "aot"
+
+
+def require_peers():
+    """AOTAutograd's min-cut partitioner needs networkx; without it the
+    table would lack the seeds' own design."""
+    if importlib.util.find_spec("networkx") is None:
+        sys.exit("torchvision_compare: AOTAutograd's min-cut partitioner needs networkx "
+                 "(apt-get install python3-networkx; scripts/setup.sh installs it); "
+                 "refusing to print a table without that peer")
+
+
+class WholestepSide(Attempting):
     """compile_train_step in one mode, over its own copy of the model."""
 
     # A compiled step probes one thread now and then (docs/performance.md, "A
@@ -184,6 +237,7 @@ class WholestepSide:
 
     def __init__(self, model, batch, loss_fn, mode):
         self.model, self.batch, self.loss_fn, self.mode = model, batch, loss_fn, mode
+        self.label = f"wholestep {mode}"
         self.opt = make_sgd(model)
         self.compiled = None
         self.compile_s = self.first_loss = None
@@ -239,16 +293,6 @@ class WholestepSide:
             times += pc.TorchSide.run(self, 1)
         return times
 
-    def attempt(self, what, *args):
-        """Calls `what`; on an error, records its first line and returns None."""
-        if self.error is not None:
-            return None
-        try:
-            return what(*args)
-        except Exception as e:  # noqa: BLE001 (any failure is a row's result)
-            self.error = first_line(e)
-            print(f"  wholestep {self.mode}: {self.error}", file=sys.stderr, flush=True)
-            return None
 
 
 def compare_model(name, args):
@@ -270,6 +314,18 @@ def compare_model(name, args):
         print(f"  eager: {result['errors']['eager']}", file=sys.stderr, flush=True)
         return result
     result["torch_optim"] = "foreach" if eager.foreach else "for-loop"
+    aot = None
+    try:
+        aot = AotSide(copy.deepcopy(model), batch, eager.foreach)
+    except Exception as e:  # noqa: BLE001
+        result["errors"]["aot"] = first_line(e)
+    if aot is not None:
+        t0 = time.perf_counter()
+        aot.attempt(aot.step)
+        result["compile_s"]["aot"] = time.perf_counter() - t0
+        warm = aot.attempt(aot.run, args.warmup)
+        if warm:
+            slowest = max(slowest, min(warm))
     sides = {}
     for mode, m in zip(MODES, copies):
         side = sides[mode] = WholestepSide(m, batch, loss_fn, mode)
@@ -279,15 +335,29 @@ def compare_model(name, args):
             slowest = max(slowest, min(warm))  # the least disturbed step
     steps = args.steps_per_round or min(200, max(1, round(pc.ROUND_S * 1e3 / slowest)))
     times = {side: [] for side in SIDES}
+    floors = []  # the single graph's floor, measured once a round
+    floored = sides["single_graph"]
     for _ in range(args.rounds):
         time.sleep(pc.PAUSE_S)
         times["eager"] += eager.run(steps)
+        if aot is not None:
+            time.sleep(pc.PAUSE_S)
+            times["aot"] += aot.attempt(aot.run, steps) or []
         for mode, side in sides.items():
             time.sleep(pc.PAUSE_S)
             times[mode] += side.attempt(side.run, steps) or []
+        floor = floored.attempt(floored.compiled.floor, *batch) if floored.compiled else None
+        if floor:
+            floors.append(floor)
+    if floors:
+        result["floor_ms"] = statistics.median(f["ms"] for f in floors)
+        result["floor_parts"] = floors[-1]["parts"]
+    if aot is not None and aot.error is not None:
+        result["errors"]["aot"] = aot.error
     result["steps"] = steps
     result["fewer_threads"] = {mode: (side.fewer_threads(), sum(side.teams.values()))
                                for mode, side in sides.items() if side.pool is not None}
+    result["teams"] = {mode: side.teams for mode, side in sides.items()}
     for side_name, ts in times.items():
         result["times"][side_name] = statistics.median(ts) if ts else None
     for mode, side in sides.items():
@@ -309,10 +379,26 @@ def speedup(r, mode):
     return t["eager"] / t[mode] if t.get("eager") and t.get(mode) else None
 
 
+def over_floor(r):
+    t = r["times"].get("single_graph")
+    return t / r["floor_ms"] if t and r.get("floor_ms") else None
+
+
+def teams(r, mode):
+    """The threads mode's timed steps ran on: "2", or "2 (6 of 90 on 1)"."""
+    counts = {int(k): n for k, n in r.get("teams", {}).get(mode, {}).items()}
+    if not counts:
+        return ""
+    main = max(counts, key=counts.get)
+    rest = ", ".join(f"{n} of {sum(counts.values())} on {k}"
+                     for k, n in sorted(counts.items()) if k != main)
+    return f"{main} ({rest})" if rest else str(main)
+
+
 def geomeans(results):
-    """Per mode: the geometric mean of the speedups over eager and its count."""
+    """Per side: the geometric mean of the speedups over eager and its count."""
     out = {}
-    for mode in MODES:
+    for mode in ("aot",) + MODES:
         s = [x for x in (speedup(r, mode) for r in results.values()) if x]
         out[mode] = (math.exp(sum(map(math.log, s)) / len(s)) if s else None, len(s))
     return out
@@ -334,24 +420,32 @@ def table_row(name, r, rounds):
         by_error.setdefault(e, []).append(side)
     errors = "; ".join(f"{' and '.join(sides)}: {e}" for e, sides in by_error.items())
     steps = f"{rounds}x{r['steps']}" if "steps" in r else ""
-    return [name, r["input"], steps, pc.fmt_num(t.get("eager")),
+    return [name, r["input"], steps, pc.fmt_num(t.get("eager")), pc.fmt_num(t.get("aot")),
             *(pc.fmt_num(t.get(m)) for m in MODES),
-            *(pc.fmt_num(speedup(r, m), "{:.2f}x") for m in MODES),
-            pair((r["compile_s"].get(m) for m in MODES), "{:.1f}"),
+            *(pc.fmt_num(speedup(r, m), "{:.2f}x") for m in ("aot",) + MODES),
+            pc.fmt_num(r.get("floor_ms")), pc.fmt_num(over_floor(r), "{:.2f}x"),
+            " / ".join(teams(r, m) for m in MODES),
+            pair((r["compile_s"].get(m) for m in ("aot",) + MODES), "{:.1f}"),
             pair((stats.get(m, {}).get("kernels") for m in MODES), "{}"),
             pair((mib(stats, m) for m in MODES), "{:.0f}"),
             r.get("torch_optim", ""), errors.replace("|", "\\|")]
 
 
-COLUMNS = ["model", "input", "steps", "eager ms", "three_graph ms", "single_graph ms",
-           "eager / three", "eager / single", "compile three / single (s)",
+COLUMNS = ["model", "input", "steps", "eager ms", "aot ms", "three_graph ms", "single_graph ms",
+           "eager / aot", "eager / three", "eager / single", "floor ms", "single / floor",
+           "threads three / single", "compile aot / three / single (s)",
            "kernels three / single", "peak three / single (MiB)", "eager SGD", "errors"]
 LEGEND = """\
-steps: rounds x steps per round, per side; ms: median ms per step. eager / three, eager / single:
-torch eager's time over wholestep's (above 1: wholestep is faster). compile: the first step,
-capture included. kernels and peak: wholestep's kernels per step and planned peak memory
-(parameters, optimizer state, arenas). eager SGD: the faster of torch's foreach and
-per-parameter (for-loop) paths, picked during warm-up. A failed mode's error is its first line."""
+steps: rounds x steps per round, per side; ms: median ms per step. aot: AOTAutograd
+(functorch.compile.aot_module, TorchScript graphs, the min-cut partitioner) and torch's
+optimizer. eager / aot, eager / three, eager / single: torch eager's time over the other side's
+(above 1: faster than eager). floor: the single graph's convolutions and matrix products alone,
+each one oneDNN primitive in the layouts it picks (TrainStep.floor), the median of one measure
+a round; single / floor: how far the step is above it. threads: the team wholestep's timed
+steps ran on (and how many ran on another). compile: the first step, capture included. kernels
+and peak: wholestep's kernels per step and planned peak memory (parameters, optimizer state,
+arenas). eager SGD: the faster of torch's foreach and per-parameter (for-loop) paths, picked
+during warm-up (aot takes the same). A failed side's error is its first line."""
 
 
 def markdown_table(results, rounds):
@@ -361,7 +455,7 @@ def markdown_table(results, rounds):
     rows = [line(COLUMNS), line(["---"] * len(COLUMNS))]
     rows += [line(table_row(name, r, rounds)) for name, r in results.items()]
     means = geomeans(results)
-    cells = ["geometric mean", "", "", "", "", ""]
+    cells = ["geometric mean", "", "", "", "", "", ""]
     cells += [f"{pc.fmt_num(g, '{:.2f}x')} ({n} models)" for g, n in means.values()]
     rows.append(line(cells + [""] * (len(COLUMNS) - len(cells))))
     return "\n".join(rows)
@@ -432,6 +526,8 @@ def main():
     except ImportError as e:
         sys.exit(f"cannot import wholestep.torch ({e}): build the package and set "
                  f"PYTHONPATH=build/python")
+    torch_env.require_optimized_blas("torchvision_compare")
+    require_peers()
     pc.set_torch_threads(args.threads)
     wst.set_num_threads(args.threads)
     lines = header(args)

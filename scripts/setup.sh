@@ -4,7 +4,8 @@
 # them. Run by main.sh (the command line alone) and test.sh; safe to rerun.
 # libopenblas0-openmp: without an optimized BLAS, Debian's torch runs its
 # products on the reference BLAS, and the tests' float64 eager torch runs
-# take several times longer.
+# take several times longer. python3-networkx: the min-cut partitioner of
+# AOTAutograd (functorch.compile), a peer in benchmarks/torchvision_compare.py.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,7 +13,7 @@ packages=(g++ cmake ninja-build libfmt-dev zlib1g-dev libgtest-dev libbenchmark-
           libcli11-dev libdnnl-dev libeigen3-dev nlohmann-json3-dev libboost-graph-dev
           dataset-fashion-mnist graphviz python3-matplotlib
           pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
-          python3-torchvision libopenblas0-openmp openmpi-bin libopenmpi-dev)
+          python3-torchvision libopenblas0-openmp python3-networkx openmpi-bin libopenmpi-dev)
 ./scripts/install_packages.sh "${packages[@]}"
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

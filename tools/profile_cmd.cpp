@@ -75,6 +75,11 @@ class ProfileCommand : public Command {
     fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
                p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
                p.step_ms / p.contraction_ms);
+    const ws::StepFloor floor = step.floor(batch, int(steps_));
+    fmt::print(
+        "floor (the contractions as oneDNN primitives alone, in the layouts they pick): {:.2f} "
+        "ms; step / floor = {:.2f}\n",
+        floor.ms, p.step_ms / floor.ms);
     if (c.step.data_parallel) {
       // The profiled steps' collectives, per step (the contractions alone
       // run none).

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "wholestep/floor.hpp"
 #include "wholestep/nn.hpp"
 #include "wholestep/optim.hpp"
 #include "wholestep/step_options.hpp"
@@ -182,6 +183,11 @@ class TrainStep {
   // kernel timed, then times the contractions alone. Compiled modes only,
   // and not with StepOptions::accumulate above 1.
   StepProfile profile(const std::vector<Tensor>& data, int steps, Loc loc = Loc::current());
+  // The floor under this batch's step (wholestep/floor.hpp): every
+  // convolution and matrix product of its graphs, in their order, run
+  // `rounds` times (after one round to warm up) on buffers of the floor's
+  // own; trains nothing. Compiled modes only.
+  StepFloor floor(const std::vector<Tensor>& data, int rounds, Loc loc = Loc::current());
   // StepOptions::zero: makes the optimizer's state tensors whole again
   // from every rank's part (before a checkpoint is saved); the next step
   // takes them over again, from what they hold then (a checkpoint loaded

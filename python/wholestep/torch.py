@@ -309,6 +309,23 @@ class TrainStep:
                 self._opt.stepped()
         return out
 
+    def floor(self, *args, rounds=10):
+        """The floor under the step compiled for this batch: each of its
+        convolutions and matrix products alone, one oneDNN primitive
+        reading and writing every operand in the layout it picks, timed
+        over `rounds` passes on the whole pool; trains nothing. Returns
+        {"ms": the sum, "parts": [(what, impl, calls, ms, flops)]}, most
+        time first."""
+        with self._lock:
+            data = _data_args(args, "floor")
+            state, params, _ = _guards.model_view(self.model, "floor")
+            entry = self._steps.get(self._key(data, params, state))
+            if entry is None:
+                raise Error("floor: no step is compiled for this batch's shapes and "
+                            "dtypes: run the step on it first")
+            with _guards.sigint_held():
+                return entry.step.floor(data, rounds)
+
     def _step(self):
         if self._last is None:
             raise Error("the step has not run yet: nothing was compiled")

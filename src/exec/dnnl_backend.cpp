@@ -102,6 +102,15 @@ std::shared_ptr<const DnnlOp> make_matmul_primitive(std::span<const ir::Type> in
   return op;
 }
 
+}  // namespace
+
+std::shared_ptr<const DnnlOp> make_whole_matmul(std::span<const ir::Type> in, const ir::Type& out,
+                                                const ir::Attrs& attrs) {
+  return make_matmul_primitive(in, out, attrs, {}, {}, false, false, false);
+}
+
+namespace {
+
 // oneDNN 2.6's brgemm product with a transposed A (A stored [K, M]: every
 // weight gradient X^T dY) splits its sums over K between the threads of the
 // team it was made for when K exceeds 1024 and the output is small: 1 and 2

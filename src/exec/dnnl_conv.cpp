@@ -76,12 +76,16 @@ ConvDescs conv_descs(const Conv2dGeom& g, int64_t x_channels = 0, int64_t y_chan
 namespace {
 
 // With `blocked`, a weight gradient is written in the layout its primitive
-// picks, described there, rather than reordered to ours.
+// picks, described there, rather than reordered to ours. With `native`,
+// every operand is read and written in the layout the primitive picks.
 std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
                                      dnnl::memory::desc* blocked = nullptr, int64_t x_channels = 0,
-                                     int64_t y_channels = 0) {
+                                     int64_t y_channels = 0, bool native = false) {
   auto k = std::make_shared<DnnlOp>();
   const ConvDescs c = conv_descs(g, x_channels, y_channels);
+  auto ours = [&](const dnnl::memory::desc& plain, const dnnl::memory::desc& want) {
+    return native ? want : plain;
+  };
   const int64_t flops = conv_flops(g);
   const auto alg = dnnl::algorithm::convolution_direct;
   // The backward primitives take the forward one as a hint.
@@ -90,28 +94,29 @@ std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
                                       c.y_any, c.stride, c.dilation, c.pad_l, c.pad_r),
       user_scratchpad(), dnnl_engine());
   if (op == Op::conv2d) {
-    k->add_operand(DNNL_ARG_SRC, 0, c.x, fwd.src_desc());
-    k->add_operand(DNNL_ARG_WEIGHTS, 1, c.w, fwd.weights_desc());
-    k->add_operand(DNNL_ARG_DST, 2, c.y, fwd.dst_desc());
+    k->add_operand(DNNL_ARG_SRC, 0, ours(c.x, fwd.src_desc()), fwd.src_desc());
+    k->add_operand(DNNL_ARG_WEIGHTS, 1, ours(c.w, fwd.weights_desc()), fwd.weights_desc());
+    k->add_operand(DNNL_ARG_DST, 2, ours(c.y, fwd.dst_desc()), fwd.dst_desc());
     k->set_main<dnnl::convolution_forward>(fwd, flops);
   } else if (op == Op::conv2d_input_grad) {  // (dy, w) -> dx
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(alg, c.x_any, c.w_any, c.y_any, c.stride, c.dilation,
                                               c.pad_l, c.pad_r),
         user_scratchpad(), dnnl_engine(), fwd);
-    k->add_operand(DNNL_ARG_DIFF_DST, 0, c.y, pd.diff_dst_desc());
-    k->add_operand(DNNL_ARG_WEIGHTS, 1, c.w, pd.weights_desc());
-    k->add_operand(DNNL_ARG_DIFF_SRC, 2, c.x, pd.diff_src_desc());
+    k->add_operand(DNNL_ARG_DIFF_DST, 0, ours(c.y, pd.diff_dst_desc()), pd.diff_dst_desc());
+    k->add_operand(DNNL_ARG_WEIGHTS, 1, ours(c.w, pd.weights_desc()), pd.weights_desc());
+    k->add_operand(DNNL_ARG_DIFF_SRC, 2, ours(c.x, pd.diff_src_desc()), pd.diff_src_desc());
     k->set_main<dnnl::convolution_backward_data>(pd, flops);
   } else {  // conv2d_weight_grad: (x, dy) -> dw
     dnnl::convolution_backward_weights::primitive_desc pd(
         dnnl::convolution_backward_weights::desc(alg, c.x_any, c.w_any, c.y_any, c.stride,
                                                  c.dilation, c.pad_l, c.pad_r),
         user_scratchpad(), dnnl_engine(), fwd);
-    k->add_operand(DNNL_ARG_SRC, 0, c.x, pd.src_desc());
-    k->add_operand(DNNL_ARG_DIFF_DST, 1, c.y, pd.diff_dst_desc());
+    k->add_operand(DNNL_ARG_SRC, 0, ours(c.x, pd.src_desc()), pd.src_desc());
+    k->add_operand(DNNL_ARG_DIFF_DST, 1, ours(c.y, pd.diff_dst_desc()), pd.diff_dst_desc());
     if (blocked) *blocked = pd.diff_weights_desc();
-    k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2, blocked ? pd.diff_weights_desc() : c.w,
+    k->add_operand(DNNL_ARG_DIFF_WEIGHTS, 2,
+                   blocked ? pd.diff_weights_desc() : ours(c.w, pd.diff_weights_desc()),
                    pd.diff_weights_desc());
     k->set_main<dnnl::convolution_backward_weights>(pd, flops);
   }
@@ -136,6 +141,10 @@ std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
 std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const Conv2dGeom& g, int64_t x_channels,
                                                            int64_t y_channels) {
   return make_conv_op(Op::conv2d_weight_grad, g, nullptr, x_channels, y_channels);
+}
+
+std::shared_ptr<const DnnlOp> make_native_conv(Op op, const Conv2dGeom& g) {
+  return make_conv_op(op, g, nullptr, 0, 0, true);
 }
 
 BlockedWeightGrad make_weight_grad_blocked(const Conv2dGeom& g) {

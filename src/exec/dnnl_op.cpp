@@ -134,6 +134,12 @@ void DnnlOp::finish(const std::string& what) {
   if (impl_.rfind("ref", 0) == 0) warn_reference(what);
 }
 
+int64_t DnnlOp::operand_bytes(int which) const {
+  for (const Operand& o : operands_)
+    if (o.which == which) return int64_t(o.user.get_desc().get_size());
+  return 0;
+}
+
 void DnnlOp::warn_reference(const std::string& what) const {
   static std::mutex m;
   static std::set<std::string> said;

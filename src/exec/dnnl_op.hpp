@@ -50,6 +50,9 @@ class DnnlOp final : public BackendOp {
 
   // Call after every operand and the main primitive are set.
   void finish(const std::string& what);
+  // Bytes of the buffer run() reads or writes as pointer `which` (0: a, 1:
+  // b, 2: out, 3: extra): its user layout's size.
+  int64_t operand_bytes(int which) const;
   // True for a primitive whose sums would depend on the team it runs on
   // (oneDNN's gemm:jit reads the OpenMP thread count when it runs, not when
   // it is made): such an op runs on the calling thread alone.
@@ -111,6 +114,14 @@ BlockedWeightGrad make_weight_grad_blocked(const ir::Conv2dGeom& g);
 // channels (at the slice's first channel); the gradient in our layout.
 std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const ir::Conv2dGeom& g,
                                                            int64_t x_channels, int64_t y_channels);
+
+// The floor's ops (floor.hpp): a convolution reading and writing every
+// operand in the layout its primitive picks, no reorder; a matrix product
+// as one primitive over row-major operands (transposed ones read through
+// strides), not in parts.
+std::shared_ptr<const DnnlOp> make_native_conv(ir::Op op, const ir::Conv2dGeom& g);
+std::shared_ptr<const DnnlOp> make_whole_matmul(std::span<const ir::Type> in, const ir::Type& out,
+                                                const ir::Attrs& attrs);
 
 // A reorder between two layouts of one tensor, as a BackendOp: `a` is read
 // in layout `from`, `out` written in layout `to`.

@@ -8,6 +8,7 @@
 
 #include "dist/collectives.hpp"
 #include "exec/dnnl_backend.hpp"
+#include "exec/floor.hpp"
 #include "exec/threads.hpp"
 #include "step/train_step_impl.hpp"
 
@@ -113,6 +114,23 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
   std::sort(prof.kernels.begin(), prof.kernels.end(),
             [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
   return prof;
+}
+
+StepFloor TrainStep::floor(const std::vector<Tensor>& data, int rounds, Loc sloc) {
+  Impl& m = *impl_;
+  if (m.opts.mode == StepMode::interpret)
+    throw Error(
+        fmt::format("floor: the interpret mode compiles no graphs to measure; use three_graph or "
+                    "single_graph{}",
+                    at(SourceLoc::from(sloc))));
+  if (rounds < 1)
+    throw Error(fmt::format("floor: rounds must be at least 1, got {}{}", rounds,
+                            at(SourceLoc::from(sloc))));
+  const step::Compiled& c = m.lookup(data, sloc);
+  StepFloor f;
+  f.parts = exec::measure_floor(c.graphs, rounds);
+  for (const FloorPart& p : f.parts) f.ms += p.ms;
+  return f;
 }
 
 }  // namespace ws

@@ -15,7 +15,7 @@ namespace {
 
 constexpr double kPi = std::numbers::pi;
 constexpr double kEulerGamma = 0.57721566490153286061;
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kInf64 = std::numeric_limits<double>::infinity();
 
 // |got - want| within `ulps` ulps of `scale` (want's magnitude unless given:
 // the size of the terms a value cancels, near digamma's root)
@@ -59,18 +59,18 @@ TEST(SpecialMath, ErfinvInvertsErfUpToItsEnds) {
 }
 
 TEST(SpecialMath, PolesEndsAndSignedZerosAreTorchs) {
-  EXPECT_EQ(digamma_f64(0.0), -kInf);
-  EXPECT_EQ(digamma_f64(-0.0), kInf);
+  EXPECT_EQ(digamma_f64(0.0), -kInf64);
+  EXPECT_EQ(digamma_f64(-0.0), kInf64);
   EXPECT_TRUE(std::isnan(digamma_f64(-3)));
-  EXPECT_TRUE(std::isnan(digamma_f64(-kInf)));
-  EXPECT_EQ(digamma_f64(kInf), kInf);
-  EXPECT_EQ(trigamma_f64(0), kInf);
-  EXPECT_EQ(trigamma_f64(-2), kInf);
-  EXPECT_EQ(trigamma_f64(kInf), 0);
-  EXPECT_EQ(lgamma_f64(0), kInf);
-  EXPECT_EQ(lgamma_f64(-4), kInf);
-  EXPECT_EQ(erfinv_f64(1), kInf);
-  EXPECT_EQ(erfinv_f64(-1), -kInf);
+  EXPECT_TRUE(std::isnan(digamma_f64(-kInf64)));
+  EXPECT_EQ(digamma_f64(kInf64), kInf64);
+  EXPECT_EQ(trigamma_f64(0), kInf64);
+  EXPECT_EQ(trigamma_f64(-2), kInf64);
+  EXPECT_EQ(trigamma_f64(kInf64), 0);
+  EXPECT_EQ(lgamma_f64(0), kInf64);
+  EXPECT_EQ(lgamma_f64(-4), kInf64);
+  EXPECT_EQ(erfinv_f64(1), kInf64);
+  EXPECT_EQ(erfinv_f64(-1), -kInf64);
   EXPECT_TRUE(std::isnan(erfinv_f64(1.5)));
   EXPECT_TRUE(std::signbit(erfinv_f64(-0.0)));
   expect_ulps(erfinv_f64(0x1p-1000), 0x1p-1000 * std::sqrt(kPi) / 2, 2);

@@ -290,3 +290,30 @@ def test_a_tied_weight_is_one_parameter_updated_once_as_in_torch():
     t = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(1))
     model = assert_three_steps_match_torch(TiedHead, token_loss, t, t)
     assert model.head.weight is model.tokens.weight
+
+
+def test_floor_times_the_compiled_steps_contractions_and_trains_nothing():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(8 * 6 * 6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy)
+    x, y = torch.randn(4, 3, 6, 6), torch.randint(0, 3, (4,))
+    with pytest.raises(wholestep.Error, match="floor: no step is compiled for this batch"):
+        step.floor(x, y)
+    step(x, y)
+    state = copy.deepcopy(model.state_dict())
+    momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    floor = step.floor(x, y, rounds=2)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    for p, m in zip(model.parameters(), momentum):
+        assert torch.equal(opt.state[p]["momentum_buffer"], m)
+    ops = sorted(what.split(" ")[0] for what, _, _, _, _ in floor["parts"])
+    # The convolution's three directions (its input gradient is not needed:
+    # x is data) and the Linear's three products.
+    assert ops == ["conv2d", "conv2d_weight_grad", "matmul", "matmul", "matmul"], ops
+    assert floor["ms"] == pytest.approx(sum(p[3] for p in floor["parts"]))
+    assert all(p[3] > 0 and p[2] == 1 for p in floor["parts"]), floor["parts"]
+    with pytest.raises(wholestep.Error, match="floor: no step is compiled"):
+        step.floor(torch.randn(5, 3, 6, 6), torch.randint(0, 3, (5,)))

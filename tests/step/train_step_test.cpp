@@ -316,6 +316,45 @@ TEST(TrainStep, ProfileRejectsTheInterpreterAndNoSteps) {
   EXPECT_NE(msg.find("steps must be at least 1, got 0"), std::string::npos) << msg;
 }
 
+TEST(TrainStep, FloorTimesEachContractionOfTheStepAloneAndTrainsNothing) {
+  for (StepMode mode : {StepMode::single_graph, StepMode::three_graph}) {
+    SmallMlp run(1);
+    TrainStep step(*run.model, *run.opt, run.loss_fn(), {.mode = mode});
+    auto batch = testing::random_batches(1, 2)[0];
+    const StepResult r = step.run(batch);
+    const std::vector<double> before = run.model->named_parameters()[0].second.to_vector();
+    const StepFloor f = step.floor(batch, 3);
+    EXPECT_EQ(run.opt->step_count(), 1) << mode_name(mode);
+    EXPECT_EQ(run.model->named_parameters()[0].second.to_vector(), before) << mode_name(mode);
+    ASSERT_FALSE(f.parts.empty());
+    int64_t flops = 0;
+    double ms = 0;
+    for (const FloorPart& p : f.parts) {
+      flops += p.flops;
+      ms += p.ms;
+      EXPECT_GT(p.calls, 0) << p.what;
+      EXPECT_GT(p.ms, 0) << p.what;
+      EXPECT_EQ(p.what.rfind("matmul [", 0), 0u) << p.what;
+      EXPECT_EQ(p.impl.find("reorders"), std::string::npos) << p.what << ": " << p.impl;
+    }
+    EXPECT_EQ(flops, r.counters.flops) << mode_name(mode) << ": the step's contractions, each once";
+    EXPECT_NEAR(f.ms, ms, 1e-12 * ms);
+    for (size_t i = 1; i < f.parts.size(); ++i) EXPECT_GE(f.parts[i - 1].ms, f.parts[i].ms);
+  }
+}
+
+TEST(TrainStep, FloorRejectsTheInterpreterAndNoRounds) {
+  SmallMlp run(1);
+  auto batch = testing::random_batches(1, 2)[0];
+  TrainStep interp(*run.model, *run.opt, run.loss_fn(), {.mode = StepMode::interpret});
+  std::string msg = testing::error_of([&] { interp.floor(batch, 2); });
+  EXPECT_NE(msg.find("interpret mode compiles no graphs"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train_step_test.cpp"), std::string::npos) << msg;
+  TrainStep step(*run.model, *run.opt, run.loss_fn());
+  msg = testing::error_of([&] { step.floor(batch, 0); });
+  EXPECT_NE(msg.find("rounds must be at least 1, got 0"), std::string::npos) << msg;
+}
+
 TEST(TrainStep, BackendInfoNamesCpuThreadsAndEachBackendsInstructionSet) {
   const std::string info = backend_info();
   for (const char* want : {"cpu: ", "threads: ", "oneDNN ", "ISA ", "loop kernels: "})

@@ -394,6 +394,24 @@ void bind_steps(py::module_& m) {
             return d;
           },
           py::arg("data"), py::arg("hypers"), py::arg("steps"))
+      .def(
+          "floor",
+          [](PyTrainStep& s, const std::vector<DataArg>& data, int rounds) {
+            std::vector<Tensor> tensors = data_tensors(data);
+            StepFloor f;
+            {
+              py::gil_scoped_release nogil;
+              f = s.step.floor(tensors, rounds);
+            }
+            py::list parts;
+            for (const FloorPart& p : f.parts)
+              parts.append(py::make_tuple(p.what, p.impl, p.calls, p.ms, p.flops));
+            py::dict d;
+            d["ms"] = f.ms;
+            d["parts"] = parts;
+            return d;
+          },
+          py::arg("data"), py::arg("rounds"))
       .def("stats", [](const PyTrainStep& s) { return stats_dict(s.last); })
       .def("options", [](const PyTrainStep& s) { return options_dict(s.step.options()); })
       .def("gather_optimizer_state",
@@ -449,7 +467,11 @@ void bind_steps(py::module_& m) {
       "Every step option, those of `options` set and checked as a TrainStep checks them.");
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def(
-      "manual_seed", [](uint64_t seed) { ws::set_random_stream({seed, 0}); }, py::arg("seed"),
+      "manual_seed",
+      [](uint64_t seed) {
+        ws::set_random_stream({seed, 0});
+      },
+      py::arg("seed"),
       "Restarts the counter-based stream that dropout's masks and a forward's random numbers "
       "come from at (seed, 0).");
   m.def("num_threads", &num_threads);
