@@ -344,6 +344,8 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
     return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false,
                        op == Op::matmul_bias);
   const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
+  if (g.layout != ir::ImageLayout::nchw)  // our products and slices read NCHW images
+    return op == Op::conv2d_weight_grad ? make_weight_grad_in_parts(g) : make_conv(op, g);
   if (op == Op::conv2d_weight_grad)
     return weight_grad_as_products(g)       ? make_conv_products(op, g)
            : weight_grad_in_weight_parts(g) ? make_weight_grad_in_weight_parts(g)

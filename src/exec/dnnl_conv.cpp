@@ -41,9 +41,16 @@ ConvDescs conv_descs(const Conv2dGeom& g, int64_t x_channels = 0, int64_t y_chan
   if (grouped) w = {g.groups, g.o / g.groups, g.c / g.groups};
   if (v) w.push_back(g.kd);
   w.insert(w.end(), {g.kh, g.kw});
-  const tag plain = v ? tag::ncdhw : tag::nchw;
+  // The images as the convolution's layout stores them (geometry.hpp).
+  const tag plain = v                                      ? tag::ncdhw
+                    : g.layout == ir::ImageLayout::nhwc    ? tag::nhwc
+                    : g.layout == ir::ImageLayout::nChw8c  ? tag::aBcd8b
+                    : g.layout == ir::ImageLayout::nChw16c ? tag::aBcd16b
+                                                           : tag::nchw;
   c.x = {x, dt::f32, plain};
   c.y = {y, dt::f32, plain};
+  WS_CHECK((x_channels <= g.c && y_channels <= g.o) || g.layout == ir::ImageLayout::nchw)
+      << "a slice of the channels of images stored " << ir::layout_name(g.layout);
   // A slice of each image's channels: the image's stride is the whole's.
   auto sliced = [&](const dims& d, int64_t channels) {
     dims st(d.size(), 1);

@@ -19,6 +19,53 @@
 namespace ws::exec {
 namespace {
 
+// Element i of an [n, c, h, w] image batch stored in layout l: where it lies.
+int64_t stored_index(ir::ImageLayout l, int64_t n, int64_t c, int64_t h, int64_t w, int64_t C,
+                     int64_t H, int64_t W) {
+  const int64_t b = ir::channel_block(l);
+  if (l == ir::ImageLayout::nhwc) return ((n * H + h) * W + w) * C + c;
+  return (((n * (C / b) + c / b) * H + h) * W + w) * b + c % b;
+}
+
+// An image batch between NCHW and layout l (to_nchw: from l).
+template <class T>
+void relayout(ir::ImageLayout l, const T* from, T* to, int64_t N, int64_t C, int64_t H, int64_t W,
+              bool to_nchw) {
+  int64_t i = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w, ++i) {
+          const int64_t j = stored_index(l, n, c, h, w, C, H, W);
+          if (to_nchw)
+            to[i] = from[j];
+          else
+            to[j] = from[i];
+        }
+}
+
+// The f64 convolution loops (f64_products.hpp) on images stored in g's
+// layout: NCHW copies in and out.
+template <class T>
+void conv_f64_in_layout(ir::Op op, const Conv2dGeom& g, const T* a, const T* b, T* y) {
+  Conv2dGeom plain = g;
+  plain.layout = ir::ImageLayout::nchw;
+  std::vector<T> x(size_t(g.n * g.in_image())), dy(size_t(g.n * g.out_image()));
+  auto in = [&](const T* from, std::vector<T>& to, int64_t c, int64_t h, int64_t w) {
+    relayout(g.layout, from, to.data(), g.n, c, h, w, true);
+    return to.data();
+  };
+  if (op == ir::Op::conv2d) {
+    conv2d_f64(plain, in(a, x, g.c, g.h, g.w), b, dy.data());
+    relayout(g.layout, dy.data(), y, g.n, g.o, g.oh, g.ow, false);
+  } else if (op == ir::Op::conv2d_input_grad) {
+    conv2d_input_grad_f64(plain, in(a, dy, g.o, g.oh, g.ow), b, x.data());
+    relayout(g.layout, x.data(), y, g.n, g.c, g.h, g.w, false);
+  } else {
+    conv2d_weight_grad_f64(plain, in(a, x, g.c, g.h, g.w), in(b, dy, g.o, g.oh, g.ow), y);
+  }
+}
+
 // Flat position i of a tensor of `shape` as its index, "[1,0,2]".
 std::string unflat_index(int64_t i, const Shape& shape) {
   std::vector<int64_t> index(shape.size());
@@ -365,6 +412,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         if constexpr (std::is_same_v<T, float>) {  // as compiled programs (see the header)
           return run_backend(op, attrs, in_types, in, out_type, out);
         } else {  // f64: products of column matrices (f64_products.hpp)
+          if (g.layout != ir::ImageLayout::nchw) return conv_f64_in_layout(op, g, a, b, y);
           if (op == Op::conv2d) return conv2d_f64(g, a, b, y);
           if (op == Op::conv2d_input_grad) return conv2d_input_grad_f64(g, a, b, y);
           conv2d_weight_grad_f64(g, a, b, y);

@@ -53,16 +53,83 @@ int64_t window_out(Op op, int64_t in, int64_t k, int64_t stride, int64_t pad, in
 
 }  // namespace
 
+const char* layout_name(ImageLayout l) {
+  switch (l) {
+    case ImageLayout::nchw: return "nchw";
+    case ImageLayout::nhwc: return "nhwc";
+    case ImageLayout::nChw8c: return "nChw8c";
+    case ImageLayout::nChw16c: return "nChw16c";
+  }
+  return "?";
+}
+
+int64_t channel_block(ImageLayout l) {
+  return l == ImageLayout::nChw8c ? 8 : l == ImageLayout::nChw16c ? 16 : 1;
+}
+
+Shape stored_image(ImageLayout l, int64_t n, int64_t c, int64_t h, int64_t w) {
+  switch (l) {
+    case ImageLayout::nchw: return {n, c, h, w};
+    case ImageLayout::nhwc: return {n, h, w, c};
+    case ImageLayout::nChw8c:
+    case ImageLayout::nChw16c: return {n, c / channel_block(l), h, w, channel_block(l)};
+  }
+  return {};
+}
+
+namespace {
+
+ImageLayout conv_layout(Op op, const Attrs& attrs, const SourceLoc& loc) {
+  const std::string* name = attr<kConvOps, "layout">(attrs);
+  if (!name) return ImageLayout::nchw;
+  for (ImageLayout l :
+       {ImageLayout::nchw, ImageLayout::nhwc, ImageLayout::nChw8c, ImageLayout::nChw16c})
+    if (*name == layout_name(l)) return l;
+  fail_op(op, fmt::format("unknown layout \"{}\": expected nchw, nhwc, nChw8c or nChw16c", *name),
+          loc);
+}
+
+}  // namespace
+
 Conv2dGeom conv2d_geom(Op op, const Attrs& attrs, const Type& x, const Type& w,
                        const SourceLoc& loc) {
-  WS_CHECK(kConvOps.contains(op) && (x.rank() == 4 || x.rank() == 5) && w.rank() == x.rank())
+  WS_CHECK(kConvOps.contains(op) && (w.rank() == 4 || w.rank() == 5))
       << op_name(op) << " of " << x.str() << " and " << w.str();
   Conv2dGeom g;
-  g.volume = x.rank() == 5;
+  g.layout = conv_layout(op, attrs, loc);
+  g.volume = w.rank() == 5;
   const size_t s = g.volume ? 1 : 0;  // the first of H, W in the shapes
-  g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2 + s], g.w = x.shape[3 + s];
+  const int64_t block = channel_block(g.layout);
+  if (g.layout != ImageLayout::nchw && g.volume)
+    fail_op(op,
+            fmt::format("layout {} is for 2-d convolutions; a 3-d one is stored NCDHW",
+                        layout_name(g.layout)),
+            loc);
+  const int64_t rank = block > 1 ? 5 : 4 + int64_t(s);
+  if (x.rank() != rank || (block > 1 && x.shape[4] != block))
+    fail_op(op,
+            fmt::format("in layout {} the images are {}, got {}", layout_name(g.layout),
+                        g.layout == ImageLayout::nhwc ? "[N, H, W, C]"
+                        : block > 1                   ? fmt::format("[N, C/{0}, H, W, {0}]", block)
+                        : g.volume                    ? "[N, C, D, H, W]"
+                                                      : "[N, C, H, W]",
+                        x.str()),
+            loc);
+  g.n = x.shape[0];
+  if (g.layout == ImageLayout::nhwc) {
+    g.c = x.shape[3], g.h = x.shape[1], g.w = x.shape[2];
+  } else {
+    g.c = mul_checked(op, x.shape[1], block, "the channels", loc);
+    g.h = x.shape[2 + s], g.w = x.shape[3 + s];
+  }
   g.o = w.shape[0], g.kh = w.shape[2 + s], g.kw = w.shape[3 + s];
   if (g.volume) g.d = x.shape[2], g.kd = w.shape[2];
+  if (g.o % block != 0)
+    fail_op(op,
+            fmt::format("layout {} stores channels in blocks of {}, which do not divide the {} "
+                        "output channels",
+                        layout_name(g.layout), block, g.o),
+            loc);
   g.groups = attr<kConvOps, "groups">(attrs);
   if (g.groups < 1 || g.c % g.groups != 0 || g.o % g.groups != 0)
     fail_op(op,

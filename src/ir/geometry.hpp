@@ -17,6 +17,20 @@
 
 namespace ws::ir {
 
+// How a 2-d convolution's images (x, y and their gradients) are stored, its
+// `layout` attribute: NCHW (the default); NHWC, [N, H, W, C]; or oneDNN's
+// blocked layouts, channels in blocks of 8 or 16 innermost, [N, C/8, H, W,
+// 8] and [N, C/16, H, W, 16], for channel counts the block divides. The
+// weight is [O, C/groups, KH, KW] in every layout. A 3-d convolution is
+// NCDHW only.
+enum class ImageLayout : uint8_t { nchw, nhwc, nChw8c, nChw16c };
+// "nchw", "nhwc", "nChw8c", "nChw16c": the attribute's spelling.
+const char* layout_name(ImageLayout l);
+// Channels per block: 8 or 16 (1 for nchw and nhwc).
+int64_t channel_block(ImageLayout l);
+// The stored shape of an [n, c, h, w] image batch in layout l.
+Shape stored_image(ImageLayout l, int64_t n, int64_t c, int64_t h, int64_t w);
+
 // A 2-d or 3-d convolution's sizes; a 2-d one has a depth of 1 (d, kd and
 // od 1, sd and dd 1, pd 0). Output size per spatial dim:
 //   oh = (h + 2*ph - dh*(kh-1) - 1) / sh + 1
@@ -27,6 +41,7 @@ struct Conv2dGeom {
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
   int64_t groups = 1;
   bool volume = false;  // 3-d: operands [N, C, D, H, W]
+  ImageLayout layout = ImageLayout::nchw;  // how x and y are stored (2-d only)
   int64_t d = 1, kd = 1, od = 1, sd = 1, pd = 0, dd = 1;
   // Elements of one input image, of one output image, of the weight.
   int64_t in_image() const { return c * d * h * w; }
@@ -46,11 +61,14 @@ struct Pool2dGeom {
 
 // The geometry of convolution `op` (conv2d, conv2d_input_grad or
 // conv2d_weight_grad) of input x and weight w, both 4-d or both 5-d (a 3-d
-// convolution): its attributes or
+// convolution), x stored in the layout its attribute names: its attributes or
 // their defaults and the output size. Throws ws::Error naming the op and
 // `loc` when they do not fit: groups not dividing both channel counts, w
 // not C/groups channels deep, a stride or dilation below 1 or a negative
-// padding, a window larger than the padded input, sizes overflowing.
+// padding, a window larger than the padded input, sizes overflowing, an
+// unknown layout, x not stored as its layout says, channels of x or y that
+// the layout's block does not divide, a layout other than nchw for a 3-d
+// convolution.
 Conv2dGeom conv2d_geom(Op op, const Attrs& attrs, const Type& x, const Type& w,
                        const SourceLoc& loc = {});
 // The geometry of a convolution node of operand types `in` and result type

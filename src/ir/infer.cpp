@@ -65,8 +65,22 @@ void check_nchw(Op op, const Type& x, const std::string& what, const SourceLoc& 
   check_floating(op, x, loc);
 }
 
-// A 2-d convolution of [N, C, H, W], or a 3-d one of [N, C, D, H, W].
+// A 2-d convolution of [N, C, H, W] (or the image stored in the layout its
+// attribute names), or a 3-d one of [N, C, D, H, W].
 Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const SourceLoc& loc) {
+  const std::string* layout = attr<kConvOps, "layout">(attrs);
+  if (layout && *layout != "nchw") {  // the geometry checks x against the layout
+    check_floating(op, x, loc);
+    if (w.rank() != 4)
+      fail_op(op,
+              fmt::format("in layout {} the weight must be 4-d [O, C/groups, KH, KW], got {}",
+                          *layout, w.str()),
+              loc);
+    if (w.dtype != x.dtype)
+      fail_op(op, fmt::format("input {} and weight {} differ in dtype", x.str(), w.str()), loc);
+    const Conv2dGeom g = conv2d_geom(op, attrs, x, w, loc);
+    return Type{x.dtype, stored_image(g.layout, g.n, g.o, g.oh, g.ow)};
+  }
   if (x.rank() != 4 && x.rank() != 5)
     fail_op(op,
             "the input must be 4-d [N, C, H, W] or 5-d [N, C, D, H, W] (a 3-d convolution), got " +

@@ -279,6 +279,7 @@ std::map<Op, std::vector<CaseFn>> cases() {
     OpCase c;
     return c.check(c.b().all_gather(c.input({5}), 1));
   });
+  using V = std::vector<int64_t>;
   struct ConvCase {
     Shape x, w;
     std::vector<int64_t> stride, padding, dilation;
@@ -297,6 +298,28 @@ std::map<Op, std::vector<CaseFn>> cases() {
                                          {"padding", cc.padding},
                                          {"stride", cc.stride}}));
     });
+  // Images stored NHWC or in channel blocks (geometry.hpp): the gradients'
+  // convolutions keep the layout.
+  m[Op::conv2d].push_back([] {
+    OpCase c;
+    ValueId x = c.input({2, 5, 4, 3}), w = c.input({4, 3, 3, 3});
+    return c.check(c.b().add(Op::conv2d, {x, w},
+                             ir::Attrs{{"layout", std::string("nhwc")}, {"padding", V{1, 0}}}));
+  });
+  m[Op::conv2d].push_back([] {
+    OpCase c;
+    ValueId x = c.input({2, 2, 5, 5, 8}), w = c.input({8, 8, 3, 3});
+    return c.check(c.b().add(
+        Op::conv2d, {x, w},
+        ir::Attrs{{"groups", 2}, {"layout", std::string("nChw8c")}, {"stride", V{2, 1}}}));
+  });
+  m[Op::conv2d_input_grad].push_back([] {
+    OpCase c;
+    ValueId g = c.input({2, 3, 3, 4}), w = c.input({4, 3, 3, 3});
+    return c.check(
+        c.b().add(Op::conv2d_input_grad, {g, w},
+                  ir::Attrs{{"input_shape", V{2, 5, 5, 3}}, {"layout", std::string("nhwc")}}));
+  });
   // The transposed convolution: conv2d's input gradient as a forward op,
   // its operand the shape of that convolution's output.
   for (const ConvCase& cc : {ConvCase{{2, 3, 5, 5}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
@@ -317,7 +340,6 @@ std::map<Op, std::vector<CaseFn>> cases() {
                                          {"padding", cc.padding},
                                          {"stride", cc.stride}}));
     });
-  using V = std::vector<int64_t>;
   for (auto [k, st, pad] : {std::tuple{V{2, 2}, V{2, 2}, V{0, 0}},
                             {V{3, 3}, V{2, 2}, V{1, 1}},
                             {V{3, 2}, V{1, 2}, V{1, 0}}}) {

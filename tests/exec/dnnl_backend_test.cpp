@@ -21,6 +21,7 @@
 #include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
+#include "ir/builder.hpp"
 
 namespace ws::exec {
 namespace {
@@ -128,6 +129,96 @@ TEST(DnnlConv, ForwardInputGradAndWeightGradMatchF64Reference) {
       expect_close(run_guarded(op, conv_attrs(g), t.in, t.out, to_f32(a), to_f32(b), what),
                    conv_ref(op, g, a, b), 1e-5, what);
     }
+}
+
+// An NCHW image batch [n, c, h, w] stored in layout l, or back (to_nchw),
+// written here from the layout's definition (geometry.hpp).
+template <class V>
+V relaid(const V& v, ir::ImageLayout l, int64_t n, int64_t c, int64_t h, int64_t w, bool to_nchw) {
+  V out(v.size());
+  const int64_t b = ir::channel_block(l);
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t ic = 0; ic < c; ++ic)
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < w; ++iw) {
+          const int64_t plain = ((in * c + ic) * h + ih) * w + iw;
+          const int64_t stored = l == ir::ImageLayout::nhwc
+                                     ? ((in * h + ih) * w + iw) * c + ic
+                                     : (((in * (c / b) + ic / b) * h + ih) * w + iw) * b + ic % b;
+          if (to_nchw)
+            out[size_t(plain)] = v[size_t(stored)];
+          else
+            out[size_t(stored)] = v[size_t(plain)];
+        }
+  return out;
+}
+
+// Every direction with its images stored NHWC or in blocks of 8 or 16
+// channels, compiled (oneDNN, reading and writing those layouts) and
+// interpreted in f64 (the loops over NCHW copies): each within rounding of
+// the NCHW f64 reference, relaid. Channel counts the blocks divide; groups,
+// depthwise, strides, padding, 1x1.
+TEST(DnnlConv, EveryImageLayoutMatchesTheF64ReferenceRelaid) {
+  std::mt19937 rng(11);
+  const std::vector<Conv2dGeom> geoms = {
+      conv_geom(3, 16, 9, 7, 32, 3, 3, 1, 1, 1, 1),
+      conv_geom(2, 32, 8, 8, 48, 3, 3, 2, 2, 1, 1),
+      conv_geom(2, 48, 5, 5, 16, 1, 1),
+      conv_geom(2, 32, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 2),
+      conv_geom(4, 16, 7, 7, 16, 3, 3, 2, 2, 1, 1, 1, 1, 16),  // depthwise
+      conv_geom(9, 32, 4, 4, 64, 3, 3, 1, 1, 1, 1),            // batch parts of 2 and 3
+  };
+  for (ir::ImageLayout l :
+       {ir::ImageLayout::nhwc, ir::ImageLayout::nChw8c, ir::ImageLayout::nChw16c})
+    for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
+      for (Conv2dGeom g : geoms) {
+        const ConvTypes plain = conv_types(op, g);
+        const Vec a = random_vec(plain.in[0].numel(), rng),
+                  b = random_vec(plain.in[1].numel(), rng);
+        const Vec want = conv_ref(op, g, a, b);
+        ir::Attrs attrs = conv_attrs(g);
+        attrs.set("layout", std::string(ir::layout_name(l)));
+        auto stored = [&](const Vec& v, int64_t c, int64_t h, int64_t w) {
+          return relaid(v, l, g.n, c, h, w, false);
+        };
+        const ir::Type x = f32(ir::stored_image(l, g.n, g.c, g.h, g.w)),
+                       y = f32(ir::stored_image(l, g.n, g.o, g.oh, g.ow)),
+                       wt = f32({g.o, g.c / g.groups, g.kh, g.kw});
+        std::vector<ir::Type> in;
+        ir::Type out;
+        Vec sa, sb;
+        if (op == Op::conv2d) {
+          in = {x, wt}, out = y, sa = stored(a, g.c, g.h, g.w), sb = b;
+        } else if (op == Op::conv2d_input_grad) {
+          in = {y, wt}, out = x, sa = stored(a, g.o, g.oh, g.ow), sb = b;
+          attrs.set("input_shape", x.shape);
+        } else {
+          in = {x, y}, out = wt, sa = stored(a, g.c, g.h, g.w), sb = stored(b, g.o, g.oh, g.ow);
+          attrs.set("weight_shape", wt.shape);
+        }
+        EXPECT_EQ(ir::infer_type(op, in, attrs, {}), out) << ir::layout_name(l);
+        auto plain_result = [&](auto v) {
+          if (op == Op::conv2d) return relaid(v, l, g.n, g.o, g.oh, g.ow, true);
+          if (op == Op::conv2d_input_grad) return relaid(v, l, g.n, g.c, g.h, g.w, true);
+          return v;
+        };
+        const std::string what =
+            fmt::format("{} {} stored {}", ir::op_name(op), describe(g), ir::layout_name(l));
+        const std::vector<float> got =
+            run_guarded(op, attrs, in, out, to_f32(sa), to_f32(sb), what);
+        expect_close(plain_result(got), want, 1e-5, what + " (compiled)");
+        Vec f64(size_t(out.numel()));
+        const void* operands[] = {sa.data(), sb.data()};
+        std::vector<ir::Type> in64 = in;
+        for (ir::Type& t : in64) t.dtype = DType::f64;
+        run_reference(op, attrs, in64, operands, ir::Type{DType::f64, out.shape}, f64.data());
+        const Vec interpreted = plain_result(f64);
+        double scale = 1e-6;
+        for (double v : want) scale = std::max(scale, std::abs(v));
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(interpreted[i], want[i], 1e-12 * scale)
+              << what << " (f64 interpreter) at " << i;
+      }
 }
 
 // Every direction as products over the unfolded input, whichever way the

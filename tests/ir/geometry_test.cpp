@@ -1,6 +1,7 @@
 // Convolution and pooling geometry (ir/geometry.hpp): defaults, output
 // sizes, the same geometry from each op of a family, and the user's errors.
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -119,6 +120,59 @@ TEST(IrGeometry, AttributesThatDoNotFitAreTheUsersErrors) {
                           {1, 1, 4, 4}, loc);
             }),
             "max_pool2d: padding (2, 2) must be at most half the kernel (2, 2) (at m.cpp:7)");
+}
+
+// A layout stores the images differently, never the geometry: each gives
+// the NCHW convolution's sizes, and shape inference the result as stored.
+TEST(IrGeometry, ImageLayoutsStoreTheSameConvolution) {
+  const Type w = f32({32, 16, 3, 3});
+  const Attrs plain = make_attrs<Op::conv2d>({{"stride", Ints{2}}, {"padding", Ints{1}}});
+  const Conv2dGeom want = conv2d_geom(Op::conv2d, plain, f32({2, 16, 9, 7}), w);
+  for (ImageLayout l :
+       {ImageLayout::nchw, ImageLayout::nhwc, ImageLayout::nChw8c, ImageLayout::nChw16c}) {
+    Attrs a = plain;
+    a.set("layout", std::string(layout_name(l)));
+    const Type x = f32(stored_image(l, 2, 16, 9, 7));
+    const Conv2dGeom g = conv2d_geom(Op::conv2d, a, x, w);
+    EXPECT_EQ(g.layout, l);
+    EXPECT_EQ(std::tie(g.n, g.c, g.h, g.w, g.o, g.oh, g.ow),
+              std::tie(want.n, want.c, want.h, want.w, want.o, want.oh, want.ow))
+        << layout_name(l);
+    const Type y = f32(stored_image(l, 2, 32, want.oh, want.ow));
+    EXPECT_EQ(infer_type(Op::conv2d, {x, w}, a, {}), y) << layout_name(l);
+    Attrs dx = a, dw = a;
+    dx.set("input_shape", x.shape);
+    dw.set("weight_shape", w.shape);
+    EXPECT_EQ(infer_type(Op::conv2d_input_grad, {y, w}, dx, {}), x) << layout_name(l);
+    EXPECT_EQ(infer_type(Op::conv2d_weight_grad, {x, y}, dw, {}), w) << layout_name(l);
+  }
+  EXPECT_EQ(stored_image(ImageLayout::nhwc, 2, 16, 9, 7), (Shape{2, 9, 7, 16}));
+  EXPECT_EQ(stored_image(ImageLayout::nChw8c, 2, 16, 9, 7), (Shape{2, 2, 9, 7, 8}));
+}
+
+TEST(IrGeometry, ALayoutThatDoesNotFitIsTheUsersError) {
+  const SourceLoc loc{"m.cpp", 7};
+  auto conv = [&](const std::string& layout, Shape x, Shape w) {
+    return ErrorOf([&] {
+      infer_type(Op::conv2d, {f32(std::move(x)), f32(std::move(w))},
+                 make_attrs<Op::conv2d>({{"layout", layout}}), loc);
+    });
+  };
+  EXPECT_EQ(conv("nchw16", {1, 1, 5, 5, 16}, {16, 16, 3, 3}),
+            "conv2d: unknown layout \"nchw16\": expected nchw, nhwc, nChw8c or nChw16c (at "
+            "m.cpp:7)");
+  EXPECT_EQ(conv("nChw16c", {1, 16, 5, 5}, {16, 16, 3, 3}),
+            "conv2d: in layout nChw16c the images are [N, C/16, H, W, 16], got f32[1,16,5,5] (at "
+            "m.cpp:7)");
+  EXPECT_EQ(conv("nChw8c", {1, 2, 5, 5, 8}, {12, 16, 3, 3}),
+            "conv2d: layout nChw8c stores channels in blocks of 8, which do not divide the 12 "
+            "output channels (at m.cpp:7)");
+  EXPECT_EQ(conv("nhwc", {1, 5, 5, 16}, {16, 16, 3, 3, 3}),
+            "conv2d: in layout nhwc the weight must be 4-d [O, C/groups, KH, KW], got "
+            "f32[16,16,3,3,3] (at m.cpp:7)");
+  EXPECT_EQ(conv("nhwc", {1, 5, 5, 16}, {16, 8, 3, 3}),
+            "conv2d: the input f32[1,5,5,16] has 16 channels, but the weight f32[16,8,3,3] "
+            "expects 8 per group x 1 groups (at m.cpp:7)");
 }
 
 }  // namespace
