@@ -48,6 +48,17 @@ enum class NonFinite {
 // NonFinite's names, in its order.
 inline constexpr std::array<const char*, 3> kNonFiniteNames = {"error", "skip", "ignore"};
 
+// How the compiled step stores the images of its convolutions, and the
+// values that flow between them (src/lower/assign_layouts.hpp).
+enum class ImageLayouts {
+  nchw,           // as PyTorch does: [N, C, H, W]
+  channels_last,  // [N, H, W, C]
+  blocked,        // oneDNN's blocks of 16 channels (8 where 16 does not divide them)
+};
+// ImageLayouts' names, in its order.
+inline constexpr std::array<const char*, 3> kImageLayoutsNames = {"nchw", "channels_last",
+                                                                  "blocked"};
+
 // The fields, their defaults and meanings: step_options.def.
 struct StepOptions {
 #define WS_STEP_OPTION(type, name, value, least, needs, meaning) type name = value;
@@ -82,6 +93,8 @@ constexpr std::span<const char* const> choice_names() {
     return kStepModeNames;
   else if constexpr (std::is_same_v<T, NonFinite>)
     return kNonFiniteNames;
+  else if constexpr (std::is_same_v<T, ImageLayouts>)
+    return kImageLayoutsNames;
   else
     return {};
 }

@@ -309,6 +309,16 @@ bool conv_as_products(const Conv2dGeom& g) {
   return g.groups == 1 || width >= 128;
 }
 
+}  // namespace
+
+bool conv_runs_our_kernels(Op op, const Conv2dGeom& g) {
+  if (op == Op::conv2d_weight_grad)
+    return weight_grad_as_products(g) || weight_grad_in_weight_parts(g);
+  return conv_as_products(g);
+}
+
+namespace {
+
 // The op for the team pinned now.
 std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
                                                   std::span<const ir::Type> in_types,

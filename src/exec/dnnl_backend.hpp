@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 
+#include "ir/geometry.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::exec {
@@ -64,6 +65,12 @@ std::shared_ptr<const BackendOp> make_backend_op(
     ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types, const ir::Type& out_type,
     std::span<const std::vector<int64_t>> in_strides = {},
     const std::vector<int64_t>& out_strides = {});
+
+// Whether convolution `op` of geometry g, its images NCHW, runs as kernels
+// of our own (products over the unfolded input, or the weight gradient in
+// parts of the weight) rather than oneDNN's primitive alone, which is what
+// it runs with its images in any other layout.
+bool conv_runs_our_kernels(ir::Op op, const ir::Conv2dGeom& g);
 
 // Floating-point operations of a matmul or convolution node (any dtype):
 // two per multiply-add.

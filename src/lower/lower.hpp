@@ -2,6 +2,7 @@
 #pragma once
 
 #include "exec/program.hpp"
+#include "ir/geometry.hpp"
 #include "ir/graph.hpp"
 
 namespace ws::lower {
@@ -14,6 +15,10 @@ struct LowerOptions {
   // (fuse_elementwise.hpp) and plain SGD updates into their gradient's
   // product (fuse_update_into_product.hpp). Off only for comparison.
   bool fuse = true;
+  // How the images of convolutions and the values between them are stored
+  // (assign_layouts.hpp): nchw (as they are), nhwc, or nChw16c for blocks
+  // (of 8 channels where 16 do not divide them).
+  ir::ImageLayout layouts = ir::ImageLayout::nchw;
 };
 
 // With `lowered`, also returns the graph the Program runs: g after the graph

@@ -2,6 +2,7 @@
 
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
+#include "lower/assign_layouts.hpp"
 #include "lower/fold_constants.hpp"
 #include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
@@ -19,6 +20,8 @@ namespace ws::lower {
 const std::vector<Pass>& all_passes() {
   static const std::vector<Pass> passes = {
       {"simplify", simplify},
+      {"channels_last", channels_last},
+      {"blocked_layouts", blocked_layouts},
       {"merge_product_sums", merge_product_sums},
       {"update_into_product", fuse_update_into_product},
       {"bias_into_product", fuse_bias_into_product},
@@ -52,6 +55,12 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
   std::vector<Pass> passes;
   for (const Pass& p : all_passes()) {
     const std::string_view name = p.name;
+    if (name == "channels_last" || name == "blocked_layouts") {
+      const ir::ImageLayout want =
+          name == "channels_last" ? ir::ImageLayout::nhwc : ir::ImageLayout::nChw16c;
+      if (opts.layouts == want) passes.push_back(p);
+      continue;
+    }
     if (opts.fuse || name == "simplify" || name == "fold_constants" ||
         name == "schedule_collectives")
       passes.push_back(p);

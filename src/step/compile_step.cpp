@@ -147,7 +147,12 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile_graphs(step::CapturedSt
   for (const ir::Graph& g : c->graphs) {
     step::after_stage(g, g.name);
     c->lowered.emplace_back();
-    c->programs.emplace_back(lower::lower(g, {.fuse = opts.fuse}, &c->lowered.back()));
+    const ir::ImageLayout layouts =
+        opts.layouts == ImageLayouts::channels_last ? ir::ImageLayout::nhwc
+        : opts.layouts == ImageLayouts::blocked     ? ir::ImageLayout::nChw16c
+                                                    : ir::ImageLayout::nchw;
+    c->programs.emplace_back(
+        lower::lower(g, {.fuse = opts.fuse, .layouts = layouts}, &c->lowered.back()));
     bind_program(*c, c->programs.back(), cap);
   }
   c->partition.emplace(std::move(cap.joint), std::move(plan));

@@ -5,7 +5,8 @@
 // For each spec, two steps run from the same initial state in each
 // configuration: the interpreter in float64 (the truth) and in float32 (the
 // reference), then single_graph and three_graph, fused and not, without
-// aliasing, without recomputation, on 1 and 2 threads. Every parameter's
+// aliasing, without recomputation, with images stored channels last or in
+// blocks, on 1 and 2 threads. Every parameter's
 // change over the two steps, every buffer and every loss is compared:
 //  - configurations that run the same kernels give the same bits: the same
 //    program twice, and on 1 or 2 threads;
@@ -151,6 +152,7 @@ Outcome run(const Spec& s, DType dtype, const Config& c, uint64_t data_seed) {
 const std::vector<Config>& configs() {
   static const std::vector<Config> c = [] {
     using M = StepMode;
+    using L = ImageLayouts;
     return std::vector<Config>{
         {"single_graph", {.mode = M::single_graph}, 2},
         {"single_graph, 1 thread", {.mode = M::single_graph}, 1},
@@ -158,6 +160,8 @@ const std::vector<Config>& configs() {
         {"single_graph unfused", {.mode = M::single_graph, .fuse = false}, 2},
         {"single_graph, no aliasing", {.mode = M::single_graph, .aliasing = false}, 2},
         {"three_graph", {.mode = M::three_graph}, 2},
+        {"single_graph channels_last", {.mode = M::single_graph, .layouts = L::channels_last}, 2},
+        {"three_graph blocked", {.mode = M::three_graph, .layouts = L::blocked}, 2},
         {"three_graph unfused, no recompute",
          {.mode = M::three_graph, .fuse = false, .recompute = false},
          1},

@@ -24,9 +24,10 @@ TEST(OpsPage, GeneratedTableHasARowForEveryOp) {
                                         ir::category_name(info.category));
     EXPECT_NE(table.find(row), std::string::npos) << row;
   }
-  EXPECT_NE(table.find("| `conv2d` | 2 | convolution | yes | `stride?:ints=[1]` "
-                       "`padding?:ints=[0]` `dilation?:ints=[1]` `groups?:int=1` |"),
-            std::string::npos);
+  EXPECT_NE(
+      table.find("| `conv2d` | 2 | convolution | yes | `stride?:ints=[1]` "
+                 "`padding?:ints=[0]` `dilation?:ints=[1]` `groups?:int=1` `layout?:string` |"),
+      std::string::npos);
   EXPECT_NE(table.find("beta\\*c + alpha\\*(a @ b)"), std::string::npos) << "'*' is escaped";
 }
 

@@ -253,3 +253,45 @@ def test_a_layer_norm_bias_gradient_summed_over_thousands_of_tokens_is_near_the_
     got = -norm.bias.detach().numpy()  # lr 1 from a zero bias: minus the gradient
     err = float(np.abs(got - exact).max() / np.abs(exact).max())
     assert err < 6e-16, err
+
+
+def resnet_block():
+    """A residual block with BatchNorm over maps large enough that its
+    convolutions run oneDNN's primitives (the ones a layout can move)."""
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+            self.conv1 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            self.conv2 = nn.Conv2d(16, 24, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(24)
+            self.down = nn.Conv2d(16, 24, 1, bias=False)
+            self.head = nn.Linear(24, 5)
+
+        def forward(self, x):
+            x = F.relu(self.stem(x))
+            y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+            y = F.relu(y + self.down(x))
+            return self.head(F.adaptive_avg_pool2d(F.max_pool2d(y, 2), 1).flatten(1))
+
+    return Block()
+
+
+@pytest.mark.parametrize("layouts", ["channels_last", "blocked"])
+def test_images_stored_channels_last_or_in_blocks_train_within_float32_spread(layouts):
+    model = resnet_block()
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 5, (4,), generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    result = wst.check(model, opt, F.cross_entropy, x, y, dtype=torch.float64,
+                       modes=("single_graph", "three_graph"), perturbed=1, verbose=False,
+                       layouts=layouts)
+    assert result.passed, result.report()
+    step = wst.compile_train_step(model, opt, F.cross_entropy, layouts=layouts)
+    step(x, y)
+    text = step.graphs_text()
+    layout = '"nhwc"' if layouts == "channels_last" else '"nChw8c"'
+    assert f"layout={layout}" in text, "no convolution was stored " + layouts

@@ -127,7 +127,8 @@ def test_the_flag_table_of_cli_md_has_a_flag_for_every_option_with_its_default()
 @pytest.mark.parametrize("options,message", [
     ({"fusion": True}, r"compile_train_step: unknown option 'fusion'; the options are "
                        r"accumulate, adapt_threads, aliasing, bucket_bytes, data_parallel, "
-                       r"detect_anomaly, fuse, max_cached, memory_budget, mode, on_nonfinite"),
+                       r"detect_anomaly, fuse, layouts, max_cached, memory_budget, mode, "
+                       r"on_nonfinite"),
     ({"memory_budget": -1}, r"step option memory_budget=-1: must be a finite number >= 0"),
     ({"bucket_bytes": 0, "data_parallel": True},
      r"step option bucket_bytes=0: must be an integer from 1 to 9223372036854775807"),

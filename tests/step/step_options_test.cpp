@@ -80,11 +80,11 @@ TEST(StepOptions, EachOptionSetByNameChangesItsFieldAlone) {
 
 TEST(StepOptions, WrongNamesKindsAndValuesAreErrorsSayingWhatIsAllowed) {
   StepOptions o;
-  EXPECT_EQ(
-      error_of([&] { set_step_option(o, "fusion", true); }),
-      "unknown step option 'fusion'; the step options are mode, aliasing, fuse, recompute, "
-      "memory_budget, accumulate, on_nonfinite, detect_anomaly, max_cached, recompile_warning, "
-      "data_parallel, bucket_bytes, sync_batch_norm, zero, adapt_threads");
+  EXPECT_EQ(error_of([&] { set_step_option(o, "fusion", true); }),
+            "unknown step option 'fusion'; the step options are mode, aliasing, fuse, recompute, "
+            "memory_budget, layouts, accumulate, on_nonfinite, detect_anomaly, max_cached, "
+            "recompile_warning, "
+            "data_parallel, bucket_bytes, sync_batch_norm, zero, adapt_threads");
   EXPECT_EQ(error_of([&] { set_step_option(o, "fuse", int64_t(1)); }),
             "step option fuse=1: must be true or false");
   EXPECT_EQ(error_of([&] { set_step_option(o, "max_cached", 2.5); }),
