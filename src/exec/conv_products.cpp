@@ -21,7 +21,9 @@
 //  - conv2d_weight_grad: dw = dy^T @ cols, a product a group.
 // Each group's product is split into fixed parts of the weight's rows or
 // columns (at least kProductParts in all), each a primitive made for one
-// thread that sums over its whole K: the same bits on any team.
+// thread that sums over its whole K: the same bits on any team. Images
+// stored NHWC (g.layout) are read and written there; the matrices, and so
+// the bits, are the same.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -60,12 +62,55 @@ std::shared_ptr<const BackendOp> part_product(int64_t m, int64_t k, int64_t n, d
   return op;
 }
 
+// Where element (n, c, y, x) of an image batch of `channels` channels and
+// h x w maps lies: NCHW, or NHWC.
+struct ImageAt {
+  bool nhwc;
+  int64_t channels, h, w;
+  int64_t operator()(int64_t n, int64_t c, int64_t y, int64_t x) const {
+    return nhwc ? ((n * h + y) * w + x) * channels + c : ((n * channels + c) * h + y) * w + x;
+  }
+};
+
+ImageAt input_at(const Conv2dGeom& g) { return {g.layout == ir::ImageLayout::nhwc, g.c, g.h, g.w}; }
+ImageAt output_at(const Conv2dGeom& g) {
+  return {g.layout == ir::ImageLayout::nhwc, g.o, g.oh, g.ow};
+}
+
+// unfold of NHWC images: each row's taps read a pixel's channels apart.
+void unfold_nhwc(const Conv2dGeom& g, const float* x, float* cols) {
+  const int64_t s = g.oh * g.ow, ckk = g.c * g.kh * g.kw, kk = g.kh * g.kw;
+  const ImageAt at = input_at(g);
+  parallel_for(
+      g.n * s, grain_for(ckk),
+      [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const int64_t n = r / s, oy = r % s / g.ow, ox = r % g.ow;
+          float* row = cols + r * ckk;
+          for (int64_t ky = 0; ky < g.kh; ++ky) {
+            const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+            for (int64_t kx = 0; kx < g.kw; ++kx) {
+              const int64_t ix = ox * g.sw - g.pw + kx * g.dw, t = ky * g.kw + kx;
+              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+                for (int64_t c = 0; c < g.c; ++c) row[c * kk + t] = 0.0f;
+                continue;
+              }
+              const float* px = x + at(n, 0, iy, ix);
+              for (int64_t c = 0; c < g.c; ++c) row[c * kk + t] = px[c];
+            }
+          }
+        }
+      },
+      1);
+}
+
 // cols[n*S + p, (c*KH + ky)*KW + kx] = x at output position p's tap
 // (ky, kx) of channel c, or 0 in the padding. Copies only. A window inside
 // the image copies without bounds tests; a 1x1 window with no stride or
 // padding is a transpose of each image.
 void unfold(const Conv2dGeom& g, const float* x, float* cols) {
   const int64_t s = g.oh * g.ow, ckk = g.c * g.kh * g.kw, plane = g.h * g.w;
+  if (g.layout == ir::ImageLayout::nhwc) return unfold_nhwc(g, x, cols);
   const bool pointwise =
       g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && s == plane;
   parallel_for(
@@ -106,6 +151,7 @@ void unfold(const Conv2dGeom& g, const float* x, float* cols) {
 // tap, each image's S positions side by side.
 void unfold_transposed(const Conv2dGeom& g, const float* x, float* colst) {
   const int64_t s = g.oh * g.ow, ns = g.n * s, kk = g.kh * g.kw;
+  const ImageAt at = input_at(g);
   parallel_for(
       g.c * kk, grain_for(ns),
       [&](int64_t lo, int64_t hi) {
@@ -115,11 +161,10 @@ void unfold_transposed(const Conv2dGeom& g, const float* x, float* colst) {
           for (int64_t n = 0; n < g.n; ++n)
             for (int64_t oy = 0; oy < g.oh; ++oy) {
               const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-              const float* xr = x + ((n * g.c + c) * g.h + iy) * g.w;
               const bool in = iy >= 0 && iy < g.h;
               for (int64_t ox = 0; ox < g.ow; ++ox) {
                 const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-                *row++ = in && ix >= 0 && ix < g.w ? xr[ix] : 0.0f;
+                *row++ = in && ix >= 0 && ix < g.w ? x[at(n, c, iy, ix)] : 0.0f;
               }
             }
         }
@@ -127,9 +172,13 @@ void unfold_transposed(const Conv2dGeom& g, const float* x, float* colst) {
       1);
 }
 
-// t[n*S + p, o] = v[n, o, p] for v [N, O, S].
+// t[n*S + p, o] = v[n, o, p] for v [N, O, S] (NHWC: v as it is).
 void transpose_images(const Conv2dGeom& g, const float* v, float* t) {
   const int64_t s = g.oh * g.ow;
+  if (g.layout == ir::ImageLayout::nhwc) {
+    std::memcpy(t, v, size_t(g.n * s * g.o) * 4);
+    return;
+  }
   parallel_for(
       g.n * g.o, grain_for(s),
       [&](int64_t lo, int64_t hi) {
@@ -145,6 +194,21 @@ void transpose_images(const Conv2dGeom& g, const float* v, float* t) {
 // whole (with `back`, v from t).
 void channel_major(const Conv2dGeom& g, const float* from, float* to, bool back) {
   const int64_t s = g.oh * g.ow, ns = g.n * s;
+  if (g.layout == ir::ImageLayout::nhwc) {  // v [N*S, O]: t its transpose
+    parallel_for(
+        g.o, grain_for(ns),
+        [&](int64_t lo, int64_t hi) {
+          for (int64_t o = lo; o < hi; ++o)
+            for (int64_t r = 0; r < ns; ++r) {
+              if (back)
+                to[r * g.o + o] = from[o * ns + r];
+              else
+                to[o * ns + r] = from[r * g.o + o];
+            }
+        },
+        1);
+    return;
+  }
   parallel_for(
       g.n * g.o, grain_for(s),
       [&](int64_t lo, int64_t hi) {
@@ -273,13 +337,16 @@ class ColsInputGradOp final : public ProductsConvOp {
     transpose_images(g, static_cast<const float*>(dy), dyt);
     run_parts(dyt, static_cast<const float*>(w), dcols, base);
     const int64_t plane = g.h * g.w, kk = g.kh * g.kw, ckk = g.c * kk;
+    const bool nhwc = g.layout == ir::ImageLayout::nhwc;
     parallel_for(
         g.n * g.c, grain_for(g.oh * g.ow * kk),
         [&](int64_t lo, int64_t hi) {
           for (int64_t nc = lo; nc < hi; ++nc) {
             const int64_t n = nc / g.c, c = nc % g.c;
-            float* d = static_cast<float*>(dx) + nc * plane;
-            std::fill(d, d + plane, 0.0f);
+            // Element (iy, ix) of the plane at d[(iy * w + ix) * step].
+            const int64_t step = nhwc ? g.c : 1;
+            float* d = static_cast<float*>(dx) + (nhwc ? n * plane * g.c + c : nc * plane);
+            for (int64_t i = 0; i < plane; ++i) d[i * step] = 0.0f;
             for (int64_t oy = 0; oy < g.oh; ++oy)
               for (int64_t ox = 0; ox < g.ow; ++ox) {
                 const float* taps = dcols + ((n * g.oh + oy) * g.ow + ox) * ckk + c * kk;
@@ -288,7 +355,7 @@ class ColsInputGradOp final : public ProductsConvOp {
                   if (iy < 0 || iy >= g.h) continue;
                   for (int64_t kx = 0; kx < g.kw; ++kx) {
                     const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-                    if (ix >= 0 && ix < g.w) d[iy * g.w + ix] += taps[ky * g.kw + kx];
+                    if (ix >= 0 && ix < g.w) d[(iy * g.w + ix) * step] += taps[ky * g.kw + kx];
                   }
                 }
               }

@@ -311,7 +311,8 @@ bool conv_as_products(const Conv2dGeom& g) {
 
 }  // namespace
 
-bool conv_runs_our_kernels(Op op, const Conv2dGeom& g) {
+bool conv_keeps_nchw(Op op, const Conv2dGeom& g) {
+  if (g.layout == ir::ImageLayout::nhwc) return false;
   if (op == Op::conv2d_weight_grad)
     return weight_grad_as_products(g) || weight_grad_in_weight_parts(g);
   return conv_as_products(g);
@@ -354,7 +355,10 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
     return make_matmul(in_types, out_type, attrs, in_strides, out_strides, false,
                        op == Op::matmul_bias);
   const Conv2dGeom g = conv2d_node_geom(op, attrs, in_types, out_type);
-  if (g.layout != ir::ImageLayout::nchw)  // our products and slices read NCHW images
+  // Blocks: oneDNN's primitive (a weight gradient in parts of the batch).
+  // NHWC takes every choice NCHW does: products over the unfolded input
+  // read it, and its slices of channels are strided views.
+  if (g.layout != ir::ImageLayout::nchw && g.layout != ir::ImageLayout::nhwc)
     return op == Op::conv2d_weight_grad ? make_weight_grad_in_parts(g) : make_conv(op, g);
   if (op == Op::conv2d_weight_grad)
     return weight_grad_as_products(g)       ? make_conv_products(op, g)

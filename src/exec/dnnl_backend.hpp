@@ -66,11 +66,11 @@ std::shared_ptr<const BackendOp> make_backend_op(
     std::span<const std::vector<int64_t>> in_strides = {},
     const std::vector<int64_t>& out_strides = {});
 
-// Whether convolution `op` of geometry g, its images NCHW, runs as kernels
-// of our own (products over the unfolded input, or the weight gradient in
-// parts of the weight) rather than oneDNN's primitive alone, which is what
-// it runs with its images in any other layout.
-bool conv_runs_our_kernels(ir::Op op, const ir::Conv2dGeom& g);
+// Whether convolution `op` of geometry g is better left NCHW than stored in
+// g.layout: NCHW, it runs as kernels of our own (products over the
+// unfolded input, the weight gradient in parts of the weight), which NHWC
+// images serve too, where in blocks it would run oneDNN's primitive alone.
+bool conv_keeps_nchw(ir::Op op, const ir::Conv2dGeom& g);
 
 // Floating-point operations of a matmul or convolution node (any dtype):
 // two per multiply-add.

@@ -49,11 +49,17 @@ ConvDescs conv_descs(const Conv2dGeom& g, int64_t x_channels = 0, int64_t y_chan
                                                            : tag::nchw;
   c.x = {x, dt::f32, plain};
   c.y = {y, dt::f32, plain};
-  WS_CHECK((x_channels <= g.c && y_channels <= g.o) || g.layout == ir::ImageLayout::nchw)
+  WS_CHECK((x_channels <= g.c && y_channels <= g.o) || g.layout == ir::ImageLayout::nchw ||
+           g.layout == ir::ImageLayout::nhwc)
       << "a slice of the channels of images stored " << ir::layout_name(g.layout);
-  // A slice of each image's channels: the image's stride is the whole's.
+  // A slice of each image's channels: the image's stride is the whole's
+  // (NCHW), or each pixel's (NHWC).
   auto sliced = [&](const dims& d, int64_t channels) {
     dims st(d.size(), 1);
+    if (g.layout == ir::ImageLayout::nhwc) {  // [n, c, h, w] at strides [hwC, 1, wC, C]
+      st = {d[2] * d[3] * channels, 1, d[3] * channels, channels};
+      return dnnl::memory::desc(d, dt::f32, st);
+    }
     for (size_t i = d.size() - 1; i-- > 0;) st[i] = st[i + 1] * d[i + 1];
     st[0] = st[1] * channels;
     return dnnl::memory::desc(d, dt::f32, st);

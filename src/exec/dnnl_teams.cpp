@@ -147,8 +147,11 @@ class WeightPartsOp final : public BackendOp {
   explicit WeightPartsOp(const Conv2dGeom& g) {
     const int64_t parts = kWeightGradParts;
     const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-    const int64_t kk = g.weight_numel() / g.o / cg;                   // taps
-    const int64_t xp = g.in_image() / g.c, yp = g.out_image() / g.o;  // plane sizes
+    const int64_t kk = g.weight_numel() / g.o / cg;  // taps
+    // Where channel c starts in an image: c planes on, or c elements on in
+    // NHWC (a slice of channels is strided there: dnnl_conv.cpp).
+    const bool last = g.layout == ir::ImageLayout::nhwc;
+    const int64_t xp = last ? 1 : g.in_image() / g.c, yp = last ? 1 : g.out_image() / g.o;
     TeamScope one(1);
     auto add = [&](Conv2dGeom gi, int64_t c0, int64_t o0) {
       Part p{make_weight_grad_of_slice(gi, g.c, g.o), c0 * xp, o0 * yp, o0 * cg * kk,

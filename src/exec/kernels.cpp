@@ -203,10 +203,12 @@ void k_reduce(const Kernel& k, void* const* s) {
 template <class T, bool grad>
 void k_max_pool(const Kernel& k, void* const* s) {
   const ir::Pool2dGeom g = ir::pool2d_node_geom(k.op, k.attrs, k.in_types, k.out_type);
+  const bool nhwc = g.layout == ir::ImageLayout::nhwc;
   if constexpr (grad)
-    max_pool2d_grad(g, at<const T>(s, k.in[0]), at<const T>(s, k.in[1]), at<T>(s, k.out));
+    (nhwc ? max_pool2d_grad_nhwc<T> : max_pool2d_grad<T>)(g, at<const T>(s, k.in[0]),
+                                                          at<const T>(s, k.in[1]), at<T>(s, k.out));
   else
-    max_pool2d(g, at<const T>(s, k.in[0]), at<T>(s, k.out));
+    (nhwc ? max_pool2d_nhwc<T> : max_pool2d<T>)(g, at<const T>(s, k.in[0]), at<T>(s, k.out));
 }
 
 // The kernel's name for a reduction walk (reduce_walk_name).

@@ -280,6 +280,74 @@ void max_pool2d_grad(const Pool2dGeom& g, const T* x, const T* dy, T* dx) {
   });
 }
 
+namespace {
+
+// Calls f(n, oy, ox, win) for every output pixel, images' output rows in
+// parallel, each row's pixels in order.
+template <class F>
+void for_each_window_nhwc(const Pool2dGeom& g, int64_t work, F&& f) {
+  parallel_for(g.n * g.oh, grain_for(work), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t ox = 0; ox < g.ow; ++ox) f(r / g.oh, r % g.oh, ox, window(g, r % g.oh, ox));
+  });
+}
+
+// The maximum of a window of NHWC pixels into m, channel by channel, by
+// argmax's rule (the first tap, then a strictly greater value or a NaN);
+// with `at`, where it is (the pixel's offset in the image).
+template <class T, class I>
+void window_max(const Pool2dGeom& g, const T* image, const Window& win, T* m, I* at) {
+  bool first = true;
+  for (int64_t y = win.y0; y < win.y1; ++y)
+    for (int64_t x = win.x0; x < win.x1; ++x) {
+      const I p = I(y * g.w + x);
+      const T* v = image + p * g.c;
+      if (first) {
+        std::copy_n(v, g.c, m);
+        if (at) std::fill_n(at, g.c, p);
+        first = false;
+        continue;
+      }
+      for (int64_t c = 0; c < g.c; ++c) {
+        const bool take = (v[c] > m[c]) | (v[c] != v[c]);
+        m[c] = take ? v[c] : m[c];
+        if (at) at[c] = take ? p : at[c];
+      }
+    }
+}
+
+}  // namespace
+
+template <class T>
+void max_pool2d_nhwc(const Pool2dGeom& g, const T* x, T* y) {
+  for_each_window_nhwc(g, g.ow * g.kh * g.kw * g.c,
+                       [&](int64_t n, int64_t oy, int64_t ox, const Window& win) {
+                         window_max<T, int64_t>(g, x + n * g.h * g.w * g.c, win,
+                                                y + ((n * g.oh + oy) * g.ow + ox) * g.c, nullptr);
+                       });
+}
+
+// Each image's gradients are added in the reference's order (output rows,
+// then columns), each channel on its own: the same bits. Images run in
+// parallel (each writes only its own).
+template <class T>
+void max_pool2d_grad_nhwc(const Pool2dGeom& g, const T* x, const T* dy, T* dx) {
+  parallel_for(g.n, grain_for(g.oh * g.ow * g.kh * g.kw * g.c), [&](int64_t n0, int64_t n1) {
+    std::vector<T> m(size_t(g.c));
+    std::vector<int64_t> at(size_t(g.c));
+    for (int64_t n = n0; n < n1; ++n) {
+      T* image = dx + n * g.h * g.w * g.c;
+      std::fill_n(image, g.h * g.w * g.c, T(0));
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          window_max(g, x + n * g.h * g.w * g.c, window(g, oy, ox), m.data(), at.data());
+          const T* d = dy + ((n * g.oh + oy) * g.ow + ox) * g.c;
+          for (int64_t c = 0; c < g.c; ++c) image[at[size_t(c)] * g.c + c] += d[c];
+        }
+    }
+  });
+}
+
 // An average over a window with no image element is 0 (as in PyTorch).
 template <class T>
 void avg_pool2d_ref(const Pool2dGeom& g, const T* x, T* y) {
@@ -402,6 +470,8 @@ void argsort_rows(const T* x, int64_t outer, int64_t n, int64_t inner, bool desc
   template void max_pool2d_grad_ref<T>(const Pool2dGeom&, const T*, const T*, T*);           \
   template void max_pool2d<T>(const Pool2dGeom&, const T*, T*);                              \
   template void max_pool2d_grad<T>(const Pool2dGeom&, const T*, const T*, T*);               \
+  template void max_pool2d_nhwc<T>(const Pool2dGeom&, const T*, T*);                         \
+  template void max_pool2d_grad_nhwc<T>(const Pool2dGeom&, const T*, const T*, T*);          \
   template void avg_pool2d_ref<T>(const Pool2dGeom&, const T*, T*);                          \
   template void avg_pool2d_grad_ref<T>(const Pool2dGeom&, const T*, T*);                     \
   template void gather_rows<T>(const T*, int64_t, int64_t, const int64_t*, int64_t, T*,      \

@@ -49,6 +49,13 @@ template <class T>
 void max_pool2d(const Pool2dGeom& g, const T* x, T* y);
 template <class T>
 void max_pool2d_grad(const Pool2dGeom& g, const T* x, const T* dy, T* dx);
+// The same over images stored NHWC, [n, h, w, c] -> [n, oh, ow, c] (a
+// layout of nhwc): each window's taps in the same order, every channel of a
+// pixel at once; the same bits as the NCHW kernels on the transposed images.
+template <class T>
+void max_pool2d_nhwc(const Pool2dGeom& g, const T* x, T* y);
+template <class T>
+void max_pool2d_grad_nhwc(const Pool2dGeom& g, const T* x, const T* dy, T* dx);
 template <class T>
 void avg_pool2d_ref(const Pool2dGeom& g, const T* x, T* y);
 template <class T>

@@ -44,6 +44,25 @@ void relayout(ir::ImageLayout l, const T* from, T* to, int64_t N, int64_t C, int
         }
 }
 
+// The reference max pooling (or its gradient) of NHWC images: on NCHW
+// copies.
+template <class T>
+void max_pool_nhwc_ref(ir::Op op, const Pool2dGeom& g, const void* const* in, T* y) {
+  Pool2dGeom plain = g;
+  plain.layout = ir::ImageLayout::nchw;
+  const auto l = ir::ImageLayout::nhwc;
+  std::vector<T> x(size_t(g.n * g.c * g.h * g.w)), d(size_t(g.n * g.c * g.oh * g.ow));
+  relayout(l, static_cast<const T*>(in[0]), x.data(), g.n, g.c, g.h, g.w, true);
+  if (op == ir::Op::max_pool2d) {
+    max_pool2d_ref(plain, x.data(), d.data());
+    return relayout(l, d.data(), y, g.n, g.c, g.oh, g.ow, false);
+  }
+  std::vector<T> dx(x.size());
+  relayout(l, static_cast<const T*>(in[1]), d.data(), g.n, g.c, g.oh, g.ow, true);
+  max_pool2d_grad_ref(plain, x.data(), d.data(), dx.data());
+  relayout(l, dx.data(), y, g.n, g.c, g.h, g.w, false);
+}
+
 // The f64 convolution loops (f64_products.hpp) on images stored in g's
 // layout: NCHW copies in and out.
 template <class T>
@@ -427,6 +446,7 @@ void run_reference(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_t
         const T* a = static_cast<const T*>(in[0]);
         T* y = static_cast<T*>(out);
         const Pool2dGeom g = ir::pool2d_node_geom(op, attrs, in_types, out_type);
+        if (g.layout == ir::ImageLayout::nhwc) return max_pool_nhwc_ref(op, g, in, y);
         if (op == Op::max_pool2d) max_pool2d_ref(g, a, y);
         if (op == Op::avg_pool2d) avg_pool2d_ref(g, a, y);
         if (op == Op::max_pool2d_grad) max_pool2d_grad_ref(g, a, static_cast<const T*>(in[1]), y);

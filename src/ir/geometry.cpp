@@ -169,7 +169,18 @@ Conv2dGeom conv2d_node_geom(Op op, const Attrs& attrs, std::span<const Type> in,
 Pool2dGeom pool2d_geom(Op op, const Attrs& attrs, const Shape& x, const SourceLoc& loc) {
   WS_CHECK(kPoolOps.contains(op) && x.size() == 4) << op_name(op) << " of " << shape_str(x);
   Pool2dGeom g;
-  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  if (op == Op::max_pool2d || op == Op::max_pool2d_grad) {
+    if (const std::string* l = attr<OpSet{Op::max_pool2d, Op::max_pool2d_grad}, "layout">(attrs)) {
+      if (*l == "nhwc")
+        g.layout = ImageLayout::nhwc;
+      else if (*l != "nchw")
+        fail_op(op, fmt::format("unknown layout \"{}\": expected nchw or nhwc", *l), loc);
+    }
+  }
+  if (g.layout == ImageLayout::nhwc)
+    g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
+  else
+    g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
   std::tie(g.kh, g.kw) = pair_of(op, attr<kPoolOps, "kernel">(attrs), "kernel", 1, loc);
   g.sh = g.kh, g.sw = g.kw;
   if (const std::vector<int64_t>* stride = attr<kPoolOps, "stride">(attrs))

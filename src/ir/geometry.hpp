@@ -40,7 +40,7 @@ struct Conv2dGeom {
   int64_t oh = 0, ow = 0;              // output [n, o, (od,) oh, ow]
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
   int64_t groups = 1;
-  bool volume = false;  // 3-d: operands [N, C, D, H, W]
+  bool volume = false;                     // 3-d: operands [N, C, D, H, W]
   ImageLayout layout = ImageLayout::nchw;  // how x and y are stored (2-d only)
   int64_t d = 1, kd = 1, od = 1, sd = 1, pd = 0, dd = 1;
   // Elements of one input image, of one output image, of the weight.
@@ -57,6 +57,8 @@ struct Pool2dGeom {
   int64_t kh = 1, kw = 1, oh = 0, ow = 0;
   int64_t sh = 1, sw = 1, ph = 0, pw = 0;
   bool count_include_pad = true;
+  // Max pooling: nchw, or nhwc ([n, h, w, c] in, [n, oh, ow, c] out).
+  ImageLayout layout = ImageLayout::nchw;
 };
 
 // The geometry of convolution `op` (conv2d, conv2d_input_grad or

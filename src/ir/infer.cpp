@@ -103,6 +103,7 @@ Type conv2d_type(Op op, const Type& x, const Type& w, const Attrs& attrs, const 
 Type pool2d_type(Op op, const Type& x, const Attrs& attrs, const SourceLoc& loc) {
   check_nchw(op, x, "the input", loc);
   const Pool2dGeom g = pool2d_geom(op, attrs, x.shape, loc);
+  if (g.layout == ImageLayout::nhwc) return Type{x.dtype, {g.n, g.oh, g.ow, g.c}};
   return Type{x.dtype, {g.n, g.c, g.oh, g.ow}};
 }
 

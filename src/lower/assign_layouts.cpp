@@ -25,16 +25,26 @@ std::vector<ir::Type> operand_types(const ir::Graph& g, const ir::Node& n) {
   return in;
 }
 
-// A 2-d f32 convolution stored NCHW that oneDNN's primitive runs in any
-// layout (not our own kernels), its channels multiples of 8 for blocks:
-// its images can be stored otherwise.
+// A 1x1 convolution at stride 1 without padding, groups or dilation: NHWC,
+// it is a product of [N*H*W, C] rows (a view of the image) and the weight.
+bool pointwise(const ir::Conv2dGeom& c) {
+  return c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 &&
+         c.groups == 1 && !c.volume;
+}
+
+// A 2-d f32 convolution stored NCHW that runs as well in the wanted layout
+// (dnnl_backend.hpp: conv_keeps_nchw), its channels multiples of 8 for
+// blocks: its images can be stored otherwise.
 bool movable_conv(const ir::Graph& g, const ir::Node& n, bool blocked) {
   if (!ir::kConvOps.contains(n.op) || n.type.dtype != DType::f32) return false;
   const std::string* layout = ir::attr<ir::kConvOps, "layout">(n.attrs);
   if (layout && *layout != "nchw") return false;
-  const ir::Conv2dGeom c = ir::conv2d_node_geom(n.op, n.attrs, operand_types(g, n), n.type);
-  if (exec::conv_runs_our_kernels(n.op, c)) return false;
-  return !c.volume && (!blocked || (c.c % 8 == 0 && c.o % 8 == 0));
+  ir::Conv2dGeom c = ir::conv2d_node_geom(n.op, n.attrs, operand_types(g, n), n.type);
+  if (c.volume) return false;
+  if (!blocked && pointwise(c)) return true;  // a product (rewrite below)
+  c.layout = blocked ? ImageLayout::nChw16c : ImageLayout::nhwc;
+  if (exec::conv_keeps_nchw(n.op, c)) return false;
+  return !blocked || (c.c % 8 == 0 && c.o % 8 == 0);
 }
 
 // The images of a blockable convolution: its image operands, and itself
@@ -49,6 +59,14 @@ bool image_elementwise(const ir::Graph& g, const ir::Node& n) {
   if (ir::op_info(n.op).category != ir::OpCategory::elementwise || !is_image(n.type)) return false;
   return std::all_of(n.args.begin(), n.args.end(),
                      [&](ValueId a) { return g.type(a).shape == n.type.shape; });
+}
+
+// A max pooling of NCHW images (or its gradient): NHWC has kernels of its own.
+bool image_max_pool(const ir::Node& n) {
+  if (n.op != Op::max_pool2d && n.op != Op::max_pool2d_grad) return false;
+  const std::string* layout =
+      ir::attr<ir::OpSet{Op::max_pool2d, Op::max_pool2d_grad}, "layout">(n.attrs);
+  return !layout || *layout == "nchw";
 }
 
 // A concatenation of images: along any dim, in the layout's place for it.
@@ -145,6 +163,9 @@ class Assign {
         groups_.join(size_t(images[0]), size_t(images[1]));
         has_conv[size_t(images[0])] = true;
         inner_[size_t(v)] = n.op != Op::conv2d_weight_grad;
+      } else if (want_ == ImageLayout::nhwc && image_max_pool(n)) {
+        for (ValueId a : n.args) groups_.join(size_t(a), size_t(v));
+        inner_[size_t(v)] = true;
       } else if (image_elementwise(g_, n) || image_concat(g_, n) ||
                  image_slice(g_, n, want_ != ImageLayout::nhwc)) {
         for (ValueId a : n.args) groups_.join(size_t(a), size_t(v));
@@ -188,7 +209,11 @@ class Assign {
     return append(ir::Node{
         op, {x}, std::move(attrs), ir::Type{out_.type(x).dtype, shape}, at.loc, at.stage, nullptr});
   }
+  // x in `shape`: a reshape of it (of its source, when x is a reshape), or
+  // that source itself when it has the shape.
   ValueId reshaped(ValueId x, const Shape& shape, const ir::Node& at) {
+    if (out_.node(x).op == Op::reshape) x = out_.node(x).args[0];
+    if (out_.type(x).shape == shape) return x;
     return shape_op(Op::reshape, x, shape, ir::make_attrs<Op::reshape>({{"shape", shape}}), at);
   }
   ValueId transposed(ValueId x, const Shape& perm, const ir::Node& at) {
@@ -230,6 +255,40 @@ class Assign {
                                            {0, 1, 3, 4, 2}, at);
   }
 
+  // Pointwise convolution v (NHWC) as a product of rows of pixels: y = x
+  // w^T, dx = dy w, dw = dy^T x, over [N*H*W, C] and [N*H*W, O] views.
+  void as_product(ValueId v, const ir::Conv2dGeom& c) {
+    const ir::Node& old = g_.node(v);
+    const int64_t rows = c.n * c.h * c.w;
+    auto rows_of = [&](ValueId image, int64_t channels) {
+      return reshaped(stored_value(image), {rows, channels}, old);
+    };
+    const ValueId w = reshaped(plain(old.args[1]), {c.o, c.c}, old);
+    auto product = [&](ValueId a, ValueId b, bool ta, bool tb, const Shape& shape) {
+      ir::Attrs attrs;
+      if (ta) ir::set_attr<Op::matmul, "transpose_a">(attrs, 1);
+      if (tb) ir::set_attr<Op::matmul, "transpose_b">(attrs, 1);
+      return append(ir::Node{Op::matmul,
+                             {a, b},
+                             std::move(attrs),
+                             ir::Type{DType::f32, shape},
+                             old.loc,
+                             old.stage,
+                             nullptr});
+    };
+    if (old.op == Op::conv2d) {
+      stored_[size_t(v)] =
+          reshaped(product(rows_of(old.args[0], c.c), w, false, true, {rows, c.o}), stored(v), old);
+    } else if (old.op == Op::conv2d_input_grad) {
+      stored_[size_t(v)] = reshaped(
+          product(rows_of(old.args[0], c.o), w, false, false, {rows, c.c}), stored(v), old);
+    } else {
+      plain_[size_t(v)] = reshaped(
+          product(rows_of(old.args[1], c.o), rows_of(old.args[0], c.c), true, false, {c.o, c.c}),
+          old.type.shape, old);
+    }
+  }
+
   // Node v of g into out_: at its stored shape when it is an inner op of a
   // group with a layout, else as it was, reading plain operands.
   void rewrite(ValueId v) {
@@ -240,6 +299,9 @@ class Assign {
     if (movable_conv(g_, old, want_ != ImageLayout::nhwc) &&
         layout_of(old.args[0]) != ImageLayout::nchw) {
       const ImageLayout cl = layout_of(old.args[0]);
+      const ir::Conv2dGeom c =
+          ir::conv2d_node_geom(old.op, old.attrs, operand_types(g_, old), old.type);
+      if (cl == ImageLayout::nhwc && pointwise(c)) return as_product(v, c);
       ir::set_attr<ir::kConvOps, "layout">(n.attrs, std::string(ir::layout_name(cl)));
       if (old.op == Op::conv2d_weight_grad) {
         n.args = {stored_value(old.args[0]), stored_value(old.args[1])};
@@ -287,6 +349,9 @@ class Assign {
       if (old.op == Op::concat)
         ir::set_attr<Op::concat, "axis">(n.attrs,
                                          stored_dim(l, ir::attr<Op::concat, "axis">(old.attrs)));
+      if (old.op == Op::max_pool2d || old.op == Op::max_pool2d_grad)
+        ir::set_attr<ir::OpSet{Op::max_pool2d, Op::max_pool2d_grad}, "layout">(
+            n.attrs, std::string(ir::layout_name(l)));
       if (old.op == Op::slice)
         ir::set_attr<Op::slice, "axis">(n.attrs,
                                         stored_dim(l, ir::attr<Op::slice, "axis">(old.attrs)));

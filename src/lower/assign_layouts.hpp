@@ -7,15 +7,19 @@
 // convolution and the next.
 //
 // Groups of images are joined by
-//  - the convolutions oneDNN's primitive runs (2-d, f32; for blocks, input
-//    and output channels multiples of 8): x and y, dy and dx, x and dy. A
-//    convolution that runs as kernels of our own over NCHW images
-//    (products over small maps, a weight gradient in parts of the weight:
-//    dnnl_backend.hpp) keeps NCHW;
+//  - the convolutions oneDNN's primitive runs in the layout (2-d, f32; for
+//    blocks, input and output channels multiples of 8): x and y, dy and dx,
+//    x and dy. A convolution that runs faster as kernels of our own over
+//    NCHW images (products over small maps; blocked, a weight gradient in
+//    parts of the weight, which NHWC slices serve: dnnl_backend.hpp) keeps
+//    NCHW;
 //  - elementwise ops of [N, C, H, W] values (BatchNorm's arithmetic,
 //    activations, their gradients, a residual's add), which compute the
 //    same elements in any layout;
 //  - concatenations and slices of images (along the channels only in NHWC);
+//  - in NHWC, max pooling and its gradient (kernels of their own), and a
+//    pointwise convolution (1x1, stride 1, no padding or groups) of any
+//    map size, which becomes a product of [N*H*W, C] rows and the weight;
 // and the values made at the stored shape are broadcasts to [N, C, H, W]
 // of per-channel, per-image, per-row or 0-d values (BatchNorm's statistics,
 // a scale) and `full` values. Reductions of a stored image over H and W

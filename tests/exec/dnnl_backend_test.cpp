@@ -154,7 +154,8 @@ V relaid(const V& v, ir::ImageLayout l, int64_t n, int64_t c, int64_t h, int64_t
 }
 
 // Every direction with its images stored NHWC or in blocks of 8 or 16
-// channels, compiled (oneDNN, reading and writing those layouts) and
+// channels, compiled (oneDNN, reading and writing those layouts; a weight
+// gradient NHWC in parts of the weight, blocked in parts of the batch) and
 // interpreted in f64 (the loops over NCHW copies): each within rounding of
 // the NCHW f64 reference, relaid. Channel counts the blocks divide; groups,
 // depthwise, strides, padding, 1x1.
@@ -204,6 +205,10 @@ TEST(DnnlConv, EveryImageLayoutMatchesTheF64ReferenceRelaid) {
         };
         const std::string what =
             fmt::format("{} {} stored {}", ir::op_name(op), describe(g), ir::layout_name(l));
+        if (op == Op::conv2d_weight_grad && l == ir::ImageLayout::nhwc && g.groups == 16)
+          EXPECT_NE(make_backend_op(op, attrs, in, out)->impl().find("weight parts"),
+                    std::string::npos)
+              << what << ": NHWC's strided slices of channels serve the parts of the weight";
         const std::vector<float> got =
             run_guarded(op, attrs, in, out, to_f32(sa), to_f32(sb), what);
         expect_close(plain_result(got), want, 1e-5, what + " (compiled)");
@@ -247,6 +252,42 @@ TEST(DnnlConv, ProductsOverTheUnfoldedInputMatchF64ReferenceAndGiveTheSameBitsOn
       }
     }
   set_num_threads(before);
+}
+
+// The products over NHWC images: the same matrices, so the same bits as
+// over NCHW images, relaid; and the weight gradient in parts of the weight
+// reading strided slices of NHWC channels, the same bits too.
+TEST(DnnlConv, OurKernelsOverNhwcImagesGiveTheBitsTheyGiveOverNchw) {
+  std::mt19937 rng(6);
+  const auto l = ir::ImageLayout::nhwc;
+  for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
+    for (const Conv2dGeom& g : backend_conv_cases()) {
+      if (g.volume) continue;
+      Conv2dGeom last = g;
+      last.layout = l;
+      const ConvTypes t = conv_types(op, g);
+      const std::vector<float> a = to_f32(random_vec(t.in[0].numel(), rng)),
+                               b = to_f32(random_vec(t.in[1].numel(), rng));
+      std::vector<float> la = a, lb = b;
+      if (op == Op::conv2d_input_grad)
+        la = relaid(a, l, g.n, g.o, g.oh, g.ow, false);
+      else
+        la = relaid(a, l, g.n, g.c, g.h, g.w, false);
+      if (op == Op::conv2d_weight_grad) lb = relaid(b, l, g.n, g.o, g.oh, g.ow, false);
+      auto plain = [&](const std::vector<float>& v) {
+        if (op == Op::conv2d) return relaid(v, l, g.n, g.o, g.oh, g.ow, true);
+        if (op == Op::conv2d_input_grad) return relaid(v, l, g.n, g.c, g.h, g.w, true);
+        return v;
+      };
+      const std::string what = fmt::format("{} {} NHWC", ir::op_name(op), describe(g));
+      EXPECT_EQ(plain(run_op_guarded(make_conv_products(op, last), t.out, la, lb, what)),
+                run_op_guarded(make_conv_products(op, g), t.out, a, b, what))
+          << what << " as products";
+      if (op == Op::conv2d_weight_grad)
+        EXPECT_EQ(run_op_guarded(make_weight_grad_in_weight_parts(last), t.out, la, lb, what),
+                  run_op_guarded(make_weight_grad_in_weight_parts(g), t.out, a, b, what))
+            << what << " in weight parts";
+    }
 }
 
 TEST(DnnlConv, WeightGradientsRunAsProductsWeightPartsOrBatchParts) {

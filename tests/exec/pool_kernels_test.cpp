@@ -1,5 +1,6 @@
-// The fast max pooling (max_pool2d, max_pool2d_grad) against the reference
-// kernels, bit for bit: ties (values from a few levels, zeros of both
+// The fast max pooling (max_pool2d, max_pool2d_grad, and their NHWC
+// kernels on the images transposed) against the reference kernels, bit for
+// bit: ties (values from a few levels, zeros of both
 // signs), NaNs, padding, overlapping and strided windows, odd sizes, rows
 // wider than one chunk, on 1 and 2 threads.
 #include <bit>
@@ -57,6 +58,25 @@ void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const st
     }
 }
 
+// [n, c, h, w] stored [n, h, w, c], or back (to_nchw).
+template <class T>
+std::vector<T> nhwc(const std::vector<T>& v, int64_t n, int64_t c, int64_t h, int64_t w,
+                    bool to_nchw) {
+  std::vector<T> out(v.size());
+  for (int64_t a = 0; a < n; ++a)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x) {
+          const size_t plain = size_t(((a * c + k) * h + y) * w + x),
+                       last = size_t(((a * h + y) * w + x) * c + k);
+          if (to_nchw)
+            out[plain] = v[last];
+          else
+            out[last] = v[plain];
+        }
+  return out;
+}
+
 template <class T>
 void check_geom(const Pool2dGeom& g, int levels, double nan_rate, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -76,6 +96,16 @@ void check_geom(const Pool2dGeom& g, int levels, double nan_rate, uint32_t seed)
   max_pool2d_grad(g, x.data(), dy.data(), dx.data());
   max_pool2d_grad_ref(g, x.data(), dy.data(), dx_ref.data());
   expect_same_bits(dx, dx_ref, "max_pool2d_grad " + what);
+  // NHWC images: the same bits, transposed.
+  Pool2dGeom last = g;
+  last.layout = ir::ImageLayout::nhwc;
+  const std::vector<T> x_last = nhwc(x, g.n, g.c, g.h, g.w, false);
+  std::vector<T> y_last(y.size()), dx_last(dx.size(), T(7));
+  max_pool2d_nhwc(last, x_last.data(), y_last.data());
+  expect_same_bits(nhwc(y_last, g.n, g.c, g.oh, g.ow, true), y_ref, "max_pool2d_nhwc " + what);
+  max_pool2d_grad_nhwc(last, x_last.data(), nhwc(dy, g.n, g.c, g.oh, g.ow, false).data(),
+                       dx_last.data());
+  expect_same_bits(nhwc(dx_last, g.n, g.c, g.h, g.w, true), dx_ref, "max_pool2d_grad_nhwc " + what);
 }
 
 template <class T>

@@ -150,6 +150,22 @@ TEST(IrGeometry, ImageLayoutsStoreTheSameConvolution) {
   EXPECT_EQ(stored_image(ImageLayout::nChw8c, 2, 16, 9, 7), (Shape{2, 2, 9, 7, 8}));
 }
 
+TEST(IrGeometry, MaxPoolingOfNhwcImages) {
+  const Attrs a = make_attrs<Op::max_pool2d>(
+      {{"kernel", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}, {"layout", "nhwc"}});
+  const Pool2dGeom g = pool2d_geom(Op::max_pool2d, a, {2, 9, 7, 16});
+  EXPECT_EQ(g.layout, ImageLayout::nhwc);
+  EXPECT_EQ((std::vector<int64_t>{g.n, g.c, g.h, g.w, g.oh, g.ow}),
+            (std::vector<int64_t>{2, 16, 9, 7, 5, 4}));
+  EXPECT_EQ(infer_type(Op::max_pool2d, {f32({2, 9, 7, 16})}, a, {}), f32({2, 5, 4, 16}));
+  EXPECT_EQ(ErrorOf([&] {
+              pool2d_geom(Op::max_pool2d,
+                          make_attrs<Op::max_pool2d>({{"kernel", Ints{2}}, {"layout", "nChw16c"}}),
+                          {1, 16, 4, 4}, SourceLoc{"m.cpp", 7});
+            }),
+            "max_pool2d: unknown layout \"nChw16c\": expected nchw or nhwc (at m.cpp:7)");
+}
+
 TEST(IrGeometry, ALayoutThatDoesNotFitIsTheUsersError) {
   const SourceLoc loc{"m.cpp", 7};
   auto conv = [&](const std::string& layout, Shape x, Shape w) {
