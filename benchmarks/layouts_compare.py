@@ -21,6 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_sides as sides  # noqa: E402  (the optimizer)
 import torchvision_compare as tc  # noqa: E402  (the table's models and batches)
 
 LAYOUTS = ("nchw", "channels_last", "blocked")
@@ -40,7 +41,7 @@ def compare(name, args):
     steps = {}
     for layout in LAYOUTS:
         m = copy.deepcopy(model)
-        steps[layout] = wst.compile_train_step(m, tc.make_sgd(m), tc.loss_fn_of(name),
+        steps[layout] = wst.compile_train_step(m, sides.make_sgd(m), tc.loss_fn_of(name),
                                                on_nonfinite="ignore", layouts=layout)
         for _ in range(3):
             steps[layout](*batch)

@@ -68,7 +68,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_compare as pc  # noqa: E402  (environment, eager timing)
 import torch_env  # noqa: E402
-import torchvision_compare as tc  # noqa: E402  (the two sides of one SGD step)
+import compare_sides as sides  # noqa: E402  (the two sides of one SGD step)
 import coverage_report  # noqa: E402  (the differences and the table)
 import user_models  # noqa: E402
 
@@ -164,7 +164,7 @@ def loss_fn_of(name, family):
 # A child: one side of one model
 
 
-class EagerStep(tc.EagerSide):
+class EagerStep(sides.EagerSide):
     """torchvision_compare's eager side with this model's loss."""
 
     def __init__(self, model, batch, loss_fn):
@@ -228,7 +228,7 @@ def run_side(args):
         loss = side.step()
         first_s = time.perf_counter() - t0
     else:
-        side = tc.WholestepSide(model, batch, loss_fn, args.mode)
+        side = sides.WholestepSide(model, batch, loss_fn, args.mode)
         side.compile()
         loss, first_s = side.first_loss.item(), side.compile_s
     torch.save({"loss": loss, "state": model.state_dict()},
@@ -387,8 +387,8 @@ def header(args):
     import torchvision
     lines = [f"CPU: {pc.cpu_summary()}; {args.threads} threads on both sides; torchvision "
              f"{torchvision.__version__}",
-             f"one SGD step (lr {tc.SGD['lr']}, momentum {tc.SGD['momentum']}, weight decay "
-             f"{tc.SGD['weight_decay']}), then {args.steps} timed steps after warm-up (fewer "
+             f"one SGD step (lr {sides.SGD['lr']}, momentum {sides.SGD['momentum']}, weight decay "
+             f"{sides.SGD['weight_decay']}), then {args.steps} timed steps after warm-up (fewer "
              f"past {args.seconds:g} s), "
              f"wholestep {args.mode}; each side in its own process, data segment limited "
              f"to {args.memory_limit:.1f} GiB, {args.timeout:g} s",

@@ -292,23 +292,28 @@ void for_each_window_nhwc(const Pool2dGeom& g, int64_t work, F&& f) {
   });
 }
 
-// The maximum of a window of NHWC pixels into m, channel by channel, by
-// argmax's rule (the first tap, then a strictly greater value or a NaN);
-// with `at`, where it is (the pixel's offset in the image).
-template <class T, class I>
-void window_max(const Pool2dGeom& g, const T* image, const Window& win, T* m, I* at) {
+// Channels of a pixel handled at a time (stack buffers).
+constexpr int64_t kPoolChannels = 256;
+
+// The maximum of a window of NHWC pixels over channels [c0, c0 + cn) into
+// m, channel by channel, by argmax's rule (the first tap, then a strictly
+// greater value or a NaN); with `at`, where it is (the pixel's offset in
+// the image).
+template <class T>
+void window_max(const Pool2dGeom& g, const T* image, const Window& win, int64_t c0, int64_t cn,
+                T* m, int64_t* at) {
   bool first = true;
   for (int64_t y = win.y0; y < win.y1; ++y)
     for (int64_t x = win.x0; x < win.x1; ++x) {
-      const I p = I(y * g.w + x);
-      const T* v = image + p * g.c;
+      const int64_t p = y * g.w + x;
+      const T* v = image + p * g.c + c0;
       if (first) {
-        std::copy_n(v, g.c, m);
-        if (at) std::fill_n(at, g.c, p);
+        std::copy_n(v, cn, m);
+        if (at) std::fill_n(at, cn, p);
         first = false;
         continue;
       }
-      for (int64_t c = 0; c < g.c; ++c) {
+      for (int64_t c = 0; c < cn; ++c) {
         const bool take = (v[c] > m[c]) | (v[c] != v[c]);
         m[c] = take ? v[c] : m[c];
         if (at) at[c] = take ? p : at[c];
@@ -320,11 +325,13 @@ void window_max(const Pool2dGeom& g, const T* image, const Window& win, T* m, I*
 
 template <class T>
 void max_pool2d_nhwc(const Pool2dGeom& g, const T* x, T* y) {
-  for_each_window_nhwc(g, g.ow * g.kh * g.kw * g.c,
-                       [&](int64_t n, int64_t oy, int64_t ox, const Window& win) {
-                         window_max<T, int64_t>(g, x + n * g.h * g.w * g.c, win,
-                                                y + ((n * g.oh + oy) * g.ow + ox) * g.c, nullptr);
-                       });
+  for_each_window_nhwc(
+      g, g.ow * g.kh * g.kw * g.c, [&](int64_t n, int64_t oy, int64_t ox, const Window& win) {
+        T* out = y + ((n * g.oh + oy) * g.ow + ox) * g.c;
+        for (int64_t c0 = 0; c0 < g.c; c0 += kPoolChannels)
+          window_max(g, x + n * g.h * g.w * g.c, win, c0, std::min(kPoolChannels, g.c - c0),
+                     out + c0, static_cast<int64_t*>(nullptr));
+      });
 }
 
 // Each image's gradients are added in the reference's order (output rows,
@@ -333,16 +340,19 @@ void max_pool2d_nhwc(const Pool2dGeom& g, const T* x, T* y) {
 template <class T>
 void max_pool2d_grad_nhwc(const Pool2dGeom& g, const T* x, const T* dy, T* dx) {
   parallel_for(g.n, grain_for(g.oh * g.ow * g.kh * g.kw * g.c), [&](int64_t n0, int64_t n1) {
-    std::vector<T> m(size_t(g.c));
-    std::vector<int64_t> at(size_t(g.c));
+    T m[kPoolChannels];
+    int64_t at[kPoolChannels];
     for (int64_t n = n0; n < n1; ++n) {
       T* image = dx + n * g.h * g.w * g.c;
       std::fill_n(image, g.h * g.w * g.c, T(0));
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          window_max(g, x + n * g.h * g.w * g.c, window(g, oy, ox), m.data(), at.data());
           const T* d = dy + ((n * g.oh + oy) * g.ow + ox) * g.c;
-          for (int64_t c = 0; c < g.c; ++c) image[at[size_t(c)] * g.c + c] += d[c];
+          for (int64_t c0 = 0; c0 < g.c; c0 += kPoolChannels) {
+            const int64_t cn = std::min(kPoolChannels, g.c - c0);
+            window_max(g, x + n * g.h * g.w * g.c, window(g, oy, ox), c0, cn, m, at);
+            for (int64_t c = 0; c < cn; ++c) image[at[c] * g.c + c0 + c] += d[c0 + c];
+          }
         }
     }
   });

@@ -8,7 +8,7 @@
 #include "exec/dnnl_backend.hpp"
 #include "ir/attr.hpp"
 #include "ir/geometry.hpp"
-#include "lower/simplify.hpp"
+#include "lower/rewrite.hpp"
 
 namespace ws::lower {
 namespace {
@@ -75,8 +75,8 @@ bool image_concat(const ir::Graph& g, const ir::Node& n) {
          std::all_of(n.args.begin(), n.args.end(), [&](ValueId a) { return is_image(g.type(a)); });
 }
 
-// A slice of an image along any dim but a blocked layout's channels (the
-// layout is chosen after the groups are; NHWC is the default).
+// A slice of an image along any dim but, in blocks, the channels (its
+// bounds need not fall on blocks).
 bool image_slice(const ir::Graph& g, const ir::Node& n, bool blocked) {
   return n.op == Op::slice && is_image(n.type) && is_image(g.type(n.args[0])) &&
          !(blocked && ir::attr<Op::slice, "axis">(n.attrs) == 1);
@@ -185,12 +185,11 @@ class Assign {
       const int64_t c = g_.type(ValueId(v)).shape[1];
       block[r] = c % 16 == 0 ? block[r] : c % 8 == 0 ? std::min<int64_t>(block[r], 8) : 1;
     }
-    const ImageLayout want = want_;
     for (size_t v = 0; v < n_; ++v)
       if (is_image(g_.type(ValueId(v)))) {
         const size_t r = groups_.find(v);
         if (!conv[r]) continue;
-        if (want == ImageLayout::nhwc)
+        if (want_ == ImageLayout::nhwc)
           layout_[v] = ImageLayout::nhwc;
         else if (block[r] > 1)
           layout_[v] = block[r] == 16 ? ImageLayout::nChw16c : ImageLayout::nChw8c;
@@ -200,10 +199,7 @@ class Assign {
   // The layout of v's group (nchw: v stays as it is).
   ImageLayout layout_of(ValueId v) const { return layout_[size_t(v)]; }
 
-  ValueId append(ir::Node n) {
-    out_.nodes.push_back(std::move(n));
-    return ValueId(out_.nodes.size() - 1);
-  }
+  ValueId append(ir::Node n) { return lower::append(out_, std::move(n)); }
 
   ValueId shape_op(Op op, ValueId x, const Shape& shape, ir::Attrs attrs, const ir::Node& at) {
     return append(ir::Node{

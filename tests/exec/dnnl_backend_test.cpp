@@ -167,7 +167,7 @@ TEST(DnnlConv, EveryImageLayoutMatchesTheF64ReferenceRelaid) {
       conv_geom(2, 48, 5, 5, 16, 1, 1),
       conv_geom(2, 32, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 2),
       conv_geom(4, 16, 7, 7, 16, 3, 3, 2, 2, 1, 1, 1, 1, 16),  // depthwise
-      conv_geom(9, 32, 4, 4, 64, 3, 3, 1, 1, 1, 1),            // batch parts of 2 and 3
+      conv_geom(9, 32, 4, 4, 64, 3, 3, 1, 1, 1, 1),  // weight parts (NHWC), batch parts of 2 and 3
   };
   for (ir::ImageLayout l :
        {ir::ImageLayout::nhwc, ir::ImageLayout::nChw8c, ir::ImageLayout::nChw16c})
