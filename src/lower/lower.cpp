@@ -47,6 +47,19 @@ using exec::SlotKind;
 using ir::Op;
 using ir::ValueId;
 
+// A transpose that leaves one of its matrix dims (the last two) unit-strided
+// over its source's storage: a product reads (or, with `out`, writes) it
+// where it lies, as a transposed or strided matrix oneDNN's kernels take.
+// Matrices with no unit-strided dim (an NHWC image's planes read as NCHW
+// matrices) get oneDNN's reference kernel: the transpose runs as a kernel
+// of its own instead.
+bool matrix_dims_contiguous(const std::vector<int64_t>& perm, bool out) {
+  const int64_t r = int64_t(perm.size());
+  if (r < 2) return true;
+  if (out) return perm[size_t(r - 1)] >= r - 2;
+  return perm[size_t(r - 1)] == r - 1 || perm[size_t(r - 2)] == r - 1;
+}
+
 class Lowering {
  public:
   Lowering(const ir::Graph& g, const LowerOptions& opts) : g_(g), opts_(opts) {}
@@ -112,8 +125,10 @@ class Lowering {
         const ValueId a = n.args[i];
         const bool sc = folds && src[size_t(a)] != ir::kNoValue;
         const Op aop = g_.node(a).op;
-        const bool th = !sc && ((strided && aop == Op::broadcast) ||
-                                (product && i < 2 && aop == Op::transpose));
+        const bool th =
+            !sc && ((strided && aop == Op::broadcast) ||
+                    (product && i < 2 && aop == Op::transpose &&
+                     matrix_dims_contiguous(ir::attr<Op::transpose, "perm">(g_.node(a)), false)));
         scalar[size_t(v)].push_back(sc);
         through[size_t(v)].push_back(th);
         ValueId read = root(sc ? src[size_t(a)] : th ? g_.node(a).args[0] : a);
@@ -136,7 +151,8 @@ class Lowering {
       if (n.op != Op::transpose || !needed[size_t(t)] || root(t) != t) continue;
       const ValueId m = n.args[0];
       if (g_.node(m).op == Op::matmul && exec::is_backend_op(Op::matmul, g_.type(m).dtype) &&
-          uses[size_t(m)] == 1 && !is_output[size_t(m)]) {
+          uses[size_t(m)] == 1 && !is_output[size_t(m)] &&
+          matrix_dims_contiguous(ir::attr<Op::transpose, "perm">(n), true)) {
         written_into[size_t(m)] = t;
         folded[size_t(t)] = true;
       }

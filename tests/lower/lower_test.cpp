@@ -334,6 +334,46 @@ TEST(Lower, ProductReadOnlyByATransposeWritesItsLayout) {
   }
 }
 
+// An NHWC image's planes read as NCHW matrices ([N, C, H, W] of a
+// [N, H, W, C] value: neither matrix dim unit-strided) would get oneDNN's
+// reference kernel: the transpose runs as a kernel of its own, both for an
+// operand and for a product read only by such a transpose. The
+// interpreter's bits either way.
+TEST(Lower, TransposesWithoutAUnitStridedMatrixDimRunAsKernels) {
+  for (bool out : {false, true}) {
+    ir::Graph g;
+    ir::Builder b(g);
+    ValueId x = b.input(ir::InputRole::data, "x", {DType::f32, {2, 3, 3, 4}});
+    ValueId w = b.input(ir::InputRole::data, "w", {DType::f32, {2, 4, 3, 5}});
+    ValueId y = ir::kNoValue;
+    if (out) {  // [2,4,3,3] @ [2,4,3,5] -> [2,4,3,5], stored [2,3,5,4]
+      ValueId m =
+          b.matmul(b.add(Op::transpose, {x}, ir::Attrs{{"perm", std::vector<int64_t>{0, 3, 1, 2}}}),
+                   w, false, false);
+      y = b.add(Op::transpose, {m}, ir::Attrs{{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
+    } else {
+      ValueId t = b.add(Op::transpose, {x}, ir::Attrs{{"perm", std::vector<int64_t>{0, 3, 1, 2}}});
+      y = b.matmul(t, w, false, false);
+    }
+    g.outputs.push_back({ir::OutputRole::user, y, ir::kNoValue, "y"});
+    exec::Program p = lower::lower(g);
+    int transposes = 0;
+    for (const exec::Kernel& k : p.kernels) transposes += std::string(k.name) == "transpose";
+    EXPECT_EQ(transposes, out ? 2 : 1) << p.str();
+    EXPECT_EQ(p.str().find("strided"), std::string::npos) << p.str();
+
+    std::vector<Tensor> in = {randn({2, 3, 3, 4}), randn({2, 4, 3, 5})};
+    const Tensor want = exec::interpret(g, in)[0];
+    Tensor got = Tensor::zeros(g.type(y).shape);
+    exec::Executable e(std::move(p));
+    e.bind_input(0, in[0].data<float>());
+    e.bind_input(1, in[1].data<float>());
+    e.bind_output(0, got.data<float>());
+    e.run();
+    EXPECT_EQ(max_rel_diff(got, want), 0.0) << "out " << out;
+  }
+}
+
 // Each elementwise op lowered (with scalar operands where the kernel takes
 // them) agrees with the interpreter.
 TEST(Lower, ProgramsAgreeWithInterpreterOnEveryKernelKind) {
