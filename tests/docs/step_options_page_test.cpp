@@ -73,7 +73,8 @@ TEST(StepOptionsPages, EveryCommandThatCompilesAStepListsEachOptionWithItsDefaul
         continue;
       }
       ASSERT_NE(at, std::string::npos) << flag << " is not in --help";
-      const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+      // The flag's line, its description perhaps on the next one.
+      const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1) + " ";
       if (info.kind == StepOptionKind::flag) continue;
       EXPECT_NE(line.find("=" + step_option_text(step::option_default(info)) + " "),
                 std::string::npos)
