@@ -38,15 +38,15 @@
 // into a SumStream or MaxStream (reduce.hpp), which give the bits
 // reduce_sum and reduce_max give; then the epilogue runs on the values of a
 // run of results, as arrays. A sum over the leading dims of its operand that
-// keeps the innermost (columns: a bias's gradient, over [M, K]) is not
-// streamed: its bits come from sum_columns' tiles, which walk each column
-// tile through all M rows, and a thread cannot compute a tile's rows
-// without computing the neighbouring columns too. So that kernel runs in
-// three phases: the loop writes the operand (into its result when something
-// reads it, else into the kernel's scratch), reduce_sum sums its columns,
-// and the epilogue (the bias's optimizer update) runs over runs of columns.
-// What that saves is the launches and the gradient's own buffer, not the
-// pass over the operand.
+// keeps the innermost (columns: a bias's gradient over [M, K], BatchNorm's
+// statistics of an NHWC image) gives each column reduce_sum's bits one of
+// two ways (fused_reduce.cpp says which when): streamed, chunks of whole
+// rows through the loop into a ColumnStream (reduce.hpp), threads taking
+// aligned groups of rows (each a subtree of every column's carry tree)
+// combined in order; or in three phases, the loop writing the operand
+// (into its result when something reads it, else into the kernel's
+// scratch), reduce_sum summing its columns. Either way the epilogue then
+// runs over runs of columns.
 //
 // Buffers live on the stack (no allocation per step): at most
 // kMaxFusedBuffers at once, which the fuse pass guarantees by bounding a
@@ -168,10 +168,12 @@ class FusedLoop {
   Shape kept_, reduced_;                           // dims, outer to inner; reduced_ ends in the run
   std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
   void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
-  bool columns_ = false;  // a column sum (three phases; see above)
-  Shape column_walk_;     // [M, K]
+  bool columns_ = false;                                             // a column sum (see above)
+  Shape column_walk_;                                                // [M, K]
   std::vector<int64_t> column_strides_ = {0, 1};
   void run_columns(const void* const* ins, void* const* outs, void* scratch) const;
+  void run_column_phases(const void* const* ins, void* const* outs, std::byte* scratch) const;
+  void run_column_streams(const void* const* ins, void* const* outs, std::byte* scratch) const;
   // The loop over every element, in parallel chunks; with `kept`, value
   // `keep` of each chunk is copied there too (at its element offset).
   void run_loop(const void* const* ins, void* const* outs, int64_t grain, int32_t keep,

@@ -5,6 +5,7 @@
 #include "exec/elementwise.hpp"
 #include "exec/loops.hpp"
 #include "exec/philox.hpp"
+#include "exec/reduce.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
 
@@ -191,12 +192,24 @@ int64_t fused_scratch_bytes(const ir::Graph& body) {
     split_reduction_walk(body.type(n.args[0]).shape, ir::attr<ir::kReduceOps, "axes">(n), kept, ks,
                          reduced, rs);
     if (reduced.empty() || rs.back() == 1) return 0;  // rows: streamed
-    // Columns: the operand (unless the kernel is given it) and the sums.
-    const int64_t es = int64_t(dtype_size(n.type.dtype));
-    const int64_t operand = body.node(n.args[0]).op == Op::input ? 0 : body.type(n.args[0]).numel();
-    return (operand + 64 / es) * es + n.type.numel() * es;
+    // Columns: the sums, then the operand (phases; unless the kernel is
+    // given it) or the groups' sums (streamed), whichever is more.
+    const int64_t es = int64_t(dtype_size(n.type.dtype)), cols = n.type.numel();
+    const int64_t numel = body.type(n.args[0]).numel();
+    const int64_t operand = body.node(n.args[0]).op == Op::input ? 0 : numel;
+    const ColumnGroups cg = column_groups(numel / std::max<int64_t>(cols, 1));
+    return (cols * es + 63) / 64 * 64 + std::max(operand, cg.groups * cols) * es;
   }
   return 0;
+}
+
+ColumnGroups column_groups(int64_t rows) {
+  constexpr int64_t kMostGroups = 64;
+  const int64_t blocks = std::max<int64_t>(1, (rows + kSumBlock - 1) / kSumBlock);
+  ColumnGroups cg;
+  while (blocks > cg.blocks * kMostGroups) cg.blocks *= 2;
+  cg.groups = (blocks + cg.blocks - 1) / cg.blocks;
+  return cg;
 }
 
 bool fusible_elementwise(const ir::Graph& g, ir::ValueId v) {

@@ -27,9 +27,17 @@ constexpr int64_t kMinSegment = 16;
 // Buffers the kernel for `body` needs at most (every result buffered).
 int fused_buffers_needed(const ir::Graph& body);
 
-// Bytes of scratch the kernel for `body` needs (a column sum's operand and
-// sums; 0 for every other fusion).
+// Bytes of scratch the kernel for `body` needs (a column sum's sums, and
+// its groups' partial sums; 0 for every other fusion).
 int64_t fused_scratch_bytes(const ir::Graph& body);
+
+// A column sum's rows (of [M, K], summed over M) in aligned groups of
+// `blocks` blocks of kSumBlock rows each (a power of two: every group is
+// one subtree of each column's carry tree, reduce.hpp), at most 64 groups.
+struct ColumnGroups {
+  int64_t blocks = 1, groups = 1;
+};
+ColumnGroups column_groups(int64_t rows);
 
 // True when a fused loop computes reduction `n` of `g`: a sum or maximum of
 // f32 or f64 whose operand's innermost dim is reduced (rows), or a sum over

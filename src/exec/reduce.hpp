@@ -70,6 +70,34 @@ class SumStream {
   alignas(64) std::byte state_[1536];
 };
 
+// The sums of `width` columns fed rows at a time (a fused loop's sum of an
+// [M, K] value over M), each column's sequence in the order above: add()
+// continues the sequences, finish() gives what reduce_sum gives each
+// column. Rows may be split between streams at multiples of kSumBlock: a
+// stream given each part's sums in order (push_sums, with the blocks the
+// part covers, before any add()) finishes with the whole columns' sums.
+// The state lives in the caller's storage, storage_size(width) values.
+template <class T>
+class ColumnStream {
+ public:
+  static int64_t storage_size(int64_t width);
+  ColumnStream(int64_t width, T* storage);
+  // The next `rows` rows, row i's values at x + i * stride.
+  void add(const T* x, int64_t rows, int64_t stride);
+  void push_sums(const T* sums, int64_t blocks);
+  void finish(T* out);
+
+ private:
+  void flush();
+  static constexpr int kDepth = 64;  // carry entries: one per bit of the block count
+  int64_t width_;
+  T* lanes_;         // kSumLanes rows of width_
+  T* carry_;         // the carry tree's entries: rows of width_
+  int64_t pos_ = 0;  // rows in the current block
+  int depth_ = 0;
+  int64_t size_[kDepth];  // blocks each entry covers
+};
+
 // The maximum of a sequence fed in pieces, as reduce_max gives it.
 template <class T>
 class MaxStream {

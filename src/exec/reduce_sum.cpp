@@ -5,6 +5,7 @@
 
 #include "exec/reduce.hpp"
 #include "exec/reduce_walk.hpp"
+#include "wholestep/error.hpp"
 
 namespace ws::exec {
 namespace {
@@ -16,16 +17,48 @@ constexpr int kMaxDepth = 48;  // carry-tree entries: at most one per bit of the
 // The lane tree of a block: lane j += lane j+w for w = L/2, ..., 1. Lanes at
 // or above `count` were never written and stand for +0, which they would
 // add exactly (a lane is never -0: it starts at +0, and x + y is -0 only
-// when both are), so their steps are skipped.
-template <class T, int64_t N>
-T* lane_tree(T (*lanes)[N], int64_t count, int64_t width) {
+// when both are), so their steps are skipped. Lane j's values are at
+// lanes + j * stride.
+template <class T>
+T* lane_tree(T* lanes, int64_t stride, int64_t count, int64_t width) {
   count = std::min(count, L);
   for (int64_t w = L / 2; w >= 1; w /= 2) {
-    for (int64_t j = 0; j < w && j + w < count; ++j)
-      for (int64_t c = 0; c < width; ++c) lanes[j][c] += lanes[j + w][c];
+    for (int64_t j = 0; j < w && j + w < count; ++j) {
+      T* __restrict a = lanes + j * stride;
+      const T* __restrict b = lanes + (j + w) * stride;
+      for (int64_t c = 0; c < width; ++c) a[c] += b[c];
+    }
     count = std::min(count, w);
   }
-  return lanes[0];
+  return lanes;
+}
+template <class T, int64_t N>
+T* lane_tree(T (*lanes)[N], int64_t count, int64_t width) {
+  return lane_tree(&lanes[0][0], N, count, width);
+}
+
+// The carry tree's push and fold over entries v[d * stride, + width) of
+// `size[d]` blocks each.
+template <class T>
+void carry_push(T* v, int64_t stride, int64_t* size, int& depth, T* x, int64_t s, int64_t width) {
+  while (depth > 0 && size[depth - 1] == s) {
+    --depth;
+    const T* e = v + depth * stride;
+    for (int64_t c = 0; c < width; ++c) x[c] = e[c] + x[c];
+    s *= 2;
+  }
+  std::copy_n(x, width, v + depth * stride);
+  size[depth++] = s;
+}
+template <class T>
+void carry_fold(const T* v, int64_t stride, int depth, T* out, int64_t width) {
+  if (depth == 0) {
+    std::fill_n(out, width, T(0));
+    return;
+  }
+  std::copy_n(v + (depth - 1) * stride, width, out);
+  for (int d = depth - 2; d >= 0; --d)
+    for (int64_t c = 0; c < width; ++c) out[c] = v[d * stride + c] + out[c];
 }
 
 // A carry tree for N sequences advancing in lockstep (a column tile; N = 1
@@ -37,24 +70,10 @@ struct Carry {
   int depth = 0;
 
   // Pushes the sums in `x` (width values, overwritten) covering `s` blocks.
-  void push(T* x, int64_t s, int64_t width) {
-    while (depth > 0 && size[depth - 1] == s) {
-      --depth;
-      for (int64_t c = 0; c < width; ++c) x[c] = v[depth][c] + x[c];
-      s *= 2;
-    }
-    std::copy_n(x, width, v[depth]);
-    size[depth++] = s;
-  }
+  void push(T* x, int64_t s, int64_t width) { carry_push(&v[0][0], N, size, depth, x, s, width); }
   void fold(T* out, int64_t width) const {
-    if (depth == 0) {
-      std::fill_n(out, width, T(0));
-      return;
-    }
     T t[N];
-    std::copy_n(v[depth - 1], width, t);
-    for (int d = depth - 2; d >= 0; --d)
-      for (int64_t c = 0; c < width; ++c) t[c] = v[d][c] + t[c];
+    carry_fold(&v[0][0], N, depth, t, width);
     std::copy_n(t, width, out);
   }
 };
@@ -260,6 +279,42 @@ void reduce_sum(const Shape& shape, const std::vector<int64_t>& strides, const T
 }
 
 template <class T>
+int64_t ColumnStream<T>::storage_size(int64_t width) {
+  return (L + kDepth) * width;
+}
+template <class T>
+ColumnStream<T>::ColumnStream(int64_t width, T* storage)
+    : width_(width), lanes_(storage), carry_(storage + L * width) {}
+template <class T>
+void ColumnStream<T>::add(const T* x, int64_t rows, int64_t stride) {
+  for (int64_t i = 0; i < rows; ++i, x += stride) {
+    T* __restrict l = lanes_ + (pos_ % L) * width_;
+    if (pos_ < L) {  // the lane's first row: +0 + x, as from zeroed lanes
+      for (int64_t c = 0; c < width_; ++c) l[c] = T(0) + x[c];
+    } else {
+      for (int64_t c = 0; c < width_; ++c) l[c] += x[c];
+    }
+    if (++pos_ == B) flush();
+  }
+}
+template <class T>
+void ColumnStream<T>::flush() {
+  carry_push(carry_, width_, size_, depth_, lane_tree(lanes_, width_, pos_, width_), 1, width_);
+  pos_ = 0;
+}
+template <class T>
+void ColumnStream<T>::push_sums(const T* sums, int64_t blocks) {
+  WS_CHECK(pos_ == 0) << "ColumnStream: sums pushed inside a block";
+  std::copy_n(sums, width_, lanes_);
+  carry_push(carry_, width_, size_, depth_, lanes_, blocks, width_);
+}
+template <class T>
+void ColumnStream<T>::finish(T* out) {
+  if (pos_ > 0) flush();
+  carry_fold(carry_, width_, depth_, out, width_);
+}
+
+template <class T>
 SumStream<T>::SumStream() {
   static_assert(sizeof(Stream<T>) <= sizeof(state_) && alignof(Stream<T>) <= 64);
   new (state_) Stream<T>;
@@ -279,5 +334,7 @@ template void reduce_sum<float>(const Shape&, const std::vector<int64_t>&, const
 template void reduce_sum<double>(const Shape&, const std::vector<int64_t>&, const double*, double*);
 template class SumStream<float>;
 template class SumStream<double>;
+template class ColumnStream<float>;
+template class ColumnStream<double>;
 
 }  // namespace ws::exec

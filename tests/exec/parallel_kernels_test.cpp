@@ -365,6 +365,32 @@ TEST(ParallelKernels,
       });
 }
 
+// Reduce fusions over columns (BatchNorm's statistics of an NHWC image, a
+// bias's gradient: sums over every dim but the innermost), streamed a chunk
+// of rows (or a range of columns) at a time: rows within a block, exactly
+// one, several, and more than 64 blocks (the rows in aligned groups);
+// columns from one to more than a chunk holds (ranges of columns); the
+// loop's own value written out too, and an epilogue on the sums.
+TEST(ParallelKernels, ReduceFusionsOverColumnsGiveTheSameBitsOnAnyThreadCount) {
+  for (const Shape& shape : {Shape{1, 1, 3, 5}, Shape{1, 7, 9, 64}, Shape{2, 4, 8, 130},
+                             Shape{2, 1, 512, 3}, Shape{5, 1, 1025, 17}, Shape{1, 67, 1024, 3},
+                             Shape{1, 2, 3, 2100}, Shape{1, 1, 1030, 2100}})
+    for (DType dt : {DType::f32, DType::f64}) {
+      ir::Graph g;
+      ir::Builder bl(g);
+      ValueId x = bl.input(ir::InputRole::data, "x", {dt, shape});
+      ValueId y = bl.input(ir::InputRole::data, "y", {dt, shape});
+      ValueId xy = bl.binary(Op::mul, x, bl.unary(Op::neg, y));
+      ValueId sum = bl.reduce(Op::reduce_sum, xy, {0, 1, 2});
+      output(g, xy, "product");
+      output(g, bl.binary(Op::mul, sum, sum), "squared_sum");
+      std::string what = std::string(dtype_name(dt)) + "[";
+      for (int64_t d : shape) what += std::to_string(d) + ",";
+      expect_same_bits_everywhere(
+          g, {mixed_values(numel(shape), dt, 13), mixed_values(numel(shape), dt, 14)}, what + "]");
+    }
+}
+
 // The documented order, transcribed directly: blocks of kSumBlock, lanes
 // j mod kSumLanes summed left to right from +0, the lane tree, the carry
 // tree, the fold from the top.
