@@ -309,12 +309,13 @@ steps: rounds x steps per round, per side; ms: median ms per step. aot: AOTAutog
 (functorch.compile.aot_module, TorchScript graphs, the min-cut partitioner) and torch's
 optimizer. eager / aot, eager / three, eager / single: torch eager's time over the other side's
 (above 1: faster than eager). floor: the single graph's convolutions and matrix products alone,
-each one oneDNN primitive in the layouts it picks (TrainStep.floor), the median of one measure
-a round; single / floor: how far the step is above it. threads: the team wholestep's timed
-steps ran on (and how many ran on another). compile: the first step, capture included. kernels
-and peak: wholestep's kernels per step and planned peak memory (parameters, optimizer state,
-arenas). eager SGD: the faster of torch's foreach and per-parameter (for-loop) paths, picked
-during warm-up (aot takes the same). A failed side's error is its first line."""
+each one oneDNN primitive in the layouts it picks or, if faster, the step's (TrainStep.floor),
+the median of one measure a round; single / floor: how far the step is above it. threads: the
+team wholestep's timed steps ran on (and how many ran on another). compile: the first step,
+capture included. kernels and peak: wholestep's kernels per step and planned peak memory
+(parameters, optimizer state, arenas). eager SGD: the faster of torch's foreach and
+per-parameter (for-loop) paths, picked during warm-up (aot takes the same). A failed side's
+error is its first line."""
 
 
 def markdown_table(results, rounds):

@@ -1,7 +1,9 @@
 // The floor under a step's time (TrainStep::floor): its convolutions and
 // matrix products alone, each one oneDNN primitive that reads and writes
 // every operand in the layout the primitive picks (no reorder before or
-// after it), on the whole pool. What a step spends beyond its floor is
+// after it; a convolution over images the step stores NHWC or in blocks:
+// the faster of that and a jit kernel reading them where they lie), on the
+// whole pool. What a step spends beyond its floor is
 // everything else: reorders to and from its layouts, elementwise and
 // normalization passes, the optimizer, waits.
 #pragma once

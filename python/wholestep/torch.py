@@ -312,8 +312,9 @@ class TrainStep:
     def floor(self, *args, rounds=10):
         """The floor under the step compiled for this batch: each of its
         convolutions and matrix products alone, one oneDNN primitive
-        reading and writing every operand in the layout it picks, timed
-        over `rounds` passes on the whole pool; trains nothing. Returns
+        reading and writing every operand in the layout it picks (or, for
+        a convolution over NHWC images, reading them where they lie, if
+        faster), timed over `rounds` passes on the whole pool; trains nothing. Returns
         {"ms": the sum, "parts": [(what, impl, calls, ms, flops)]}, most
         time first."""
         with self._lock:

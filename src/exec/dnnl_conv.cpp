@@ -88,14 +88,10 @@ ConvDescs conv_descs(const Conv2dGeom& g, int64_t x_channels = 0, int64_t y_chan
 
 namespace {
 
-// With `blocked`, a weight gradient is written in the layout its primitive
-// picks, described there, rather than reordered to ours. With `native`,
-// every operand is read and written in the layout the primitive picks.
-std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
-                                     dnnl::memory::desc* blocked = nullptr, int64_t x_channels = 0,
-                                     int64_t y_channels = 0, bool native = false) {
+// The primitive over descriptors c (see make_conv_op).
+std::shared_ptr<DnnlOp> make_conv_primitive(Op op, const Conv2dGeom& g, const ConvDescs& c,
+                                            dnnl::memory::desc* blocked, bool native) {
   auto k = std::make_shared<DnnlOp>();
-  const ConvDescs c = conv_descs(g, x_channels, y_channels);
   auto ours = [&](const dnnl::memory::desc& plain, const dnnl::memory::desc& want) {
     return native ? want : plain;
   };
@@ -145,6 +141,38 @@ std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
   return k;
 }
 
+// With `blocked`, a weight gradient is written in the layout its primitive
+// picks, described there, rather than reordered to ours. With `native`,
+// every operand is read and written in the layout the primitive picks,
+// images too unless `stored_images`. Images stored NHWC or in blocks are
+// read and written where they lie when oneDNN has a jit kernel for that
+// layout (no reorder around the convolution); else (its gemm or reference
+// kernels: a depthwise weight gradient over NHWC images, say) the
+// primitive takes the layout it picks and the images are reordered to it
+// and back.
+std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
+                                     dnnl::memory::desc* blocked = nullptr, int64_t x_channels = 0,
+                                     int64_t y_channels = 0, bool native = false,
+                                     bool stored_images = true) {
+  ConvDescs c = conv_descs(g, x_channels, y_channels);
+  if (stored_images && !g.volume && g.layout != ir::ImageLayout::nchw && x_channels == 0 &&
+      y_channels == 0) {
+    ConvDescs stored = c;
+    stored.x_any = c.x;
+    stored.y_any = c.y;
+    try {
+      dnnl::memory::desc weights;
+      auto k = make_conv_primitive(op, g, stored, blocked ? &weights : nullptr, native);
+      if (k->impl().rfind("jit", 0) == 0 || k->impl().rfind("brg", 0) == 0) {
+        if (blocked) *blocked = weights;
+        return k;
+      }
+    } catch (const dnnl::error&) {  // no implementation reads the layout: the picked one
+    }
+  }
+  return make_conv_primitive(op, g, c, blocked, native);
+}
+
 }  // namespace
 
 std::shared_ptr<const BackendOp> make_conv(Op op, const Conv2dGeom& g) {
@@ -156,8 +184,8 @@ std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const Conv2dGeom& g, 
   return make_conv_op(Op::conv2d_weight_grad, g, nullptr, x_channels, y_channels);
 }
 
-std::shared_ptr<const DnnlOp> make_native_conv(Op op, const Conv2dGeom& g) {
-  return make_conv_op(op, g, nullptr, 0, 0, true);
+std::shared_ptr<const DnnlOp> make_native_conv(Op op, const Conv2dGeom& g, bool stored_images) {
+  return make_conv_op(op, g, nullptr, 0, 0, true, stored_images);
 }
 
 BlockedWeightGrad make_weight_grad_blocked(const Conv2dGeom& g) {

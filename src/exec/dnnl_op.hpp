@@ -116,10 +116,12 @@ std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const ir::Conv2dGeom&
                                                            int64_t x_channels, int64_t y_channels);
 
 // The floor's ops (floor.hpp): a convolution reading and writing every
-// operand in the layout its primitive picks, no reorder; a matrix product
-// as one primitive over row-major operands (transposed ones read through
-// strides), not in parts.
-std::shared_ptr<const DnnlOp> make_native_conv(ir::Op op, const ir::Conv2dGeom& g);
+// operand in the layout its primitive picks (its images in g's layout
+// instead, with `stored_images`, when a jit kernel reads that), no
+// reorder; a matrix product as one primitive over row-major operands
+// (transposed ones read through strides), not in parts.
+std::shared_ptr<const DnnlOp> make_native_conv(ir::Op op, const ir::Conv2dGeom& g,
+                                               bool stored_images);
 std::shared_ptr<const DnnlOp> make_whole_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                                 const ir::Attrs& attrs);
 

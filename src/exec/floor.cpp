@@ -1,5 +1,6 @@
-// measure_floor (floor.hpp): one primitive per shape, buffers in its own
-// layouts, timed in graph order.
+// measure_floor (floor.hpp): one primitive per shape (the faster of two for
+// a convolution over NHWC or blocked images), buffers in its own layouts,
+// timed in graph order.
 #include "exec/floor.hpp"
 
 #include <algorithm>
@@ -36,11 +37,29 @@ Buffer filled(int64_t bytes) {
   return b;
 }
 
-struct Contraction {
-  FloorPart part;
+// One way to run a contraction: a primitive on buffers of its own.
+struct Way {
   std::shared_ptr<const DnnlOp> op;
   Buffer a, b, out, scratch;
   std::vector<double> ms;  // one entry per run
+};
+
+Way way_of(std::shared_ptr<const DnnlOp> op) {
+  Way w;
+  w.a = filled(op->operand_bytes(0));
+  w.b = filled(op->operand_bytes(1));
+  w.out = filled(op->operand_bytes(2));
+  w.scratch = filled(op->scratch_bytes());
+  w.op = std::move(op);
+  return w;
+}
+
+// A contraction's shape: its ways (a convolution over images the step
+// stores NHWC or in blocks: oneDNN's picked layouts, and those images
+// where they lie when a jit kernel reads them), the faster one counting.
+struct Contraction {
+  FloorPart part;
+  std::vector<Way> ways;
 };
 
 std::string dims(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
@@ -86,35 +105,41 @@ std::vector<FloorPart> measure_floor(std::span<const ir::Graph> graphs, int roun
       if (added) {
         auto s = std::make_unique<Contraction>();
         s->part.what = key;
-        s->op = n.op == Op::matmul
-                    ? make_whole_matmul(in, n.type, n.attrs)
-                    : make_native_conv(n.op, conv2d_node_geom(n.op, n.attrs, in, n.type));
-        s->part.impl = s->op->impl();
-        s->a = filled(s->op->operand_bytes(0));
-        s->b = filled(s->op->operand_bytes(1));
-        s->out = filled(s->op->operand_bytes(2));
-        s->scratch = filled(s->op->scratch_bytes());
+        if (n.op == Op::matmul) {
+          s->ways.push_back(way_of(make_whole_matmul(in, n.type, n.attrs)));
+        } else {
+          const Conv2dGeom c = conv2d_node_geom(n.op, n.attrs, in, n.type);
+          s->ways.push_back(way_of(make_native_conv(n.op, c, false)));
+          if (c.layout != ir::ImageLayout::nchw) {
+            Way stored = way_of(make_native_conv(n.op, c, true));
+            if (stored.op->impl() != s->ways[0].op->impl()) s->ways.push_back(std::move(stored));
+          }
+        }
         shapes.push_back(std::move(s));
       }
       Contraction& s = *shapes[it->second];
       ++s.part.calls;
-      s.part.flops += s.op->flops();
+      s.part.flops += s.ways[0].op->flops();
       order.push_back(it->second);
     }
   using clock = std::chrono::steady_clock;
   for (int r = 0; r < rounds + 1; ++r)  // the first round warms up
-    for (size_t i : order) {
-      Contraction& s = *shapes[i];
-      const auto t0 = clock::now();
-      s.op->run(s.a.get(), s.b.get(), s.out.get(), s.scratch.get(), nullptr, nullptr);
-      const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-      if (r > 0) s.ms.push_back(ms);
-    }
+    for (size_t i : order)
+      for (Way& w : shapes[i]->ways) {
+        const auto t0 = clock::now();
+        w.op->run(w.a.get(), w.b.get(), w.out.get(), w.scratch.get(), nullptr, nullptr);
+        const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+        if (r > 0) w.ms.push_back(ms);
+      }
   std::vector<FloorPart> parts;
   for (auto& s : shapes) {
-    std::vector<double>& v = s->ms;
-    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-    s->part.ms = v[v.size() / 2] * double(s->part.calls);
+    s->part.ms = -1;
+    for (Way& w : s->ways) {
+      std::vector<double>& v = w.ms;
+      std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+      const double ms = v[v.size() / 2] * double(s->part.calls);
+      if (s->part.ms < 0 || ms < s->part.ms) s->part.ms = ms, s->part.impl = w.op->impl();
+    }
     parts.push_back(s->part);
   }
   std::sort(parts.begin(), parts.end(),

@@ -254,6 +254,27 @@ TEST(DnnlConv, ProductsOverTheUnfoldedInputMatchF64ReferenceAndGiveTheSameBitsOn
   set_num_threads(before);
 }
 
+// Images stored NHWC or in blocks are read and written where they lie: the
+// primitive oneDNN picks for a plain, a strided and a pointwise convolution
+// in every direction is a jit kernel over that layout, with no reorder of
+// an image around it (only the weight is reordered to its blocks).
+TEST(DnnlConv, StoredImagesAreReadWhereTheyLieWithoutReorders) {
+  for (ir::ImageLayout l : {ir::ImageLayout::nhwc, ir::ImageLayout::nChw16c})
+    for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
+      for (Conv2dGeom g : {conv_geom(4, 32, 16, 16, 32, 3, 3, 1, 1, 1, 1),
+                           conv_geom(4, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1),
+                           conv_geom(4, 64, 8, 8, 32, 1, 1, 1, 1, 0, 0)}) {
+        g.layout = l;
+        TeamScope one(1);
+        const std::string impl = make_conv(op, g)->impl();
+        SCOPED_TRACE(fmt::format("{} {} {}", ir::layout_name(l), ir::op_name(op), describe(g)));
+        EXPECT_TRUE(impl.rfind("jit", 0) == 0 || impl.rfind("brg", 0) == 0) << impl;
+        for (const char* image : {"src", "dst", "diff_src", "diff_dst"})
+          EXPECT_EQ(impl.find(fmt::format(" {}", image), impl.find("reorders:")), std::string::npos)
+              << impl;
+      }
+}
+
 // The products over NHWC images: the same matrices, so the same bits as
 // over NCHW images, relaid; and the weight gradient in parts of the weight
 // reading strided slices of NHWC channels, the same bits too.
