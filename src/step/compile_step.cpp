@@ -5,6 +5,7 @@
 #include "exec/collective_kernels.hpp"
 #include "exec/dnnl_backend.hpp"
 #include "ir/attr.hpp"
+#include "lower/assign_layouts.hpp"
 #include "lower/lower.hpp"
 #include "step/data_parallel.hpp"
 #include "step/train_step_impl.hpp"
@@ -20,6 +21,13 @@ void count_collectives(const ir::Graph& g, StepCounters& k) {
       ++k.collectives;
       k.comm_bytes += int64_t(exec::storage_bytes(n.op, n.attrs, n.type));
     }
+}
+
+// The image layout the step option asks for (assign_layouts.hpp).
+ir::ImageLayout image_layouts(ImageLayouts l) {
+  return l == ImageLayouts::channels_last ? ir::ImageLayout::nhwc
+         : l == ImageLayouts::blocked     ? ir::ImageLayout::nChw16c
+                                          : ir::ImageLayout::nchw;
 }
 
 // The counters of an interpreted step graph: its nodes, their flops, and
@@ -107,6 +115,14 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile_graphs(step::CapturedSt
   if (opts.mode == StepMode::interpret) {
     for (auto& [name, t] : cap.persistent) c->persistent.push_back(t);
     c->step_graph = partition::single_graph(cap.joint);
+    // Its images stored as the compiled modes store them: a convolution
+    // over NHWC images sums in another order than over NCHW ones, and the
+    // interpreter runs the compiled modes' convolutions, so their bits.
+    bool changed = false;
+    if (image_layouts(opts.layouts) == ir::ImageLayout::nhwc)
+      c->step_graph = lower::channels_last(c->step_graph, &changed);
+    else if (image_layouts(opts.layouts) == ir::ImageLayout::nChw16c)
+      c->step_graph = lower::blocked_layouts(c->step_graph, &changed);
     step::after_stage(c->step_graph, "step");
     c->graphs = {c->step_graph};
     const ir::Graph& g = c->step_graph;
@@ -147,12 +163,8 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile_graphs(step::CapturedSt
   for (const ir::Graph& g : c->graphs) {
     step::after_stage(g, g.name);
     c->lowered.emplace_back();
-    const ir::ImageLayout layouts =
-        opts.layouts == ImageLayouts::channels_last ? ir::ImageLayout::nhwc
-        : opts.layouts == ImageLayouts::blocked     ? ir::ImageLayout::nChw16c
-                                                    : ir::ImageLayout::nchw;
-    c->programs.emplace_back(
-        lower::lower(g, {.fuse = opts.fuse, .layouts = layouts}, &c->lowered.back()));
+    c->programs.emplace_back(lower::lower(
+        g, {.fuse = opts.fuse, .layouts = image_layouts(opts.layouts)}, &c->lowered.back()));
     bind_program(*c, c->programs.back(), cap);
   }
   c->partition.emplace(std::move(cap.joint), std::move(plan));
