@@ -154,7 +154,7 @@ std::shared_ptr<DnnlOp> make_conv_op(Op op, const Conv2dGeom& g,
                                      dnnl::memory::desc* blocked = nullptr, int64_t x_channels = 0,
                                      int64_t y_channels = 0, bool native = false,
                                      bool stored_images = true) {
-  ConvDescs c = conv_descs(g, x_channels, y_channels);
+  const ConvDescs c = conv_descs(g, x_channels, y_channels);
   if (stored_images && !g.volume && g.layout != ir::ImageLayout::nchw && x_channels == 0 &&
       y_channels == 0) {
     ConvDescs stored = c;

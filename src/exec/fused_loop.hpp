@@ -170,6 +170,7 @@ class FusedLoop {
   void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
   bool columns_ = false;                                             // a column sum (see above)
   Shape column_walk_;                                                // [M, K]
+  ColumnGroups column_groups_;                                       // of its M rows
   std::vector<int64_t> column_strides_ = {0, 1};
   void run_columns(const void* const* ins, void* const* outs, void* scratch) const;
   void run_column_phases(const void* const* ins, void* const* outs, std::byte* scratch) const;

@@ -129,7 +129,10 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
         << "fused loop: a reduction keeping its operand's innermost dim that is not one sum "
            "over leading dims";
     results_ = ws::numel(kept_);
-    if (columns_) column_walk_ = {reduced_[0], kept_[0]};
+    if (columns_) {
+      column_walk_ = {reduced_[0], kept_[0]};
+      column_groups_ = column_groups(reduced_[0]);
+    }
   }
   // Rows: the shape merged as far as every broadcast operand allows.
   {

@@ -198,17 +198,17 @@ int64_t fused_scratch_bytes(const ir::Graph& body) {
     const int64_t numel = body.type(n.args[0]).numel();
     const int64_t operand = body.node(n.args[0]).op == Op::input ? 0 : numel;
     const ColumnGroups cg = column_groups(numel / std::max<int64_t>(cols, 1));
-    return (cols * es + 63) / 64 * 64 + std::max(operand, cg.groups * cols) * es;
+    return column_work_offset(cols, es) + std::max(operand, cg.groups * cols) * es;
   }
   return 0;
 }
 
 ColumnGroups column_groups(int64_t rows) {
   constexpr int64_t kMostGroups = 64;
-  const int64_t blocks = std::max<int64_t>(1, (rows + kSumBlock - 1) / kSumBlock);
   ColumnGroups cg;
-  while (blocks > cg.blocks * kMostGroups) cg.blocks *= 2;
-  cg.groups = (blocks + cg.blocks - 1) / cg.blocks;
+  cg.all = std::max<int64_t>(1, (rows + kSumBlock - 1) / kSumBlock);
+  while (cg.all > cg.blocks * kMostGroups) cg.blocks *= 2;
+  cg.groups = (cg.all + cg.blocks - 1) / cg.blocks;
   return cg;
 }
 

@@ -36,8 +36,15 @@ int64_t fused_scratch_bytes(const ir::Graph& body);
 // one subtree of each column's carry tree, reduce.hpp), at most 64 groups.
 struct ColumnGroups {
   int64_t blocks = 1, groups = 1;
+  int64_t all = 1;  // blocks of the rows
 };
 ColumnGroups column_groups(int64_t rows);
+// Where a column sum's scratch holds the operand (in phases) or the groups'
+// sums (streamed): after the `cols` sums of `esize` bytes, at a 64-byte
+// boundary.
+inline int64_t column_work_offset(int64_t cols, int64_t esize) {
+  return (cols * esize + 63) / 64 * 64;
+}
 
 // True when a fused loop computes reduction `n` of `g`: a sum or maximum of
 // f32 or f64 whose operand's innermost dim is reduced (rows), or a sum over

@@ -97,7 +97,7 @@ void FusedLoop::run_epilogue(int64_t k0, int64_t n, const void* const* ins, void
 void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scratch) const {
   WS_CHECK(scratch) << "fused loop: a column sum without scratch";
   std::byte* sc = static_cast<std::byte*>(scratch);
-  if (column_groups(reduced_[0]).groups >= team())
+  if (column_groups_.groups >= team())
     run_column_streams(ins, outs, sc);
   else
     run_column_phases(ins, outs, sc);
@@ -129,7 +129,7 @@ void FusedLoop::run_column_phases(const void* const* ins, void* const* outs,
       << "fused loop: a column sum of a value read as " << int(src.kind);
   // 1. The loop, leaving the operand in its result, or in scratch (a
   // computed value, or a broadcast operand gathered chunk by chunk).
-  std::byte* sc = scratch + (cols * es + 63) / 64 * 64;
+  std::byte* sc = scratch + column_work_offset(cols, es);
   const void* x = src.kind == Kind::input    ? ins[src.index]
                   : src.kind == Kind::output ? outs[src.index]
                                              : sc;
@@ -150,7 +150,7 @@ void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
   const Reduction& r = reductions_[0];
   const int64_t rows = reduced_[0], cols = kept_[0];
   // Tasks: a group of rows and a range of columns that a chunk holds.
-  const ColumnGroups cg = column_groups(rows);
+  const ColumnGroups& cg = column_groups_;
   const int64_t ranges = (cols + kFusedChunk - 1) / kFusedChunk;
   const int64_t width = (cols + ranges - 1) / ranges;
   const int64_t tasks = cg.groups * ranges, span = cg.blocks * kSumBlock;
@@ -158,7 +158,7 @@ void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
   auto sum_columns = [&](auto zero) {
     using T = decltype(zero);
     T* sums = reinterpret_cast<T*>(scratch);
-    T* parts = reinterpret_cast<T*>(scratch + (cols * int64_t(sizeof(T)) + 63) / 64 * 64);
+    T* parts = reinterpret_cast<T*>(scratch + column_work_offset(cols, int64_t(sizeof(T))));
     parallel_for(
         tasks, grain,
         [&](int64_t begin, int64_t end) {
@@ -192,9 +192,8 @@ void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
       const size_t need = size_t(ColumnStream<T>::storage_size(cols));
       if (state.size() < need) state.resize(need);
       ColumnStream<T> stream(cols, state.data());
-      const int64_t blocks = (rows + kSumBlock - 1) / kSumBlock;
       for (int64_t g = 0; g < cg.groups; ++g)
-        stream.push_sums(parts + g * cols, std::min(cg.blocks, blocks - g * cg.blocks));
+        stream.push_sums(parts + g * cols, std::min(cg.blocks, cg.all - g * cg.blocks));
       stream.finish(sums);
     }
   };
