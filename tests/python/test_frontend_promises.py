@@ -16,6 +16,7 @@ import torch
 
 import wholestep
 import wholestep.torch as wst
+from wholestep import _train_step  # where TrainStep looks up the importer
 from wholestep import _capture
 
 nn = torch.nn
@@ -393,7 +394,7 @@ def test_a_first_step_that_fails_before_running_changes_nothing(monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # as a Ctrl-C inside the compile would be
 
-    monkeypatch.setattr(wst, "Importer", interrupted)
+    monkeypatch.setattr(_train_step, "Importer", interrupted)
     with pytest.raises(KeyboardInterrupt):
         step(*batch())
     for k, v in model.state_dict().items():
