@@ -203,7 +203,17 @@ BatchNormResult batch_norm_functional(const Tensor& x, const Tensor& running_mea
   Tensor read = identity(x, loc);
   Tensor mu = cast(mean(cast(read, DType::f64, loc), axes, loc), x.dtype(), loc);
   if (sync) mu = capture::all_reduce_mean(mu, loc);
-  Tensor xc = sub(read, channels(mu), loc);
+  // The gradient is torch's: every path from x through the mean is written
+  // per channel. x - mean reads the mean held (no gradient through it), so
+  // the variance's gradient leaves the mean out -- its part there,
+  // -2/n sum(x - mean) per channel, is exactly 0 -- and the output's part,
+  // -scale sum(dy) per channel, comes through the shift below, whose value
+  // is (mean - mean) (-scale) = 0. The input's gradient then needs the sums of
+  // dy and dy (x - mean) (one pass over the activation, shared with the
+  // weight's and the bias's) and one elementwise pass, where a mean read with
+  // its gradient would make it wait on a third sum, of dy scale.
+  const Tensor held = stop_gradient(mu, loc);
+  Tensor xc = sub(read, channels(held), loc);
   Tensor var = mean(mul(xc, xc, loc), axes, loc);
   if (sync) var = capture::all_reduce_mean(var, loc);
   if (running_mean.defined() && running_var.defined()) {
@@ -212,9 +222,14 @@ BatchNormResult batch_norm_functional(const Tensor& x, const Tensor& running_mea
     Tensor unbiased = mul(var, double(n) / double(n - 1), loc);
     r.running_var = add(mul(running_var, 1 - momentum, loc), mul(unbiased, momentum, loc), loc);
   }
-  Tensor y = mul(xc, channels(rsqrt(add(var, eps, loc), loc)), loc);
-  if (weight.defined()) y = mul(y, channels(weight), loc);
-  if (bias.defined()) y = add(y, channels(bias), loc);
+  // One scale per channel, 1/sqrt(var + eps) times the weight, as torch's
+  // CPU kernel scales: the weight's and the variance's gradients share one
+  // sum, of dy (x - mean).
+  Tensor scale = rsqrt(add(var, eps, loc), loc);
+  if (weight.defined()) scale = mul(scale, weight, loc);
+  Tensor shift = mul(sub(mu, held, loc), neg(scale, loc), loc);
+  if (bias.defined()) shift = add(bias, shift, loc);
+  Tensor y = add(mul(xc, channels(scale), loc), channels(shift), loc);
   r.y = y;
   return r;
 }
