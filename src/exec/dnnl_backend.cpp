@@ -367,6 +367,43 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
   return conv_as_products(g) ? make_conv_products(op, g) : make_conv(op, g);
 }
 
+// Whether a convolution made for the pool and its one-thread twin give the
+// same bits. oneDNN chooses a brgemm convolution's blocking by the team it
+// is made for, and over NHWC images of one image with a padded width that
+// can change the order of an output's sum (5 of 4500 random shapes, the
+// same kernel named either way; its blocked and jit kernels showed none), so
+// both run once on the same operands: magnitudes within [0.5, 4), random
+// signs and mantissas, so that products are alike and a sum of three or
+// more taken in another order shows in the last bits. Where they differ the
+// step runs the twin on any team (none in 5000 random shapes after, against
+// 6 before; wide magnitudes, where the small products vanish either way,
+// missed one of the five).
+bool same_bits(const BackendOp& whole, const BackendOp& solo, std::span<const ir::Type> in_types,
+               const ir::Type& out_type) {
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto operand = [&](const ir::Type& t) {
+    std::vector<float> v(size_t(t.numel()));
+    for (float& x : v) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const uint32_t r = uint32_t(state >> 32);
+      x = std::ldexp(1.0f + float(r & 0xffff) / 65536.0f, int((r >> 16) % 3) - 1) *
+          ((r >> 31) ? -1.0f : 1.0f);
+    }
+    return v;
+  };
+  const std::vector<float> a = operand(in_types[0]), b = operand(in_types[1]);
+  auto run = [&](const BackendOp& k, int team) {
+    TeamScope on(team);
+    std::vector<float> out(size_t(out_type.numel()));
+    std::vector<std::byte> scratch(size_t(k.scratch_bytes()) + 64);
+    auto* aligned =
+        reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    k.run(a.data(), b.data(), out.data(), aligned);
+    return out;
+  };
+  return run(whole, num_threads()) == run(solo, 1);
+}
+
 }  // namespace
 
 std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
@@ -388,6 +425,9 @@ std::shared_ptr<const BackendOp> make_backend_op(Op op, const ir::Attrs& attrs,
   // A primitive whose bits depend on its team is made for one thread and
   // runs on one (DnnlOp), whatever the pool: the same bits on any team.
   if (team_dependent(*whole) || whole->impl() != solo->impl()) return solo;
+  if ((op == Op::conv2d || op == Op::conv2d_input_grad) && whole->impl().rfind("brg", 0) == 0 &&
+      !same_bits(*whole, *solo, in_types, out_type))  // made for one thread, runs on one
+    return solo;
   return make_team_or_solo(whole, solo);
 }
 

@@ -160,7 +160,7 @@ const std::vector<Config>& configs() {
         {"single_graph unfused", {.mode = M::single_graph, .fuse = false}, 2},
         {"single_graph, no aliasing", {.mode = M::single_graph, .aliasing = false}, 2},
         {"three_graph", {.mode = M::three_graph}, 2},
-        {"single_graph channels_last", {.mode = M::single_graph, .layouts = L::channels_last}, 2},
+        {"single_graph nchw", {.mode = M::single_graph, .layouts = L::nchw}, 2},
         {"three_graph blocked", {.mode = M::three_graph, .layouts = L::blocked}, 2},
         {"three_graph unfused, no recompute",
          {.mode = M::three_graph, .fuse = false, .recompute = false},
