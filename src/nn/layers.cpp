@@ -139,9 +139,18 @@ Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight
     axes.push_back(a);
     k[size_t(a)] = 1;
   }
-  Tensor xc = center(x, axes, loc);
+  // The gradient's paths through the mean are written per row, as for
+  // batch_norm's channels (see there): x - mean reads the mean held, and the
+  // normalized value's part through the mean comes through a term of value
+  // (mean - mean) (-1/sqrt(var + eps)) = 0. The input's gradient then needs
+  // one level of row sums (of dy w and dy w (x - mean)), not three.
+  Tensor read = identity(x, loc);
+  Tensor mu = mean(read, axes, loc).reshape(k, loc);
+  const Tensor held = stop_gradient(mu, loc);
+  Tensor xc = sub(read, held, loc);
   Tensor var = mean(mul(xc, xc, loc), axes, loc).reshape(k, loc);
-  Tensor y = mul(xc, rsqrt(add(var, eps, loc), loc), loc);
+  Tensor scale = rsqrt(add(var, eps, loc), loc);
+  Tensor y = add(mul(xc, scale, loc), mul(sub(mu, held, loc), neg(scale, loc), loc), loc);
   if (weight.defined()) y = mul(y, weight, loc);
   if (bias.defined()) y = add(y, bias, loc);
   return y;
