@@ -44,6 +44,14 @@ void FusedLoop::fixed_pointers(const void* const* ins, std::byte (*bufs)[kFusedC
       ptr[v] = &constants_[size_t(val.index)];
     else if (val.kind == Kind::buffer && bufs)
       ptr[v] = bufs[val.buf];
+    else if (val.kind == Kind::tiled && bufs) {
+      // The row's run, repeated over a chunk and one row more (a chunk
+      // starts anywhere in a row).
+      const auto* src = static_cast<const std::byte*>(ins[val.index]);
+      const int64_t row = row_len_ * val.esize, n = (kFusedChunk + row_len_) * val.esize;
+      for (int64_t b = 0; b < n; b += row)
+        std::memcpy(bufs[val.buf] + b, src, size_t(std::min(row, n - b)));
+    }
   }
 }
 
@@ -63,6 +71,7 @@ void FusedLoop::chunk_pointers(int64_t s, int64_t len, const void* const* ins, v
         gather_range(walk_, val, ins[val.index], s, len, bufs[val.buf]);
         ptr[v] = bufs[val.buf];
         break;
+      case Kind::tiled: ptr[v] = bufs[val.buf] + s % row_len_ * val.esize; break;
       default: break;
     }
   }
@@ -117,7 +126,7 @@ void FusedLoop::run_chunk(int64_t s, int64_t len, const void* const* ins, void* 
                           Segments& sg) const {
   chunk_pointers(s, len, ins, outs, bufs, ptr);
   const Step* steps = steps_.data();
-  if (broadcasts_.empty() || !segmented_)
+  if (broadcasts_.empty() || !segmented_ || !per_segment_)
     return run_steps(steps, steps + steps_.size(), ptr, len, s);
   segments(s, len, ins, sg);
   for (size_t i = 0; i < steps_.size();) {

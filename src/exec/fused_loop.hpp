@@ -17,11 +17,15 @@
 // of the body, or a broadcast of a one-element operand) is read as one
 // value; a broadcast operand is, within a row, one value (a per-channel or
 // per-row statistic: stride 0) or a contiguous run (a bias along a row:
-// stride 1), or else gathered into a buffer. Chunks run across rows; a
+// stride 1), or else gathered into a buffer; a run the same in every row (a
+// per-channel value over NHWC rows, a LayerNorm weight) is tiled into a
+// buffer once a run of the kernel, a chunk and a row long, and read as an
+// array from the chunk's place in its row. Chunks run across rows; a
 // chunk is cut into segments, the pieces of rows it covers, and a step
-// reading a broadcast operand runs once per segment, reading it as one
-// value or a run there: a chunk of LayerNorm's 128-element rows runs such a
-// step 16 times, each as the single-op broadcast kernel runs a row. Rows
+// reading any other broadcast operand runs once per segment, reading it as
+// one value or a run there: a chunk of LayerNorm's 128-element rows runs a
+// step reading the rows' means 16 times, each as the single-op broadcast
+// kernel runs a row. Rows
 // shorter than kMinSegment would pay a call per few elements: then every
 // broadcast operand is gathered. A result is written straight into its
 // storage, unless a later op of the body reads an operand stored there (a
@@ -109,6 +113,7 @@ class FusedLoop {
     row_scalar,  // a broadcast operand, one value along each row
     row_array,   // a broadcast operand, contiguous along each row
     gather,      // a broadcast operand, gathered into a buffer
+    tiled,       // a broadcast operand, one run repeated along every row: tiled once
     buffer,      // a computed value
     output,      // a computed value written straight into its result
     // Values of a reduce fusion's epilogue, one per reduced result:
@@ -212,6 +217,7 @@ class FusedLoop {
     const std::byte* at[kMaxFusedBuffers][kMaxSegments];
   };
   bool segmented_ = false;
+  bool per_segment_ = false;     // a step reads a broadcast operand per segment
   int64_t chunk_ = kFusedChunk;  // elements a chunk holds
   // The full-size operands and results a streaming loop (one with neither
   // broadcast operand nor reduction, walked in chunks of kStreamChunk)

@@ -153,10 +153,19 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       Value& val = values_[size_t(broadcasts_[b])];
       val.strides = strides[b + 1];
       val.inner = val.strides.back();
-      val.kind = !segmented_ || reduced_src[size_t(broadcasts_[b])] ? Kind::gather
-                 : val.inner == 0                                   ? Kind::row_scalar
-                 : val.inner == 1                                   ? Kind::row_array
-                                                                    : Kind::gather;
+      // The same run along every row (a per-channel value over NHWC rows, a
+      // LayerNorm weight): tiled into a buffer once a run of the kernel, a
+      // chunk's row pieces then one array, where reading it per segment
+      // calls each step once per row piece (64 calls a chunk over rows of
+      // 32 channels).
+      const bool periodic =
+          val.inner == 1 &&
+          std::all_of(val.strides.begin(), val.strides.end() - 1, [](int64_t s) { return s == 0; });
+      val.kind = periodic && (kFusedChunk + row_len_) * val.esize <= kFusedChunk * 8 ? Kind::tiled
+                 : !segmented_ || reduced_src[size_t(broadcasts_[b])]                ? Kind::gather
+                 : val.inner == 0 ? Kind::row_scalar
+                 : val.inner == 1 ? Kind::row_array
+                                  : Kind::gather;
     }
   }
   // Results: straight into their storage unless a later step reads an
@@ -224,7 +233,10 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   std::vector<bool> buffered(size_t(body.size())), gathered(size_t(body.size()));
   for (ir::ValueId v = 0; v < body.size(); ++v) {
     buffered[size_t(v)] = values_[size_t(v)].kind == Kind::buffer;
-    gathered[size_t(v)] = values_[size_t(v)].kind == Kind::gather;
+    gathered[size_t(v)] =
+        values_[size_t(v)].kind == Kind::gather || values_[size_t(v)].kind == Kind::tiled;
+    // A tile lives for the whole run: its buffer is no other value's.
+    if (values_[size_t(v)].kind == Kind::tiled) held_to_end[size_t(v)] = true;
   }
   std::vector<int32_t> buf;
   const int buffers = assign_fused_buffers(body, buffered, gathered, held_to_end, buf);
@@ -232,8 +244,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   for (ir::ValueId v = 0; v < body.size(); ++v) {
     values_[size_t(v)].buf = buf[size_t(v)];
     const Kind k = values_[size_t(v)].kind;
-    if (k == Kind::input || k == Kind::output || k == Kind::gather || k == Kind::row_scalar ||
-        k == Kind::row_array)
+    if (k == Kind::input || k == Kind::output || k == Kind::gather || k == Kind::tiled ||
+        k == Kind::row_scalar || k == Kind::row_array)
       moving_.push_back(v);
     if (k == Kind::red_input || k == Kind::red_output || k == Kind::reduced)
       per_result_.push_back(v);
@@ -247,6 +259,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
             st.arrays |= 1 << i;
           if (k == Kind::row_scalar || k == Kind::row_array) st.per_segment = true;
         }
+  for (const Step& st : steps_) per_segment_ = per_segment_ || st.per_segment;
   // Slots: the operands read per segment, with their walks in bytes.
   std::vector<int8_t> slot_of(values_.size(), -1);
   for (int32_t v : broadcasts_) {

@@ -125,7 +125,7 @@ void FusedLoop::run_column_phases(const void* const* ins, void* const* outs,
   const Value& src = values_[size_t(r.src)];
   const int64_t es = int64_t(dtype_size(r.dtype)), cols = kept_[0];
   WS_CHECK(src.kind == Kind::input || src.kind == Kind::output || src.kind == Kind::buffer ||
-           src.kind == Kind::gather)
+           src.kind == Kind::gather || src.kind == Kind::tiled)
       << "fused loop: a column sum of a value read as " << int(src.kind);
   // 1. The loop, leaving the operand in its result, or in scratch (a
   // computed value, or a broadcast operand gathered chunk by chunk).

@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "exec/fused_loop.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/program.hpp"
@@ -141,6 +143,50 @@ TEST(FuseElementwise, StreamingLoopsWalkShortChunksWithTheInterpretersBits) {
     expect_same_everywhere(g, inputs_for(g));
   }
   exec::set_num_threads(before);
+}
+
+// A broadcast operand repeating one run along every row (a per-channel
+// value over NHWC rows, a LayerNorm weight) is tiled once a run of the
+// kernel and read as an array at the chunk's offset in its row: rows that
+// do and do not divide a chunk, rows of one chunk exactly, one element more
+// (gathered then), f32, f64 and bool operands, read by loop steps, by a row
+// sum straight from the tile's chunk, and by a column sum; on every team,
+// the interpreter's bits.
+TEST(FuseElementwise, RunsRepeatedAlongEveryRowAreTiledWithTheInterpretersBits) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {700, 3}, {301, 13}, {257, 32}, {41, 100}, {9, 1000}, {5, 2048}, {4, 2049}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows of " << cols);
+    const std::string shape = fmt::format("[{},{}]", rows, cols);
+    const ir::Graph g = ir::parse(fmt::format(R"(graph tiles {{
+  %0 = input data "x" : f32{0}
+  %1 = input data "b" : f32[{1}]
+  %2 = input data "d" : f64[{1}]
+  %3 = input data "m" : bool[{1}]
+  %4 = input data "y" : f64{0}
+  %5 = broadcast %1 {{dims=[1], shape={0}}} : f32{0}
+  %6 = mul %0, %5 : f32{0}
+  %7 = broadcast %3 {{dims=[1], shape={0}}} : bool{0}
+  %8 = full {{value=0.0}} : f32{0}
+  %9 = select %7, %6, %8 : f32{0}
+  %10 = exp %9 : f32{0}
+  %11 = broadcast %2 {{dims=[1], shape={0}}} : f64{0}
+  %12 = add %4, %11 : f64{0}
+  %13 = reduce_sum %5 {{axes=[1]}} : f32[{2}]
+  %14 = reduce_sum %6 {{axes=[0]}} : f32[{1}]
+  out user %10 "e"
+  out user %12 "z"
+  out user %13 "rowsum"
+  out user %14 "colsum"
+}})",
+                                              shape, cols, rows));
+    const int before = exec::num_threads();
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads");
+      exec::set_num_threads(threads);
+      expect_same_everywhere(g, inputs_for(g));
+    }
+    exec::set_num_threads(before);
+  }
 }
 
 // Plain SGD on a weight whose gradient is a product: one product
