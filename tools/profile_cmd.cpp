@@ -72,6 +72,10 @@ class ProfileCommand : public Command {
     for (const auto& [name, ms] : p.program_ms)
       by_program += fmt::format("{}{} {:.3f} ms", by_program.empty() ? "" : ", ", name, ms);
     fmt::print("kernel time by program: {}\n", by_program);
+    fmt::print(
+        "layout conversions a step: {} weight and {} other reorders inside oneDNN's products and "
+        "convolutions, {} transposes\n",
+        p.weight_reorders, p.other_reorders, p.transposes);
     fmt::print("contractions alone: {:.2f} ms ({:.1f} GFLOP/s); step / contractions = {:.2f}\n",
                p.contraction_ms, double(r.counters.flops) / p.contraction_ms * 1e-6,
                p.step_ms / p.contraction_ms);

@@ -110,6 +110,11 @@ struct StepProfile {
   // Kernel time per program ("step", or "forward", "backward", "optimizer"),
   // in program order: mean ms per step.
   std::vector<std::pair<std::string, double>> program_ms;
+  // Layout conversions a step makes: reorders inside oneDNN's products and
+  // convolutions, of weights (in, and their gradients out) and of other
+  // operands (images, matrices), and the graph's own transpose kernels
+  // (the layout pass's conversions at the step's edges among them).
+  int64_t weight_reorders = 0, other_reorders = 0, transposes = 0;
 };
 
 // The profile's last step as Chrome trace JSON (chrome://tracing, Perfetto):

@@ -283,7 +283,8 @@ class TrainStep:
         """One step on this batch (compiling it if it is new), then `steps`
         more timed kernel by kernel; all of them train. Returns {"step_ms":
         median, "kernels": [(name, calls, ms, flops)], "programs": [(name,
-        ms)], "chrome_trace": JSON}."""
+        ms)], "reorders": {"weights", "other", "transposes"} (the layout
+        conversions a step makes), "chrome_trace": JSON}."""
         with self._lock:
             self(*args)
             entry = self._last

@@ -233,6 +233,11 @@ class ProductsConvOp : public BackendOp {
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
+  Reorders reorders() const override {
+    Reorders r;
+    for (const Part& p : parts_) r += p.op->reorders();
+    return r;
+  }
 
  protected:
   explicit ProductsConvOp(const Conv2dGeom& g) : g_(g) {}

@@ -82,6 +82,7 @@ class AccumulateOp final : public BackendOp {
   }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return (plain_ ? plain_ : sum_)->flops(); }
+  Reorders reorders() const override { return (plain_ ? plain_ : sum_)->reorders(); }
   void run(const void* a, const void* b, void* out, void* scratch, const void* alpha,
            const void* beta) const override {
     WS_CHECK(beta) << "matmul_add run without its beta";

@@ -42,6 +42,18 @@ class BackendOp {
   virtual const std::string& impl() const = 0;
   // Floating-point operations per run.
   virtual int64_t flops() const = 0;
+  // The layout conversions a run makes between our layouts and the ones
+  // oneDNN's primitives picked: of weights (a convolution's weight, or its
+  // gradient on the way out) and of other operands (images, matrices).
+  struct Reorders {
+    int64_t weights = 0, other = 0;
+    Reorders& operator+=(const Reorders& r) {
+      weights += r.weights;
+      other += r.other;
+      return *this;
+    }
+  };
+  virtual Reorders reorders() const { return {}; }
   // out = op(a, b); `scratch` holds scratch_bytes() bytes, 64-byte aligned.
   // `extra` is matmul_add's alpha and `extra2` its beta (out = *beta * out +
   // *alpha * (a @ b): out holds the accumulator), or `extra` matmul_bias's

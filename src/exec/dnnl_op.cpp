@@ -119,6 +119,8 @@ void DnnlOp::add_operand(int arg, int which, const dnnl::memory::desc& user,
     if (st.scratchpad) st.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));
     reorders_.push_back(std::move(st));
     reordered_ += (reordered_.empty() ? "" : ", ") + arg_name(arg);
+    (arg == DNNL_ARG_WEIGHTS || arg == DNNL_ARG_DIFF_WEIGHTS ? reorders_made_.weights
+                                                             : reorders_made_.other) += 1;
   }
   operands_.push_back(std::move(o));
 }

@@ -28,6 +28,7 @@ class DnnlOp final : public BackendOp {
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
+  Reorders reorders() const override { return reorders_made_; }
 
   void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
            const void*) const override;
@@ -93,6 +94,7 @@ class DnnlOp final : public BackendOp {
   std::vector<dnnl_exec_arg_t> main_args_;
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_, reordered_;
+  Reorders reorders_made_;
   bool one_thread_ = false;
   mutable std::byte* scratch_bound_ = nullptr;
 };

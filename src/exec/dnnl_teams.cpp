@@ -81,7 +81,9 @@ class BatchPartsOp final : public BackendOp {
       parts_.push_back(std::move(p));
     }
     impl_ = fmt::format("{} batch parts, each {}", parts, parts_[0].op->impl());
+    for (const Part& p : parts_) reorders_ += p.op->reorders();
     if (reordered) {
+      reorders_.weights += 1;  // the sum's, to ours
       reorder_ = make_reorder(blocked, plain, "a weight gradient's reorder");
       reorder_offset_ = scratch_bytes_;
       scratch_bytes_ += align64(reorder_->scratch_bytes());
@@ -91,6 +93,7 @@ class BatchPartsOp final : public BackendOp {
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
+  Reorders reorders() const override { return reorders_; }
 
   void run(const void* a, const void* b, void* out, void* scratch, const void*,
            const void*) const override {
@@ -134,6 +137,7 @@ class BatchPartsOp final : public BackendOp {
   std::shared_ptr<const BackendOp> reorder_;
   int64_t reorder_offset_ = 0;
   std::string impl_;
+  Reorders reorders_;
 };
 
 // conv2d_weight_grad as kWeightGradParts fixed parts of the weight, each
@@ -180,10 +184,12 @@ class WeightPartsOp final : public BackendOp {
         }
     }
     impl_ = fmt::format("{} weight parts, each {}", parts_.size(), parts_[0].op->impl());
+    for (const Part& p : parts_) reorders_ += p.op->reorders();
   }
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
+  Reorders reorders() const override { return reorders_; }
   void run(const void* a, const void* b, void* out, void* scratch, const void*,
            const void*) const override {
     auto* base = static_cast<std::byte*>(scratch);
@@ -208,6 +214,7 @@ class WeightPartsOp final : public BackendOp {
   std::vector<Part> parts_;
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_;
+  Reorders reorders_;
 };
 
 // Parts of a product run in parallel (make_matrix_parts), each with its own
@@ -225,10 +232,12 @@ class MatrixPartsOp final : public BackendOp {
       flops_ += p.op->flops();
     }
     impl_ = fmt::format("{} parts, each {}", parts_.size(), parts_[0].op->impl());
+    for (const MatrixPart& p : parts_) reorders_ += p.op->reorders();
   }
   int64_t scratch_bytes() const override { return scratch_bytes_; }
   const std::string& impl() const override { return impl_; }
   int64_t flops() const override { return flops_; }
+  Reorders reorders() const override { return reorders_; }
   void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
            const void* extra2) const override {
     auto* base = static_cast<std::byte*>(scratch);
@@ -262,6 +271,7 @@ class MatrixPartsOp final : public BackendOp {
   std::vector<int64_t> dense_offsets_, scratch_offsets_;  // each part's copy of A and scratch
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_;
+  Reorders reorders_;
 };
 
 // A backend op made for the whole pool and for one thread, running the one
@@ -275,6 +285,7 @@ class TeamOrSoloOp final : public BackendOp {
   }
   const std::string& impl() const override { return whole_->impl(); }
   int64_t flops() const override { return whole_->flops(); }
+  Reorders reorders() const override { return whole_->reorders(); }
   void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
            const void* extra2) const override {
     (team() == 1 ? solo_ : whole_)->run(a, b, out, scratch, extra, extra2);

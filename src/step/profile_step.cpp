@@ -88,7 +88,13 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
       t.name = exec::kernel_label(kern);
       t.calls += steps;
       t.ms += total_ns[p][k] * 1e-6;
-      if (kern.backend) t.flops += kern.backend->flops();
+      if (kern.backend) {
+        t.flops += kern.backend->flops();
+        const exec::BackendOp::Reorders r = kern.backend->reorders();
+        prof.weight_reorders += r.weights;
+        prof.other_reorders += r.other;
+      }
+      if (kern.op == ir::Op::transpose) ++prof.transposes;
       prof.last_step.push_back({exec::kernel_label(kern), std::string(ir::op_name(kern.op)),
                                 prog.name, kern.loc.str(), timing.start_ns[p][k] * 1e-6,
                                 timing.ns[p][k] * 1e-6});

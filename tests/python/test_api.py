@@ -317,3 +317,27 @@ def test_floor_times_the_compiled_steps_contractions_and_trains_nothing():
     assert all(p[3] > 0 and p[2] == 1 for p in floor["parts"]), floor["parts"]
     with pytest.raises(wholestep.Error, match="floor: no step is compiled"):
         step.floor(torch.randn(5, 3, 6, 6), torch.randint(0, 3, (5,)))
+
+
+@pytest.mark.parametrize("layouts", ["channels_last", "nchw"])
+def test_profile_times_kernels_and_counts_layout_conversions(layouts):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Conv2d(16, 16, 3, padding=1), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = wst.compile_train_step(model, opt, F.cross_entropy, layouts=layouts)
+    x, y = torch.randn(4, 3, 12, 12), torch.randint(0, 4, (4,))
+    p = step.profile(x, y, steps=2)
+    assert p["steps"] == 2 and p["step_ms"] > 0
+    assert any(name.startswith("dnnl_conv") for name, _, _, _ in p["kernels"])
+    r = p["reorders"]
+    assert set(r) == {"weights", "other", "transposes"}
+    # Both convolutions' weights, into oneDNN's blocks, in each direction.
+    assert r["weights"] >= 2
+    if layouts == "channels_last":
+        assert r["other"] == 0  # images read and written where they lie
+        assert r["transposes"] >= 1  # the three-channel input image, to NHWC
+    else:
+        assert r["other"] >= 2  # images to oneDNN's blocks and back
+        assert r["transposes"] == 0

@@ -7,6 +7,7 @@
 
 #include "step/mlp_fixture.hpp"
 #include "test_util.hpp"
+#include "wholestep/models.hpp"
 
 namespace ws {
 namespace {
@@ -254,6 +255,32 @@ TEST(TrainStep, ProfileTimesEveryKernelAndTheProductsAlone) {
   EXPECT_EQ(p.program_ms[0].first, "step");
   for (const auto& [name, ms] : p.program_ms) program_ms += ms;
   EXPECT_NEAR(program_ms, kernel_ms, 1e-9 + 1e-9 * kernel_ms);
+}
+
+// The layout conversions a step makes, counted by the profile: with its
+// images stored NHWC, oneDNN's convolutions read and write them where they
+// lie and reorder only their weights (in, and the weight gradients out),
+// and the graph transposes nothing (the input image has one channel: NCHW
+// and NHWC are one order); stored NCHW, every convolution also reorders its
+// images to its blocks and back.
+TEST(TrainStep, ProfileCountsTheLayoutConversionsAStepMakes) {
+  const models::Spec spec = models::spec("cnn");
+  for (ImageLayouts layouts : {ImageLayouts::channels_last, ImageLayouts::nchw}) {
+    SCOPED_TRACE(layouts == ImageLayouts::nchw ? "nchw" : "channels_last");
+    manual_seed(3);
+    auto model = models::make(spec);
+    optim::SGD opt(*model, {.lr = 0.01, .momentum = 0.9});
+    TrainStep step(*model, opt, models::loss_fn(*model), {.layouts = layouts});
+    const std::vector<Tensor> batch = models::random_batch(spec, 0);
+    step.run(batch);
+    const StepProfile p = step.profile(batch, 1);
+    EXPECT_GE(p.weight_reorders, 3) << "the three convolutions' weights";
+    EXPECT_EQ(p.transposes, 0);
+    if (layouts == ImageLayouts::channels_last)
+      EXPECT_EQ(p.other_reorders, 0);
+    else
+      EXPECT_GE(p.other_reorders, 3);
+  }
 }
 
 TEST(TrainStep, ProfileSplitsKernelTimeByProgramInThreeGraphMode) {

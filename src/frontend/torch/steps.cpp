@@ -390,6 +390,11 @@ void bind_steps(py::module_& m) {
             d["contraction_ms"] = p.contraction_ms;
             d["kernels"] = kernels;
             d["programs"] = p.program_ms;
+            py::dict reorders;
+            reorders["weights"] = p.weight_reorders;
+            reorders["other"] = p.other_reorders;
+            reorders["transposes"] = p.transposes;
+            d["reorders"] = reorders;
             d["chrome_trace"] = chrome_trace(p);
             return d;
           },
