@@ -32,6 +32,17 @@ ir::Graph golden_input(const std::string& pass, const std::string& name) {
       testing::read_file(std::string(WS_TEST_DIR) + "/" + pass + "/" + name + ".in.ir"));
 }
 
+// g's programs give the interpreter's bits on 1, 2 and 3 threads.
+void expect_same_on_every_team(const ir::Graph& g) {
+  const int before = exec::num_threads();
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    exec::set_num_threads(threads);
+    expect_same_everywhere(g, inputs_for(g));
+  }
+  exec::set_num_threads(before);
+}
+
 // A parameter read through a reshape and a broadcast by a loop that ends
 // after its update: the loop still runs first, and the update is written in
 // place (no copy).
@@ -136,13 +147,7 @@ TEST(FuseElementwise, StreamingLoopsWalkShortChunksWithTheInterpretersBits) {
     if (k.loop) (k.loop->chunk() == exec::kStreamChunk ? streaming : rows) += 1;
   EXPECT_EQ(streaming, 2) << p.str();
   EXPECT_EQ(rows, 1) << p.str();
-  const int before = exec::num_threads();
-  for (int threads : {1, 2, 3}) {
-    SCOPED_TRACE(::testing::Message() << threads << " threads");
-    exec::set_num_threads(threads);
-    expect_same_everywhere(g, inputs_for(g));
-  }
-  exec::set_num_threads(before);
+  expect_same_on_every_team(g);
 }
 
 // A broadcast operand repeating one run along every row (a per-channel
@@ -179,13 +184,7 @@ TEST(FuseElementwise, RunsRepeatedAlongEveryRowAreTiledWithTheInterpretersBits) 
   out user %14 "colsum"
 }})",
                                               shape, cols, rows));
-    const int before = exec::num_threads();
-    for (int threads : {1, 2, 3}) {
-      SCOPED_TRACE(::testing::Message() << threads << " threads");
-      exec::set_num_threads(threads);
-      expect_same_everywhere(g, inputs_for(g));
-    }
-    exec::set_num_threads(before);
+    expect_same_on_every_team(g);
   }
 }
 
