@@ -85,6 +85,11 @@ TeamScope::~TeamScope() {
   pin_team();
 }
 
+OpenMpCountKept::OpenMpCountKept() : saved_(omp_get_max_threads()) {}
+OpenMpCountKept::~OpenMpCountKept() {
+  if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+}
+
 void pin_team() {
   const int n = team();
   if (omp_get_dynamic()) omp_set_dynamic(0);

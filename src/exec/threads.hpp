@@ -54,6 +54,23 @@ class TeamScope {
 // or running a oneDNN primitive.
 void pin_team();
 
+// The calling thread's OpenMP thread count, restored on exit. An entry point
+// other than a step (a floor, a profile) pins the team it runs on and would
+// leave the runtime's count at it, one thread when the team chooser has
+// chosen one; torch reads that count as its own, and wholestep.torch takes a
+// changed count for the user's torch.set_num_threads (a benchmark's eager
+// side and every later step then ran on one thread).
+class OpenMpCountKept {
+ public:
+  OpenMpCountKept();
+  ~OpenMpCountKept();
+  OpenMpCountKept(const OpenMpCountKept&) = delete;
+  OpenMpCountKept& operator=(const OpenMpCountKept&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Throws ws::Error when called inside an active OpenMP parallel region: a
 // step's primitives were made for a team of their own and would run on one
 // thread there, skipping work.

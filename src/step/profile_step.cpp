@@ -30,6 +30,7 @@ StepProfile TrainStep::profile(const std::vector<Tensor>& data, int steps, Loc s
   if (steps < 1)
     throw Error(fmt::format("profile: steps must be at least 1, got {}{}", steps,
                             at(SourceLoc::from(sloc))));
+  const exec::OpenMpCountKept kept;
   step::Compiled& c = m.lookup(data, sloc);
   exec::set_team(exec::num_threads());  // kernels timed on the whole pool, never a probe's
   step::StepTiming timing;
@@ -132,6 +133,7 @@ StepFloor TrainStep::floor(const std::vector<Tensor>& data, int rounds, Loc sloc
   if (rounds < 1)
     throw Error(fmt::format("floor: rounds must be at least 1, got {}{}", rounds,
                             at(SourceLoc::from(sloc))));
+  const exec::OpenMpCountKept kept;
   const step::Compiled& c = m.lookup(data, sloc);
   StepFloor f;
   f.parts = exec::measure_floor(c.graphs, rounds);

@@ -2,9 +2,12 @@
 // inputs, errors are clear.
 #include <map>
 
+#include <omp.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "exec/threads.hpp"
 #include "step/mlp_fixture.hpp"
 #include "test_util.hpp"
 #include "wholestep/models.hpp"
@@ -281,6 +284,31 @@ TEST(TrainStep, ProfileCountsTheLayoutConversionsAStepMakes) {
     else
       EXPECT_GE(p.other_reorders, 3);
   }
+}
+
+// A floor or a profile pins the team it runs on; it leaves the OpenMP
+// runtime's thread count as it found it, whatever team the chooser had left
+// (torch reads that count as its own: a floor left one thread there after
+// the chooser had chosen one, and a benchmark's eager side and every later
+// step, following torch's count, ran on one thread).
+TEST(TrainStep, FloorAndProfileLeaveTheOpenMpThreadCountAsTheyFoundIt) {
+  const int pool = exec::num_threads();
+  exec::set_num_threads(2);
+  SmallMlp run(1);
+  TrainStep step(*run.model, *run.opt, run.loss_fn());
+  auto batch = testing::random_batches(1, 2)[0];
+  step.run(batch);
+  for (bool floor : {true, false}) {
+    SCOPED_TRACE(floor ? "floor" : "profile");
+    exec::set_team(1);       // as the chooser leaves it, having chosen one thread
+    omp_set_num_threads(2);  // torch's count, as the step's caller restores it
+    if (floor)
+      step.floor(batch, 1);
+    else
+      step.profile(batch, 1);
+    EXPECT_EQ(omp_get_max_threads(), 2);
+  }
+  exec::set_num_threads(pool);
 }
 
 TEST(TrainStep, ProfileSplitsKernelTimeByProgramInThreeGraphMode) {
