@@ -367,6 +367,13 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
   return conv_as_products(g) ? make_conv_products(op, g) : make_conv(op, g);
 }
 
+// k's scratch in `buf`, sized to hold it from a 64-byte boundary: that
+// boundary (an op run once, at compile time or on the eager path).
+std::byte* aligned_scratch(std::vector<std::byte>& buf, const BackendOp& k) {
+  buf.resize(size_t(k.scratch_bytes()) + 64);
+  return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) / 64 * 64);
+}
+
 // Whether a convolution made for the pool and its one-thread twin give the
 // same bits. oneDNN chooses a brgemm convolution's blocking by the team it
 // is made for, and over NHWC images of one image with a padded width that
@@ -395,10 +402,8 @@ bool same_bits(const BackendOp& whole, const BackendOp& solo, std::span<const ir
   auto run = [&](const BackendOp& k, int team) {
     TeamScope on(team);
     std::vector<float> out(size_t(out_type.numel()));
-    std::vector<std::byte> scratch(size_t(k.scratch_bytes()) + 64);
-    auto* aligned =
-        reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-    k.run(a.data(), b.data(), out.data(), aligned);
+    std::vector<std::byte> scratch;
+    k.run(a.data(), b.data(), out.data(), aligned_scratch(scratch, k));
     return out;
   };
   return run(whole, num_threads()) == run(solo, 1);
@@ -448,9 +453,8 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
     TeamScope one(1);
     k = build_backend_op(op, attrs, in_types, out_type, {}, {});
   }
-  std::vector<std::byte> scratch(size_t(k->scratch_bytes() + 64));
-  auto* aligned =
-      reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  std::vector<std::byte> scratch;
+  std::byte* aligned = aligned_scratch(scratch, *k);
   if (op == Op::matmul_add) {  // the accumulator is in[2], alpha in[3], beta in[4]
     if (out != in[2]) std::memcpy(out, in[2], out_type.bytes());
     k->run(in[0], in[1], out, aligned, in[3], in[4]);
