@@ -120,10 +120,12 @@ namespace {
 // made for one thread summing over the whole K: each batch's matrix, or for
 // one matrix up to four parts of its rows. Transposing A
 // whole and running the plain product instead was 1.2-1.6x slower on one
-// thread (oneDNN's copy of a transposed A suits its kernel better).
+// thread (oneDNN's copy of a transposed A suits its brgemm kernel better;
+// gemm:jit's is the other way: make_matmul).
 constexpr int64_t kLongestUnsplitK = 1024;
-constexpr int64_t kMatrixParts = 4;  // of one matrix's rows or columns
-constexpr int64_t kColAlign = 16;    // columns split at multiples of this
+constexpr int64_t kTransposedAK = 256;  // make_matmul
+constexpr int64_t kMatrixParts = 4;     // of one matrix's rows or columns
+constexpr int64_t kColAlign = 16;       // columns split at multiples of this
 
 // Where each matrix of a [..., rows, cols] operand read at `strides` starts,
 // the batch dims walked in row-major order.
@@ -144,6 +146,11 @@ std::vector<int64_t> full_strides(const Shape& shape, std::span<const std::vecto
   return i < st.size() && !st[i].empty() ? st[i] : row_major_strides(shape);
 }
 
+// How a part of a product reads a transposed A: where it lies, from a dense
+// copy of its columns ([k, rows]), or from a dense copy of A itself ([rows,
+// k]) by a primitive made for a plain A.
+enum class DenseA { no, columns, transposed };
+
 // A product as fixed parts on the pool: each batch's matrix, or for one
 // matrix up to kMatrixParts parts of its rows or of its columns, each a
 // one-thread primitive over the whole K. The parts depend on the shape
@@ -155,7 +162,8 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
                                                       std::span<const std::vector<int64_t>> strides,
                                                       const std::vector<int64_t>& out_strides,
                                                       bool accumulate, bool bias, bool residual,
-                                                      bool dense_a) {
+                                                      DenseA dense) {
+  const bool dense_a = dense != DenseA::no;
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   const size_t r = out.shape.size();
   const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
@@ -196,13 +204,17 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
       p.out = oo[size_t(batch)] + m0 * so[r - 2] + n0 * so[r - 1];
       if (bias) p.bias = n0;
       if (dense_a) p.dense_rows = rows, p.k = d.k, p.sk = sa[r - 2], p.sm = sa[r - 1];
+      p.transpose_a = dense == DenseA::transposed;
       // An op of its own: parts run at once, and an op binds its operands'
       // pointers when it runs (oneDNN's cache shares the primitive itself).
-      const std::vector<ir::Type> part_in{{DType::f32, d.ta ? Shape{d.k, rows} : Shape{rows, d.k}},
+      const bool ta = d.ta && !p.transpose_a;
+      const std::vector<ir::Type> part_in{{DType::f32, ta ? Shape{d.k, rows} : Shape{rows, d.k}},
                                           {DType::f32, d.tb ? Shape{cols, d.k} : Shape{d.k, cols}}};
       const std::vector<std::vector<int64_t>> part_st{dense_a ? std::vector<int64_t>{} : a_st,
                                                       b_st};
-      p.op = make_matmul_primitive(part_in, {DType::f32, {rows, cols}}, attrs, part_st, out_st,
+      ir::Attrs part_attrs = attrs;
+      if (p.transpose_a) ir::set_attr<Op::matmul, "transpose_a">(part_attrs, 0);
+      p.op = make_matmul_primitive(part_in, {DType::f32, {rows, cols}}, part_attrs, part_st, out_st,
                                    accumulate, bias, residual);
       parts.push_back(std::move(p));
     }
@@ -210,23 +222,36 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
   return make_matrix_parts(std::move(parts));
 }
 
-// A product with a transposed A and a long K runs in parts, its parts' A
-// dense; one whose primitive runs on one thread (gemm:jit, DnnlOp) in parts
-// on the pool; any other as oneDNN's one primitive.
+// A product whose primitive runs on one thread (gemm:jit, DnnlOp) runs in
+// parts on the pool; one with a transposed A and a long K in parts, its
+// parts' A dense; any other as oneDNN's one primitive.
+//
+// gemm:jit (oneDNN's products on CPUs without AVX-512) is slow with a
+// transposed A from a K of 256 on when it cannot split the output's columns
+// (as many rows as columns or more): on one thread of a 2-core AMD EPYC Zen 3
+// (AVX2), [2048 x 1024]^T x [1024 x 256] ran at 37 GF/s where the plain
+// product ran at 81 (OpenBLAS 81 either way); on two, [1024 x 256]^T x
+// [256 x 256] ran at 65 GF/s as oneDNN's one primitive and at 119 as parts
+// over A transposed in the scratch first. Below K = 256 (vit_b_16's weight gradients over 136
+// tokens) and where the columns are split the transposed A was as fast. So such a product's parts
+// transpose their rows of A into the scratch and run the plain product (DenseA::transposed): bert's
+// step 1.11x faster in the same run, vit_b_16, resnet50, mobilenet_v2 and mnasnet1_0 within 2%.
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
                                              bool accumulate, bool bias, bool residual = false) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
-  if (d.ta && d.k > kLongestUnsplitK)
+  auto in_parts = [&](DenseA dense) {
     return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
-                                true);
+                                dense);
+  };
   auto whole =
       make_matmul_primitive(in, out, attrs, strides, out_strides, accumulate, bias, residual);
-  if (!whole->on_one_thread()) return whole;
-  return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
-                              false);
+  if (whole->on_one_thread())
+    return in_parts(d.ta && d.k >= kTransposedAK && d.n <= d.m ? DenseA::transposed : DenseA::no);
+  if (d.ta && d.k > kLongestUnsplitK) return in_parts(DenseA::columns);
+  return whole;
 }
 
 const char* isa_name(dnnl_cpu_isa_t isa) {

@@ -217,6 +217,19 @@ class WeightPartsOp final : public BackendOp {
   Reorders reorders_;
 };
 
+// y[m * k + j] = x[j * sk + m * sm] for m < rows, j < k: a [k, rows] matrix
+// at strides (sk, sm) transposed into a dense [rows, k] one, in tiles that
+// stay in L1 on both sides.
+void transpose_tiles(const float* x, int64_t k, int64_t rows, int64_t sk, int64_t sm, float* y) {
+  constexpr int64_t kTile = 16;
+  for (int64_t j0 = 0; j0 < k; j0 += kTile)
+    for (int64_t m0 = 0; m0 < rows; m0 += kTile) {
+      const int64_t j1 = std::min(j0 + kTile, k), m1 = std::min(m0 + kTile, rows);
+      for (int64_t m = m0; m < m1; ++m)
+        for (int64_t j = j0; j < j1; ++j) y[m * k + j] = x[j * sk + m * sm];
+    }
+}
+
 // Parts of a product run in parallel (make_matrix_parts), each with its own
 // scratch. A part's dense copy of A (a part of a row of a transposed A is
 // not dense, and oneDNN would take its slow kernels) is copies only: the
@@ -249,12 +262,15 @@ class MatrixPartsOp final : public BackendOp {
             const float* x = static_cast<const float*>(a) + p.a;
             if (p.dense_rows > 0) {
               auto* dense = reinterpret_cast<float*>(base + dense_offsets_[size_t(i)]);
-              for (int64_t k = 0; k < p.k; ++k)
-                if (p.sm == 1)
-                  std::memcpy(dense + k * p.dense_rows, x + k * p.sk, size_t(p.dense_rows) * 4);
-                else
-                  for (int64_t m = 0; m < p.dense_rows; ++m)
-                    dense[k * p.dense_rows + m] = x[k * p.sk + m * p.sm];
+              if (p.transpose_a)
+                transpose_tiles(x, p.k, p.dense_rows, p.sk, p.sm, dense);
+              else
+                for (int64_t k = 0; k < p.k; ++k)
+                  if (p.sm == 1)
+                    std::memcpy(dense + k * p.dense_rows, x + k * p.sk, size_t(p.dense_rows) * 4);
+                  else
+                    for (int64_t m = 0; m < p.dense_rows; ++m)
+                      dense[k * p.dense_rows + m] = x[k * p.sk + m * p.sm];
               x = dense;
             }
             const void* part_extra =

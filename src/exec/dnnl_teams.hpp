@@ -36,15 +36,17 @@ std::shared_ptr<const BackendOp> make_conv_products(ir::Op op, const Conv2dGeom&
 // A product as fixed parts of its output, each `op` (made for one thread)
 // reading A, B and writing the output at these element offsets of the
 // whole's pointers; the parts run in parallel: the same bits on any team.
-// A part with `dense_rows` reads its A from a dense copy [k, dense_rows] in
-// the scratch, made from the columns at `a` (strides sk along K, sm along
-// M) of an A stored transposed (dnnl_backend.cpp says when a product needs
-// it). A part of the output's columns reads the bias (a product's `extra`
-// operand, when it has one) from `bias` on.
+// A part with `dense_rows` reads its A from a dense copy in the scratch,
+// made from the columns at `a` (strides sk along K, sm along M) of an A
+// stored transposed: [k, dense_rows] as it lies, or with `transpose_a`
+// [dense_rows, k], A itself, for an `op` made for a plain A
+// (dnnl_backend.cpp says when a product needs which). A part of the output's columns reads the bias
+// (a product's `extra` operand, when it has one) from `bias` on.
 struct MatrixPart {
   std::shared_ptr<const BackendOp> op;
   int64_t a = 0, b = 0, out = 0, bias = 0;
   int64_t dense_rows = 0, k = 0, sk = 0, sm = 0;
+  bool transpose_a = false;
 };
 std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts);
 

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/conv_cases.hpp"
+#include "exec/dnnl_op.hpp"
 #include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
 #include "exec/reference.hpp"
@@ -702,6 +703,42 @@ TEST(DnnlBackend, WideProductsInColumnPartsGiveTheSameBitsOnAnyTeam) {
        MatmulCase{1, 8, 64, 100, false, false}, MatmulCase{1, 5, 33, 70, true, true},
        MatmulCase{1, 3, 40, 20, false, true}, MatmulCase{1, 2, 17, 9, true, false}},
       12);
+}
+
+// Parts that read A transposed into their scratch (gemm:jit's products with
+// a transposed A, dnnl_backend.cpp): uneven parts of the rows, over a K and
+// row counts that end mid-tile, A read at padded strides either way round.
+TEST(DnnlBackend, MatrixPartsTransposeTheirRowsOfAIntoTheScratch) {
+  std::mt19937 rng(13);
+  const int64_t m = 37, k = 45, n = 6;
+  for (const auto& [sk, sm] : {std::pair<int64_t, int64_t>{m + 3, 1}, {1, k + 2}}) {
+    const int64_t stored = std::max((k - 1) * sk + (m - 1) * sm + 1, int64_t(0));
+    const Vec a = random_vec(stored, rng), b = random_vec(k * n, rng);
+    std::vector<MatrixPart> parts;
+    for (int64_t m0 : {0, 10, 20, 30}) {
+      const int64_t rows = std::min<int64_t>(10, m - m0);
+      MatrixPart p;
+      TeamScope one(1);  // a part runs on one thread
+      p.op = make_whole_matmul(std::vector<ir::Type>{f32({rows, k}), f32({k, n})}, f32({rows, n}),
+                               ir::Attrs{});
+      p.a = m0 * sm, p.out = m0 * n;
+      p.dense_rows = rows, p.k = k, p.sk = sk, p.sm = sm, p.transpose_a = true;
+      parts.push_back(std::move(p));
+    }
+    const auto op = make_matrix_parts(std::move(parts));
+    std::vector<float> got(size_t(m * n));
+    std::vector<std::byte> scratch(size_t(op->scratch_bytes()) + 64);
+    void* aligned =
+        reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    const std::vector<float> a32 = to_f32(a), b32 = to_f32(b);
+    op->run(a32.data(), b32.data(), got.data(), aligned, nullptr, nullptr);
+    Vec want(size_t(m * n), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t q = 0; q < k; ++q)
+          want[size_t(i * n + j)] += double(a32[size_t(q * sk + i * sm)]) * b32[size_t(q * n + j)];
+    expect_close(got, want, 1e-5, fmt::format("A at strides ({}, {})", sk, sm));
+  }
 }
 
 // The thread count is the library's, not the calling thread's OpenMP
