@@ -42,11 +42,11 @@ dnnl::memory::desc matrix(const Shape& shape, std::vector<int64_t> strides, bool
 int64_t matmul_flops(const MatmulDims& d) { return 2 * d.batch * d.m * d.n * d.k; }
 
 // One oneDNN matmul primitive for the team pinned now.
-std::shared_ptr<const DnnlOp> make_matmul_primitive(std::span<const ir::Type> in,
-                                                    const ir::Type& out, const ir::Attrs& attrs,
-                                                    std::span<const std::vector<int64_t>> strides,
-                                                    const std::vector<int64_t>& out_strides,
-                                                    bool accumulate, bool bias, bool residual) {
+std::shared_ptr<DnnlOp> make_matmul_primitive(std::span<const ir::Type> in, const ir::Type& out,
+                                              const ir::Attrs& attrs,
+                                              std::span<const std::vector<int64_t>> strides,
+                                              const std::vector<int64_t>& out_strides,
+                                              bool accumulate, bool bias, bool residual) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   auto op = std::make_shared<DnnlOp>();
   auto stride_of = [&](size_t i) {
@@ -106,7 +106,9 @@ std::shared_ptr<const DnnlOp> make_matmul_primitive(std::span<const ir::Type> in
 
 std::shared_ptr<const DnnlOp> make_whole_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                                 const ir::Attrs& attrs) {
-  return make_matmul_primitive(in, out, attrs, {}, {}, false, false, false);
+  auto op = make_matmul_primitive(in, out, attrs, {}, {}, false, false, false);
+  op->sum_by_team();
+  return op;
 }
 
 namespace {

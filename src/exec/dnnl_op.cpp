@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -125,15 +126,24 @@ void DnnlOp::add_operand(int arg, int which, const dnnl::memory::desc& user,
   operands_.push_back(std::move(o));
 }
 
+// What a one-thread op's impl() says of it.
+constexpr std::string_view kOnOneThread = " on one thread";
+
 void DnnlOp::finish(const std::string& what) {
   for (const Operand& o : operands_) main_args_.push_back({o.arg, o.inner.get()});
   if (main_.scratchpad) main_args_.push_back({DNNL_ARG_SCRATCHPAD, main_.scratchpad.get()});
   // gemm:jit splits its sums by the team it finds when it runs (any shape:
   // a [64x9] x [9x3] product rounds differently on 1 and 2 threads).
   one_thread_ = impl_.find("gemm:jit") != std::string::npos;
-  if (one_thread_) impl_ += " on one thread";
+  if (one_thread_) impl_ += kOnOneThread;
   if (!reordered_.empty()) impl_ += " (reorders: " + reordered_ + ")";
   if (impl_.rfind("ref", 0) == 0) warn_reference(what);
+}
+
+void DnnlOp::sum_by_team() {
+  if (!one_thread_) return;
+  one_thread_ = false;
+  impl_.erase(impl_.find(kOnOneThread), kOnOneThread.size());
 }
 
 int64_t DnnlOp::operand_bytes(int which) const {

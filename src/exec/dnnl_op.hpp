@@ -58,6 +58,9 @@ class DnnlOp final : public BackendOp {
   // (oneDNN's gemm:jit reads the OpenMP thread count when it runs, not when
   // it is made): such an op runs on the calling thread alone.
   bool on_one_thread() const { return one_thread_; }
+  // Runs on the team it finds even where its sums then depend on it: the
+  // floor's (floor.hpp), which times and trains nothing.
+  void sum_by_team();
 
  private:
   // One operand of the main primitive. `user` describes our buffer; `inner`
@@ -121,7 +124,7 @@ std::shared_ptr<const BackendOp> make_weight_grad_of_slice(const ir::Conv2dGeom&
 // operand in the layout its primitive picks (its images in g's layout
 // instead, with `stored_images`, when a jit kernel reads that), no
 // reorder; a matrix product as one primitive over row-major operands
-// (transposed ones read through strides), not in parts.
+// (transposed ones read through strides) on the whole team, not in parts.
 std::shared_ptr<const DnnlOp> make_native_conv(ir::Op op, const ir::Conv2dGeom& g,
                                                bool stored_images);
 std::shared_ptr<const DnnlOp> make_whole_matmul(std::span<const ir::Type> in, const ir::Type& out,
