@@ -510,6 +510,8 @@ void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_typ
          op == Op::matmul_bias || op == Op::matmul_bias_add ? in[2] : nullptr);
 }
 
+int64_t native_channel_block() { return avx512_convolutions() ? 16 : 8; }
+
 std::string backend_isa() {
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("oneDNN {}.{}.{}, ISA {}", v->major, v->minor, v->patch,

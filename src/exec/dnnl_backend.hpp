@@ -98,6 +98,11 @@ void run_backend(ir::Op op, const ir::Attrs& attrs, std::span<const ir::Type> in
 // set its kernels dispatch to on this CPU.
 std::string backend_isa();
 
+// The channels a block of oneDNN's blocked images holds on this CPU: 16 with
+// AVX-512 (its direct convolutions read nChw16c), else 8 (AVX2's read
+// nChw8c and reorder nChw16c around every call).
+int64_t native_channel_block();
+
 // True while some thread is inside a oneDNN execute call.
 bool in_backend_execute();
 

@@ -42,7 +42,7 @@ bool movable_conv(const ir::Graph& g, const ir::Node& n, bool blocked) {
   ir::Conv2dGeom c = ir::conv2d_node_geom(n.op, n.attrs, operand_types(g, n), n.type);
   if (c.volume) return false;
   if (!blocked && pointwise(c)) return true;  // a product (rewrite below)
-  c.layout = blocked ? ImageLayout::nChw16c : ImageLayout::nhwc;
+  c.layout = blocked ? ImageLayout::nChw8c : ImageLayout::nhwc;
   if (exec::conv_keeps_nchw(n.op, c)) return false;
   return !blocked || (c.c % 8 == 0 && c.o % 8 == 0);
 }
@@ -177,7 +177,7 @@ class Assign {
     // Per group: whether it has a convolution, and the largest block that
     // divides the channels of every image in it.
     std::vector<bool> conv(n_, false);
-    std::vector<int64_t> block(n_, 16);
+    std::vector<int64_t> block(n_, want_ == ImageLayout::nChw8c ? 8 : 16);
     for (size_t v = 0; v < n_; ++v) {
       if (!is_image(g_.type(ValueId(v)))) continue;
       const size_t r = groups_.find(v);
@@ -376,7 +376,7 @@ class Assign {
   }
 
   const ir::Graph& g_;
-  const ImageLayout want_;  // nhwc, or blocks (nChw16c: of 16 channels, else 8)
+  const ImageLayout want_;  // nhwc, or blocks (nChw16c: of 16 channels, else 8; nChw8c: of 8)
   const size_t n_;
   UnionFind groups_;
   std::vector<bool> inner_;              // computed at the stored shape when its group has a layout
@@ -393,6 +393,15 @@ ir::Graph channels_last(const ir::Graph& g, bool* changed) {
 
 ir::Graph blocked_layouts(const ir::Graph& g, bool* changed) {
   return Assign(g, ImageLayout::nChw16c).run(changed);
+}
+
+ir::Graph blocked_layouts_of_8(const ir::Graph& g, bool* changed) {
+  return Assign(g, ImageLayout::nChw8c).run(changed);
+}
+
+ir::Graph blocked_layouts_for_this_cpu(const ir::Graph& g, bool* changed) {
+  return exec::native_channel_block() == 16 ? blocked_layouts(g, changed)
+                                            : blocked_layouts_of_8(g, changed);
 }
 
 }  // namespace ws::lower

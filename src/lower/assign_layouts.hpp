@@ -43,5 +43,10 @@ namespace ws::lower {
 
 ir::Graph channels_last(const ir::Graph& g, bool* changed);
 ir::Graph blocked_layouts(const ir::Graph& g, bool* changed);
+// Blocks of 8 channels only: what convolutions read on CPUs without AVX-512.
+ir::Graph blocked_layouts_of_8(const ir::Graph& g, bool* changed);
+// The one of the two whose blocks this CPU's convolutions read
+// (exec::native_channel_block): the step option `blocked`.
+ir::Graph blocked_layouts_for_this_cpu(const ir::Graph& g, bool* changed);
 
 }  // namespace ws::lower

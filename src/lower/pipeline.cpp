@@ -1,5 +1,6 @@
 #include "lower/pipeline.hpp"
 
+#include "exec/dnnl_backend.hpp"
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
 #include "lower/assign_layouts.hpp"
@@ -22,6 +23,7 @@ const std::vector<Pass>& all_passes() {
       {"simplify", simplify},
       {"channels_last", channels_last},
       {"blocked_layouts", blocked_layouts},
+      {"blocked_layouts_of_8", blocked_layouts_of_8},
       {"merge_product_sums", merge_product_sums},
       {"update_into_product", fuse_update_into_product},
       {"bias_into_product", fuse_bias_into_product},
@@ -55,10 +57,15 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
   std::vector<Pass> passes;
   for (const Pass& p : all_passes()) {
     const std::string_view name = p.name;
-    if (name == "channels_last" || name == "blocked_layouts") {
-      const ir::ImageLayout want =
-          name == "channels_last" ? ir::ImageLayout::nhwc : ir::ImageLayout::nChw16c;
-      if (opts.layouts == want) passes.push_back(p);
+    if (name == "channels_last") {
+      if (opts.layouts == ir::ImageLayout::nhwc) passes.push_back(p);
+      continue;
+    }
+    if (name == "blocked_layouts" || name == "blocked_layouts_of_8") {
+      // Blocks of the width this CPU's convolutions read.
+      const bool of_8 = exec::native_channel_block() == 8;
+      if (opts.layouts == ir::ImageLayout::nChw16c && (name == "blocked_layouts_of_8") == of_8)
+        passes.push_back(p);
       continue;
     }
     if (opts.fuse || name == "simplify" || name == "fold_constants" ||

@@ -122,7 +122,7 @@ std::unique_ptr<step::Compiled> TrainStep::Impl::compile_graphs(step::CapturedSt
     if (image_layouts(opts.layouts) == ir::ImageLayout::nhwc)
       c->step_graph = lower::channels_last(c->step_graph, &changed);
     else if (image_layouts(opts.layouts) == ir::ImageLayout::nChw16c)
-      c->step_graph = lower::blocked_layouts(c->step_graph, &changed);
+      c->step_graph = lower::blocked_layouts_for_this_cpu(c->step_graph, &changed);
     step::after_stage(c->step_graph, "step");
     c->graphs = {c->step_graph};
     const ir::Graph& g = c->step_graph;

@@ -262,12 +262,15 @@ TEST(DnnlConv, ProductsOverTheUnfoldedInputMatchF64ReferenceAndGiveTheSameBitsOn
   set_num_threads(before);
 }
 
-// Images stored NHWC or in blocks are read and written where they lie: the
-// primitive oneDNN picks for a plain, a strided and a pointwise convolution
-// in every direction is a jit kernel over that layout, with no reorder of
-// an image around it (only the weight is reordered to its blocks).
+// Images stored NHWC or in the CPU's blocks (of 16 channels with AVX-512,
+// else 8: the step's `blocked` layout) are read and written where they lie:
+// the primitive oneDNN picks for a plain, a strided and a pointwise
+// convolution in every direction is a jit kernel over that layout, with no
+// reorder of an image around it (only the weight is reordered to its blocks).
 TEST(DnnlConv, StoredImagesAreReadWhereTheyLieWithoutReorders) {
-  for (ir::ImageLayout l : {ir::ImageLayout::nhwc, ir::ImageLayout::nChw16c})
+  const ir::ImageLayout blocks =
+      native_channel_block() == 16 ? ir::ImageLayout::nChw16c : ir::ImageLayout::nChw8c;
+  for (ir::ImageLayout l : {ir::ImageLayout::nhwc, blocks})
     for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
       for (Conv2dGeom g : {conv_geom(4, 32, 16, 16, 32, 3, 3, 1, 1, 1, 1),
                            conv_geom(4, 32, 16, 16, 64, 3, 3, 2, 2, 1, 1),

@@ -33,6 +33,7 @@ TEST(CliOpt, UnknownPassesAndBadInputsAreUsageErrors) {
   const std::string in = kLower + "simplify/cse_merges_equal_nodes.in.ir";
   expect_usage_error("opt --passes=simplify,inline " + in,
                      "no pass 'inline'; the passes are simplify, channels_last, blocked_layouts, "
+                     "blocked_layouts_of_8, "
                      "merge_product_sums, update_into_product");
   expect_usage_error("opt --passes=simplify /nonexistent/graph.ir",
                      "/nonexistent/graph.ir: cannot read the file");
