@@ -334,14 +334,27 @@ def distance(a, b):
     return worst
 
 
-def gradient_error(grads, ref):
+def largest_gradient(ref):
+    return max(g.double().abs().max().item() for g in ref.values())
+
+
+def zero_in_float64(ref):
+    """The names of the gradients of `ref` (float64) that are zero but for
+    float64's rounding: at most 1e-12 of the largest of any tensor (a bias
+    before a BatchNorm, whose exact gradient is 0)."""
+    top = largest_gradient(ref)
+    return {k for k, g in ref.items() if g.double().abs().max().item() <= 1e-12 * top}
+
+
+def gradient_error(grads, ref, skip=()):
     """The largest gradient difference from `ref`, per tensor relative to
     its largest magnitude, floored at 1e-3 of the largest of any tensor (a
-    gradient that is zero in float64 is rounding noise in float32)."""
-    top = max(g.double().abs().max().item() for g in ref.values())
+    small gradient is rounding noise in float32); tensors in `skip` left
+    out."""
+    top = largest_gradient(ref)
     return max(((grads[k].double() - g.double()).abs().max()
                 / max(g.double().abs().max().item(), 1e-3 * top)).item()
-               for k, g in ref.items())
+               for k, g in ref.items() if k not in skip)
 
 
 def permuted(batches, perm):
@@ -357,5 +370,6 @@ def as_float64(batches):
 
 
 __all__ = ["MODELS", "OPTIMIZERS", "LR_SCALE", "make", "eager_steps", "gradients", "gradient_error",
+           "largest_gradient", "zero_in_float64",
            "distance",
            "permuted", "float64_copy", "as_float64"]
