@@ -73,9 +73,6 @@ struct ImageAt {
 };
 
 ImageAt input_at(const Conv2dGeom& g) { return {g.layout == ir::ImageLayout::nhwc, g.c, g.h, g.w}; }
-ImageAt output_at(const Conv2dGeom& g) {
-  return {g.layout == ir::ImageLayout::nhwc, g.o, g.oh, g.ow};
-}
 
 // unfold of NHWC images: each row's taps read a pixel's channels apart.
 void unfold_nhwc(const Conv2dGeom& g, const float* x, float* cols) {
