@@ -399,9 +399,14 @@ ir::Graph blocked_layouts_of_8(const ir::Graph& g, bool* changed) {
   return Assign(g, ImageLayout::nChw8c).run(changed);
 }
 
+std::string_view blocked_layouts_pass_for_this_cpu() {
+  return exec::native_channel_block() == 16 ? "blocked_layouts" : "blocked_layouts_of_8";
+}
+
 ir::Graph blocked_layouts_for_this_cpu(const ir::Graph& g, bool* changed) {
-  return exec::native_channel_block() == 16 ? blocked_layouts(g, changed)
-                                            : blocked_layouts_of_8(g, changed);
+  return blocked_layouts_pass_for_this_cpu() == "blocked_layouts"
+             ? blocked_layouts(g, changed)
+             : blocked_layouts_of_8(g, changed);
 }
 
 }  // namespace ws::lower

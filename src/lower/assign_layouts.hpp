@@ -37,6 +37,8 @@
 // layout), within rounding.
 #pragma once
 
+#include <string_view>
+
 #include "ir/graph.hpp"
 
 namespace ws::lower {
@@ -46,7 +48,8 @@ ir::Graph blocked_layouts(const ir::Graph& g, bool* changed);
 // Blocks of 8 channels only: what convolutions read on CPUs without AVX-512.
 ir::Graph blocked_layouts_of_8(const ir::Graph& g, bool* changed);
 // The one of the two whose blocks this CPU's convolutions read
-// (exec::native_channel_block): the step option `blocked`.
+// (exec::native_channel_block): the step option `blocked`; and its pass name.
 ir::Graph blocked_layouts_for_this_cpu(const ir::Graph& g, bool* changed);
+std::string_view blocked_layouts_pass_for_this_cpu();
 
 }  // namespace ws::lower

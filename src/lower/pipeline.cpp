@@ -1,6 +1,5 @@
 #include "lower/pipeline.hpp"
 
-#include "exec/dnnl_backend.hpp"
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
 #include "lower/assign_layouts.hpp"
@@ -63,8 +62,7 @@ std::vector<Pass> graph_passes(const LowerOptions& opts) {
     }
     if (name == "blocked_layouts" || name == "blocked_layouts_of_8") {
       // Blocks of the width this CPU's convolutions read.
-      const bool of_8 = exec::native_channel_block() == 8;
-      if (opts.layouts == ir::ImageLayout::nChw16c && (name == "blocked_layouts_of_8") == of_8)
+      if (opts.layouts == ir::ImageLayout::nChw16c && name == blocked_layouts_pass_for_this_cpu())
         passes.push_back(p);
       continue;
     }
