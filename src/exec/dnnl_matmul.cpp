@@ -116,9 +116,10 @@ namespace {
 // thread (oneDNN's copy of a transposed A suits its brgemm kernel better;
 // gemm:jit's is the other way: make_matmul).
 constexpr int64_t kLongestUnsplitK = 1024;
-constexpr int64_t kTransposedAK = 256;  // make_matmul
-constexpr int64_t kMatrixParts = 4;     // of one matrix's rows or columns
-constexpr int64_t kColAlign = 16;       // columns split at multiples of this
+constexpr int64_t kTransposedAK = 256;    // make_matmul
+constexpr int64_t kAliasingStride = 512;  // make_matmul
+constexpr int64_t kMatrixParts = 4;       // of one matrix's rows or columns
+constexpr int64_t kColAlign = 16;         // columns split at multiples of this
 
 // Where each matrix of a [..., rows, cols] operand read at `strides` starts,
 // the batch dims walked in row-major order.
@@ -222,15 +223,25 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
 // parts' A dense; any other as oneDNN's one primitive.
 //
 // gemm:jit (oneDNN's products on CPUs without AVX-512) is slow with a
-// transposed A from a K of 256 on when it cannot split the output's columns
-// (as many rows as columns or more): on one thread of a 2-core AMD EPYC Zen 3
-// (AVX2), [2048 x 1024]^T x [1024 x 256] ran at 37 GF/s where the plain
-// product ran at 81 (OpenBLAS 81 either way); on two, [1024 x 256]^T x
-// [256 x 256] ran at 65 GF/s as oneDNN's one primitive and at 119 as parts
-// over A transposed in the scratch first. Below K = 256 (vit_b_16's weight gradients over 136
-// tokens) and where the columns are split the transposed A was as fast. So such a product's parts
-// transpose their rows of A into the scratch and run the plain product (DenseA::transposed): bert's
-// step 1.11x faster in the same run, vit_b_16, resnet50, mobilenet_v2 and mnasnet1_0 within 2%.
+// transposed A when it cannot split the output's columns (as many rows as
+// columns or more) in two cases. From a K of 256 on: on one thread of a
+// 2-core AMD EPYC Zen 3 (AVX2), [2048 x 1024]^T x [1024 x 256] ran at 37
+// GF/s where the plain product ran at 81 (OpenBLAS 81 either way); on two,
+// [1024 x 256]^T x [256 x 256] at 65 GF/s as oneDNN's one primitive and at
+// 119 as parts over A transposed in the scratch first (bert's step 1.11x
+// faster in the same run). And for any K when the rows of the stored A lie
+// a multiple of 512 floats (2 KiB) apart: its copy of A walks down columns,
+// and rows that far apart fall into the same few L1 sets. On the same CPU,
+// parts on two threads, transposed first against read where A lies:
+// [1024 x 128]^T, [2048 x 128]^T, [3072 x 128]^T and [6144 x 64]^T times
+// B's 256 or 512 columns 1.7-2.1x faster (a 1x1 convolution's weight
+// gradient over a small map), a stride of 512 1.35x; strides of 640, 768,
+// 1280 1.1x, 576, 896, 960, 1000 and 1152 within 3%, 384 0.93x, which is why
+// the rule names the strides that alias rather than every transposed A. The
+// steps in the same run: resnet50 1.03-1.04x, resnext50_32x4d 1.02x,
+// bert, vit_b_16 and mobilenet_v2 within 1%. Such a product's parts
+// transpose their rows of A into the scratch and run the plain product
+// (DenseA::transposed).
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
@@ -243,8 +254,12 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   };
   auto whole =
       make_matmul_primitive(in, out, attrs, strides, out_strides, accumulate, bias, residual);
-  if (whole->on_one_thread())
-    return in_parts(d.ta && d.k >= kTransposedAK && d.n <= d.m ? DenseA::transposed : DenseA::no);
+  if (whole->on_one_thread()) {
+    const int64_t k_stride = full_strides(in[0].shape, strides, 0)[in[0].shape.size() - 2];
+    const bool dense =
+        d.ta && d.n <= d.m && (d.k >= kTransposedAK || k_stride % kAliasingStride == 0);
+    return in_parts(dense ? DenseA::transposed : DenseA::no);
+  }
   if (d.ta && d.k > kLongestUnsplitK) return in_parts(DenseA::columns);
   return whole;
 }
