@@ -118,6 +118,7 @@ namespace {
 constexpr int64_t kLongestUnsplitK = 1024;
 constexpr int64_t kTransposedAK = 256;    // make_matmul
 constexpr int64_t kAliasingStride = 512;  // make_matmul
+constexpr int64_t kStagedBRows = 64;      // make_matmul
 constexpr int64_t kMatrixParts = 4;       // of one matrix's rows or columns
 constexpr int64_t kColAlign = 16;         // columns split at multiples of this
 
@@ -156,20 +157,34 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
                                                       std::span<const std::vector<int64_t>> strides,
                                                       const std::vector<int64_t>& out_strides,
                                                       bool accumulate, bool bias, bool residual,
-                                                      DenseA dense) {
+                                                      DenseA dense, bool stage_b) {
   const bool dense_a = dense != DenseA::no;
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
   const size_t r = out.shape.size();
   const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
                              sb = full_strides(in[1].shape, strides, 1),
                              so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
+  // A staged B ([k, n], one matrix, rows dense) is read from its copy at a
+  // row stride that does not alias (make_matmul).
+  StagedB staged;
+  if (stage_b) {
+    WS_CHECK(d.batch == 1 && !d.tb && sb[r - 1] == 1) << "matmul: a B that cannot be staged";
+    int64_t padded = (d.n + kColAlign - 1) / kColAlign * kColAlign + kColAlign;
+    if (padded % kAliasingStride == 0) padded += kColAlign;
+    staged = {d.k, d.n, sb[r - 2], padded};
+  }
   const std::vector<int64_t> oa = batch_offsets(in[0].shape, sa),
-                             ob = batch_offsets(in[1].shape, sb), oo = batch_offsets(out.shape, so);
-  const std::vector<int64_t> a_st{sa[r - 2], sa[r - 1]}, b_st{sb[r - 2], sb[r - 1]},
+                             ob =
+                                 stage_b ? std::vector<int64_t>{0} : batch_offsets(in[1].shape, sb),
+                             oo = batch_offsets(out.shape, so);
+  const std::vector<int64_t> a_st{sa[r - 2], sa[r - 1]},
+      b_st = stage_b ? std::vector<int64_t>{staged.padded, 1}
+                     : std::vector<int64_t>{sb[r - 2], sb[r - 1]},
       out_st{so[r - 2], so[r - 1]};
   // A row of the product is a row of A, or a column of A stored transposed;
   // a column is a column of B, or a row of B stored transposed.
-  const int64_t row_step = d.ta ? sa[r - 1] : sa[r - 2], col_step = d.tb ? sb[r - 2] : sb[r - 1];
+  const int64_t row_step = d.ta ? sa[r - 1] : sa[r - 2];
+  const int64_t col_step = d.tb ? sb[r - 2] : stage_b ? 1 : sb[r - 1];
   // One matrix is split along its longer side of the output: each part
   // copies its slice of one operand and the whole other one into the
   // kernel's blocks, so splitting the columns of a wide product (a
@@ -212,8 +227,8 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
                                    accumulate, bias, residual);
       parts.push_back(std::move(p));
     }
-  if (parts.size() == 1 && !dense_a) return parts[0].op;
-  return make_matrix_parts(std::move(parts));
+  if (parts.size() == 1 && !dense_a && !stage_b) return parts[0].op;
+  return make_matrix_parts(std::move(parts), staged);
 }
 
 }  // namespace
@@ -242,25 +257,45 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
 // bert, vit_b_16 and mobilenet_v2 within 1%. Such a product's parts
 // transpose their rows of A into the scratch and run the plain product
 // (DenseA::transposed).
+//
+// A plain B whose rows lie a multiple of 512 floats apart (B [k, n] with n
+// = 512, 1024, ...: a weight read as it lies in a backward product, a 1x1
+// convolution's weight with 512 or 1024 output channels) costs gemm:jit the
+// same, for any K and any A: on the same CPU, parts on two threads of
+// [1024 x 256] x [256 x 1024] ran at 70-90 GF/s as they lie and at 139-176
+// with B at a row stride of 1040, [M x 512] x [512 x 1024] 1.8-2.0x for M
+// from 8 to 256 (A's stride of 1024 changed nothing; how slow depends on
+// where the operands lie relative to each other, which in a step is the
+// arena's plan). Such a B is copied once, before the parts run, at a stride
+// that does not alias (StagedB), when the output has at least 64 rows: the
+// copy costs about 7 / M of the product (vgg16's [8 x 4096] x [4096 x
+// 25088] would copy 411 MB a step for an 8-row product, 0.91x). Same run,
+// steps against B read where it lies: bert 1.09-1.20x, vit_b_16 1.06-1.22x,
+// resnext50_32x4d 1.01-1.15x, resnet50 1.02-1.05x, vgg16 1.03x, the models
+// with no such product within noise.
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
                                              std::span<const std::vector<int64_t>> strides,
                                              const std::vector<int64_t>& out_strides,
                                              bool accumulate, bool bias, bool residual) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
-  auto in_parts = [&](DenseA dense) {
+  auto in_parts = [&](DenseA dense, bool stage_b) {
     return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
-                                dense);
+                                dense, stage_b);
   };
   auto whole =
       make_matmul_primitive(in, out, attrs, strides, out_strides, accumulate, bias, residual);
   if (whole->on_one_thread()) {
-    const int64_t k_stride = full_strides(in[0].shape, strides, 0)[in[0].shape.size() - 2];
+    const size_t r = out.shape.size();
+    const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
+                               sb = full_strides(in[1].shape, strides, 1);
     const bool dense =
-        d.ta && d.n <= d.m && (d.k >= kTransposedAK || k_stride % kAliasingStride == 0);
-    return in_parts(dense ? DenseA::transposed : DenseA::no);
+        d.ta && d.n <= d.m && (d.k >= kTransposedAK || sa[r - 2] % kAliasingStride == 0);
+    const bool stage_b = d.batch == 1 && !d.tb && d.m >= kStagedBRows && sb[r - 1] == 1 &&
+                         sb[r - 2] % kAliasingStride == 0;
+    return in_parts(dense ? DenseA::transposed : DenseA::no, stage_b);
   }
-  if (d.ta && d.k > kLongestUnsplitK) return in_parts(DenseA::columns);
+  if (d.ta && d.k > kLongestUnsplitK) return in_parts(DenseA::columns, false);
   return whole;
 }
 

@@ -275,11 +275,14 @@ void transpose_tiles(const float* x, int64_t k, int64_t rows, int64_t sk, int64_
 
 // Parts of a product run in parallel (make_matrix_parts), each with its own
 // scratch. A part's dense copy of A (a part of a row of a transposed A is
-// not dense, and oneDNN would take its slow kernels) is copies only: the
-// same bits on any team.
+// not dense, and oneDNN would take its slow kernels) and a staged copy of B
+// (made first, on the pool, read by every part) are copies only: the same
+// bits on any team.
 class MatrixPartsOp final : public BackendOp {
  public:
-  explicit MatrixPartsOp(std::vector<MatrixPart> parts) : parts_(std::move(parts)) {
+  MatrixPartsOp(std::vector<MatrixPart> parts, StagedB staged_b)
+      : parts_(std::move(parts)), staged_b_(staged_b) {
+    scratch_bytes_ = align64(staged_b_.rows * staged_b_.padded * 4);
     for (const MatrixPart& p : parts_) {
       dense_offsets_.push_back(scratch_bytes_);
       scratch_bytes_ += align64(p.dense_rows * p.k * 4);
@@ -287,8 +290,10 @@ class MatrixPartsOp final : public BackendOp {
       scratch_bytes_ += align64(p.op->scratch_bytes());
       flops_ += p.op->flops();
     }
-    impl_ = fmt::format("{} parts, each {}{}", parts_.size(), parts_[0].op->impl(),
-                        parts_[0].transpose_a ? ", A transposed into the scratch" : "");
+    impl_ = fmt::format(
+        "{} parts, each {}{}{}", parts_.size(), parts_[0].op->impl(),
+        parts_[0].transpose_a ? ", A transposed into the scratch" : "",
+        staged_b_.rows ? fmt::format(", B copied at row stride {} first", staged_b_.padded) : "");
     for (const MatrixPart& p : parts_) reorders_ += p.op->reorders();
   }
   int64_t scratch_bytes() const override { return scratch_bytes_; }
@@ -298,6 +303,17 @@ class MatrixPartsOp final : public BackendOp {
   void run(const void* a, const void* b, void* out, void* scratch, const void* extra,
            const void* extra2) const override {
     auto* base = static_cast<std::byte*>(scratch);
+    if (staged_b_.rows > 0) {
+      const auto* from = static_cast<const float*>(b);
+      auto* to = reinterpret_cast<float*>(base);
+      parallel_for(staged_b_.rows, std::max<int64_t>(1, kCheapGrain / staged_b_.cols),
+                   [&](int64_t lo, int64_t hi) {
+                     for (int64_t r = lo; r < hi; ++r)
+                       std::memcpy(to + r * staged_b_.padded, from + r * staged_b_.stride,
+                                   size_t(staged_b_.cols) * 4);
+                   });
+      b = to;
+    }
     parallel_for(
         int64_t(parts_.size()), 1,
         [&](int64_t lo, int64_t hi) {
@@ -328,6 +344,7 @@ class MatrixPartsOp final : public BackendOp {
 
  private:
   std::vector<MatrixPart> parts_;
+  StagedB staged_b_;                                      // at the start of the scratch
   std::vector<int64_t> dense_offsets_, scratch_offsets_;  // each part's copy of A and scratch
   int64_t scratch_bytes_ = 0, flops_ = 0;
   std::string impl_;
@@ -365,8 +382,9 @@ std::shared_ptr<const BackendOp> make_weight_grad_in_weight_parts(const Conv2dGe
   return std::make_shared<WeightPartsOp>(g);
 }
 
-std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts) {
-  return std::make_shared<MatrixPartsOp>(std::move(parts));
+std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts,
+                                                   StagedB staged_b) {
+  return std::make_shared<MatrixPartsOp>(std::move(parts), staged_b);
 }
 
 std::shared_ptr<const BackendOp> make_team_or_solo(std::shared_ptr<const BackendOp> whole,

@@ -48,7 +48,15 @@ struct MatrixPart {
   int64_t dense_rows = 0, k = 0, sk = 0, sm = 0;
   bool transpose_a = false;
 };
-std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts);
+// B copied, before the parts run, into the scratch at another row stride:
+// its `rows` rows of `cols` elements, `stride` apart where B lies, `padded`
+// apart in the copy, which the parts then read (their `b` offsets into the
+// copy). `rows` 0: the parts read B where it lies.
+struct StagedB {
+  int64_t rows = 0, cols = 0, stride = 0, padded = 0;
+};
+std::shared_ptr<const BackendOp> make_matrix_parts(std::vector<MatrixPart> parts,
+                                                   StagedB staged_b = {});
 
 // Runs `whole` (made for the whole pool) or `solo` (made for one thread),
 // as team() asks.

@@ -775,6 +775,22 @@ TEST(DnnlBackend, GemmJitPartsTransposeAnAWhoseRowsAliasInTheCache) {
   EXPECT_EQ(other.find("A transposed"), std::string::npos) << other;
 }
 
+// Where products are gemm:jit, one whose B's rows lie a multiple of 512
+// floats apart (and whose output has 64 rows or more) copies B at another
+// row stride first, which every part reads: split by rows, by columns (each
+// part at its offset into the copy), with a bias and accumulated; the same
+// bits on any team, and right.
+TEST(DnnlBackend, GemmJitPartsStageABWhoseRowsAliasInTheCache) {
+  const MatmulCase c{1, 600, 40, 512, false, false};
+  const std::vector<ir::Type> in{f32({600, 40}), f32({40, 512})};
+  const std::string impl =
+      make_backend_op(Op::matmul, matmul_attrs(c), in, f32({600, 512}))->impl();
+  if (impl.find("gemm:jit") != std::string::npos)
+    EXPECT_NE(impl.find("B copied at row stride 528"), std::string::npos) << impl;
+  expect_the_same_bits_on_any_team(
+      {c, MatmulCase{1, 70, 33, 1024, false, false}, MatmulCase{1, 64, 20, 512, true, false}}, 14);
+}
+
 // The thread count is the library's, not the calling thread's OpenMP
 // setting: a step run from a thread of its own uses it too.
 TEST(DnnlBackend, ProductsRunWithTheLibrarysThreadCountFromAnyThread) {
