@@ -1,6 +1,7 @@
 // Backend ops whose results do not depend on the team that runs them, and
 // the one-thread twins a step switches to under load (dnnl_teams.cpp).
-// Internal to the backend: dnnl_backend.cpp builds the primitives.
+// Internal to the backend: dnnl_conv.cpp and dnnl_matmul.cpp build the
+// primitives.
 #pragma once
 
 #include <memory>
@@ -12,7 +13,7 @@
 namespace ws::exec {
 
 // One oneDNN convolution primitive (any direction) for the team pinned now
-// (dnnl_backend.cpp).
+// (dnnl_conv.cpp).
 std::shared_ptr<const BackendOp> make_conv(ir::Op op, const Conv2dGeom& g);
 
 // Parts a weight gradient runs as, over the batch or over the weight.
@@ -40,8 +41,9 @@ std::shared_ptr<const BackendOp> make_conv_products(ir::Op op, const Conv2dGeom&
 // made from the columns at `a` (strides sk along K, sm along M) of an A
 // stored transposed: [k, dense_rows] as it lies, or with `transpose_a`
 // [dense_rows, k], A itself, for an `op` made for a plain A
-// (dnnl_backend.cpp says when a product needs which). A part of the output's columns reads the bias
-// (a product's `extra` operand, when it has one) from `bias` on.
+// (dnnl_matmul.cpp says when a product needs which). A part of the output's
+// columns reads the bias (a product's `extra` operand, when it has one) from
+// `bias` on.
 struct MatrixPart {
   std::shared_ptr<const BackendOp> op;
   int64_t a = 0, b = 0, out = 0, bias = 0;

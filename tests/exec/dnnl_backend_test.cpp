@@ -716,7 +716,7 @@ TEST(DnnlBackend, WideProductsInColumnPartsGiveTheSameBitsOnAnyTeam) {
 }
 
 // Parts that read A transposed into their scratch (gemm:jit's products with
-// a transposed A, dnnl_backend.cpp): uneven parts of the rows, over a K and
+// a transposed A, dnnl_matmul.cpp): uneven parts of the rows, over a K and
 // row counts that end mid-tile, A read at padded strides either way round.
 TEST(DnnlBackend, MatrixPartsTransposeTheirRowsOfAIntoTheScratch) {
   std::mt19937 rng(13);
