@@ -437,6 +437,7 @@ TEST(DnnlConv, FlopsCountMultiplyAddsOfEveryDirection) {
 struct MatmulCase {
   int64_t batch, m, k, n;
   bool ta, tb;
+  Shape lead = {};  // the batch's dims, when more than one (their product is batch)
 };
 
 using exec::describe;  // a convolution's (conv_cases.hpp), overloaded here for a product's
@@ -482,9 +483,15 @@ std::vector<MatmulCase> matmul_cases() {
 TEST(DnnlMatmul, EveryLayoutMatchesF64Reference) {
   std::mt19937 rng(7);
   for (const MatmulCase& c : matmul_cases()) {
-    const ir::Type ta = f32(stored(c.batch, c.m, c.k, c.ta)),
-                   tb = f32(stored(c.batch, c.k, c.n, c.tb)),
-                   tc = f32(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n});
+    auto with_lead = [&](Shape s) {  // the batch's dim replaced by its dims
+      if (c.lead.empty()) return s;
+      s.erase(s.begin());
+      s.insert(s.begin(), c.lead.begin(), c.lead.end());
+      return s;
+    };
+    const ir::Type ta = f32(with_lead(stored(c.batch, c.m, c.k, c.ta))),
+                   tb = f32(with_lead(stored(c.batch, c.k, c.n, c.tb))),
+                   tc = f32(with_lead(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n}));
     const Vec a = random_vec(ta.numel(), rng), b = random_vec(tb.numel(), rng);
     Vec want(size_t(tc.numel()));
     const void* in[2] = {a.data(), b.data()};
@@ -623,9 +630,15 @@ void expect_the_same_bits_on_any_team(std::initializer_list<MatmulCase> cases, u
   const int before = num_threads();
   for (const MatmulCase& c : cases) {
     SCOPED_TRACE(describe(c));
-    const ir::Type ta = f32(stored(c.batch, c.m, c.k, c.ta)),
-                   tb = f32(stored(c.batch, c.k, c.n, c.tb)),
-                   tc = f32(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n});
+    auto with_lead = [&](Shape s) {  // the batch's dim replaced by its dims
+      if (c.lead.empty()) return s;
+      s.erase(s.begin());
+      s.insert(s.begin(), c.lead.begin(), c.lead.end());
+      return s;
+    };
+    const ir::Type ta = f32(with_lead(stored(c.batch, c.m, c.k, c.ta))),
+                   tb = f32(with_lead(stored(c.batch, c.k, c.n, c.tb))),
+                   tc = f32(with_lead(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n}));
     const Vec a = random_vec(ta.numel(), rng), b = random_vec(tb.numel(), rng),
               bias = random_vec(c.n, rng), acc = random_vec(tc.numel(), rng);
     // The product, and the product of the magnitudes that bounds its rounding.
@@ -703,6 +716,19 @@ TEST(DnnlBackend, ProductsOfEveryShapeGiveTheSameBitsOnAnyTeam) {
        MatmulCase{1, 1, 300, 77, false, false}, MatmulCase{1, 513, 64, 100, false, false},
        MatmulCase{4, 30, 1000, 2, true, true}},
       11);
+}
+
+// Batches of small matrices (attention's per head, an adaptive pooling's)
+// run as parts of the batch's leading dim (the first longer than 1), each
+// one primitive over its matrices: one leading dim, several, a leading 1,
+// fewer matrices than parts, strided by the transposes.
+TEST(DnnlBackend, BatchesOfSmallProductsGiveTheSameBitsOnAnyTeam) {
+  expect_the_same_bits_on_any_team(
+      {MatmulCase{96, 17, 64, 17, false, true}, MatmulCase{96, 17, 17, 64, false, false},
+       MatmulCase{24, 6, 1, 6, false, true, {2, 12}},
+       MatmulCase{12, 5, 7, 3, true, true, {1, 3, 4}}, MatmulCase{3, 9, 4, 2, true, false},
+       MatmulCase{20, 8, 8, 8, false, false, {10, 2}}},
+      16);
 }
 
 // Wider than tall, one matrix: parts of the output's columns (a recurrent
