@@ -452,6 +452,22 @@ Shape stored(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
   return s;
 }
 
+// A case's operands and result as stored: [batch..., rows, cols].
+struct MatmulTypes {
+  ir::Type a, b, c;
+};
+MatmulTypes matmul_types(const MatmulCase& c) {
+  auto with_lead = [&](Shape s) {  // the batch's dim replaced by its dims
+    if (c.lead.empty()) return s;
+    s.erase(s.begin());
+    s.insert(s.begin(), c.lead.begin(), c.lead.end());
+    return s;
+  };
+  return {f32(with_lead(stored(c.batch, c.m, c.k, c.ta))),
+          f32(with_lead(stored(c.batch, c.k, c.n, c.tb))),
+          f32(with_lead(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n}))};
+}
+
 ir::Attrs matmul_attrs(const MatmulCase& c) {
   return ir::Attrs{{"transpose_a", int64_t(c.ta)}, {"transpose_b", int64_t(c.tb)}};
 }
@@ -483,15 +499,7 @@ std::vector<MatmulCase> matmul_cases() {
 TEST(DnnlMatmul, EveryLayoutMatchesF64Reference) {
   std::mt19937 rng(7);
   for (const MatmulCase& c : matmul_cases()) {
-    auto with_lead = [&](Shape s) {  // the batch's dim replaced by its dims
-      if (c.lead.empty()) return s;
-      s.erase(s.begin());
-      s.insert(s.begin(), c.lead.begin(), c.lead.end());
-      return s;
-    };
-    const ir::Type ta = f32(with_lead(stored(c.batch, c.m, c.k, c.ta))),
-                   tb = f32(with_lead(stored(c.batch, c.k, c.n, c.tb))),
-                   tc = f32(with_lead(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n}));
+    const auto [ta, tb, tc] = matmul_types(c);
     const Vec a = random_vec(ta.numel(), rng), b = random_vec(tb.numel(), rng);
     Vec want(size_t(tc.numel()));
     const void* in[2] = {a.data(), b.data()};
@@ -630,15 +638,7 @@ void expect_the_same_bits_on_any_team(std::initializer_list<MatmulCase> cases, u
   const int before = num_threads();
   for (const MatmulCase& c : cases) {
     SCOPED_TRACE(describe(c));
-    auto with_lead = [&](Shape s) {  // the batch's dim replaced by its dims
-      if (c.lead.empty()) return s;
-      s.erase(s.begin());
-      s.insert(s.begin(), c.lead.begin(), c.lead.end());
-      return s;
-    };
-    const ir::Type ta = f32(with_lead(stored(c.batch, c.m, c.k, c.ta))),
-                   tb = f32(with_lead(stored(c.batch, c.k, c.n, c.tb))),
-                   tc = f32(with_lead(c.batch > 1 ? Shape{c.batch, c.m, c.n} : Shape{c.m, c.n}));
+    const auto [ta, tb, tc] = matmul_types(c);
     const Vec a = random_vec(ta.numel(), rng), b = random_vec(tb.numel(), rng),
               bias = random_vec(c.n, rng), acc = random_vec(tc.numel(), rng);
     // The product, and the product of the magnitudes that bounds its rounding.
