@@ -167,6 +167,35 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
   const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
                              sb = full_strides(in[1].shape, strides, 1),
                              so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
+  if (d.batch > 1 && !dense_a && matmul_flops(d) / d.batch <= kSmallMatrixFlops) {
+    // Small matrices of a batch: parts of the batch's leading dim (the first
+    // longer than 1), each one primitive over its matrices, not one part a
+    // matrix: a call costs more than such a product. alexnet's adaptive
+    // pooling over a 1x1 map runs 4 x 2048 products of 6x6 and smaller a
+    // step; as 8 parts each, its products' time in the same run went from
+    // 60.6 to 52.5 ms a step (AMD EPYC Zen 3; the step within the host's
+    // noise), vit_b_16's attention (17 x 64 per head) within 1%.
+    std::vector<MatrixPart> parts;
+    TeamScope one(1);
+    size_t lead = 0;
+    while (lead + 2 < r && out.shape[lead] == 1) ++lead;
+    const int64_t size = out.shape[lead], count = std::min(size, kBatchParts);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t b0 = size * i / count, b1 = size * (i + 1) / count;
+      auto part = [&](Shape shape) {
+        shape[lead] = b1 - b0;
+        return ir::Type{DType::f32, shape};
+      };
+      MatrixPart p;
+      p.a = b0 * sa[lead], p.b = b0 * sb[lead], p.out = b0 * so[lead];
+      const std::vector<ir::Type> part_in{part(in[0].shape), part(in[1].shape)};
+      const std::vector<std::vector<int64_t>> part_st{sa, sb};
+      p.op = make_matmul_primitive(part_in, part(out.shape), attrs, part_st, so, accumulate, bias,
+                                   residual);
+      parts.push_back(std::move(p));
+    }
+    return make_matrix_parts(std::move(parts));
+  }
   // A staged B ([k, n], one matrix, rows dense) is read from its copy at a
   // row stride that does not alias (make_matmul).
   StagedB staged;
@@ -203,33 +232,6 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
   };
   std::vector<MatrixPart> parts;
   TeamScope one(1);
-  if (d.batch > 1 && !dense_a && matmul_flops(d) / d.batch <= kSmallMatrixFlops) {
-    // Small matrices of a batch: parts of the batch's leading dim (the first
-    // longer than 1), each one primitive over its matrices, not one part a
-    // matrix: a call costs more than such a product. alexnet's adaptive
-    // pooling over a 1x1 map runs 4 x 2048 products of 6x6 and smaller a
-    // step; as 8 parts each, its products' time in the same run went from
-    // 60.6 to 52.5 ms a step (AMD EPYC Zen 3; the step within the host's
-    // noise), vit_b_16's attention (17 x 64 per head) within 1%.
-    size_t lead = 0;
-    while (lead + 2 < r && out.shape[lead] == 1) ++lead;
-    const int64_t size = out.shape[lead], count = std::min(size, kBatchParts);
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t b0 = size * i / count, b1 = size * (i + 1) / count;
-      auto part = [&](Shape shape) {
-        shape[lead] = b1 - b0;
-        return ir::Type{DType::f32, shape};
-      };
-      MatrixPart p;
-      p.a = b0 * sa[lead], p.b = b0 * sb[lead], p.out = b0 * so[lead];
-      const std::vector<ir::Type> part_in{part(in[0].shape), part(in[1].shape)};
-      const std::vector<std::vector<int64_t>> part_st{sa, sb};
-      p.op = make_matmul_primitive(part_in, part(out.shape), attrs, part_st, so, accumulate, bias,
-                                   residual);
-      parts.push_back(std::move(p));
-    }
-    return make_matrix_parts(std::move(parts), staged);
-  }
   for (int64_t batch = 0; batch < d.batch; ++batch)
     for (int64_t i = 0; i < parts_per_matrix; ++i) {
       int64_t m0 = 0, rows = d.m, n0 = 0, cols = d.n;
@@ -301,7 +303,7 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
 // copy costs about 7 / M of the product (vgg16's [8 x 4096] x [4096 x
 // 25088] would copy 411 MB a step for an 8-row product, 0.91x). Same run,
 // steps against B read where it lies: bert 1.09-1.20x, vit_b_16 1.06-1.22x,
-// resnext50_32x4d 1.01-1.15x, resnet50 1.02-1.05x, vgg16 1.03x, the models
+// resnext50_32x4d 1.01-1.15x, resnet50 0.98-1.05x, vgg16 1.03x, the models
 // with no such product within noise.
 std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const ir::Type& out,
                                              const ir::Attrs& attrs,
