@@ -166,6 +166,7 @@ void FusedLoop::copy_out(int64_t s, int64_t len, const void* const* ptr, void* c
 void FusedLoop::run(const void* const* ins, void* const* outs, void* scratch) const {
   if (columns_) return run_columns(ins, outs, scratch);
   if (!reductions_.empty()) return run_reduce(ins, outs);
+  if (!block_steps_.empty()) return run_blocks(ins, outs);
   run_loop(ins, outs, grain_, -1, nullptr);
 }
 

@@ -38,6 +38,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   std::vector<ir::ValueId> step_at(size_t(body.size()), -1);  // loop step of a computed value
   std::vector<bool> per_result(size_t(body.size()), false);
   std::vector<std::string> ops;
+  std::vector<Op> step_ops;  // the op and result type of each loop step
+  std::vector<DType> step_types;
   int64_t cost = 0;
   // Values a reduction reads straight from its operand: they must be whole
   // arrays at a chunk's pointer, so a broadcast there is always gathered
@@ -106,6 +108,8 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       if (loop) {
         step_at[size_t(v)] = ir::ValueId(steps_.size());
         steps_.push_back(st);
+        step_ops.push_back(n.op);
+        step_types.push_back(n.type.dtype);
       } else {
         val.kind = Kind::reduced;
         per_result[size_t(v)] = true;
@@ -288,6 +292,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       if (val.kind == Kind::input || val.kind == Kind::output)
         streams_.push_back({val.kind == Kind::output, val.index, val.esize});
     }
+    plan_blocks(step_ops, step_types);
   }
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -148,6 +149,84 @@ TEST(FuseElementwise, StreamingLoopsWalkShortChunksWithTheInterpretersBits) {
   EXPECT_EQ(streaming, 2) << p.str();
   EXPECT_EQ(rows, 1) << p.str();
   expect_same_on_every_team(g);
+}
+
+// A random chain of f32 additions, subtractions, products, quotients and
+// square roots over `n` elements: arrays (one a parameter updated in place
+// and read again after its update), one-element hyperparameters and
+// constants as operands, some intermediate values results too.
+std::string random_block_program(std::mt19937& gen, int64_t n) {
+  auto pick = [&gen](int64_t k) { return int64_t(gen() % uint64_t(k)); };
+  const std::string ty = fmt::format("f32[{}]", n);
+  std::string text = "graph blocks {\n";
+  std::vector<int64_t> arrays, scalars;
+  int64_t next = 0;
+  const int64_t narrays = 2 + pick(3), nhyper = 1 + pick(3);
+  for (int64_t i = 0; i < narrays; ++i) {
+    text += fmt::format("  %{} = input {} \"a{}\" : {}\n", next, i == 0 ? "param" : "data", i, ty);
+    arrays.push_back(next++);
+  }
+  for (int64_t i = 0; i < nhyper; ++i) {
+    text += fmt::format("  %{} = input hyper \"h{}\" : f32[]\n", next, i);
+    text +=
+        fmt::format("  %{} = broadcast %{} {{dims=[], shape=[{}]}} : {}\n", next + 1, next, n, ty);
+    scalars.push_back(next + 1);
+    next += 2;
+  }
+  text += fmt::format("  %{} = full {{value=0.375}} : {}\n", next, ty);
+  scalars.push_back(next++);
+  const char* ops[] = {"add", "sub", "mul", "div", "sqrt"};
+  std::vector<int64_t> computed;
+  std::string outs;
+  const int64_t nops = 3 + pick(8);
+  int64_t update = -1;
+  for (int64_t k = 0; k < nops; ++k) {
+    const std::string op = ops[pick(5)];
+    auto operand = [&] {
+      if (!computed.empty() && pick(2)) return computed[size_t(pick(int64_t(computed.size())))];
+      if (pick(4) == 0) return scalars[size_t(pick(int64_t(scalars.size())))];
+      return arrays[size_t(pick(int64_t(arrays.size())))];
+    };
+    const int64_t a = operand();
+    if (op == "sqrt") {
+      text += fmt::format("  %{} = sqrt %{} : {}\n", next, a, ty);
+    } else {
+      const int64_t b = op == "div" && pick(2) ? scalars.back() : operand();
+      text += fmt::format("  %{} = {} %{}, %{} : {}\n", next, op, a, b, ty);
+    }
+    computed.push_back(next);
+    if (update < 0 && k >= 1 && pick(3) == 0) {
+      update = next;  // the parameter's new value; later steps read the old one
+      outs += fmt::format("  out update %{} -> %{} \"a0\"\n", next, arrays[0]);
+    } else if (k + 1 < nops && pick(3) == 0) {
+      outs += fmt::format("  out user %{} \"r{}\"\n", next, k);
+    }
+    ++next;
+  }
+  // The last step reads the parameter again, after its update.
+  text += fmt::format("  %{} = mul %{}, %{} : {}\n", next, arrays[0], computed.back(), ty);
+  outs += fmt::format("  out user %{} \"last\"\n", next);
+  return text + outs + "}";
+}
+
+// Streaming loops of the block ops run as block programs, every step inlined
+// over a block of elements, and give the interpreter's bits: random chains
+// over lengths below a vector, below a block, one block, a block and a bit,
+// and long enough for every thread, on teams of 1, 2 and 3 threads.
+TEST(FuseElementwise, BlockProgramsGiveTheInterpretersBits) {
+  std::mt19937 gen(7);
+  const int64_t sizes[] = {1, 5, 17, 127, exec::kFusedBlock, exec::kFusedBlock + 3, 1000, 70001};
+  int blocks = 0;
+  for (int trial = 0; trial < 48; ++trial) {
+    const int64_t n = sizes[size_t(trial) % std::size(sizes)];
+    const std::string text = random_block_program(gen, n);
+    SCOPED_TRACE(text);
+    const ir::Graph g = ir::parse(text);
+    for (const exec::Kernel& k : lower::lower(g).kernels)
+      if (k.loop) blocks += k.loop->block_program();
+    expect_same_on_every_team(g);
+  }
+  EXPECT_GE(blocks, 48);
 }
 
 // A broadcast operand repeating one run along every row (a per-channel
