@@ -101,6 +101,22 @@ ValueId concat_operand(const ir::Graph& g, const ir::Node& cat, const ir::Node& 
 
 }  // namespace
 
+// g without the nodes no output reads.
+ir::Graph without_dead(const ir::Graph& g, const std::vector<bool>& live) {
+  ir::Graph out;
+  out.name = g.name;
+  std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
+  for (ValueId v = 0; v < ValueId(g.nodes.size()); ++v) {
+    if (!live[size_t(v)]) continue;
+    ir::Node n = g.node(v);
+    for (ValueId& a : n.args) a = map[size_t(a)];
+    out.nodes.push_back(std::move(n));
+    map[size_t(v)] = ValueId(out.nodes.size() - 1);
+  }
+  ir::copy_interface(g, map, out);
+  return out;
+}
+
 ir::Graph simplify(const ir::Graph& g, bool* changed) {
   std::vector<bool> live = live_nodes(g);
   ir::Graph out;
@@ -159,6 +175,12 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
     }
   }
   ir::copy_interface(g, map, out);
+  // A node read only by one that became another value (a concatenation
+  // whose slices each became one of its operands, a value merged into an
+  // equal one) was live in g and is dead now: the fuse pass counts on
+  // finding nothing dead.
+  if (std::vector<bool> still = live_nodes(out); std::count(still.begin(), still.end(), false))
+    out = without_dead(out, still);
   // Nodes are only removed, in order, or a transpose made a reshape: the
   // same count and no rewrite is the same graph.
   if (changed) *changed = rewrote || out.nodes.size() != g.nodes.size();
