@@ -158,6 +158,12 @@ Tensor lt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor le(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor gt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor ge(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// x itself when every element of the bool `ok` is true; otherwise the
+// computation (traced: the step, which then changes nothing) fails with
+// `message`, the position of ok's first false element and the caller's
+// line. Its gradient is x's.
+Tensor checked(const Tensor& x, const Tensor& ok, const std::string& message,
+               Loc loc = Loc::current());
 // cond ? a : b, elementwise (broadcast).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());

@@ -330,6 +330,10 @@ Tensor transpose(const Tensor& x, std::vector<int64_t> perm, Loc loc) {
   return apply(Op::transpose, {&x}, ir::make_attrs<Op::transpose>({{"perm", perm}}), loc);
 }
 
+Tensor checked(const Tensor& x, const Tensor& ok, const std::string& message, Loc loc) {
+  return apply(Op::check, {&x, &ok}, ir::make_attrs<Op::check>({{"message", message}}), loc);
+}
+
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype, Loc loc) {
   return apply(Op::one_hot, {&labels},
                ir::make_attrs<Op::one_hot>(

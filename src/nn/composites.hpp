@@ -22,6 +22,11 @@
 
 namespace ws::nn {
 
+// The start of the message of the check nll_loss puts on its labels' upper
+// bound: the train step finds the labels by it and checks them when it is
+// called, naming the argument (step/capture_step.cpp).
+inline constexpr std::string_view kLabelRangeCheck = "nll_loss: a label is out of range";
+
 // A composite's attributes, checked against its schema and completed with
 // its defaults: read by name and kind (an int where a float is asked for is
 // that float).

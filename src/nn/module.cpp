@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "nn/composites.hpp"
 #include "wholestep/nn.hpp"
 
 namespace ws::nn {
@@ -150,7 +151,16 @@ Tensor nll_loss(const Tensor& logp, const Tensor& labels, const Tensor& weight, 
     kept = ne(flat, Tensor::scalar(double(*ignore_index), DType::i64), loc);
     flat = where(kept, flat, Tensor::scalar(0, DType::i64), loc);
   }
-  Tensor picked = sum(mul(rows, one_hot(flat, classes, logp.dtype(), loc), loc), {1}, loc);
+  // Each position's log-probability at its label: one gather from the
+  // flattened rows (a product with the one-hot labels would make the loss
+  // NaN wherever another class's log-probability is -inf, a masked logit),
+  // the labels checked first (one outside [0, C) would read another row).
+  const std::string range = fmt::format("{} [0, {})", kLabelRangeCheck, classes);
+  flat = checked(flat, ge(flat, Tensor::scalar(0, DType::i64), loc), range, loc);
+  flat = checked(flat, lt(flat, Tensor::scalar(double(classes), DType::i64), loc), range, loc);
+  const Tensor starts =
+      mul(iota({m}, 0, DType::i64, loc), Tensor::scalar(double(classes), DType::i64), loc);
+  Tensor picked = gather(rows.reshape({m * classes}, loc), add(flat, starts, loc), loc);
   Tensor w;  // the weight of each position, undefined for 1
   if (weight.defined()) w = gather(weight, flat, loc);
   Tensor losses = neg(w.defined() ? mul(picked, w, loc) : picked, loc);

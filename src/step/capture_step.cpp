@@ -12,6 +12,7 @@
 #include "ir/attr.hpp"
 #include "ir/dump.hpp"
 #include "ir/verify.hpp"
+#include "nn/composites.hpp"
 #include "optim/update.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -60,7 +61,8 @@ ir::ValueId peel_ignored(const ir::Graph& g, ir::ValueId v, std::optional<int64_
   return n.args[1];
 }
 
-// Data arguments that index a table (gather) or pick classes (one_hot).
+// Data arguments that index a table (gather) or pick classes (one_hot, or
+// nll_loss's labels: the check of their upper bound).
 void collect_index_checks(CapturedStep& cap) {
   const ir::Graph& g = cap.joint.graph;
   for (ir::ValueId v = 0; v < g.size(); ++v) {
@@ -74,6 +76,15 @@ void collect_index_checks(CapturedStep& cap) {
     } else if (n.op == ir::Op::one_hot) {
       idx = n.args[0];
       c.bound = ir::attr<ir::Op::one_hot, "num_classes">(n);
+      c.what = "label";
+    } else if (n.op == ir::Op::check &&
+               ir::attr<ir::Op::check, "message">(n).starts_with(nn::kLabelRangeCheck) &&
+               g.node(n.args[1]).op == ir::Op::lt && g.node(n.args[1]).args[0] == n.args[0]) {
+      const std::optional<double> k = one_number(g, g.node(n.args[1]).args[1]);
+      if (!k) continue;
+      idx = n.args[0];
+      while (g.node(idx).op == ir::Op::check) idx = g.node(idx).args[0];
+      c.bound = int64_t(*k);
       c.what = "label";
     } else {
       continue;

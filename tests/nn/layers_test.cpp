@@ -314,6 +314,20 @@ TEST(LayersErrors, PadOutOfItsModesLimits) {
       << mode;
 }
 
+// A label outside [0, C) fails naming the range and the first such
+// position, below zero and at C alike (either would read another row's
+// log-probability).
+TEST(LayersErrors, CrossEntropyLabelOutOfRangeEagerly) {
+  const Tensor logits = Tensor::from_vector(std::vector<float>(12, 0.5f), {3, 4});
+  for (int64_t bad : {int64_t(4), int64_t(-1)}) {
+    const Tensor labels = Tensor::from_vector(std::vector<int64_t>{0, 3, bad}, {3});
+    std::string msg = error_of([&] { nn::cross_entropy(logits, labels); });
+    EXPECT_NE(msg.find("nll_loss: a label is out of range [0, 4) (first at position [2]"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST(LayersErrors, EmbeddingIndexOutOfRangeEagerly) {
   nn::Embedding e(4, 2);
   std::string msg = error_of([&] { e(Tensor::from_vector(std::vector<int64_t>{0, 4}, {2})); });

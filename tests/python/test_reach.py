@@ -20,6 +20,11 @@ r = randoms(0)  # the same inputs in every run
 X = r(2, 3, 7, 9)
 CLASS_WEIGHT = torch.tensor([0.5, 1.0, 2.0, 0.25, 1.5])  # a constant of the trace
 GRID = torch.rand(2, 4, 5, 2, generator=torch.Generator().manual_seed(3)) * 2.4 - 1.2
+# classes masked out of some rows (never a row's label)
+LOGIT_MASK = torch.zeros(6, 5, dtype=torch.bool)
+LOGIT_MASK[0, 3] = LOGIT_MASK[1, 0] = LOGIT_MASK[1, 1] = LOGIT_MASK[4, 4] = True
+LOGIT_MASK_2D = torch.zeros(2, 4, 3, dtype=torch.bool)
+LOGIT_MASK_2D[0, 2, :] = LOGIT_MASK_2D[1, 1, 2] = True
 CASES = {
     "roll": (lambda x: torch.roll(x, (2, -3), (2, 3)), X),
     "roll_flat": (lambda x: torch.roll(x, 5), X),
@@ -77,6 +82,15 @@ CASES = {
                                                       CLASS_WEIGHT[:4].to(x.dtype),
                                                       ignore_index=1),
                              r(2, 4, 3, 5), torch.randint(0, 4, (2, 3, 5))),
+    # -inf logits of classes no row targets (a masked vocabulary): torch's loss and
+    # gradients are finite; a product with one-hot labels would make them NaN
+    "cross_entropy_masked_logits": (
+        lambda x, y: F.cross_entropy(x.masked_fill(LOGIT_MASK, -math.inf), y),
+        r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
+    "cross_entropy_masked_logits_2d_weight": (
+        lambda x, y: F.cross_entropy(x.masked_fill(LOGIT_MASK_2D, -math.inf), y,
+                                     CLASS_WEIGHT[:4].to(x.dtype)),
+        r(2, 4, 3), torch.tensor([[0, 1, 1], [3, 3, 0]])),
     "cross_entropy_smoothing": (lambda x, y: F.cross_entropy(x, y, label_smoothing=0.1),
                                 r(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])),
     "cross_entropy_smoothing_ignore": (
