@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "exec/elementwise.hpp"
 #include "exec/fused_loop.hpp"
 #include "exec/parallel.hpp"
 
@@ -26,7 +27,8 @@ bool block_op(ir::Op op, uint8_t& code) {
 }
 
 // y[j] = f(a[j], b[j]) for j < n, a one value where `sa` (b where `sb`): the
-// vector lanes and the tail compute the same IEEE operation.
+// vector lanes and the tail (the op's scalar function, elementwise.hpp)
+// compute the same IEEE operation.
 template <class VF, class SF>
 inline void block_binary(const float* a, const float* b, float* y, int64_t n, bool sa, bool sb,
                          VF vf, SF sf) {
@@ -117,22 +119,22 @@ void FusedLoop::run_blocks(const void* const* ins, void* const* outs) const {
           case kAdd:
             block_binary(
                 a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::add(u, w); },
-                [](float u, float w) { return u + w; });
+                binary_value<ir::Op::add, float>);
             break;
           case kSub:
             block_binary(
                 a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::sub(u, w); },
-                [](float u, float w) { return u - w; });
+                binary_value<ir::Op::sub, float>);
             break;
           case kMul:
             block_binary(
                 a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::mul(u, w); },
-                [](float u, float w) { return u * w; });
+                binary_value<ir::Op::mul, float>);
             break;
           case kDiv:
             block_binary(
                 a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::div(u, w); },
-                [](float u, float w) { return u / w; });
+                binary_value<ir::Op::div, float>);
             break;
           default:  // kSqrt
             block_binary(
