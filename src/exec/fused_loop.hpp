@@ -69,6 +69,7 @@
 
 #include "exec/fused_loop_rules.hpp"
 #include "exec/program.hpp"
+#include "exec/reduce.hpp"
 #include "exec/strided_walk.hpp"
 #include "ir/graph.hpp"
 
@@ -113,6 +114,9 @@ class FusedLoop {
   int64_t numel() const { return numel_; }
   // Whether it runs as a block program (see block_steps_).
   bool block_program() const { return !block_steps_.empty(); }
+  // Whether its column sum can read its operand through the op that computes
+  // it (see column_load_).
+  bool reads_column_operand() const { return column_load_.on; }
 
   // Which kind of storage each body value is read from during a chunk.
   enum class Kind : uint8_t {
@@ -187,6 +191,29 @@ class FusedLoop {
   ColumnGroups column_groups_;                                       // of its M rows
   std::vector<int64_t> column_strides_ = {0, 1};
   void run_columns(const void* const* ins, void* const* outs, void* scratch) const;
+  // A column sum whose operand is one op over stored arrays of the loop's
+  // shape (operands the loop does not overwrite, or results it writes): f32
+  // converted to f64 (a mean summed in double), a square or a product of
+  // two (a variance's sum, a gradient's sum of dy x). Where the rows make
+  // fewer groups than threads (run_columns would run in phases), it is
+  // summed as it is read (column_sums), after the loop if the loop writes
+  // results: the operand read once, where in phases the loop wrote it to
+  // scratch and reduce_sum read it back (8 more bytes an element of a mean
+  // in f64, 8 more of an f32 product). Streamed row groups keep their walk:
+  // column tiles split the rows' columns between threads where the loops
+  // before and after split the rows, and each thread then read the other's
+  // rows from its cache (the variance passes of mobilenet_v2 and resnet50
+  // 1.4-1.6x slower, same run).
+  struct ColumnLoad {
+    bool on = false;
+    ColumnOperand op = ColumnOperand::widened;
+    int32_t a = -1, b = -1;  // the stored values read
+  };
+  ColumnLoad column_load_;
+  bool loop_writes_ = false;  // the loop writes a result (else only the sum runs)
+  void plan_column_load(const ir::Graph& body, const std::vector<int32_t>& in_slots,
+                        const std::vector<int32_t>& out_slots);
+  void run_column_load(const void* const* ins, void* const* outs, std::byte* scratch) const;
   void run_column_phases(const void* const* ins, void* const* outs, std::byte* scratch) const;
   void run_column_streams(const void* const* ins, void* const* outs, std::byte* scratch) const;
   // The loop over every element, in parallel chunks; with `kept`, value

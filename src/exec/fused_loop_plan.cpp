@@ -294,6 +294,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     }
     plan_blocks(step_ops, step_types);
   }
+  if (columns_) plan_column_load(body, in_slots, out_slots);
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()
                ? per_chunk
@@ -302,6 +303,31 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   for (size_t i = 0; i < ops.size() && i < 4; ++i) name_ += (i ? "," : "") + ops[i];
   if (ops.size() > 4) name_ += fmt::format(",+{}", ops.size() - 4);
   name_ += ")";
+}
+
+void FusedLoop::plan_column_load(const ir::Graph& body, const std::vector<int32_t>& in_slots,
+                                 const std::vector<int32_t>& out_slots) {
+  loop_writes_ = !copy_outs_.empty() || std::any_of(values_.begin(), values_.end(),
+                                                    [](auto& v) { return v.kind == Kind::output; });
+  if (column_walk_[0] < 2 || column_walk_[1] < 2) return;
+  const ir::Node& n = body.node(reductions_[0].src);
+  if (n.op != Op::convert && n.op != Op::mul) return;
+  // An operand, unless a result of the loop overwrites it (a parameter
+  // updated in place): the sum reads it after the loop.
+  auto stored = [&](ir::ValueId v) {
+    const Value& val = values_[size_t(v)];
+    if (val.kind == Kind::input)
+      return std::find(out_slots.begin(), out_slots.end(), in_slots[size_t(val.index)]) ==
+             out_slots.end();
+    return val.kind == Kind::output;
+  };
+  const DType from = body.type(n.args[0]).dtype, to = n.type.dtype;
+  if (n.op == Op::convert && from == DType::f32 && to == DType::f64 && stored(n.args[0]))
+    column_load_ = {true, ColumnOperand::widened, n.args[0], -1};
+  else if (n.op == Op::mul && from == to && (to == DType::f32 || to == DType::f64) &&
+           stored(n.args[0]) && stored(n.args[1]))
+    column_load_ = {true, n.args[0] == n.args[1] ? ColumnOperand::square : ColumnOperand::product,
+                    n.args[0], n.args[1]};
 }
 
 }  // namespace ws::exec

@@ -93,11 +93,15 @@ void FusedLoop::run_epilogue(int64_t k0, int64_t n, const void* const* ins, void
 // 5, channels_last, against phases always: streaming always lost 3-5%
 // (mobilenet_v2 34.6 / 33.7 ms, resnet18 39.9 / 38.2, resnet50 103.6 /
 // 98.6), streaming only where each thread has a group won 3-9% (30.9, 37.1,
-// 95.9). Both ways give every column reduce_sum's bits.
+// 95.9). Both ways give every column reduce_sum's bits. In place of phases,
+// a sum whose operand is one op over stored arrays reads them through the op
+// (column_load_).
 void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scratch) const {
   WS_CHECK(scratch) << "fused loop: a column sum without scratch";
   std::byte* sc = static_cast<std::byte*>(scratch);
-  if (column_groups_.groups >= team())
+  if (column_load_.on && column_groups_.groups < team())
+    run_column_load(ins, outs, sc);
+  else if (column_groups_.groups >= team())
     run_column_streams(ins, outs, sc);
   else
     run_column_phases(ins, outs, sc);
@@ -115,6 +119,27 @@ void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scr
         }
       },
       1);
+}
+
+void FusedLoop::run_column_load(const void* const* ins, void* const* outs,
+                                std::byte* scratch) const {
+  if (loop_writes_)
+    run_loop(ins, outs, grain_ * std::max<int64_t>(1, numel_ / results_), -1, nullptr);
+  auto at = [&](int32_t v) -> const void* {
+    const Value& val = values_[size_t(v)];
+    return val.kind == Kind::input ? ins[val.index] : outs[val.index];
+  };
+  const ColumnLoad& c = column_load_;
+  const void* b = c.b >= 0 ? at(c.b) : nullptr;
+  if (c.op == ColumnOperand::widened)
+    column_sums(c.op, column_walk_, column_strides_, static_cast<const float*>(at(c.a)),
+                static_cast<const float*>(b), reinterpret_cast<double*>(scratch));
+  else if (reductions_[0].dtype == DType::f32)
+    column_sums(c.op, column_walk_, column_strides_, static_cast<const float*>(at(c.a)),
+                static_cast<const float*>(b), reinterpret_cast<float*>(scratch));
+  else
+    column_sums(c.op, column_walk_, column_strides_, static_cast<const double*>(at(c.a)),
+                static_cast<const double*>(b), reinterpret_cast<double*>(scratch));
 }
 
 // Scratch: the sums, then (from the first 64-byte boundary after them) the

@@ -98,6 +98,19 @@ class ColumnStream {
   int64_t size_[kDepth];  // blocks each entry covers
 };
 
+// reduce_sum over a column walk (`shape` and `strides` as reduce_sum's:
+// the innermost dim kept, at least two elements summed into each result) of
+// an operand that is not stored but computed elementwise from stored arrays
+// of `shape` as it is read: T(x) (widened: f32 summed in f64), x * x
+// (square) or x * y (product). Each result gets the bits reduce_sum gives it
+// over the operand stored first (a fused loop's mean summed in double, a
+// variance's sum of squares, a gradient's sum of products, read straight
+// from the arrays instead of from a copy of the operand). Allocates nothing.
+enum class ColumnOperand : uint8_t { widened, square, product };
+template <class S, class T>
+void column_sums(ColumnOperand op, const Shape& shape, const std::vector<int64_t>& strides,
+                 const S* x, const S* y, T* out);
+
 // The maximum of a sequence fed in pieces, as reduce_max gives it.
 template <class T>
 class MaxStream {

@@ -2,6 +2,7 @@
 // blocks in a carry tree.
 #include <algorithm>
 #include <new>
+#include <type_traits>
 
 #include "exec/reduce.hpp"
 #include "exec/reduce_walk.hpp"
@@ -188,22 +189,49 @@ void sum_rows(const Walk& w, const T* x, T* y) {
                              [](const T* p, int64_t n) { return sum_contiguous(p, n, false); });
 }
 
-// Steps [s0, s1) of the sequences of `width` neighbouring results starting
-// at x (s0 a multiple of B), folded into out[0, width).
-template <class T, int64_t W>
-void column_tile(const Walk& w, const T* x, int64_t width, int64_t s0, int64_t s1, T* out) {
+// How a column walk reads element i of its operand: stored (Plain), or
+// computed from stored arrays as it is read (column_sums' operands), each
+// element the value the op's kernel would have stored.
+template <class T>
+struct Plain {
+  const T* x;
+  T operator()(int64_t i) const { return x[i]; }
+};
+template <class S, class T>
+struct Widened {
+  const S* x;
+  T operator()(int64_t i) const { return T(x[i]); }
+};
+template <class T>
+struct Square {
+  const T* x;
+  T operator()(int64_t i) const { return x[i] * x[i]; }
+};
+template <class T>
+struct Product {
+  const T* x;
+  const T* y;
+  T operator()(int64_t i) const { return x[i] * y[i]; }
+};
+
+// Steps [s0, s1) of the sequences of `width` neighbouring results whose
+// first operand element is `at`, (s0 a multiple of B), folded into
+// out[0, width).
+template <class T, int64_t W, class Load>
+void column_tile(const Walk& w, Load load, int64_t at, int64_t width, int64_t s0, int64_t s1,
+                 T* out) {
   const int64_t cw = W ? W : width;
   alignas(64) T lanes[L][kTile];
   Carry<T, kTile> carry;
   Odometer<1> r(w.nr, w.rsize, {w.rin}, s0);
   int64_t pos = 0;
   for (int64_t i = s0; i < s1; ++i, r.next()) {
-    const T* row = x + r.off[0];
+    const int64_t row = at + r.off[0];
     T* l = lanes[pos & (L - 1)];
     if (pos < L) {  // the lane's first element: +0 + x, as from zeroed lanes
-      for (int64_t c = 0; c < cw; ++c) l[c] = T(0) + row[c];
+      for (int64_t c = 0; c < cw; ++c) l[c] = T(0) + load(row + c);
     } else {
-      for (int64_t c = 0; c < cw; ++c) l[c] += row[c];
+      for (int64_t c = 0; c < cw; ++c) l[c] += load(row + c);
     }
     if (++pos == B) {
       carry.push(lane_tree<T, kTile>(lanes, pos, cw), 1, cw);
@@ -214,14 +242,15 @@ void column_tile(const Walk& w, const T* x, int64_t width, int64_t s0, int64_t s
   carry.fold(out, cw);
 }
 
-template <class T>
-void column_range(const Walk& w, const T* x, int64_t width, int64_t s0, int64_t s1, T* out) {
-  if (width == kTile) return column_tile<T, kTile>(w, x, width, s0, s1, out);
-  column_tile<T, 0>(w, x, width, s0, s1, out);
+template <class T, class Load>
+void column_range(const Walk& w, Load load, int64_t at, int64_t width, int64_t s0, int64_t s1,
+                  T* out) {
+  if (width == kTile) return column_tile<T, kTile>(w, load, at, width, s0, s1, out);
+  column_tile<T, 0>(w, load, at, width, s0, s1, out);
 }
 
-template <class T>
-void sum_columns(const Walk& w, const T* x, T* y) {
+template <class T, class Load>
+void sum_columns(const Walk& w, Load load, T* y) {
   const int64_t cols = w.ksize[w.nk - 1], tiles = (cols + kTile - 1) / kTile;
   const int64_t items = w.results / cols * tiles, m = w.length;
   // The result at tile `i`: its first operand and result offsets and width.
@@ -241,7 +270,7 @@ void sum_columns(const Walk& w, const T* x, T* y) {
           groups, 1,
           [&](int64_t b, int64_t e) {
             for (int64_t j = b; j < e; ++j)
-              column_range(w, x + in, width, j * g * B, std::min(m, (j + 1) * g * B), part[j]);
+              column_range(w, load, in, width, j * g * B, std::min(m, (j + 1) * g * B), part[j]);
           },
           1);
       Carry<T, kTile> carry;
@@ -257,7 +286,7 @@ void sum_columns(const Walk& w, const T* x, T* y) {
         for (int64_t i = b; i < e; ++i) {
           int64_t in, res, width;
           tile(i, in, res, width);
-          column_range(w, x + in, width, 0, m, y + res);
+          column_range(w, load, in, width, 0, m, y + res);
         }
       },
       1);
@@ -274,7 +303,7 @@ template <class T>
 void reduce_sum(const Shape& shape, const std::vector<int64_t>& strides, const T* x, T* y) {
   const Walk w = analyze(shape, strides);
   if (trivial(w, x, y, T(0), [](T v) { return T(T(0) + v); })) return;
-  if (w.inner_kept) return sum_columns(w, x, y);
+  if (w.inner_kept) return sum_columns(w, Plain<T>{x}, y);
   sum_rows(w, x, y);
 }
 
@@ -328,6 +357,22 @@ T SumStream<T>::finish() {
   return std::launder(reinterpret_cast<Stream<T>*>(state_))->finish();
 }
 
+template <class S, class T>
+void column_sums(ColumnOperand op, const Shape& shape, const std::vector<int64_t>& strides,
+                 const S* x, const S* y, T* out) {
+  const Walk w = analyze(shape, strides);
+  WS_CHECK(w.inner_kept && w.length >= 2)
+      << "column_sums: " << shape_str(shape) << " is not summed over its leading dims";
+  if constexpr (std::is_same_v<S, T>) {
+    WS_CHECK(op != ColumnOperand::widened) << "column_sums: widening to the same type";
+    if (op == ColumnOperand::square) return sum_columns(w, Square<T>{x}, out);
+    return sum_columns(w, Product<T>{x, y}, out);
+  } else {
+    WS_CHECK(op == ColumnOperand::widened) << "column_sums: only a widening changes the type";
+    sum_columns(w, Widened<S, T>{x}, out);
+  }
+}
+
 template float sum<float>(const float*, int64_t);
 template double sum<double>(const double*, int64_t);
 template void reduce_sum<float>(const Shape&, const std::vector<int64_t>&, const float*, float*);
@@ -336,5 +381,11 @@ template class SumStream<float>;
 template class SumStream<double>;
 template class ColumnStream<float>;
 template class ColumnStream<double>;
+template void column_sums<float, double>(ColumnOperand, const Shape&, const std::vector<int64_t>&,
+                                         const float*, const float*, double*);
+template void column_sums<float, float>(ColumnOperand, const Shape&, const std::vector<int64_t>&,
+                                        const float*, const float*, float*);
+template void column_sums<double, double>(ColumnOperand, const Shape&, const std::vector<int64_t>&,
+                                          const double*, const double*, double*);
 
 }  // namespace ws::exec

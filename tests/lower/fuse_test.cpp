@@ -229,6 +229,91 @@ TEST(FuseElementwise, BlockProgramsGiveTheInterpretersBits) {
   EXPECT_GE(blocks, 48);
 }
 
+// Column sums whose operand is one op over stored arrays are summed as they
+// read those arrays, never storing the operand: a mean of f32 summed in f64,
+// a variance's sum of squares of a centered value the loop also writes, a
+// sum of products of two operands, a square of an operand; over rows below,
+// at and above a lane count and a block, and columns below, at and above a
+// tile; on every team, the interpreter's bits.
+TEST(FuseElementwise, ColumnSumsReadThroughTheirOperandsOpGiveTheInterpretersBits) {
+  int loads = 0;
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {2, 2}, {3, 5}, {64, 64}, {65, 65}, {700, 130}, {1025, 7}, {2000, 3}, {3000, 33}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows of " << cols);
+    const std::string shape = fmt::format("[{},{}]", rows, cols);
+    const ir::Graph g = ir::parse(fmt::format(R"(graph column_operands {{
+  %0 = input data "x" : f32{0}
+  %1 = input data "y" : f32{0}
+  %2 = input data "d" : f64{0}
+  %3 = convert %0 {{dtype="f64"}} : f64{0}
+  %4 = reduce_sum %3 {{axes=[0]}} : f64[{1}]
+  %5 = full {{value={2}.0}} : f64[{1}]
+  %6 = div %4, %5 : f64[{1}]
+  %7 = convert %6 {{dtype="f32"}} : f32[{1}]
+  %8 = broadcast %7 {{dims=[1], shape={0}}} : f32{0}
+  %9 = sub %0, %8 : f32{0}
+  %10 = mul %9, %9 : f32{0}
+  %11 = reduce_sum %10 {{axes=[0]}} : f32[{1}]
+  %12 = mul %0, %1 : f32{0}
+  %13 = reduce_sum %12 {{axes=[0]}} : f32[{1}]
+  %14 = mul %2, %2 : f64{0}
+  %15 = reduce_sum %14 {{axes=[0]}} : f64[{1}]
+  out user %7 "mean"
+  out user %9 "centered"
+  out user %11 "squares"
+  out user %13 "products"
+  out user %15 "squares64"
+}})",
+                                              shape, cols, rows));
+    for (const exec::Kernel& k : lower::lower(g).kernels)
+      if (k.loop) loads += k.loop->reads_column_operand();
+    expect_same_on_every_team(g);
+  }
+  EXPECT_GE(loads, 4 * 8);
+}
+
+// A column sum of an operand's squares, where a result of the same loop is
+// written over that operand (its storage given to the result): the sum
+// cannot read the operand after the loop, so it sums what the loop computed
+// before the overwrite.
+TEST(FuseElementwise, ColumnSumOfAnOperandTheLoopOverwritesSumsItBeforeTheOverwrite) {
+  const int64_t rows = 300, cols = 40;
+  const ir::Graph body = ir::parse(fmt::format(R"(graph body {{
+  %0 = input data "x" : f32[{0},{1}]
+  %1 = input data "y" : f32[{0},{1}]
+  %2 = full {{value=0.5}} : f32[{0},{1}]
+  %3 = sub %1, %2 : f32[{0},{1}]
+  %4 = mul %0, %0 : f32[{0},{1}]
+  %5 = reduce_sum %4 {{axes=[0]}} : f32[{1}]
+  out user %3 "over_x"
+  out user %5 "squares"
+}})",
+                                               rows, cols));
+  const exec::FusedLoop loop(body, {0, 1}, {0, 2});  // "over_x" takes x's storage
+  EXPECT_FALSE(loop.reads_column_operand());
+  std::vector<float> x(size_t(rows * cols)), y(x.size()), squares(x.size()),
+      want(static_cast<size_t>(cols));
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 0.25f + float(i % 97) / 64.0f;
+    y[i] = float(i % 13);
+    squares[i] = x[i] * x[i];
+  }
+  exec::reduce_sum<float>({rows, cols}, {0, 1}, squares.data(), want.data());
+  const int before = exec::num_threads();
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    exec::set_num_threads(threads);
+    std::vector<float> storage = x, got(static_cast<size_t>(cols));
+    std::vector<std::byte> scratch(size_t(exec::fused_scratch_bytes(body)));
+    const void* ins[] = {storage.data(), y.data()};
+    void* outs[] = {storage.data(), got.data()};
+    loop.run(ins, outs, scratch.data());
+    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(got[size_t(c)], want[size_t(c)]) << "column " << c;
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(storage[i], y[i] - 0.5f) << "element " << i;
+  }
+  exec::set_num_threads(before);
+}
+
 // A broadcast operand repeating one run along every row (a per-channel
 // value over NHWC rows, a LayerNorm weight) is tiled once a run of the
 // kernel and read as an array at the chunk's offset in its row: rows that
