@@ -15,6 +15,7 @@
 #include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
 #include "exec/loops.hpp"
+#include "exec/narrow_groups.hpp"
 #include "exec/parallel.hpp"
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
@@ -174,7 +175,8 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
   if (g.layout != ir::ImageLayout::nchw && g.layout != ir::ImageLayout::nhwc)
     return op == Op::conv2d_weight_grad ? make_weight_grad_in_parts(g) : make_conv(op, g);
   if (op == Op::conv2d_weight_grad)
-    return weight_grad_as_products(g)       ? make_conv_products(op, g)
+    return narrow_group_weight_grad(g)      ? make_narrow_group_weight_grad(g)
+           : weight_grad_as_products(g)     ? make_conv_products(op, g)
            : weight_grad_in_weight_parts(g) ? make_weight_grad_in_weight_parts(g)
                                             : make_weight_grad_in_parts(g);
   return conv_as_products(g) ? make_conv_products(op, g) : make_conv(op, g);

@@ -213,10 +213,14 @@ TEST(DnnlConv, EveryImageLayoutMatchesTheF64ReferenceRelaid) {
         };
         const std::string what =
             fmt::format("{} {} stored {}", ir::op_name(op), describe(g), ir::layout_name(l));
-        if (op == Op::conv2d_weight_grad && l == ir::ImageLayout::nhwc && g.groups == 16)
+        if (op == Op::conv2d_weight_grad && l == ir::ImageLayout::nhwc && g.groups == 2)
           EXPECT_NE(make_backend_op(op, attrs, in, out)->impl().find("weight parts"),
                     std::string::npos)
               << what << ": NHWC's strided slices of channels serve the parts of the weight";
+        if (op == Op::conv2d_weight_grad && l == ir::ImageLayout::nhwc && g.groups == 16)
+          EXPECT_NE(make_backend_op(op, attrs, in, out)->impl().find("narrow groups"),
+                    std::string::npos)
+              << what << ": depthwise over NHWC runs as our kernel";
         const std::vector<float> got =
             run_guarded(op, attrs, in, out, to_f32(sa), to_f32(sb), what);
         expect_close(plain_result(got), want, 1e-5, what + " (compiled)");
@@ -344,6 +348,60 @@ TEST(DnnlConv, WeightGradientsRunAsProductsWeightPartsOrBatchParts) {
     EXPECT_NE(impl(g).find(want), std::string::npos) << describe(g) << ": " << impl(g);
 }
 
+// Runs the weight gradient make() builds (made anew on each team) on 1, 2
+// and 3 threads: its impl() names `kind`, it is within float rounding of
+// the f64 reference `want`, and every team gives the first one's bits.
+template <class Make>
+void expect_weight_grad_on_every_team(Make make, const std::string& kind, const ir::Type& out,
+                                      const std::vector<float>& x, const std::vector<float>& dy,
+                                      const Vec& want, const std::string& what) {
+  const int before = num_threads();
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    const auto k = make();
+    EXPECT_NE(k->impl().find(kind), std::string::npos) << what << ": " << k->impl();
+    const std::vector<float> got = run_op_guarded(k, out, x, dy, what);
+    if (threads == 1) {
+      expect_close(got, want, 1e-5, what);
+      first = got;
+    } else {
+      EXPECT_EQ(got, first) << what << " on " << threads << " threads";
+    }
+  }
+  set_num_threads(before);
+}
+
+// The weight gradient of a convolution in narrow groups over NHWC images
+// runs as our kernel (depthwise, groups of 2, 4 and 8; channels filling
+// whole blocks of lanes and not; strides, padding, dilation, windows of 1 to
+// 7, maps down to 1x1 and rows whose taps all read padding): within float
+// rounding of the f64 reference, and the same bits on 1, 2 and 3 threads.
+TEST(DnnlConv, NarrowGroupWeightGradientsMatchF64ReferenceAndGiveTheSameBitsOnAnyTeam) {
+  std::mt19937 rng(9);
+  for (const Conv2dGeom& g : {conv_geom(8, 960, 2, 2, 960, 3, 3, 1, 1, 1, 1, 1, 1, 960),
+                              conv_geom(3, 40, 9, 7, 40, 5, 5, 2, 2, 2, 2, 1, 1, 40),
+                              conv_geom(2, 24, 6, 6, 24, 3, 3, 1, 1, 2, 2, 2, 2, 6),
+                              conv_geom(4, 128, 8, 8, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32),
+                              conv_geom(2, 36, 5, 6, 36, 3, 2, 2, 1, 1, 0, 1, 1, 18),
+                              conv_geom(2, 64, 7, 7, 64, 7, 7, 1, 1, 3, 3, 1, 1, 8),
+                              conv_geom(3, 20, 1, 1, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20),
+                              conv_geom(2, 16, 4, 4, 16, 1, 1, 1, 1, 0, 0, 1, 1, 4)}) {
+    const auto l = ir::ImageLayout::nhwc;
+    const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
+    const Vec x = random_vec(t.in[0].numel(), rng), dy = random_vec(t.in[1].numel(), rng);
+    const std::vector<float> xl = to_f32(relaid(x, l, g.n, g.c, g.h, g.w, false)),
+                             dyl = to_f32(relaid(dy, l, g.n, g.o, g.oh, g.ow, false));
+    ir::Attrs attrs = conv_attrs(g);
+    attrs.set("layout", std::string(ir::layout_name(l)));
+    const std::vector<ir::Type> in = {f32(ir::stored_image(l, g.n, g.c, g.h, g.w)),
+                                      f32(ir::stored_image(l, g.n, g.o, g.oh, g.ow))};
+    expect_weight_grad_on_every_team(
+        [&] { return make_backend_op(Op::conv2d_weight_grad, attrs, in, t.out); }, "narrow groups",
+        t.out, xl, dyl, conv_ref(Op::conv2d_weight_grad, g, x, dy), describe(g));
+  }
+}
+
 // A weight gradient in fixed parts of the weight (whole groups, ranges of a
 // group's output channels, or of the output channels of a convolution
 // without groups; channels not a multiple of 16, strides, padding and
@@ -351,7 +409,6 @@ TEST(DnnlConv, WeightGradientsRunAsProductsWeightPartsOrBatchParts) {
 // rounding of the f64 reference, and the same bits on 1, 2 and 3 threads.
 TEST(DnnlConv, WeightGradientInWeightPartsMatchesF64ReferenceAndGivesTheSameBitsOnAnyTeam) {
   std::mt19937 rng(7);
-  const int before = num_threads();
   for (const Conv2dGeom& g :
        {conv_geom(3, 28, 5, 5, 28, 3, 3, 1, 1, 1, 1, 1, 1, 7),
         conv_geom(2, 40, 6, 6, 40, 3, 3, 2, 2, 1, 1, 1, 1, 5),
@@ -361,22 +418,10 @@ TEST(DnnlConv, WeightGradientInWeightPartsMatchesF64ReferenceAndGivesTheSameBits
         conv_geom(2, 10, 3, 3, 3, 3, 3, 1, 1, 1, 1)}) {
     const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
     const Vec x = random_vec(t.in[0].numel(), rng), dy = random_vec(t.in[1].numel(), rng);
-    const std::string what = describe(g);
-    std::vector<float> first;
-    for (int threads : {1, 2, 3}) {
-      set_num_threads(threads);
-      const auto k = make_weight_grad_in_weight_parts(g);
-      EXPECT_NE(k->impl().find("weight parts"), std::string::npos) << what << ": " << k->impl();
-      const std::vector<float> got = run_op_guarded(k, t.out, to_f32(x), to_f32(dy), what);
-      if (threads == 1) {
-        expect_close(got, conv_ref(Op::conv2d_weight_grad, g, x, dy), 1e-5, what);
-        first = got;
-      } else {
-        EXPECT_EQ(got, first) << what << " on " << threads << " threads";
-      }
-    }
+    expect_weight_grad_on_every_team([&] { return make_weight_grad_in_weight_parts(g); },
+                                     "weight parts", t.out, to_f32(x), to_f32(dy),
+                                     conv_ref(Op::conv2d_weight_grad, g, x, dy), describe(g));
   }
-  set_num_threads(before);
 }
 
 // The batch parts of a weight gradient add their sums in the layout their
