@@ -3,6 +3,7 @@
 // (dnnl_op.hpp).
 #include "exec/dnnl_backend.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -259,15 +260,41 @@ int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> i
   return conv_flops(conv2d_node_geom(op, attrs, in_types, out_type));
 }
 
-void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
-                 const void* const* in, const ir::Type& out_type, void* out) {
-  if (out_type.numel() == 0) return;
-  pin_team();  // made for the team it runs on now
+// The eager path's ops, each thread's own (a DnnlOp binds its operands as it
+// runs), by op, attributes, types and team: the last kEagerOps made. oneDNN's
+// own primitive cache is off (dnnl_op.cpp: dnnl_engine).
+constexpr size_t kEagerOps = 64;
+std::shared_ptr<const BackendOp> eager_backend_op(Op op, const ir::Attrs& attrs,
+                                                  std::span<const ir::Type> in_types,
+                                                  const ir::Type& out_type) {
+  struct Made {
+    Op op;
+    int team;
+    ir::Attrs attrs;
+    std::vector<ir::Type> in;
+    ir::Type out;
+    std::shared_ptr<const BackendOp> k;
+  };
+  thread_local std::vector<Made> made;
+  for (const Made& m : made)
+    if (m.op == op && m.team == team() && m.out == out_type && m.attrs == attrs &&
+        std::equal(m.in.begin(), m.in.end(), in_types.begin(), in_types.end()))
+      return m.k;
   auto k = build_backend_op(op, attrs, in_types, out_type, {}, {});
   if (team_dependent(*k)) {  // made for one thread, as a compiled step makes it
     TeamScope one(1);
     k = build_backend_op(op, attrs, in_types, out_type, {}, {});
   }
+  if (made.size() >= kEagerOps) made.clear();
+  made.push_back({op, team(), attrs, {in_types.begin(), in_types.end()}, out_type, k});
+  return k;
+}
+
+void run_backend(Op op, const ir::Attrs& attrs, std::span<const ir::Type> in_types,
+                 const void* const* in, const ir::Type& out_type, void* out) {
+  if (out_type.numel() == 0) return;
+  pin_team();  // made for the team it runs on now
+  const std::shared_ptr<const BackendOp> k = eager_backend_op(op, attrs, in_types, out_type);
   std::vector<std::byte> scratch;
   std::byte* aligned = aligned_scratch(scratch, *k);
   if (op == Op::matmul_add) {  // the accumulator is in[2], alpha in[3], beta in[4]

@@ -54,8 +54,20 @@ void execute(const dnnl::primitive& prim, const dnnl_exec_arg_t* args, int n) {
 
 }  // namespace
 
+// oneDNN's primitive cache is off: with it, a step's rounding depended on
+// what the process had run before (two differential-test cases in one
+// process: the second's compiled step, given primitives the first's steps
+// and eager ops had made, landed 10x further from float64 than the same
+// case in a fresh process, or in the same sequence with the cache off),
+// where a step must give the same bits however it is reached. A step makes
+// each primitive once when it is compiled (resnet50's first step 1.44 s
+// with the cache, 1.65 s without); the eager path keeps its own
+// (dnnl_backend.cpp: eager_backend_op).
 dnnl::engine& dnnl_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = [] {
+    dnnl::set_primitive_cache_capacity(0);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
