@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -76,7 +75,7 @@ class NarrowGroupWeightGrad final : public BackendOp {
 
  private:
   // The sums of output channels [o0, o0 + width), width <= kLanes, at
-  // window row ky: sum[kx * G + i][l] is the weight of output channel o0 +
+  // window row ky: total[kx * G + i][l] is the weight of output channel o0 +
   // l, input channel i of its group, tap (ky, kx). KW: the window's width
   // where it is compiled in (depthwise 3 and 5: the taps of an output column
   // inside the row then unroll, 1.5-2x), else 0.
@@ -97,9 +96,9 @@ class NarrowGroupWeightGrad final : public BackendOp {
         for (int64_t s = 0; s < sums; ++s) std::fill_n(row[s], N, 0.0f);
         const float* xrow = x + (n * g_.h + iy) * g_.w * g_.c + o0;
         const float* drow = dy + (n * g_.oh + oy) * g_.ow * g_.o + o0;
-        auto taps = [&](int64_t ox, int64_t kx0, int64_t kx1) {
+        auto taps = [&](int64_t ox) {  // every tap, skipping those in the padding
           const float* d = drow + ox * g_.o;
-          for (int64_t kx = kx0; kx < kx1; ++kx) {
+          for (int64_t kx = 0; kx < kw; ++kx) {
             const int64_t ix = ox * g_.sw - g_.pw + kx * g_.dw;
             if (ix < 0 || ix >= g_.w) continue;
             const float* xp = xrow + ix * g_.c;
@@ -113,7 +112,7 @@ class NarrowGroupWeightGrad final : public BackendOp {
             }
           }
         };
-        for (int64_t ox = 0; ox < lo; ++ox) taps(ox, 0, kw);
+        for (int64_t ox = 0; ox < lo; ++ox) taps(ox);
         if (KW && width == N) {
           for (int64_t ox = lo; ox < hi; ++ox) {
             const float* d = drow + ox * g_.o;
@@ -124,9 +123,9 @@ class NarrowGroupWeightGrad final : public BackendOp {
                   row[kx * G + i][l] += d[l] * xp[kx * g_.dw * g_.c + l / G * G + i];
           }
         } else {
-          for (int64_t ox = lo; ox < hi; ++ox) taps(ox, 0, kw);
+          for (int64_t ox = lo; ox < hi; ++ox) taps(ox);
         }
-        for (int64_t ox = std::max(lo, hi); ox < g_.ow; ++ox) taps(ox, 0, kw);
+        for (int64_t ox = std::max(lo, hi); ox < g_.ow; ++ox) taps(ox);
         for (int64_t s = 0; s < sums; ++s)
           for (int64_t l = 0; l < N; ++l) total[s][l] += row[s][l];
       }
