@@ -121,17 +121,22 @@ def test_check_says_when_every_mode_is_off_alike():
     ref, snap = reference_and_snapshot()
     kind, bias = snap["4.bias.momentum_buffer"]
 
-    def result(*offsets):
+    def result(*offsets, options=None):
         modes = {}
         for mode, off in zip(("single_graph", "interpret"), offsets):
             s = dict(snap)
             s["4.bias.momentum_buffer"] = (kind, bias * off)
-            modes[mode] = ref.judge(_check.ModeCheck(mode, mode, {}), s)
+            label = _check.config((mode, options or {}))[0]
+            modes[label] = ref.judge(_check.ModeCheck(label, mode, options or {}), s)
         return _check.CheckResult(modes, ref)
 
     alike = result(1.001, 1.001)
     assert not alike.passed and alike.same_failure_everywhere()
     assert "interpret included" in alike.report()
+    # the training loop's options in every label: interpret is still found
+    looped = result(1.001, 1.001, options={"accumulate": 3, "clip_grad_norm": 0.01})
+    assert "interpret (accumulate=3) (clip_grad_norm=0.01)" in looped.modes
+    assert looped.same_failure_everywhere()
     apart = result(1.001, 1.01)
     assert not apart.passed and not apart.same_failure_everywhere()
     assert "interpret included" not in apart.report()

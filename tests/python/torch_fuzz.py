@@ -1469,9 +1469,13 @@ def _size(spec):
 
 def shrink(failure, budget=120.0, log=print):
     """The smallest spec found within `budget` seconds that fails the same
-    way (the same config, the same category)."""
+    way (the same config, the same category). A mode's failure is judged
+    with every config run, as the fuzzer and replay judge it: one config
+    alone cannot tell a mismatch from float32 chaos (every float32 mode,
+    interpret among them, off alike), and a spec shrunk to chaos would be
+    saved as a failure its replay does not see."""
     deadline = time.monotonic() + budget
-    only = DETERMINISM if failure.config is None else failure.config
+    only = DETERMINISM if failure.config is None else None
 
     def still_fails(s):
         got = run_case(s, only=only, determinism=failure.config is None)
@@ -1613,9 +1617,16 @@ def main(argv=None):
         loop = spec.get("loop", {})
         _check.check(model, opt, loss_fn, *batch, modes=[c for c in every if not _is_f64(c)],
                      **loop)
+        model, opt, loss_fn, batch = build(_sgd_for_float64(spec))
         _check.check(model, opt, loss_fn, *batch, dtype=torch.float64, **loop,
                      modes=[_step_config(c) for c in every if _is_f64(c)])
-        return 0
+        failures = run_case(spec)
+        judged = [f for f in failures or [] if f.category not in UNJUDGED + ("small mismatch",)]
+        print("the fuzzer's verdict: " + ("an invalid spec" if failures is None
+                                           else "FAIL" if judged else "pass"))
+        for f in failures or []:
+            print(f"  {f.describe()}" + ("" if f in judged else " (not a failure)"))
+        return 1 if judged else 0
     seed = args.seed if args.seed is not None else int(time.time()) % 1000000
     print(f"torch fuzz: seed {seed}, {args.seconds:g} s", flush=True)
     t0 = time.monotonic()
