@@ -60,8 +60,6 @@ namespace {
 // for. Its direct and brgemm kernels compute each output on one thread.
 bool team_dependent(const BackendOp& k) { return k.impl().find("gemm:jit") != std::string::npos; }
 
-bool avx512_convolutions() { return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core; }
-
 // oneDNN 2.6's jit_1x1:avx2 weight gradient (CPUs without AVX-512) over
 // NHWC images with a stride, run on a scratchpad of ours as every primitive
 // here is, gives wrong sums: a sweep of 1x1 convolutions with strides 2 and
@@ -126,6 +124,8 @@ bool conv_as_products(const Conv2dGeom& g) {
 
 }  // namespace
 
+bool avx512_convolutions() { return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core; }
+
 bool conv_keeps_nchw(Op op, const Conv2dGeom& g) {
   if (g.layout == ir::ImageLayout::nhwc) return false;
   if (op == Op::conv2d_weight_grad)
@@ -180,7 +180,19 @@ std::shared_ptr<const BackendOp> build_backend_op(Op op, const ir::Attrs& attrs,
            : weight_grad_as_products(g)     ? make_conv_products(op, g)
            : weight_grad_in_weight_parts(g) ? make_weight_grad_in_weight_parts(g)
                                             : make_weight_grad_in_parts(g);
-  return conv_as_products(g) ? make_conv_products(op, g) : make_conv(op, g);
+  if (conv_as_products(g)) return make_conv_products(op, g);
+  if (narrow_group_conv(op, g)) {
+    // Ours where oneDNN 2.6 falls back to gemm over NCHW copies (the
+    // forward without AVX-512) or its AVX2 jit kernel is slower (the input
+    // gradient at stride 1): narrow_groups.cpp. Where the CPU has AVX-512
+    // convolutions, oneDNN's jit kernel when it has one (ours was measured
+    // only against AVX2's).
+    if (!avx512_convolutions()) return make_narrow_group_conv(op, g);
+    auto k = make_conv(op, g);
+    const bool jit = k->impl().rfind("jit", 0) == 0 || k->impl().rfind("brg", 0) == 0;
+    return jit ? k : make_narrow_group_conv(op, g);
+  }
+  return make_conv(op, g);
 }
 
 // k's scratch in `buf`, sized to hold it from a 64-byte boundary: that

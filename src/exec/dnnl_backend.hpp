@@ -78,6 +78,10 @@ std::shared_ptr<const BackendOp> make_backend_op(
     std::span<const std::vector<int64_t>> in_strides = {},
     const std::vector<int64_t>& out_strides = {});
 
+// Whether the CPU runs oneDNN's AVX-512 convolution kernels (its jit
+// kernels cover more layouts and groups there than with AVX2 alone).
+bool avx512_convolutions();
+
 // Whether convolution `op` of geometry g is better left NCHW than stored in
 // g.layout: NCHW, it runs as kernels of our own (products over the
 // unfolded input, the weight gradient in parts of the weight), which NHWC

@@ -18,4 +18,13 @@ bool narrow_group_weight_grad(const Conv2dGeom& g);
 // fixed order, the same bits on any team.
 std::shared_ptr<const BackendOp> make_narrow_group_weight_grad(const Conv2dGeom& g);
 
+// Whether conv2d or conv2d_input_grad (`op`) of `g` can run as
+// make_narrow_group_conv: NHWC images in groups of 2 or 4 channels to as
+// many (resnext's), windows up to 7x7, the input gradient at stride 1.
+bool narrow_group_conv(ir::Op op, const Conv2dGeom& g);
+
+// That convolution or input gradient: each result element's sum over the
+// taps in a fixed order, the same bits on any team.
+std::shared_ptr<const BackendOp> make_narrow_group_conv(ir::Op op, const Conv2dGeom& g);
+
 }  // namespace ws::exec

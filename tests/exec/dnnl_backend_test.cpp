@@ -21,6 +21,7 @@
 #include "exec/dnnl_op.hpp"
 #include "exec/dnnl_teams.hpp"
 #include "exec/kernels.hpp"
+#include "exec/narrow_groups.hpp"
 #include "exec/reference.hpp"
 #include "ir/builder.hpp"
 
@@ -348,13 +349,13 @@ TEST(DnnlConv, WeightGradientsRunAsProductsWeightPartsOrBatchParts) {
     EXPECT_NE(impl(g).find(want), std::string::npos) << describe(g) << ": " << impl(g);
 }
 
-// Runs the weight gradient make() builds (made anew on each team) on 1, 2
-// and 3 threads: its impl() names `kind`, it is within float rounding of
-// the f64 reference `want`, and every team gives the first one's bits.
+// Runs the op make() builds (made anew on each team) on 1, 2 and 3
+// threads: its impl() names `kind`, it is within float rounding of the f64
+// reference `want`, and every team gives the first one's bits.
 template <class Make>
-void expect_weight_grad_on_every_team(Make make, const std::string& kind, const ir::Type& out,
-                                      const std::vector<float>& x, const std::vector<float>& dy,
-                                      const Vec& want, const std::string& what) {
+void expect_on_every_team(Make make, const std::string& kind, const ir::Type& out,
+                          const std::vector<float>& x, const std::vector<float>& dy,
+                          const Vec& want, const std::string& what) {
   const int before = num_threads();
   std::vector<float> first;
   for (int threads : {1, 2, 3}) {
@@ -396,10 +397,59 @@ TEST(DnnlConv, NarrowGroupWeightGradientsMatchF64ReferenceAndGiveTheSameBitsOnAn
     attrs.set("layout", std::string(ir::layout_name(l)));
     const std::vector<ir::Type> in = {f32(ir::stored_image(l, g.n, g.c, g.h, g.w)),
                                       f32(ir::stored_image(l, g.n, g.o, g.oh, g.ow))};
-    expect_weight_grad_on_every_team(
-        [&] { return make_backend_op(Op::conv2d_weight_grad, attrs, in, t.out); }, "narrow groups",
-        t.out, xl, dyl, conv_ref(Op::conv2d_weight_grad, g, x, dy), describe(g));
+    expect_on_every_team([&] { return make_backend_op(Op::conv2d_weight_grad, attrs, in, t.out); },
+                         "narrow groups", t.out, xl, dyl,
+                         conv_ref(Op::conv2d_weight_grad, g, x, dy), describe(g));
   }
+}
+
+// The forward convolution in groups of 2 and 4 channels over NHWC images,
+// and its input gradient at stride 1, run as our kernel on a CPU without
+// AVX-512 (channels filling whole blocks of lanes and not, strides, padding,
+// dilation, windows of 1 to 7, rows narrower than the interior's block of
+// positions, maps down to 1x1, rows whose taps all read padding): within
+// float rounding of the f64 reference (the result relaid back), and the
+// same bits on 1, 2 and 3 threads.
+TEST(DnnlConv, NarrowGroupConvolutionsMatchF64ReferenceAndGiveTheSameBitsOnAnyTeam) {
+  std::mt19937 rng(10);
+  const auto l = ir::ImageLayout::nhwc;
+  for (Op op : {Op::conv2d, Op::conv2d_input_grad})
+    for (const Conv2dGeom& g : {conv_geom(4, 128, 8, 8, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32),
+                                conv_geom(2, 36, 9, 7, 36, 3, 3, 1, 1, 1, 1, 1, 1, 9),
+                                conv_geom(3, 32, 11, 13, 32, 5, 3, 1, 1, 2, 1, 2, 1, 16),
+                                conv_geom(2, 64, 7, 7, 64, 7, 7, 1, 1, 3, 3, 1, 1, 16),
+                                conv_geom(2, 48, 16, 16, 48, 3, 3, 2, 2, 1, 1, 1, 1, 12),
+                                conv_geom(2, 40, 6, 9, 40, 3, 3, 3, 2, 0, 2, 1, 1, 20),
+                                conv_geom(3, 16, 1, 1, 16, 3, 3, 1, 1, 1, 1, 1, 1, 4),
+                                conv_geom(2, 16, 3, 5, 16, 1, 1, 1, 1, 0, 0, 1, 1, 8),
+                                conv_geom(2, 32, 4, 4, 32, 3, 3, 1, 1, 2, 2, 3, 3, 8)}) {
+      if (op == Op::conv2d_input_grad && (g.sh > 1 || g.sw > 1)) continue;
+      const ConvTypes t = conv_types(op, g);
+      const Vec a = random_vec(t.in[0].numel(), rng), w = random_vec(t.in[1].numel(), rng);
+      const bool fwd = op == Op::conv2d;
+      const std::vector<float> al = to_f32(fwd ? relaid(a, l, g.n, g.c, g.h, g.w, false)
+                                               : relaid(a, l, g.n, g.o, g.oh, g.ow, false));
+      ir::Attrs attrs = conv_attrs(g);
+      attrs.set("layout", std::string(ir::layout_name(l)));
+      const ir::Type in_t = f32(fwd ? ir::stored_image(l, g.n, g.c, g.h, g.w)
+                                    : ir::stored_image(l, g.n, g.o, g.oh, g.ow));
+      const ir::Type out_t = f32(fwd ? ir::stored_image(l, g.n, g.o, g.oh, g.ow)
+                                     : ir::stored_image(l, g.n, g.c, g.h, g.w));
+      const std::vector<ir::Type> in = {in_t, t.in[1]};
+      const Vec want = conv_ref(op, g, a, w);
+      const Vec want_l = fwd ? relaid(want, l, g.n, g.o, g.oh, g.ow, false)
+                             : relaid(want, l, g.n, g.c, g.h, g.w, false);
+      const std::string what = fmt::format("{} {}", ir::op_name(op), describe(g));
+      // the step's choice: ours without AVX-512 (oneDNN's jit kernel, when
+      // it has one, with)
+      const std::string impl = make_backend_op(op, attrs, in, out_t)->impl();
+      if (!avx512_convolutions())
+        EXPECT_NE(impl.find("narrow groups"), std::string::npos) << what << ": " << impl;
+      Conv2dGeom gl = g;
+      gl.layout = l;
+      expect_on_every_team([&] { return make_narrow_group_conv(op, gl); }, "narrow groups", out_t,
+                           al, to_f32(w), want_l, what);
+    }
 }
 
 // A weight gradient in fixed parts of the weight (whole groups, ranges of a
@@ -418,9 +468,9 @@ TEST(DnnlConv, WeightGradientInWeightPartsMatchesF64ReferenceAndGivesTheSameBits
         conv_geom(2, 10, 3, 3, 3, 3, 3, 1, 1, 1, 1)}) {
     const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
     const Vec x = random_vec(t.in[0].numel(), rng), dy = random_vec(t.in[1].numel(), rng);
-    expect_weight_grad_on_every_team([&] { return make_weight_grad_in_weight_parts(g); },
-                                     "weight parts", t.out, to_f32(x), to_f32(dy),
-                                     conv_ref(Op::conv2d_weight_grad, g, x, dy), describe(g));
+    expect_on_every_team([&] { return make_weight_grad_in_weight_parts(g); }, "weight parts", t.out,
+                         to_f32(x), to_f32(dy), conv_ref(Op::conv2d_weight_grad, g, x, dy),
+                         describe(g));
   }
 }
 
