@@ -124,6 +124,20 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
   std::vector<ValueId> map(g.nodes.size(), ir::kNoValue);
   std::map<CseKey, ValueId> seen;
   bool rewrote = false;
+  // Appends n, or finds the value an equal node already computes. Inputs
+  // are never merged, nor nodes with a body (fusions): their values are
+  // their bodies', which the key does not hold (two constant fusions with
+  // no operands were one value).
+  auto add = [&](ir::Node n) {
+    if (n.op != ir::Op::input && !n.body) {
+      CseKey key{n.op, n.args, n.attrs, n.type};
+      if (auto it = seen.find(key); it != seen.end()) return it->second;
+      out.nodes.push_back(std::move(n));
+      return seen[key] = ValueId(out.nodes.size() - 1);
+    }
+    out.nodes.push_back(std::move(n));
+    return ValueId(out.nodes.size() - 1);
+  };
   for (ValueId v = 0; v < ValueId(g.nodes.size()); ++v) {
     if (!live[size_t(v)]) continue;
     ir::Node n = g.node(v);
@@ -158,21 +172,22 @@ ir::Graph simplify(const ir::Graph& g, bool* changed) {
         continue;
       }
     }
-    // Inputs are never merged, nor nodes with a body (fusions): their
-    // values are their bodies', which the key does not hold (two constant
-    // fusions with no operands were one value).
-    if (n.op != ir::Op::input && !n.body) {
-      CseKey key{n.op, n.args, n.attrs, n.type};
-      if (auto it = seen.find(key); it != seen.end()) {
-        map[size_t(v)] = it->second;
-        continue;
-      }
-      out.nodes.push_back(std::move(n));
-      map[size_t(v)] = seen[key] = ValueId(out.nodes.size() - 1);
-    } else {
-      out.nodes.push_back(std::move(n));
-      map[size_t(v)] = ValueId(out.nodes.size() - 1);
+    // A conversion of a broadcast converts the broadcast's operand, then
+    // broadcasts it: the same values, each converted once instead of once a
+    // copy (a BatchNorm's backward adds a per-channel f64 value converted
+    // to f32 to every element of the image; a loop's step per element).
+    if (n.op == ir::Op::convert && out.node(n.args[0]).op == ir::Op::broadcast &&
+        out.type(out.node(n.args[0]).args[0]).numel() < n.type.numel()) {
+      rewrote = true;
+      ir::Node bcast = out.node(n.args[0]);
+      ir::Node conv = std::move(n);
+      conv.args = {bcast.args[0]};
+      conv.type = {conv.type.dtype, out.type(bcast.args[0]).shape};
+      bcast.args = {add(std::move(conv))};
+      bcast.type.dtype = out.type(bcast.args[0]).dtype;
+      n = std::move(bcast);
     }
+    map[size_t(v)] = add(std::move(n));
   }
   ir::copy_interface(g, map, out);
   // A node read only by one that became another value (a concatenation
