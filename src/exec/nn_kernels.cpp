@@ -286,10 +286,13 @@ namespace {
 // parallel, each row's pixels in order.
 template <class F>
 void for_each_window_nhwc(const Pool2dGeom& g, int64_t work, F&& f) {
-  parallel_for(g.n * g.oh, grain_for(work), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t ox = 0; ox < g.ow; ++ox) f(r / g.oh, r % g.oh, ox, window(g, r % g.oh, ox));
-  });
+  parallel_for(
+      g.n * g.oh, grain_for(work),
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t ox = 0; ox < g.ow; ++ox) f(r / g.oh, r % g.oh, ox, window(g, r % g.oh, ox));
+      },
+      1);  // rows, not elements: any row starts a range
 }
 
 // Channels of a pixel handled at a time (stack buffers).
@@ -339,23 +342,28 @@ void max_pool2d_nhwc(const Pool2dGeom& g, const T* x, T* y) {
 // parallel (each writes only its own).
 template <class T>
 void max_pool2d_grad_nhwc(const Pool2dGeom& g, const T* x, const T* dy, T* dx) {
-  parallel_for(g.n, grain_for(g.oh * g.ow * g.kh * g.kw * g.c), [&](int64_t n0, int64_t n1) {
-    T m[kPoolChannels];
-    int64_t at[kPoolChannels];
-    for (int64_t n = n0; n < n1; ++n) {
-      T* image = dx + n * g.h * g.w * g.c;
-      std::fill_n(image, g.h * g.w * g.c, T(0));
-      for (int64_t oy = 0; oy < g.oh; ++oy)
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          const T* d = dy + ((n * g.oh + oy) * g.ow + ox) * g.c;
-          for (int64_t c0 = 0; c0 < g.c; c0 += kPoolChannels) {
-            const int64_t cn = std::min(kPoolChannels, g.c - c0);
-            window_max(g, x + n * g.h * g.w * g.c, window(g, oy, ox), c0, cn, m, at);
-            for (int64_t c = 0; c < cn; ++c) image[at[c] * g.c + c0 + c] += d[c0 + c];
-          }
+  // Images, not elements: any image starts a range (the default alignment
+  // of 16 left a batch under 32 on one thread).
+  parallel_for(
+      g.n, grain_for(g.oh * g.ow * g.kh * g.kw * g.c),
+      [&](int64_t n0, int64_t n1) {
+        T m[kPoolChannels];
+        int64_t at[kPoolChannels];
+        for (int64_t n = n0; n < n1; ++n) {
+          T* image = dx + n * g.h * g.w * g.c;
+          std::fill_n(image, g.h * g.w * g.c, T(0));
+          for (int64_t oy = 0; oy < g.oh; ++oy)
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              const T* d = dy + ((n * g.oh + oy) * g.ow + ox) * g.c;
+              for (int64_t c0 = 0; c0 < g.c; c0 += kPoolChannels) {
+                const int64_t cn = std::min(kPoolChannels, g.c - c0);
+                window_max(g, x + n * g.h * g.w * g.c, window(g, oy, ox), c0, cn, m, at);
+                for (int64_t c = 0; c < cn; ++c) image[at[c] * g.c + c0 + c] += d[c0 + c];
+              }
+            }
         }
-    }
-  });
+      },
+      1);
 }
 
 // An average over a window with no image element is 0 (as in PyTorch).

@@ -36,7 +36,8 @@ constexpr int64_t kChunkAlign = 16;
 // Calls f(begin, end) over contiguous ranges covering [0, n): one range on
 // the calling thread when n < 2 * grain (or one thread is set, or already
 // inside a parallel region), else one range per thread with at least `grain`
-// items each. Ranges start at multiples of `align`.
+// items each. Ranges start at multiples of `align` where every thread's range
+// still holds at least four aligned blocks.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f, int64_t align = kChunkAlign) {
   if (n <= 0) return;
@@ -44,6 +45,10 @@ void parallel_for(int64_t n, int64_t grain, F&& f, int64_t align = kChunkAlign) 
   if (n < 2 * grain) return f(int64_t(0), n);  // most kernels: nothing else to ask
   const int64_t chunks = std::min<int64_t>(n / grain, team());
   if (chunks < 2 || omp_in_parallel()) return f(int64_t(0), n);
+  // Items too few for each thread's range to be whole aligned blocks (rows
+  // or images rather than elements, passed without align 1): ranges start
+  // at any item. Aligned, 8 images on 2 threads were 0 and 8.
+  if (n < 4 * align * chunks) align = 1;
 #pragma omp parallel num_threads(int(chunks))
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();

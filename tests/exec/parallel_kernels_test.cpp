@@ -127,6 +127,28 @@ TEST(ParallelFor, CoversTheRangeOnceInAlignedChunksOnEveryThread) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << i;
 }
 
+// Items too few for aligned ranges on every thread (8 images, each worth a
+// thread) still split between the threads: aligned to 16, the first range
+// was empty and one thread took all 8.
+TEST(ParallelFor, FewCostlyItemsSplitBetweenTheThreads) {
+  Threads t(2);
+  for (int64_t n : {2, 8, 40, 100}) {
+    std::vector<int> hits(size_t(n), 0);
+    std::atomic<int> calls{0};
+    std::atomic<int64_t> longest{0};
+    exec::parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      ++calls;
+      for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+      int64_t seen = longest.load();
+      while (e - b > seen && !longest.compare_exchange_weak(seen, e - b)) {
+      }
+    });
+    EXPECT_EQ(calls.load(), 2) << n << " items";
+    EXPECT_LE(longest.load(), (n + 1) / 2) << n << " items: one thread took more than half";
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << i;
+  }
+}
+
 TEST(ParallelFor, SmallWorkOrOneThreadRunsInlineWithoutARegion) {
   for (auto [threads, n] :
        {std::pair{2, 2 * exec::kCheapGrain - 1}, {1, 100 * exec::kCheapGrain}}) {
