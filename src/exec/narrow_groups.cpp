@@ -171,16 +171,13 @@ V8 load8(const float* p) {
   return v;
 }
 
-// Each lane's group's channel i, from 8 channels (whole groups of G).
+// Each lane's group's channel I, from 8 channels (whole groups of G).
 template <int64_t G, int64_t I>
 V8 pick(V8 v) {
-  if constexpr (G == 1) {
-    return v;
-  } else {
-    constexpr I8 m = {0 / G * G + I, 1 / G * G + I, 2 / G * G + I, 3 / G * G + I,
-                      4 / G * G + I, 5 / G * G + I, 6 / G * G + I, 7 / G * G + I};
-    return __builtin_shuffle(v, m);
-  }
+  static_assert(8 % G == 0 && I < G);
+  constexpr I8 m = {0 / G * G + I, 1 / G * G + I, 2 / G * G + I, 3 / G * G + I,
+                    4 / G * G + I, 5 / G * G + I, 6 / G * G + I, 7 / G * G + I};
+  return __builtin_shuffle(v, m);
 }
 
 class NarrowGroupConv final : public BackendOp {
