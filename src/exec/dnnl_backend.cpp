@@ -273,8 +273,9 @@ int64_t backend_flops(Op op, const ir::Attrs& attrs, std::span<const ir::Type> i
 }
 
 // The eager path's ops, each thread's own (a DnnlOp binds its operands as it
-// runs), by op, attributes, types and team: the last kEagerOps made. oneDNN's
-// own primitive cache is off (dnnl_op.cpp: dnnl_engine).
+// runs), by op, attributes, types and team: the last kEagerOps made. Ours
+// are never taken from oneDNN's primitive cache (dnnl_op.hpp:
+// UncachedPrimitives).
 constexpr size_t kEagerOps = 64;
 std::shared_ptr<const BackendOp> eager_backend_op(Op op, const ir::Attrs& attrs,
                                                   std::span<const ir::Type> in_types,

@@ -54,22 +54,27 @@ void execute(const dnnl::primitive& prim, const dnnl_exec_arg_t* args, int n) {
 
 }  // namespace
 
-// oneDNN's primitive cache is off: with it, a step's rounding depended on
-// what the process had run before (two differential-test cases in one
-// process: the second's compiled step, given primitives the first's steps
-// and eager ops had made, landed 10x further from float64 than the same
-// case in a fresh process, or in the same sequence with the cache off),
-// where a step must give the same bits however it is reached. A step makes
-// each primitive once when it is compiled (resnet50's first step 1.44 s
-// with the cache, 1.65 s without); the eager path keeps its own
-// (dnnl_backend.cpp: eager_backend_op).
 dnnl::engine& dnnl_engine() {
-  static dnnl::engine e = [] {
-    dnnl::set_primitive_cache_capacity(0);
-    return dnnl::engine(dnnl::engine::kind::cpu, 0);
-  }();
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
+
+namespace {
+std::mutex g_uncached;
+}  // namespace
+
+// The cache is the process's: PyTorch (Debian's links the same libdnnl)
+// keeps its eager primitives there, and with the cache off for the whole
+// process its eager convolutions remade a primitive at every call
+// (mobilenet_v2's eager step 1.7-2.2x slower once a step had compiled). So
+// it is off only while one of ours is made, then restored (the entries it
+// held are dropped: PyTorch makes them again once).
+UncachedPrimitives::UncachedPrimitives() : lock_(g_uncached) {
+  saved_ = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(0);
+}
+
+UncachedPrimitives::~UncachedPrimitives() { dnnl::set_primitive_cache_capacity(saved_); }
 
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
@@ -126,7 +131,7 @@ void DnnlOp::add_operand(int arg, int which, const dnnl::memory::desc& user,
     const dnnl::primitive_attr attr = user_scratchpad();
     auto pd = which == 2 ? dnnl::reorder::primitive_desc(o.inner, o.user, attr)
                          : dnnl::reorder::primitive_desc(o.user, o.inner, attr);
-    o.reorder = dnnl::reorder(pd);
+    o.reorder = uncached<dnnl::reorder>(pd);
     o.step = int(reorders_.size());
     Step st{o.reorder, scratchpad(pd.scratchpad_desc())};
     if (st.scratchpad) st.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));

@@ -6,6 +6,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,35 @@ inline int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 // The CPU engine every primitive is made for.
 dnnl::engine& dnnl_engine();
+
+// While one lives, oneDNN's primitive cache is off (the capacity it had
+// comes back when it dies; one at a time). Every primitive of ours is made
+// under one: with the cache, a step's rounding depended on what the process
+// had run before (two differential-test cases in one process: the second's
+// compiled step, given primitives the first's steps and eager ops had made,
+// landed 10x further from float64 than the same case in a fresh process, or
+// in the same sequence with the cache off), where a step must give the same
+// bits however it is reached. A step makes each primitive once when it is
+// compiled (resnet50's first step 1.44 s with the cache, 1.65 s without);
+// the eager path keeps its own (dnnl_backend.cpp: eager_backend_op).
+class UncachedPrimitives {
+ public:
+  UncachedPrimitives();
+  ~UncachedPrimitives();
+  UncachedPrimitives(const UncachedPrimitives&) = delete;
+  UncachedPrimitives& operator=(const UncachedPrimitives&) = delete;
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+  int saved_ = 0;
+};
+
+// A primitive made from `pd` outside oneDNN's cache (UncachedPrimitives).
+template <class Primitive, class PD>
+Primitive uncached(const PD& pd) {
+  UncachedPrimitives off;
+  return Primitive(pd);
+}
 
 // Primitive attributes with the scratchpad ours (in the kernel's scratch).
 dnnl::primitive_attr user_scratchpad();
@@ -41,7 +71,7 @@ class DnnlOp final : public BackendOp {
 
   template <class Primitive, class PD>
   void set_main(const PD& pd, int64_t flops) {
-    main_.prim = Primitive(pd);
+    main_.prim = uncached<Primitive>(pd);
     main_.scratchpad = scratchpad(pd.scratchpad_desc());
     if (main_.scratchpad)
       main_.scratchpad_offset = reserve(int64_t(pd.scratchpad_desc().get_size()));

@@ -121,6 +121,21 @@ Vec conv_ref(Op op, const Conv2dGeom& g, const Vec& a, const Vec& b) {
   return out;
 }
 
+// Our primitives are made outside oneDNN's primitive cache, which is the
+// process's (PyTorch's eager primitives live there too): making them leaves
+// its capacity as it was, and takes nothing from it.
+TEST(DnnlConv, MakingOpsLeavesOneDnnsPrimitiveCacheAsItWas) {
+  const int before = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(321);
+  const Conv2dGeom g = conv_geom(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1);
+  for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad}) {
+    const ConvTypes t = conv_types(op, g);
+    EXPECT_NE(make_backend_op(op, conv_attrs(g), t.in, t.out), nullptr);
+  }
+  EXPECT_EQ(dnnl::get_primitive_cache_capacity(), 321);
+  dnnl::set_primitive_cache_capacity(before);
+}
+
 TEST(DnnlConv, ForwardInputGradAndWeightGradMatchF64Reference) {
   std::mt19937 rng(4);
   for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad})
