@@ -33,11 +33,6 @@ constexpr double kDigammaSeries[] = {1.0 / 12,  -1.0 / 120,     1.0 / 252, -1.0 
 constexpr double kTrigammaSeries[] = {1.0 / 6,  -1.0 / 30,     1.0 / 42, -1.0 / 30,
                                       5.0 / 66, -691.0 / 2730, 7.0 / 6,  -3617.0 / 510};
 
-template <class F>
-void through_double(const float* x, float* y, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) y[i] = float(f(double(x[i])));
-}
-
 }  // namespace
 
 double lgamma_f64(double x) {

@@ -26,6 +26,13 @@
 
 namespace ws::exec {
 
+// y[i] = f(x[i]) computed in double, rounded once to float (special_math.cpp
+// and vec_math.cpp: the functions without a float kernel of their own).
+template <class F>
+void through_double(const float* x, float* y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(f(double(x[i])));
+}
+
 double lgamma_f64(double x);
 double digamma_f64(double x);
 double trigamma_f64(double x);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "exec/special_math.hpp"
 #include "exec/vec_math.hpp"
 
 namespace ws::exec {
