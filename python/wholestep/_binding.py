@@ -2,6 +2,8 @@
 parameter, buffer and optimizer state tensor is borrowed where torch keeps
 it (no copy), and checked before each call to be still there."""
 
+import operator
+
 import torch
 
 from . import _C
@@ -63,7 +65,7 @@ def _model_inputs(params, buffers, trained, types, binding):
     importer's `inputs`): the parameters (role param if their name is in
     `trained`, else buffer), the buffers, then data arguments of `types`.
     Records the bound tensors in `binding`."""
-    binding.tensors.clear()
+    binding.clear()
     inputs = []
     for name, t in params.items():
         role = "param" if name in trained else "buffer"
@@ -88,11 +90,18 @@ class _Binding:
 
     def __init__(self):
         self.tensors = []
+        self.ptrs = []
+
+    def clear(self):
+        self.tensors.clear()
+        self.ptrs.clear()
 
     def add(self, t):
-        self.tensors.append((t, t.data_ptr()))
+        self.tensors.append(t)
+        self.ptrs.append(t.data_ptr())
 
     def valid(self, current):
-        if len(current) != len(self.tensors):
-            return False
-        return all(a is t and t.data_ptr() == p for a, (t, p) in zip(current, self.tensors))
+        """Whether `current` are the bound tensors, each where it was (the
+        loops in C: this runs before every call)."""
+        return (len(current) == len(self.tensors) and all(map(operator.is_, current, self.tensors))
+                and [t.data_ptr() for t in current] == self.ptrs)

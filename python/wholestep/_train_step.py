@@ -209,7 +209,9 @@ class TrainStep:
                 raise Error(f"train step: {len(args)} arguments for a model taking "
                             f"{self.num_inputs} inputs")
             data = _data_args(args, "train step")
-            state, params, buffers = _guards.model_view(self.model, "train step")
+            spectral = []
+            state, params, buffers = _guards.model_view(self.model, "train step",
+                                                        spectral=spectral)
             key = self._key(data, params, state)
             # Ctrl-C waits for the step's effects to be whole (the update,
             # the optimizer's state and step count all, or none of them).
@@ -219,7 +221,7 @@ class TrainStep:
                     loss, norm, updated, loss_dtype = self._run(key, data, params, buffers)
                 finally:
                     _guards.restore_torch_threads(threads)
-                _guards.refresh_spectral_norms(self.model)
+                _guards.refresh_spectral_norms(spectral)
             step_count = self._stepped
             calls = self._accumulation.calls
         if self._opt.error_if_nonfinite and norm is not None and not math.isfinite(norm):

@@ -436,7 +436,8 @@ def test_ctrl_c_while_tracing_is_raised_after_the_whole_first_step(monkeypatch):
 # ------------------------------------------------------------- 6. Python state the trace read
 
 class Scaled(nn.Module):
-    """Reads a plain Python attribute in its forward."""
+    """Reads plain Python attributes in its forward: a number, and numbers
+    in nested tuples."""
 
     def __init__(self):
         super().__init__()
@@ -444,9 +445,11 @@ class Scaled(nn.Module):
         self.bn = nn.BatchNorm1d(16)
         self.out = nn.Linear(16, 4)
         self.scale = 1.0
+        self.bounds = (-10.0, (10.0,))
 
     def forward(self, x):
-        return self.out(torch.relu(self.bn(self.fc(x)))) * self.scale
+        y = self.out(torch.relu(self.bn(self.fc(x)))) * self.scale
+        return y.clamp(self.bounds[0], self.bounds[1][0])
 
 
 def test_changed_module_attributes_retrace_and_match_eager():
@@ -458,6 +461,8 @@ def test_changed_module_attributes_retrace_and_match_eager():
         if i == 2:
             model.scale = 0.5
             model.bn.momentum, model.bn.eps = 0.5, 1e-2
+        if i == 3:
+            model.bounds = (-0.1, (0.1,))
 
     eager, compiled = run_both(make, OPTIMIZERS[0], steps=4, each=change)
     assert_same_state(eager, compiled)
