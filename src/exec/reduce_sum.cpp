@@ -223,6 +223,29 @@ void column_tile(const Walk& w, Load load, int64_t at, int64_t width, int64_t s0
   const int64_t cw = W ? W : width;
   alignas(64) T lanes[L][kTile];
   Carry<T, kTile> carry;
+  if (w.nr == 1) {
+    // Rows at one stride (most column walks: their reduced dims merge): a
+    // block at a time, its first L rows starting the lanes, the rest
+    // adding to them; the additions of the general walk below, in its
+    // order, without its per-row bookkeeping.
+    const int64_t rs = w.rin[0];
+    int64_t row = at + s0 * rs;
+    for (int64_t i = s0; i < s1;) {
+      const int64_t n = std::min(B, s1 - i), first = std::min(n, L);
+      for (int64_t p = 0; p < first; ++p, row += rs) {
+        T* __restrict l = lanes[p];
+        for (int64_t c = 0; c < cw; ++c) l[c] = T(0) + load(row + c);
+      }
+      for (int64_t p = first; p < n; ++p, row += rs) {
+        T* __restrict l = lanes[p & (L - 1)];
+        for (int64_t c = 0; c < cw; ++c) l[c] += load(row + c);
+      }
+      carry.push(lane_tree<T, kTile>(lanes, n, cw), 1, cw);
+      i += n;
+    }
+    carry.fold(out, cw);
+    return;
+  }
   Odometer<1> r(w.nr, w.rsize, {w.rin}, s0);
   int64_t pos = 0;
   for (int64_t i = s0; i < s1; ++i, r.next()) {
@@ -246,6 +269,8 @@ template <class T, class Load>
 void column_range(const Walk& w, Load load, int64_t at, int64_t width, int64_t s0, int64_t s1,
                   T* out) {
   if (width == kTile) return column_tile<T, kTile>(w, load, at, width, s0, s1, out);
+  if (width == kTile / 2) return column_tile<T, kTile / 2>(w, load, at, width, s0, s1, out);
+  if (width == kTile / 4) return column_tile<T, kTile / 4>(w, load, at, width, s0, s1, out);
   column_tile<T, 0>(w, load, at, width, s0, s1, out);
 }
 
@@ -316,14 +341,21 @@ ColumnStream<T>::ColumnStream(int64_t width, T* storage)
     : width_(width), lanes_(storage), carry_(storage + L * width) {}
 template <class T>
 void ColumnStream<T>::add(const T* x, int64_t rows, int64_t stride) {
-  for (int64_t i = 0; i < rows; ++i, x += stride) {
-    T* __restrict l = lanes_ + (pos_ % L) * width_;
-    if (pos_ < L) {  // the lane's first row: +0 + x, as from zeroed lanes
-      for (int64_t c = 0; c < width_; ++c) l[c] = T(0) + x[c];
-    } else {
-      for (int64_t c = 0; c < width_; ++c) l[c] += x[c];
+  const int64_t width = width_;
+  while (rows > 0) {  // the rows up to the end of the block
+    const int64_t end = pos_ + std::min(rows, B - pos_);
+    int64_t p = pos_;
+    for (; p < std::min(end, L); ++p, x += stride) {  // a lane's first row: +0 + x
+      T* __restrict l = lanes_ + p * width;
+      for (int64_t c = 0; c < width; ++c) l[c] = T(0) + x[c];
     }
-    if (++pos_ == B) flush();
+    for (; p < end; ++p, x += stride) {
+      T* __restrict l = lanes_ + (p & (L - 1)) * width;
+      for (int64_t c = 0; c < width; ++c) l[c] += x[c];
+    }
+    rows -= end - pos_;
+    pos_ = end;
+    if (pos_ == B) flush();
   }
 }
 template <class T>

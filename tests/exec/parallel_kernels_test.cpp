@@ -465,7 +465,14 @@ TEST(ReduceSum, EveryWalkSumsEachResultsSequenceInTheDocumentedOrder) {
                                          {{40, 5, 49}, {0, 2}},
                                          {{7, 3, 11, 130}, {0, 2, 3}},
                                          {{6, 1, 1000, 1}, {1, 2, 3}},
-                                         {{2100, 2}, {0}}}) {
+                                         {{2100, 2}, {0}},
+                                         // Column tiles of 64, 32 and 16
+                                         // (NHWC channels), and the split
+                                         // of long columns between threads.
+                                         {{2100, 96}, {0}},
+                                         {{1100, 144}, {0}},
+                                         {{4, 2, 1030, 16}, {0, 1, 2}},
+                                         {{8200, 16}, {0}}}) {
     const std::vector<float> x = random_floats(numel(c.shape), 21);
     Shape walk = c.shape;
     std::vector<int64_t> strides = exec::reduce_result_strides(walk, c.axes);
