@@ -35,11 +35,9 @@ class UncachedPrimitives {
  public:
   UncachedPrimitives();
   ~UncachedPrimitives();
-  UncachedPrimitives(const UncachedPrimitives&) = delete;
-  UncachedPrimitives& operator=(const UncachedPrimitives&) = delete;
 
  private:
-  std::lock_guard<std::mutex> lock_;
+  std::lock_guard<std::mutex> lock_;  // (not copyable, as the lock)
   int saved_ = 0;
 };
 

@@ -123,15 +123,24 @@ Vec conv_ref(Op op, const Conv2dGeom& g, const Vec& a, const Vec& b) {
 
 // Our primitives are made outside oneDNN's primitive cache, which is the
 // process's (PyTorch's eager primitives live there too): making them leaves
-// its capacity as it was, and takes nothing from it.
+// its capacity as it was, and takes nothing from it (oneDNN's verbose log
+// says at each creation whether the cache served it: making the same ops
+// twice, none is served).
 TEST(DnnlConv, MakingOpsLeavesOneDnnsPrimitiveCacheAsItWas) {
   const int before = dnnl::get_primitive_cache_capacity();
   dnnl::set_primitive_cache_capacity(321);
   const Conv2dGeom g = conv_geom(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1);
-  for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad}) {
-    const ConvTypes t = conv_types(op, g);
-    EXPECT_NE(make_backend_op(op, conv_attrs(g), t.in, t.out), nullptr);
-  }
+  testing::internal::CaptureStdout();
+  dnnl::set_verbose(2);
+  for (int twice = 0; twice < 2; ++twice)
+    for (Op op : {Op::conv2d, Op::conv2d_input_grad, Op::conv2d_weight_grad}) {
+      const ConvTypes t = conv_types(op, g);
+      EXPECT_NE(make_backend_op(op, conv_attrs(g), t.in, t.out), nullptr);
+    }
+  dnnl::set_verbose(0);
+  const std::string log = testing::internal::GetCapturedStdout();
+  EXPECT_NE(log.find("cache_miss"), std::string::npos) << log;
+  EXPECT_EQ(log.find("cache_hit"), std::string::npos) << log;
   EXPECT_EQ(dnnl::get_primitive_cache_capacity(), 321);
   dnnl::set_primitive_cache_capacity(before);
 }
