@@ -24,6 +24,7 @@ class Forward:
         self.model = model
         self._compiled = None  # (_C.Forward, _Binding, module attributes)
         self._lock = _guards.model_lock(model)
+        self._view = _guards.ModelViews(model, "forward", training=False)
 
     def _trace(self, binding):
         def trace(types):
@@ -54,7 +55,7 @@ class Forward:
             data = _data_args(args, "forward")
             # The forward traces in eval mode whatever the modules' modes:
             # their attributes but `training` decide what it traced.
-            attrs, params, buffers = _guards.model_view(self.model, "forward", training=False)
+            attrs, params, buffers = self._view()
             current = params + buffers
             if self._compiled is None or self._compiled[2] != attrs \
                     or not self._compiled[1].valid(current):

@@ -83,6 +83,7 @@ class TrainStep:
         self._last_key = None
         self._last = None
         self._lock = _guards.model_lock(model)
+        self._view = _guards.ModelViews(model, "train step")
         names = {id(p): n for n, p in model.named_parameters()}
         for i, p in enumerate(self._opt.params()):
             if id(p) not in names:
@@ -210,8 +211,7 @@ class TrainStep:
                             f"{self.num_inputs} inputs")
             data = _data_args(args, "train step")
             spectral = []
-            state, params, buffers = _guards.model_view(self.model, "train step",
-                                                        spectral=spectral)
+            state, params, buffers = self._view(spectral)
             key = self._key(data, params, state)
             # Ctrl-C waits for the step's effects to be whole (the update,
             # the optimizer's state and step count all, or none of them).

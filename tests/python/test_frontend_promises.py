@@ -18,6 +18,7 @@ import wholestep
 import wholestep.torch as wst
 from wholestep import _train_step  # where TrainStep looks up the importer
 from wholestep import _capture
+from wholestep import _guards
 
 nn = torch.nn
 F = nn.functional
@@ -466,6 +467,109 @@ def test_changed_module_attributes_retrace_and_match_eager():
 
     eager, compiled = run_both(make, OPTIMIZERS[0], steps=4, each=change)
     assert_same_state(eager, compiled)
+
+
+class Gated(nn.Module):
+    """Nested modules and a plain attribute, for the walk's fast path."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                                  nn.Sequential(nn.Linear(16, 4)))
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.body(x) * self.scale
+
+
+class HalvedGated(Gated):
+    def forward(self, x):
+        return super().forward(x) * 0.5
+
+
+def _replace_dict(model):
+    model.__dict__ = dict(model.__dict__, scale=0.5)
+
+
+def _set_class(model):
+    model.__class__ = HalvedGated
+
+
+MODULE_CHANGES = {
+    "attribute": lambda m: setattr(m, "scale", 0.5),
+    "nested_attribute": lambda m: setattr(m.body[1], "eps", 0.1),
+    "nested_train_flag": lambda m: m.body[1].eval(),
+    "child": lambda m: m.body.__setitem__(2, nn.Tanh()),
+    "buffer": lambda m: setattr(m.body[1], "running_var", torch.full((16,), 2.0)),
+    "class": _set_class,
+    "whole_dict": _replace_dict,
+}
+
+
+@pytest.mark.parametrize("change", MODULE_CHANGES.values(), ids=MODULE_CHANGES.keys())
+def test_a_module_change_after_calls_that_skipped_the_walk_is_seen_as_eager_sees_it(
+        change, monkeypatch):
+    """The walk over the modules before each call is skipped while none
+    of the dicts it reads changed (ModelViews); a change anywhere it looks
+    is seen at the next call, which trains as eager does."""
+    call, walked = [], []
+    model_view = _guards.model_view
+    monkeypatch.setattr(_guards, "model_view", lambda *a, **k: walked.append(call[-1]) or
+                        model_view(*a, **k))
+
+    def make():
+        torch.manual_seed(0)
+        return Gated()
+
+    def each(model, opt, i):
+        call.append(i)
+        if i == 3:
+            change(model)
+
+    eager, compiled = run_both(make, OPTIMIZERS[0], steps=5, each=each)
+    assert_same_state(eager, compiled)
+    # The first call walks, and the next (tracing sets module attributes
+    # back as they were, which the dicts' state shows as a change); the
+    # third skips the walk; the changed fourth walks.
+    assert walked[:3] == [0, 1, 3]
+
+
+def test_a_compiled_forward_sees_each_module_change_after_calls_that_skipped_the_walk():
+    torch.manual_seed(0)
+    model = Gated().eval()
+    forward = wst.compile_forward(model)
+    x, _ = batch()
+    for name in ("attribute", "buffer", "child", "class"):
+        for _ in range(3):
+            with torch.no_grad():
+                torch.testing.assert_close(forward(x), model(x), rtol=1e-5, atol=1e-6,
+                                           msg=name)
+        MODULE_CHANGES[name](model)
+
+
+def test_a_weight_normed_model_is_walked_at_every_call():
+    """Weight norm's attribute is set from its parameters by the walk, so
+    no walk is skipped (and the attribute is eager's after every step)."""
+    walks = []
+    model_view = _guards.model_view
+
+    def counted(*a, **k):
+        walks.append(1)
+        return model_view(*a, **k)
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.utils.weight_norm(nn.Linear(8, 16)), nn.ReLU(),
+                             nn.Linear(16, 4))
+
+    _guards.model_view = counted
+    try:
+        eager, compiled = run_both(make, OPTIMIZERS[0], steps=3)
+    finally:
+        _guards.model_view = model_view
+    assert_same_state(eager, compiled)
+    torch.testing.assert_close(compiled[1][0].weight, eager[1][0].weight, rtol=1e-5, atol=1e-6)
+    assert len(walks) == 3
 
 
 def test_a_dropout_probability_change_retraces():

@@ -17,6 +17,8 @@ namespace py = pybind11;
 void bind_graph(py::module_& m);
 // Tensor (borrowed memory), TrainStep and Forward over Python sources.
 void bind_steps(py::module_& m);
+// The fast path of the module guard (guards.cpp).
+void bind_guards(py::module_& m);
 
 // A tensor over memory Python owns: `owner` (a torch tensor) is kept alive
 // while the tensor is.

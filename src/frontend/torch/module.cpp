@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<ws::Error>(m, "Error", PyExc_RuntimeError);
   ws::frontend::torch::bind_graph(m);
   ws::frontend::torch::bind_steps(m);
+  ws::frontend::torch::bind_guards(m);
 }
