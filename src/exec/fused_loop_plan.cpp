@@ -295,6 +295,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     plan_blocks(step_ops, step_types);
   }
   if (columns_) plan_column_load(body, in_slots, out_slots);
+  if (block_steps_.empty()) pair_steps(step_ops, step_types);
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()
                ? per_chunk
@@ -303,6 +304,51 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
   for (size_t i = 0; i < ops.size() && i < 4; ++i) name_ += (i ? "," : "") + ops[i];
   if (ops.size() > 4) name_ += fmt::format(",+{}", ops.size() - 4);
   name_ += ")";
+}
+
+void FusedLoop::pair_steps(const std::vector<ir::Op>& step_ops,
+                           const std::vector<DType>& step_types) {
+  // Reads of each value that must find it stored (2: never paired away).
+  std::vector<int> reads(values_.size(), 0);
+  for (const std::vector<Step>* list : {&steps_, &epilogue_})
+    for (const Step& st : *list)
+      for (int32_t a : st.args)
+        if (a >= 0) ++reads[size_t(a)];
+  for (const Reduction& r : reductions_) reads[size_t(r.src)] += 2;
+  for (auto [v, j] : copy_outs_) reads[size_t(v)] += 2;
+  for (int32_t v : {column_load_.a, column_load_.b})
+    if (v >= 0) reads[size_t(v)] += 2;
+  std::vector<Step> steps;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s1 = steps_[i];
+    if (i + 1 < steps_.size()) {
+      const Step& s2 = steps_[i + 1];
+      const int32_t v = s1.out;
+      const int pos = s2.args[0] == v ? 0 : s2.args[1] == v ? 1 : -1;
+      const FusedStepFn fn =
+          s1.fn && s2.fn && !s1.per_segment && !s2.per_segment && s1.args[2] < 0 &&
+                  s2.args[2] < 0 && pos >= 0 && s2.args[1 - pos] != v &&
+                  values_[size_t(v)].kind == Kind::buffer && reads[size_t(v)] == 1 &&
+                  step_types[i] == step_types[i + 1]
+              ? fused_pair_fn(step_ops[i], step_ops[i + 1], pos == 1, step_types[i])
+              : nullptr;
+      if (fn) {
+        Step p;
+        p.fn = fn;
+        p.args[0] = s1.args[0];
+        p.args[1] = s1.args[1];
+        p.args[2] = s2.args[1 - pos];
+        p.arrays = (s1.arrays & 3) | ((s2.arrays >> (1 - pos) & 1) << 2);
+        p.out = s2.out;
+        steps.push_back(p);
+        ++paired_;
+        ++i;
+        continue;
+      }
+    }
+    steps.push_back(s1);
+  }
+  steps_ = std::move(steps);
 }
 
 void FusedLoop::plan_column_load(const ir::Graph& body, const std::vector<int32_t>& in_slots,

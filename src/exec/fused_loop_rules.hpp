@@ -64,6 +64,10 @@ bool fusible_elementwise(const ir::Graph& g, ir::ValueId n);
 // value.
 using FusedStepFn = void (*)(const void* a, const void* b, const void* c, void* y, int64_t n,
                              int arrays);
+// A pair step (fused_pairs.cpp): y = o2(o1(a, b), c), or o2(c, o1(a, b))
+// when `second`, in one pass, each op rounding as its own step does; for
+// o1 and o2 among add, sub and mul on f32 or f64 (else nullptr).
+FusedStepFn fused_pair_fn(ir::Op o1, ir::Op o2, bool second, DType t);
 // A random draw: y[j] = number offset + j of the stream.
 using FusedDrawFn = void (*)(uint64_t seed, uint64_t offset, void* y, int64_t n);
 

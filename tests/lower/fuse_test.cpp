@@ -229,6 +229,83 @@ TEST(FuseElementwise, BlockProgramsGiveTheInterpretersBits) {
   EXPECT_GE(blocks, 48);
 }
 
+// A random chain of `dt` ops over [rows, cols] reading two arrays, a run
+// repeated along every row (tiled), one value per row (read per segment
+// when rows are long), a hyperparameter and a constant, the last value
+// summed over rows (end 1), over columns (end 2) or not (end 0); the
+// operand read is most often the value just computed, so that products,
+// sums and differences in a row pair up.
+std::string random_pair_chain(std::mt19937& gen, int64_t rows, int64_t cols, const std::string& dt,
+                              int end) {
+  auto pick = [&gen](int64_t k) { return int64_t(gen() % uint64_t(k)); };
+  const std::string ty = fmt::format("{}[{},{}]", dt, rows, cols);
+  std::string text = fmt::format(R"(graph pairs {{
+  %0 = input data "x" : {0}
+  %1 = input data "z" : {0}
+  %2 = input data "col" : {1}[{2}]
+  %3 = broadcast %2 {{dims=[1], shape=[{3},{2}]}} : {0}
+  %4 = input data "row" : {1}[{3}]
+  %5 = broadcast %4 {{dims=[0], shape=[{3},{2}]}} : {0}
+  %6 = input hyper "h" : {1}[]
+  %7 = broadcast %6 {{dims=[], shape=[{3},{2}]}} : {0}
+  %8 = full {{value=0.625}} : {0}
+)",
+                                 ty, dt, cols, rows);
+  const std::vector<int64_t> leaves = {0, 1, 3, 5, 7, 8};
+  const char* ops[] = {"add", "sub", "mul", "div"};
+  std::vector<int64_t> computed;
+  std::string outs;
+  int64_t next = 9;
+  const int64_t nops = 2 + pick(9);
+  for (int64_t k = 0; k < nops; ++k) {
+    auto operand = [&] {
+      if (!computed.empty() && pick(3) != 0)
+        return pick(4) ? computed.back() : computed[size_t(pick(int64_t(computed.size())))];
+      return leaves[size_t(pick(int64_t(leaves.size())))];
+    };
+    int64_t a = operand(), b = operand();
+    if (pick(2)) std::swap(a, b);
+    text += fmt::format("  %{} = {} %{}, %{} : {}\n", next, ops[pick(4)], a, b, ty);
+    if (k + 1 < nops && pick(4) == 0) outs += fmt::format("  out user %{} \"r{}\"\n", next, k);
+    computed.push_back(next++);
+  }
+  if (end == 0) {
+    outs += fmt::format("  out user %{} \"last\"\n", computed.back());
+  } else {
+    const int64_t kept = end == 1 ? rows : cols;
+    text += fmt::format("  %{} = reduce_sum %{} {{axes=[{}]}} : {}[{}]\n", next, computed.back(),
+                        end == 1 ? 1 : 0, dt, kept);
+    outs += fmt::format("  out user %{} \"sum\"\n", next);
+  }
+  return text + outs + "}";
+}
+
+// Two steps in a row whose first value only the second reads run as one pair
+// step and give the interpreter's bits: random chains of f32 and f64 sums,
+// differences, products and quotients over arrays, tiled runs, per-row
+// values, hyperparameters and constants, in loops, row sums and column
+// sums, over rows shorter and longer than a segment, on teams of 1, 2 and
+// 3 threads.
+TEST(FuseElementwise, PairedStepsGiveTheInterpretersBits) {
+  std::mt19937 gen(11);
+  const std::pair<int64_t, int64_t> shapes[] = {{3, 5}, {37, 8}, {64, 32}, {9, 300}, {700, 24}};
+  int paired = 0, kernels = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const auto [rows, cols] = shapes[size_t(trial) % std::size(shapes)];
+    const std::string text =
+        random_pair_chain(gen, rows, cols, trial % 3 == 2 ? "f64" : "f32", trial / 5 % 3);
+    SCOPED_TRACE(text);
+    const ir::Graph g = ir::parse(text);
+    for (const exec::Kernel& k : lower::lower(g).kernels)
+      if (k.loop) {
+        paired += k.loop->paired_steps();
+        ++kernels;
+      }
+    expect_same_on_every_team(g);
+  }
+  EXPECT_GE(paired, 40) << "over " << kernels << " fused kernels";
+}
+
 // Column sums whose operand is one op over stored arrays are summed as they
 // read those arrays, never storing the operand: a mean of f32 summed in f64,
 // a variance's sum of squares of a centered value the loop also writes, a
