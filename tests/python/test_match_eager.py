@@ -135,9 +135,27 @@ def test_ten_steps_match_torch_and_torch_continues(name, opt_name):
             f"{mode}: step 11 {ours}, eager from the state dicts {eager_next}"
 
 
+def off_kinks(name, model):
+    """The model moved off a point where its gradient jumps, for the first
+    step's gradients. spatial_transformer starts at the identity transform
+    (as spatial transformers do), where grid_sample samples exactly at
+    pixel positions and its gradient with respect to the grid is one-sided:
+    each rounding picks a side. There float64 torch from states moved by one
+    float32 rounding landed 0.9 to 1.6 from float64 torch (5 of 8 runs),
+    float32 torch 1.1, ours in float64 0.58, a bound that could not fail;
+    with the transform's bias moved by about 0.01, float64 torch's moved
+    runs agree to 3e-15, ours in float64 to 5e-15, float32 torch lands
+    2.5e-6 away and ours 2.2e-6."""
+    if name == "spatial_transformer":
+        with torch.no_grad():
+            model.fc_loc[2].bias.add_(torch.tensor([0.013, 0.007, -0.011, 0.005, 0.017, 0.009]))
+    return model
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_first_step_gradients_are_as_close_to_float64_as_torch_float32(name):
     model, batches, loss_fn = make(name)
+    model = off_kinks(name, model)
     g64 = gradients(float64_copy(model), loss_fn, as_float64(batches[:1])[0])
     # float32 torch's error over the runs the ten steps measure its spread
     # with (float32_runs). A gradient that is 0 in float64 (a bias before a
