@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(g++ cmake ninja-build libfmt-dev zlib1g-dev libgtest-dev libbenchmark-dev
-          libcli11-dev libdnnl-dev libeigen3-dev nlohmann-json3-dev libboost-graph-dev
+          libcli11-dev libdnnl-dev libxbyak-dev libeigen3-dev nlohmann-json3-dev libboost-graph-dev
           dataset-fashion-mnist graphviz python3-matplotlib
           pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
           python3-torchvision libopenblas0-openmp python3-networkx openmpi-bin libopenmpi-dev)

@@ -126,6 +126,25 @@ void FusedLoop::run_chunk(int64_t s, int64_t len, const void* const* ins, void* 
                           Segments& sg) const {
   chunk_pointers(s, len, ins, outs, bufs, ptr);
   const Step* steps = steps_.data();
+  if (jit_fn_) {
+    const int64_t whole = len / 8 * 8;
+    if (whole > 0) jit_fn_(ptr, whole);
+    if (whole == len) return;
+    // The last elements through the steps, every array from its element
+    // `whole` on.
+    const void* tail[kMaxFusedValues];
+    for (size_t v = 0; v < values_.size(); ++v) {
+      const Kind k = values_[v].kind;
+      if (k == Kind::scalar || k == Kind::constant)
+        tail[v] = ptr[v];
+      else if (k == Kind::input || k == Kind::output || k == Kind::tiled || k == Kind::gather ||
+               k == Kind::buffer)
+        tail[v] = static_cast<const std::byte*>(ptr[v]) + whole * values_[v].esize;
+      else
+        tail[v] = nullptr;
+    }
+    return run_steps(steps, steps + steps_.size(), tail, len - whole, s + whole);
+  }
   if (broadcasts_.empty() || !segmented_ || !per_segment_)
     return run_steps(steps, steps + steps_.size(), ptr, len, s);
   segments(s, len, ins, sg);
@@ -167,6 +186,7 @@ void FusedLoop::run(const void* const* ins, void* const* outs, void* scratch) co
   if (columns_) return run_columns(ins, outs, scratch);
   if (!reductions_.empty()) return run_reduce(ins, outs);
   if (!block_steps_.empty()) return run_blocks(ins, outs);
+  if (jit_fn_ && broadcasts_.empty() && copy_outs_.empty()) return run_compiled(ins, outs);
   run_loop(ins, outs, grain_, -1, nullptr);
 }
 

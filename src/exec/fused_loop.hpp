@@ -52,10 +52,16 @@
 // scratch), reduce_sum summing its columns. Either way the epilogue then
 // runs over runs of columns.
 //
-// A streaming loop (no broadcast operand, no reduction) whose steps are all
-// f32 additions, subtractions, products, quotients and square roots (an
-// optimizer's update) runs instead as a block program (fused_blocks.cpp):
-// short blocks, each step's loop inlined, no call per step.
+// A loop (nothing read per segment) whose steps are all f32 arithmetic,
+// comparisons and selects runs as machine code made for it (fused_jit.cpp):
+// eight elements at a time through every step in vector registers, a
+// reduction's operand stored where the sum reads it; with no broadcast
+// operand and no reduction (an optimizer's update), over each thread's
+// whole range at once. Where it is not compiled (a CPU without
+// AVX2), a streaming loop (no broadcast operand, no reduction) whose steps
+// are all f32 additions, subtractions, products, quotients and square
+// roots runs instead as a block program (fused_blocks.cpp): short blocks,
+// each step's loop inlined, no call per step.
 //
 // Buffers live on the stack (no allocation per step): at most
 // kMaxFusedBuffers at once, which the fuse pass guarantees by bounding a
@@ -64,6 +70,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -119,6 +126,8 @@ class FusedLoop {
   bool reads_column_operand() const { return column_load_.on; }
   // Steps that compute two of the body's ops (see pair_steps).
   int paired_steps() const { return paired_; }
+  // Whether it runs as machine code made for it (see plan_jit).
+  bool compiled() const { return jit_fn_ != nullptr; }
 
   // Which kind of storage each body value is read from during a chunk.
   enum class Kind : uint8_t {
@@ -295,6 +304,21 @@ class FusedLoop {
   // elements). Not for steps read per segment (their operands' pointers
   // move by segment) nor for block programs (which inline every step).
   int paired_ = 0;
+  // A loop whose steps are all f32 sums, differences, products, quotients,
+  // negations, square roots, comparisons and selects, over arrays, tiled
+  // runs, gathered values and one-element operands (nothing read per
+  // segment), with at most 12 values live at once, runs as machine code
+  // made for it (fused_jit.cpp, on CPUs with AVX2): eight elements at a
+  // time through every step in vector registers, a chunk's last elements
+  // past a multiple of eight through the steps. BatchNorm's normalize +
+  // ReLU6 over [8, 32, 32, 32], 2 threads, AMD EPYC Zen 3, same run: 98 us
+  // as steps, 51 compiled, 44 written by hand in AVX2 intrinsics.
+  struct JitCode;
+  using JitFn = void (*)(const void* const* ptr, int64_t n);
+  std::shared_ptr<const JitCode> jit_;
+  JitFn jit_fn_ = nullptr;
+  void plan_jit(const std::vector<ir::Op>& step_ops, const std::vector<DType>& step_types);
+  void run_compiled(const void* const* ins, void* const* outs) const;
   void pair_steps(const std::vector<ir::Op>& step_ops, const std::vector<DType>& step_types);
   void plan_blocks(const std::vector<ir::Op>& step_ops, const std::vector<DType>& step_types);
   void run_blocks(const void* const* ins, void* const* outs) const;
@@ -308,6 +332,13 @@ class FusedLoop {
   void run_chunk(int64_t s, int64_t len, const void* const* ins, void* const* outs,
                  std::byte (*bufs)[kFusedChunk * 8], const void** ptr, Segments& sg) const;
 };
+
+// Whether fused loops are compiled to machine code where they can be
+// (FusedLoop::plan_jit): by default on CPUs with AVX2. For loops made after
+// the call; tests turn it off to run the steps and block programs CPUs
+// without AVX2 run.
+void set_compiled_loops(bool on);
+bool compiled_loops();
 
 // Fills k.fn, k.name and k.loop for a fusion node's kernel whose operand
 // and result slots (k.in, k.out, k.extra_out) are set.

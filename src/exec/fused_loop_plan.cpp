@@ -292,10 +292,11 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       if (val.kind == Kind::input || val.kind == Kind::output)
         streams_.push_back({val.kind == Kind::output, val.index, val.esize});
     }
-    plan_blocks(step_ops, step_types);
   }
+  plan_jit(step_ops, step_types);
+  if (!jit_fn_ && reductions_.empty() && broadcasts_.empty()) plan_blocks(step_ops, step_types);
   if (columns_) plan_column_load(body, in_slots, out_slots);
-  if (block_steps_.empty()) pair_steps(step_ops, step_types);
+  if (block_steps_.empty() && !jit_fn_) pair_steps(step_ops, step_types);
   const int64_t per_chunk = std::max<int64_t>(1, grain_for(std::max<int64_t>(cost, 1)));
   grain_ = reductions_.empty()
                ? per_chunk

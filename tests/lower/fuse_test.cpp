@@ -213,7 +213,29 @@ std::string random_block_program(std::mt19937& gen, int64_t n) {
 // over a block of elements, and give the interpreter's bits: random chains
 // over lengths below a vector, below a block, one block, a block and a bit,
 // and long enough for every thread, on teams of 1, 2 and 3 threads.
+// Over g's lowered fused loop kernels: the sum of `count` and how many
+// there are.
+template <class F>
+std::pair<int, int> count_loops(const ir::Graph& g, F count) {
+  std::pair<int, int> out{0, 0};
+  for (const exec::Kernel& k : lower::lower(g).kernels)
+    if (k.loop) {
+      out.first += int(count(*k.loop));
+      ++out.second;
+    }
+  return out;
+}
+
+// Loops compiled to machine code or not (exec::set_compiled_loops) while
+// it lives, as before after.
+struct CompiledLoops {
+  bool before = exec::compiled_loops();
+  explicit CompiledLoops(bool on) { exec::set_compiled_loops(on); }
+  ~CompiledLoops() { exec::set_compiled_loops(before); }
+};
+
 TEST(FuseElementwise, BlockProgramsGiveTheInterpretersBits) {
+  const CompiledLoops off(false);  // block programs run where loops are not compiled
   std::mt19937 gen(7);
   const int64_t sizes[] = {1, 5, 17, 127, exec::kFusedBlock, exec::kFusedBlock + 3, 1000, 70001};
   int blocks = 0;
@@ -222,8 +244,7 @@ TEST(FuseElementwise, BlockProgramsGiveTheInterpretersBits) {
     const std::string text = random_block_program(gen, n);
     SCOPED_TRACE(text);
     const ir::Graph g = ir::parse(text);
-    for (const exec::Kernel& k : lower::lower(g).kernels)
-      if (k.loop) blocks += k.loop->block_program();
+    blocks += count_loops(g, [](const exec::FusedLoop& l) { return l.block_program(); }).first;
     expect_same_on_every_team(g);
   }
   EXPECT_GE(blocks, 48);
@@ -287,6 +308,7 @@ std::string random_pair_chain(std::mt19937& gen, int64_t rows, int64_t cols, con
 // sums, over rows shorter and longer than a segment, on teams of 1, 2 and
 // 3 threads.
 TEST(FuseElementwise, PairedStepsGiveTheInterpretersBits) {
+  const CompiledLoops off(false);  // pairs run where loops are not compiled
   std::mt19937 gen(11);
   const std::pair<int64_t, int64_t> shapes[] = {{3, 5}, {37, 8}, {64, 32}, {9, 300}, {700, 24}};
   int paired = 0, kernels = 0;
@@ -296,14 +318,136 @@ TEST(FuseElementwise, PairedStepsGiveTheInterpretersBits) {
         random_pair_chain(gen, rows, cols, trial % 3 == 2 ? "f64" : "f32", trial / 5 % 3);
     SCOPED_TRACE(text);
     const ir::Graph g = ir::parse(text);
-    for (const exec::Kernel& k : lower::lower(g).kernels)
-      if (k.loop) {
-        paired += k.loop->paired_steps();
-        ++kernels;
-      }
+    const auto [n, loops] =
+        count_loops(g, [](const exec::FusedLoop& l) { return l.paired_steps(); });
+    paired += n;
+    kernels += loops;
     expect_same_on_every_team(g);
   }
   EXPECT_GE(paired, 40) << "over " << kernels << " fused kernels";
+}
+
+// A random loop of f32 sums, differences, products, quotients, negations,
+// square roots, comparisons and selects over [rows, cols]: two arrays, a
+// parameter updated in place, a bool array, a per-column run, a
+// hyperparameter, a constant, and (with `per_row`) one value per row; f32
+// and bool results, and the last f32 value summed over rows (end 1) or
+// columns (end 2).
+std::string random_compiled_loop(std::mt19937& gen, int64_t rows, int64_t cols, bool per_row,
+                                 int end) {
+  auto pick = [&gen](int64_t k) { return int64_t(gen() % uint64_t(k)); };
+  const std::string f = fmt::format("f32[{},{}]", rows, cols),
+                    b = fmt::format("bool[{},{}]", rows, cols);
+  std::string text = fmt::format(R"(graph compiled {{
+  %0 = input data "x" : {0}
+  %1 = input data "z" : {0}
+  %2 = input param "w" : {0}
+  %3 = input data "m" : {1}
+  %4 = input data "col" : f32[{2}]
+  %5 = broadcast %4 {{dims=[1], shape=[{3},{2}]}} : {0}
+  %6 = input hyper "h" : f32[]
+  %7 = broadcast %6 {{dims=[], shape=[{3},{2}]}} : {0}
+  %8 = full {{value=0.0}} : {0}
+  %9 = input data "row" : f32[{3}]
+  %10 = broadcast %9 {{dims=[0], shape=[{3},{2}]}} : {0}
+)",
+                                 f, b, cols, rows);
+  std::vector<int64_t> floats = {0, 1, 2, 5, 7, 8}, bools = {3};
+  if (per_row) floats.push_back(10);
+  const char* arith[] = {"add", "sub", "mul", "div"};
+  const char* compare[] = {"ge", "gt", "le", "lt", "eq", "ne"};
+  std::string outs;
+  int64_t next = 11, update = -1;
+  const int64_t nops = 3 + pick(10);
+  auto any = [&](const std::vector<int64_t>& v) { return v[size_t(pick(int64_t(v.size())))]; };
+  for (int64_t k = 0; k < nops; ++k) {
+    const int64_t kind = pick(8);
+    if (kind < 4) {
+      text += fmt::format("  %{} = {} %{}, %{} : {}\n", next, arith[pick(4)], any(floats),
+                          any(floats), f);
+      floats.push_back(next);
+    } else if (kind == 4) {
+      text += fmt::format("  %{} = {} %{} : {}\n", next, pick(2) ? "neg" : "sqrt", any(floats), f);
+      floats.push_back(next);
+    } else if (kind == 5) {
+      text += fmt::format("  %{} = {} %{}, %{} : {}\n", next, compare[pick(6)], any(floats),
+                          any(floats), b);
+      bools.push_back(next);
+    } else {
+      text += fmt::format("  %{} = select %{}, %{}, %{} : {}\n", next, any(bools), any(floats),
+                          any(floats), f);
+      floats.push_back(next);
+    }
+    const bool is_bool = bools.back() == next;
+    if (!is_bool && update < 0 && pick(4) == 0) {
+      update = next;
+      outs += fmt::format("  out update %{} -> %2 \"w\"\n", next);
+    } else if (pick(3) == 0 || k + 1 == nops) {
+      outs += fmt::format("  out user %{} \"r{}\"\n", next, k);
+    }
+    ++next;
+  }
+  if (end != 0 && floats.back() > 10) {  // the last f32 value summed over rows or columns
+    text += fmt::format("  %{} = reduce_sum %{} {{axes=[{}]}} : f32[{}]\n", next, floats.back(),
+                        end == 1 ? 1 : 0, end == 1 ? rows : cols);
+    outs += fmt::format("  out user %{} \"sum\"\n", next);
+  }
+  return text + outs + "}";
+}
+
+// Floats with zeros of both signs, 6, infinities and NaN among them, and
+// bools of 0 and 1.
+std::vector<Tensor> special_inputs(const ir::Graph& g, std::mt19937& gen) {
+  std::vector<Tensor> in;
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float special[] = {0.0f, -0.0f, 6.0f, INFINITY, -INFINITY, NAN, 1.0f};
+  for (ir::ValueId v : g.inputs) {
+    const ir::Type& t = g.type(v);
+    const int64_t n = t.numel();
+    if (t.dtype == DType::b8) {
+      Tensor m = Tensor::zeros(t.shape, DType::b8);
+      for (int64_t j = 0; j < n; ++j) m.data<uint8_t>()[j] = uint8_t(gen() % 2);
+      in.push_back(m);
+      continue;
+    }
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& e : x) e = gen() % 5 == 0 ? special[gen() % std::size(special)] : normal(gen);
+    in.push_back(Tensor::from_vector(x, t.shape));
+  }
+  return in;
+}
+
+// Loops of f32 arithmetic, comparisons and selects run as machine code made
+// for them and give the interpreter's bits: random loops over arrays, bool
+// arrays, parameters updated in place, tiled and gathered runs, one-element
+// operands and (read per segment, not compiled) per-row values, ending in
+// nothing, a row sum or a column sum, with NaN, infinities and signed zeros
+// among the operands, over lengths below a vector, not a multiple of a
+// vector, one chunk and many, on teams of 1, 2 and 3 threads.
+TEST(FuseElementwise, CompiledLoopsGiveTheInterpretersBits) {
+  ASSERT_TRUE(exec::compiled_loops()) << "this CPU has no AVX2: loops are not compiled";
+  std::mt19937 gen(13);
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 7},   {3, 5},    {37, 8},   {64, 32},
+                                                {9, 300}, {700, 24}, {2049, 1}, {5, 2051}};
+  int compiled = 0, kernels = 0;
+  for (int trial = 0; trial < 96; ++trial) {
+    const auto [rows, cols] = shapes[size_t(trial) % std::size(shapes)];
+    const std::string text = random_compiled_loop(gen, rows, cols, trial % 4 == 3, trial / 8 % 3);
+    SCOPED_TRACE(text);
+    const ir::Graph g = ir::parse(text);
+    const auto [n, loops] = count_loops(g, [](const exec::FusedLoop& l) { return l.compiled(); });
+    compiled += n;
+    kernels += loops;
+    const std::vector<Tensor> in = special_inputs(g, gen);
+    const int before = exec::num_threads();
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads");
+      exec::set_num_threads(threads);
+      expect_same_everywhere(g, in);
+    }
+    exec::set_num_threads(before);
+  }
+  EXPECT_GE(compiled, 48) << "of " << kernels << " fused kernels";
 }
 
 // Column sums whose operand is one op over stored arrays are summed as they

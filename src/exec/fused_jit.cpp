@@ -1,0 +1,263 @@
+// Fused loops compiled to machine code (fused_loop.hpp: FusedLoop::plan_jit):
+// a loop of f32 sums, differences, products, quotients, negations,
+// comparisons and selects runs as one pass over its operands, eight
+// elements at a time, every value in a vector register, where the steps
+// pass over the chunk once an op. Each instruction computes the IEEE
+// operation the op's step computes on each element (a comparison as
+// binary_value: false where an operand is NaN, but `ne`), so the bits are
+// the steps'.
+#include <xbyak/xbyak.h>
+#include <xbyak/xbyak_util.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
+#include "exec/fused_loop.hpp"
+#include "exec/parallel.hpp"
+
+namespace ws::exec {
+namespace {
+
+using ir::Op;
+using Kind = FusedLoop::Kind;
+
+bool has_avx2() {
+  static const bool yes = [] {
+    Xbyak::util::Cpu cpu;
+    return cpu.has(Xbyak::util::Cpu::tAVX2);
+  }();
+  return yes;
+}
+
+// vcmpps predicates of the comparisons, as binary_value compares: ordered
+// (false with a NaN) but `ne`, unordered (true with a NaN).
+int predicate(Op op) {
+  switch (op) {
+    case Op::eq: return 0x00;  // EQ_OQ
+    case Op::ne: return 0x04;  // NEQ_UQ
+    case Op::lt: return 0x11;  // LT_OQ
+    case Op::le: return 0x12;  // LE_OQ
+    case Op::gt: return 0x1E;  // GT_OQ
+    case Op::ge: return 0x1D;  // GE_OQ
+    default: return -1;
+  }
+}
+
+bool arithmetic(Op op) {
+  return op == Op::add || op == Op::sub || op == Op::mul || op == Op::div || op == Op::neg ||
+         op == Op::sqrt;
+}
+
+std::atomic<bool> compile_loops{has_avx2()};
+
+alignas(32) const uint32_t kSignBits[8] = {0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u,
+                                           0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u};
+
+}  // namespace
+
+void set_compiled_loops(bool on) { compile_loops = on && has_avx2(); }
+bool compiled_loops() { return compile_loops; }
+
+// The code of one loop: void f(const void* const* ptr, int64_t n), n a
+// positive multiple of 8, ptr the chunk's pointers of every body value.
+struct FusedLoop::JitCode : Xbyak::CodeGenerator {
+  // Grown as the code is written (a page to start): a step holds a few
+  // hundred such loops.
+  JitCode() : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow) {}
+};
+
+// Computed values live in ymm0-ymm11 for the iteration; ymm12-ymm14 hold
+// operands read from memory, ymm15 zero.
+void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DType>& step_types) {
+  if (per_segment_ || steps_.empty() || !compiled_loops()) return;
+  constexpr int kValueRegs = 12;
+  const size_t n = steps_.size();
+  // What each step reads, checked: f32 values, a select's condition and a
+  // comparison's result bool; arrays, one-element f32 operands and values
+  // computed before.
+  std::vector<int> computed_at(values_.size(), -1), last_read(values_.size(), -1);
+  for (size_t i = 0; i < n; ++i) {
+    const Step& st = steps_[i];
+    const Op op = step_ops[i];
+    if (!st.fn) return;
+    const bool compare = predicate(op) >= 0;
+    if (!(arithmetic(op) || compare || op == Op::select)) return;
+    if (step_types[i] != (compare ? DType::b8 : DType::f32)) return;
+    for (int k = 0; k < 3; ++k) {
+      const int32_t a = st.args[k];
+      if (a < 0) continue;
+      const Value& val = values_[size_t(a)];
+      const int64_t want = op == Op::select && k == 0 ? 1 : 4;
+      if (val.esize != want) return;
+      switch (val.kind) {
+        case Kind::input:
+        case Kind::tiled:
+        case Kind::gather: break;
+        case Kind::scalar:
+        case Kind::constant:
+          if (want != 4) return;
+          break;
+        case Kind::buffer:
+        case Kind::output:
+          if (computed_at[size_t(a)] < 0) return;
+          last_read[size_t(a)] = int(i);
+          break;
+        default: return;
+      }
+    }
+    computed_at[size_t(st.out)] = int(i);
+  }
+  std::vector<bool> stored(values_.size(), false);
+  for (size_t v = 0; v < values_.size(); ++v) stored[v] = values_[v].kind == Kind::output;
+  for (auto [v, j] : copy_outs_) stored[size_t(v)] = true;
+  // A reduction reads its operand where the loop leaves it.
+  for (const Reduction& r : reductions_) stored[size_t(r.src)] = true;
+  // One-element operands each take a register for the whole loop (from
+  // ymm11 down), the computed values the rest, each from its step to its
+  // last read; arrays take a general register for their base.
+  std::vector<int32_t> scalars;
+  for (const Step& st : steps_)
+    for (int32_t a : st.args)
+      if (a >= 0 &&
+          (values_[size_t(a)].kind == Kind::scalar || values_[size_t(a)].kind == Kind::constant) &&
+          std::find(scalars.begin(), scalars.end(), a) == scalars.end())
+        scalars.push_back(a);
+  std::vector<int> reg(values_.size(), -1);
+  if (int(scalars.size()) >= kValueRegs) return;
+  for (size_t k = 0; k < scalars.size(); ++k) reg[size_t(scalars[k])] = kValueRegs - 1 - int(k);
+  {
+    std::vector<bool> busy(size_t(kValueRegs - int(scalars.size())), false);
+    for (size_t i = 0; i < n; ++i) {
+      for (int32_t a : steps_[i].args)
+        if (a >= 0 && last_read[size_t(a)] == int(i)) busy[size_t(reg[size_t(a)])] = false;
+      const int32_t v = steps_[i].out;
+      const auto free = std::find(busy.begin(), busy.end(), false);
+      if (free == busy.end()) return;  // more live values than registers
+      reg[size_t(v)] = int(free - busy.begin());
+      if (last_read[size_t(v)] > int(i)) *free = true;
+    }
+  }
+  using namespace Xbyak;
+  auto code = std::make_shared<JitCode>();
+  JitCode& c = *code;
+  const Reg64 ptr = c.rdi, count = c.rsi, i = c.r8, p = c.rax;
+  const Reg64 bases[] = {c.rcx, c.rdx, c.r9,  c.r10, c.r11, c.rbx,
+                         c.rbp, c.r12, c.r13, c.r14, c.r15};
+  const size_t saved_from = 5;  // rbx on are the caller's
+  std::vector<int> base(values_.size(), -1);
+  size_t used = 0;
+  auto array_base = [&](int32_t v) {
+    if (base[size_t(v)] < 0 && used < std::size(bases)) base[size_t(v)] = int(used++);
+  };
+  for (const Step& st : steps_) {
+    for (int32_t a : st.args)
+      if (a >= 0 && reg[size_t(a)] < 0) array_base(a);
+    if (stored[size_t(st.out)]) array_base(st.out);
+  }
+  for (size_t k = saved_from; k < used; ++k) c.push(bases[k]);
+  for (size_t v = 0; v < values_.size(); ++v)
+    if (base[v] >= 0) c.mov(bases[base[v]], c.qword[ptr + 8 * int64_t(v)]);
+  for (int32_t a : scalars) {
+    c.mov(p, c.qword[ptr + 8 * a]);
+    c.vbroadcastss(Ymm(reg[size_t(a)]), c.dword[p]);
+  }
+  // Where array value v's element i lies.
+  auto at = [&](int32_t v) {
+    if (base[size_t(v)] >= 0) return bases[base[size_t(v)]];
+    c.mov(p, c.qword[ptr + 8 * v]);
+    return p;
+  };
+  const Ymm zero = c.ymm15;
+  c.vxorps(zero, zero, zero);
+  c.xor_(i, i);
+  Label top;
+  c.L(top);
+  for (size_t s = 0; s < n; ++s) {
+    const Step& st = steps_[s];
+    const Op op = step_ops[s];
+    Ymm in[3] = {c.ymm12, c.ymm13, c.ymm14};
+    for (int k = 0; k < 3; ++k) {
+      const int32_t a = st.args[k];
+      if (a < 0) continue;
+      const Ymm t(12 + k);
+      if (reg[size_t(a)] >= 0) {
+        in[k] = Ymm(reg[size_t(a)]);
+      } else if (values_[size_t(a)].esize == 4) {
+        c.vmovups(t, c.yword[at(a) + i * 4]);
+      } else {  // a bool array: 0 or 1 a byte, widened to a lane mask
+        c.vpmovzxbd(t, c.qword[at(a) + i]);
+        c.vpcmpgtd(t, t, zero);
+      }
+    }
+    const Ymm y(reg[size_t(st.out)]);
+    switch (op) {
+      case Op::add: c.vaddps(y, in[0], in[1]); break;
+      case Op::sub: c.vsubps(y, in[0], in[1]); break;
+      case Op::mul: c.vmulps(y, in[0], in[1]); break;
+      case Op::div: c.vdivps(y, in[0], in[1]); break;
+      case Op::neg:
+        c.mov(p, reinterpret_cast<size_t>(kSignBits));
+        c.vxorps(y, in[0], c.yword[p]);
+        break;
+      case Op::sqrt: c.vsqrtps(y, in[0]); break;
+      case Op::select: c.vblendvps(y, in[2], in[1], in[0]); break;
+      default: c.vcmpps(y, in[0], in[1], uint8_t(predicate(op))); break;
+    }
+    if (!stored[size_t(st.out)]) continue;
+    if (values_[size_t(st.out)].esize == 4) {
+      c.vmovups(c.yword[at(st.out) + i * 4], y);
+    } else {  // a comparison's lane mask as bytes of 0 or 1
+      c.vpsrld(c.ymm13, y, 31);
+      c.vextracti128(c.xmm14, c.ymm13, 1);
+      c.vpackusdw(c.xmm13, c.xmm13, c.xmm14);
+      c.vpackuswb(c.xmm13, c.xmm13, c.xmm13);
+      c.vmovq(c.qword[at(st.out) + i], c.xmm13);
+    }
+  }
+  c.add(i, 8);
+  c.cmp(i, count);
+  c.jb(top);
+  for (size_t k = used; k-- > saved_from;) c.pop(bases[k]);
+  c.vzeroupper();
+  c.ret();
+  c.ready();
+  jit_fn_ = c.getCode<JitFn>();
+  jit_ = std::move(code);
+}
+
+// A loop over full-size arrays and one-element operands alone, every
+// result written straight into its storage: each thread's range in one
+// call, its last elements past a multiple of eight through the steps.
+void FusedLoop::run_compiled(const void* const* ins, void* const* outs) const {
+  parallel_for(numel_, grain_, [&](int64_t begin, int64_t end) {
+    alignas(64) std::byte bufs[kMaxFusedBuffers][8 * 8];
+    const void* ptr[kMaxFusedValues];
+    auto point = [&](int64_t s) {
+      for (size_t v = 0; v < values_.size(); ++v) {
+        const Value& val = values_[v];
+        switch (val.kind) {
+          case Kind::scalar: ptr[v] = ins[val.index]; break;
+          case Kind::constant: ptr[v] = &constants_[size_t(val.index)]; break;
+          case Kind::buffer: ptr[v] = bufs[val.buf]; break;
+          case Kind::input:
+            ptr[v] = static_cast<const std::byte*>(ins[val.index]) + s * val.esize;
+            break;
+          case Kind::output:
+            ptr[v] = static_cast<const std::byte*>(outs[val.index]) + s * val.esize;
+            break;
+          default: ptr[v] = nullptr;
+        }
+      }
+    };
+    const int64_t whole = (end - begin) / 8 * 8;
+    point(begin);
+    if (whole > 0) jit_fn_(ptr, whole);
+    if (begin + whole == end) return;
+    point(begin + whole);
+    run_steps(steps_.data(), steps_.data() + steps_.size(), ptr, end - begin - whole,
+              begin + whole);
+  });
+}
+
+}  // namespace ws::exec
