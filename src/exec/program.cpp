@@ -2,6 +2,7 @@
 
 #include "dist/collectives.hpp"
 #include "exec/dnnl_backend.hpp"
+#include "exec/fused_loop.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -41,9 +42,13 @@ std::string Program::str() const {
     for (int32_t i : k.in) ins.push_back(slot(i));
     std::vector<std::string> outs;
     for (int32_t o : k.outs()) outs.push_back(o >= 0 ? slot(o) : "_");
+    // The implementation where it depends on the machine: a backend op's
+    // kernel, a fused loop compiled to machine code.
+    const std::string impl = k.backend                      ? "  # " + k.backend->impl()
+                             : k.loop && k.loop->compiled() ? std::string("  # compiled")
+                                                            : std::string();
     s += fmt::format("  {} = {}({}) : {}{}\n", fmt::join(outs, ", "), kernel_label(k),
-                     fmt::join(ins, ", "), k.out_type.str(),
-                     k.backend ? "  # " + k.backend->impl() : "");
+                     fmt::join(ins, ", "), k.out_type.str(), impl);
   }
   return s;
 }

@@ -448,6 +448,19 @@ TEST(FuseElementwise, CompiledLoopsGiveTheInterpretersBits) {
     exec::set_num_threads(before);
   }
   EXPECT_GE(compiled, 48) << "of " << kernels << " fused kernels";
+  // The listing says which loops are compiled.
+  const exec::Program p = lower::lower(ir::parse(R"(graph listed {
+  %0 = input data "x" : f32[64,32]
+  %1 = input data "s" : f32[32]
+  %2 = broadcast %1 {dims=[1], shape=[64,32]} : f32[64,32]
+  %3 = mul %0, %2 : f32[64,32]
+  %4 = full {value=0.0} : f32[64,32]
+  %5 = le %3, %4 : bool[64,32]
+  %6 = select %5, %4, %3 : f32[64,32]
+  out user %5 "mask"
+  out user %6 "y"
+})"));
+  EXPECT_NE(p.str().find(") : bool[64,32]  # compiled\n"), std::string::npos) << p.str();
 }
 
 // Column sums whose operand is one op over stored arrays are summed as they
