@@ -82,8 +82,13 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     const Op op = step_ops[i];
     if (!st.fn) return;
     const bool compare = predicate(op) >= 0;
-    if (!(arithmetic(op) || compare || op == Op::select)) return;
-    if (step_types[i] != (compare ? DType::b8 : DType::f32)) return;
+    // f32 to f64: only a sum's operand (a mean summed in double), stored or
+    // summed where it is computed.
+    const bool widen = op == Op::convert && step_types[i] == DType::f64 &&
+                       reductions_.size() == 1 && st.out == reductions_[0].src &&
+                       values_[size_t(st.out)].kind == Kind::buffer;
+    if (!(arithmetic(op) || compare || op == Op::select || widen)) return;
+    if (!widen && step_types[i] != (compare ? DType::b8 : DType::f32)) return;
     for (int k = 0; k < 3; ++k) {
       const int32_t a = st.args[k];
       if (a < 0) continue;
@@ -108,6 +113,8 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     }
     computed_at[size_t(st.out)] = int(i);
   }
+  for (size_t i = 0; i < n; ++i)  // a widened value is read by no step
+    if (step_ops[i] == Op::convert && last_read[size_t(steps_[i].out)] >= 0) return;
   std::vector<bool> stored(values_.size(), false);
   for (size_t v = 0; v < values_.size(); ++v) stored[v] = values_[v].kind == Kind::output;
   for (auto [v, j] : copy_outs_) stored[size_t(v)] = true;
@@ -139,91 +146,247 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     }
   }
   using namespace Xbyak;
-  auto code = std::make_shared<JitCode>();
-  JitCode& c = *code;
-  const Reg64 ptr = c.rdi, count = c.rsi, i = c.r8, p = c.rax;
-  const Reg64 bases[] = {c.rcx, c.rdx, c.r9,  c.r10, c.r11, c.rbx,
-                         c.rbp, c.r12, c.r13, c.r14, c.r15};
-  const size_t saved_from = 5;  // rbx on are the caller's
-  std::vector<int> base(values_.size(), -1);
-  size_t used = 0;
-  auto array_base = [&](int32_t v) {
-    if (base[size_t(v)] < 0 && used < std::size(bases)) base[size_t(v)] = int(used++);
-  };
-  for (const Step& st : steps_) {
-    for (int32_t a : st.args)
-      if (a >= 0 && reg[size_t(a)] < 0) array_base(a);
-    if (stored[size_t(st.out)]) array_base(st.out);
-  }
-  for (size_t k = saved_from; k < used; ++k) c.push(bases[k]);
-  for (size_t v = 0; v < values_.size(); ++v)
-    if (base[v] >= 0) c.mov(bases[base[v]], c.qword[ptr + 8 * int64_t(v)]);
-  for (int32_t a : scalars) {
-    c.mov(p, c.qword[ptr + 8 * a]);
-    c.vbroadcastss(Ymm(reg[size_t(a)]), c.dword[p]);
-  }
-  // Where array value v's element i lies.
-  auto at = [&](int32_t v) {
-    if (base[size_t(v)] >= 0) return bases[base[size_t(v)]];
-    c.mov(p, c.qword[ptr + 8 * v]);
-    return p;
-  };
-  const Ymm zero = c.ymm15;
-  c.vxorps(zero, zero, zero);
-  c.xor_(i, i);
-  Label top;
-  c.L(top);
-  for (size_t s = 0; s < n; ++s) {
-    const Step& st = steps_[s];
-    const Op op = step_ops[s];
-    Ymm in[3] = {c.ymm12, c.ymm13, c.ymm14};
-    for (int k = 0; k < 3; ++k) {
-      const int32_t a = st.args[k];
-      if (a < 0) continue;
-      const Ymm t(12 + k);
-      if (reg[size_t(a)] >= 0) {
-        in[k] = Ymm(reg[size_t(a)]);
-      } else if (values_[size_t(a)].esize == 4) {
-        c.vmovups(t, c.yword[at(a) + i * 4]);
-      } else {  // a bool array: 0 or 1 a byte, widened to a lane mask
-        c.vpmovzxbd(t, c.qword[at(a) + i]);
-        c.vpcmpgtd(t, t, zero);
+  // The code of the loop over n elements (column false), or of a column
+  // sum's rows (ColumnFill): n rows of the column walk (ptr[nv + 2]
+  // elements each), every array's base moving on by a row after each (a
+  // tiled run stays), and the sum's operand, where the loop would have
+  // stored it, added into lane r mod kSumLanes for row r (`first`: +0 +
+  // the operand into lane r, each lane's first row): the first lane at
+  // ptr[nv], one past the last at ptr[nv + 1], lanes ptr[nv + 3] bytes
+  // apart, all of them ptr[nv + 4] bytes. Arrays need a register each
+  // there.
+  const int64_t nv = int64_t(values_.size());
+  const int32_t src = reductions_.empty() ? -1 : reductions_[0].src;
+  auto emit = [&](bool column, bool first) -> std::shared_ptr<JitCode> {
+    auto code = std::make_shared<JitCode>();
+    JitCode& c = *code;
+    const Reg64 ptr = c.rdi, count = c.rsi, i = c.r8, p = c.rax;
+    const Reg64 bases[] = {c.rcx, c.rdx, c.r9,  c.r10, c.r11, c.rbx,
+                           c.rbp, c.r12, c.r13, c.r14, c.r15};
+    const size_t saved_from = 5;                              // rbx on are the caller's
+    const size_t room = std::size(bases) - (column ? 1 : 0);  // column: the lane pointer
+    std::vector<int> base(values_.size(), -1);
+    size_t used = 0;
+    bool all_based = true;
+    auto array_base = [&](int32_t v) {
+      if (base[size_t(v)] >= 0) return;
+      if (used < room)
+        base[size_t(v)] = int(used++);
+      else
+        all_based = false;
+    };
+    for (const Step& st : steps_) {
+      for (int32_t a : st.args)
+        if (a >= 0 && reg[size_t(a)] < 0) array_base(a);
+      if (stored[size_t(st.out)] &&
+          (!column || st.out != src || values_[size_t(src)].kind == Kind::output))
+        array_base(st.out);
+    }
+    if (column && src >= 0 && reg[size_t(src)] < 0) array_base(src);
+    if (column && !all_based) return nullptr;
+    const Reg64 lane = bases[std::size(bases) - 1];
+    const size_t pushed = column ? std::size(bases) : used;
+    for (size_t k = saved_from; k < pushed; ++k) c.push(bases[k]);
+    for (size_t v = 0; v < values_.size(); ++v)
+      if (base[v] >= 0) c.mov(bases[base[v]], c.qword[ptr + 8 * int64_t(v)]);
+    for (int32_t a : scalars) {
+      c.mov(p, c.qword[ptr + 8 * a]);
+      c.vbroadcastss(Ymm(reg[size_t(a)]), c.dword[p]);
+    }
+    // Where array value v's element i lies.
+    auto at = [&](int32_t v) {
+      if (base[size_t(v)] >= 0) return bases[base[size_t(v)]];
+      c.mov(p, c.qword[ptr + 8 * v]);
+      return p;
+    };
+    const Ymm zero = c.ymm15;
+    c.vxorps(zero, zero, zero);
+    Label row_top;
+    if (column) {
+      c.mov(lane, c.qword[ptr + 8 * nv]);
+      c.L(row_top);
+    }
+    c.xor_(i, i);
+    Label top;
+    c.L(top);
+    for (size_t s = 0; s < n; ++s) {
+      const Step& st = steps_[s];
+      const Op op = step_ops[s];
+      Ymm in[3] = {c.ymm12, c.ymm13, c.ymm14};
+      for (int k = 0; k < 3; ++k) {
+        const int32_t a = st.args[k];
+        if (a < 0) continue;
+        const Ymm t(12 + k);
+        if (reg[size_t(a)] >= 0) {
+          in[k] = Ymm(reg[size_t(a)]);
+        } else if (values_[size_t(a)].esize == 4) {
+          c.vmovups(t, c.yword[at(a) + i * 4]);
+        } else {  // a bool array: 0 or 1 a byte, widened to a lane mask
+          c.vpmovzxbd(t, c.qword[at(a) + i]);
+          c.vpcmpgtd(t, t, zero);
+        }
+      }
+      const Ymm y(reg[size_t(st.out)]);
+      if (op == Op::convert) {  // eight f32 to eight f64: two vectors
+        c.vextractf128(c.xmm13, in[0], 1);
+        c.vcvtps2pd(c.ymm13, c.xmm13);
+        c.vcvtps2pd(c.ymm12, Xmm(in[0].getIdx()));
+        if (!column) {
+          c.vmovupd(c.yword[at(st.out) + i * 8], c.ymm12);
+          c.vmovupd(c.yword[at(st.out) + i * 8 + 32], c.ymm13);
+          continue;
+        }
+        for (int h = 0; h < 2; ++h) {
+          const Ymm half(12 + h);
+          if (first) {
+            c.vaddpd(c.ymm14, zero, half);
+          } else {
+            c.vmovupd(c.ymm14, c.yword[lane + i * 8 + 32 * h]);
+            c.vaddpd(c.ymm14, c.ymm14, half);
+          }
+          c.vmovupd(c.yword[lane + i * 8 + 32 * h], c.ymm14);
+        }
+        continue;
+      }
+      switch (op) {
+        case Op::add: c.vaddps(y, in[0], in[1]); break;
+        case Op::sub: c.vsubps(y, in[0], in[1]); break;
+        case Op::mul: c.vmulps(y, in[0], in[1]); break;
+        case Op::div: c.vdivps(y, in[0], in[1]); break;
+        case Op::neg:
+          c.mov(p, reinterpret_cast<size_t>(kSignBits));
+          c.vxorps(y, in[0], c.yword[p]);
+          break;
+        case Op::sqrt: c.vsqrtps(y, in[0]); break;
+        case Op::select: c.vblendvps(y, in[2], in[1], in[0]); break;
+        default: c.vcmpps(y, in[0], in[1], uint8_t(predicate(op))); break;
+      }
+      if (column && st.out == src) {
+        // lane += operand, the lane first (reduce_sum's order of operands),
+        // while the operand is in its register.
+        if (first) {
+          c.vaddps(c.ymm14, zero, y);
+        } else {
+          c.vmovups(c.ymm14, c.yword[lane + i * 4]);
+          c.vaddps(c.ymm14, c.ymm14, y);
+        }
+        c.vmovups(c.yword[lane + i * 4], c.ymm14);
+        if (values_[size_t(src)].kind != Kind::output) continue;
+      }
+      if (!stored[size_t(st.out)]) continue;
+      if (values_[size_t(st.out)].esize == 4) {
+        c.vmovups(c.yword[at(st.out) + i * 4], y);
+      } else {  // a comparison's lane mask as bytes of 0 or 1
+        c.vpsrld(c.ymm13, y, 31);
+        c.vextracti128(c.xmm14, c.ymm13, 1);
+        c.vpackusdw(c.xmm13, c.xmm13, c.xmm14);
+        c.vpackuswb(c.xmm13, c.xmm13, c.xmm13);
+        c.vmovq(c.qword[at(st.out) + i], c.xmm13);
       }
     }
-    const Ymm y(reg[size_t(st.out)]);
-    switch (op) {
-      case Op::add: c.vaddps(y, in[0], in[1]); break;
-      case Op::sub: c.vsubps(y, in[0], in[1]); break;
-      case Op::mul: c.vmulps(y, in[0], in[1]); break;
-      case Op::div: c.vdivps(y, in[0], in[1]); break;
-      case Op::neg:
-        c.mov(p, reinterpret_cast<size_t>(kSignBits));
-        c.vxorps(y, in[0], c.yword[p]);
-        break;
-      case Op::sqrt: c.vsqrtps(y, in[0]); break;
-      case Op::select: c.vblendvps(y, in[2], in[1], in[0]); break;
-      default: c.vcmpps(y, in[0], in[1], uint8_t(predicate(op))); break;
+    if (column && reg[size_t(src)] < 0) {  // an operand the loop reads
+      c.vmovups(c.ymm13, c.yword[at(src) + i * 4]);
+      if (first) {
+        c.vaddps(c.ymm14, zero, c.ymm13);
+      } else {
+        c.vmovups(c.ymm14, c.yword[lane + i * 4]);
+        c.vaddps(c.ymm14, c.ymm14, c.ymm13);
+      }
+      c.vmovups(c.yword[lane + i * 4], c.ymm14);
     }
-    if (!stored[size_t(st.out)]) continue;
-    if (values_[size_t(st.out)].esize == 4) {
-      c.vmovups(c.yword[at(st.out) + i * 4], y);
-    } else {  // a comparison's lane mask as bytes of 0 or 1
-      c.vpsrld(c.ymm13, y, 31);
-      c.vextracti128(c.xmm14, c.ymm13, 1);
-      c.vpackusdw(c.xmm13, c.xmm13, c.xmm14);
-      c.vpackuswb(c.xmm13, c.xmm13, c.xmm13);
-      c.vmovq(c.qword[at(st.out) + i], c.xmm13);
+    c.add(i, 8);
+    if (column)
+      c.cmp(i, c.qword[ptr + 8 * (nv + 2)]);
+    else
+      c.cmp(i, count);
+    c.jb(top);
+    if (column) {
+      // The next row: arrays move on by a row of the walk (tiled runs stay),
+      // the lane pointer to the next lane, from the last back to the first.
+      const int64_t row = column_walk_[1];
+      for (size_t v = 0; v < values_.size(); ++v)
+        if (base[v] >= 0 && values_[v].kind != Kind::tiled)
+          c.add(bases[base[v]], int32_t(row * values_[v].esize));
+      c.add(lane, c.qword[ptr + 8 * (nv + 3)]);
+      Label same_round;
+      c.cmp(lane, c.qword[ptr + 8 * (nv + 1)]);
+      c.jb(same_round);
+      c.sub(lane, c.qword[ptr + 8 * (nv + 4)]);
+      c.L(same_round);
+      c.dec(count);
+      c.jnz(row_top);
+    }
+    for (size_t k = pushed; k-- > saved_from;) c.pop(bases[k]);
+    c.vzeroupper();
+    c.ret();
+    c.ready();
+    return code;
+  };
+  jit_ = emit(false, false);
+  jit_fn_ = jit_->getCode<JitFn>();
+  // A column sum (of a value the loop computes or reads, f32 or widened to
+  // f64, over rows a multiple of 8 long, nothing gathered or copied out,
+  // tiled runs a row of the walk long) is summed as the code computes it.
+  if (!columns_ || reductions_.size() != 1 || !copy_outs_.empty() || column_walk_[1] % 8 != 0)
+    return;
+  const Kind sk = values_[size_t(src)].kind;
+  if (sk != Kind::input && sk != Kind::buffer && sk != Kind::output) return;
+  if (values_[size_t(src)].esize != 4 && sk != Kind::buffer) return;  // f64: only widened
+  for (const Value& val : values_)
+    if (val.kind == Kind::gather || (val.kind == Kind::tiled && row_len_ != column_walk_[1]))
+      return;
+  column_jit_[0] = emit(true, true);
+  column_jit_[1] = emit(true, false);
+  if (column_jit_[0] && column_jit_[1]) {
+    column_fn_[0] = column_jit_[0]->getCode<JitFn>();
+    column_fn_[1] = column_jit_[1]->getCode<JitFn>();
+  }
+}
+
+// Where each value of element e of the loop lies, for the code: arrays at
+// e, one-element operands and constants where they are, a tiled run at its
+// source (read by column, the same in every row), computed values in
+// `bufs` (when given).
+void FusedLoop::element_pointers(const void* const* ins, void* const* outs, int64_t e,
+                                 std::byte (*bufs)[64], const void** ptr) const {
+  for (size_t v = 0; v < values_.size(); ++v) {
+    const Value& val = values_[v];
+    switch (val.kind) {
+      case Kind::scalar: ptr[v] = ins[val.index]; break;
+      case Kind::constant: ptr[v] = &constants_[size_t(val.index)]; break;
+      case Kind::buffer: ptr[v] = bufs ? bufs[val.buf] : nullptr; break;
+      case Kind::input:
+        ptr[v] = static_cast<const std::byte*>(ins[val.index]) + e * val.esize;
+        break;
+      case Kind::output:
+        ptr[v] = static_cast<const std::byte*>(outs[val.index]) + e * val.esize;
+        break;
+      case Kind::tiled: ptr[v] = ins[val.index]; break;
+      default: ptr[v] = nullptr;
     }
   }
-  c.add(i, 8);
-  c.cmp(i, count);
-  c.jb(top);
-  for (size_t k = used; k-- > saved_from;) c.pop(bases[k]);
-  c.vzeroupper();
-  c.ret();
-  c.ready();
-  jit_fn_ = c.getCode<JitFn>();
-  jit_ = std::move(code);
+}
+
+// Rows [row0, row0 + n) of a column sum through the code, their operand
+// summed into the lanes (ColumnFill): the first row of each lane, then the
+// rest.
+void FusedLoop::fill_columns(const void* ctx, int64_t row0, int64_t n, void* lanes) {
+  const auto& [loop, ins, outs] = *static_cast<const ColumnRun*>(ctx);
+  const size_t nv = loop->values_.size();
+  const int64_t cols = loop->column_walk_[1];
+  const int64_t lane_bytes = cols * int64_t(dtype_size(loop->reductions_[0].dtype));
+  const void* ptr[kMaxFusedValues + 5];
+  ptr[nv] = lanes;
+  ptr[nv + 1] = static_cast<std::byte*>(lanes) + kSumLanes * lane_bytes;
+  ptr[nv + 2] = reinterpret_cast<const void*>(cols);
+  ptr[nv + 3] = reinterpret_cast<const void*>(lane_bytes);
+  ptr[nv + 4] = reinterpret_cast<const void*>(kSumLanes * lane_bytes);
+  for (int pass = 0; pass < 2; ++pass) {
+    const int64_t r0 = pass == 0 ? 0 : kSumLanes, r1 = pass == 0 ? std::min(n, kSumLanes) : n;
+    if (r1 <= r0) break;
+    loop->element_pointers(ins, outs, (row0 + r0) * cols, nullptr, ptr);
+    loop->column_fn_[pass](ptr, r1 - r0);
+  }
 }
 
 // A loop over full-size arrays and one-element operands alone, every
@@ -233,23 +396,7 @@ void FusedLoop::run_compiled(const void* const* ins, void* const* outs) const {
   parallel_for(numel_, grain_, [&](int64_t begin, int64_t end) {
     alignas(64) std::byte bufs[kMaxFusedBuffers][8 * 8];
     const void* ptr[kMaxFusedValues];
-    auto point = [&](int64_t s) {
-      for (size_t v = 0; v < values_.size(); ++v) {
-        const Value& val = values_[v];
-        switch (val.kind) {
-          case Kind::scalar: ptr[v] = ins[val.index]; break;
-          case Kind::constant: ptr[v] = &constants_[size_t(val.index)]; break;
-          case Kind::buffer: ptr[v] = bufs[val.buf]; break;
-          case Kind::input:
-            ptr[v] = static_cast<const std::byte*>(ins[val.index]) + s * val.esize;
-            break;
-          case Kind::output:
-            ptr[v] = static_cast<const std::byte*>(outs[val.index]) + s * val.esize;
-            break;
-          default: ptr[v] = nullptr;
-        }
-      }
-    };
+    auto point = [&](int64_t s) { element_pointers(ins, outs, s, bufs, ptr); };
     const int64_t whole = (end - begin) / 8 * 8;
     point(begin);
     if (whole > 0) jit_fn_(ptr, whole);

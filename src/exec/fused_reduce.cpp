@@ -95,11 +95,28 @@ void FusedLoop::run_epilogue(int64_t k0, int64_t n, const void* const* ins, void
 // 98.6), streaming only where each thread has a group won 3-9% (30.9, 37.1,
 // 95.9). Both ways give every column reduce_sum's bits. In place of phases,
 // a sum whose operand is one op over stored arrays reads them through the op
-// (column_load_).
+// (column_load_). A compiled loop's sum, where the rows make a group per
+// thread, is summed as the code computes its operand (column_fn_); with
+// fewer rows, the tile of each thread's columns it would then walk ran
+// slower than the paths above (mobilenet_v2's sums over 128 and 512 rows
+// 1.1-2x, alone and in the step).
 void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scratch) const {
   WS_CHECK(scratch) << "fused loop: a column sum without scratch";
   std::byte* sc = static_cast<std::byte*>(scratch);
-  if (column_load_.on && column_groups_.groups < team())
+  if (column_fn_[0] && column_groups_.groups >= team()) {
+    const ColumnRun run{this, ins, outs};
+    const int64_t cols = column_walk_[1];
+    auto sum = [&](auto zero) {
+      using T = decltype(zero);
+      column_sums_filled(column_walk_[0], cols, {fill_columns, &run},
+                         reinterpret_cast<T*>(sc + column_work_offset(cols, sizeof(T))),
+                         reinterpret_cast<T*>(sc));
+    };
+    if (reductions_[0].dtype == DType::f32)
+      sum(0.0f);
+    else
+      sum(0.0);
+  } else if (column_load_.on && column_groups_.groups < team())
     run_column_load(ins, outs, sc);
   else if (column_groups_.groups >= team())
     run_column_streams(ins, outs, sc);

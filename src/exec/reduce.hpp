@@ -111,6 +111,23 @@ template <class S, class T>
 void column_sums(ColumnOperand op, const Shape& shape, const std::vector<int64_t>& strides,
                  const S* x, const S* y, T* out);
 
+// The f32 or f64 column sums of a [rows, cols] operand (row-major) that a caller
+// computes a block of rows at a time (a compiled fused loop: fused_jit.cpp),
+// each column in the order above. fill(ctx, row0, n, lanes) computes rows
+// [row0, row0 + n) (row0 a multiple of kSumBlock, n <= kSumBlock; cols a
+// multiple of 8) and leaves in lane j (cols values at lanes + j * cols),
+// for j < min(n, kSumLanes): +0 + row row0 + j, + row row0 + j +
+// kSumLanes, ... in that order. Then each column gets reduce_sum's bits.
+// Aligned groups of blocks run in parallel, each over whole rows; `parts`
+// holds column_fill_parts(rows) values per column.
+struct ColumnFill {
+  void (*fn)(const void* ctx, int64_t row0, int64_t n, void* lanes);
+  const void* ctx;
+};
+int64_t column_fill_parts(int64_t rows);
+template <class T>
+void column_sums_filled(int64_t rows, int64_t cols, ColumnFill fill, T* parts, T* out);
+
 // The maximum of a sequence fed in pieces, as reduce_max gives it.
 template <class T>
 class MaxStream {

@@ -33,16 +33,18 @@ ir::Graph golden_input(const std::string& pass, const std::string& name) {
       testing::read_file(std::string(WS_TEST_DIR) + "/" + pass + "/" + name + ".in.ir"));
 }
 
-// g's programs give the interpreter's bits on 1, 2 and 3 threads.
-void expect_same_on_every_team(const ir::Graph& g) {
+// g's programs give the interpreter's bits on 1, 2 and 3 threads, on `in`
+// (or inputs_for(g)).
+void expect_same_on_every_team(const ir::Graph& g, const std::vector<Tensor>& in) {
   const int before = exec::num_threads();
   for (int threads : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << threads << " threads");
     exec::set_num_threads(threads);
-    expect_same_everywhere(g, inputs_for(g));
+    expect_same_everywhere(g, in);
   }
   exec::set_num_threads(before);
 }
+void expect_same_on_every_team(const ir::Graph& g) { expect_same_on_every_team(g, inputs_for(g)); }
 
 // A parameter read through a reshape and a broadcast by a loop that ends
 // after its update: the loop still runs first, and the update is written in
@@ -395,9 +397,10 @@ std::string random_compiled_loop(std::mt19937& gen, int64_t rows, int64_t cols, 
   return text + outs + "}";
 }
 
-// Floats with zeros of both signs, 6, infinities and NaN among them, and
-// bools of 0 and 1.
-std::vector<Tensor> special_inputs(const ir::Graph& g, std::mt19937& gen) {
+// Floats with zeros of both signs, 6, infinities and NaN among them (one
+// in `one_in` a special value; 0: none), and bools of 0 and 1. A sum over
+// hundreds of such elements is NaN: sums are checked without them too.
+std::vector<Tensor> special_inputs(const ir::Graph& g, std::mt19937& gen, unsigned one_in = 5) {
   std::vector<Tensor> in;
   std::normal_distribution<float> normal(0.0f, 3.0f);
   const float special[] = {0.0f, -0.0f, 6.0f, INFINITY, -INFINITY, NAN, 1.0f};
@@ -411,7 +414,8 @@ std::vector<Tensor> special_inputs(const ir::Graph& g, std::mt19937& gen) {
       continue;
     }
     std::vector<float> x(static_cast<size_t>(n));
-    for (float& e : x) e = gen() % 5 == 0 ? special[gen() % std::size(special)] : normal(gen);
+    for (float& e : x)
+      e = one_in > 0 && gen() % one_in == 0 ? special[gen() % std::size(special)] : normal(gen);
     in.push_back(Tensor::from_vector(x, t.shape));
   }
   return in;
@@ -422,8 +426,9 @@ std::vector<Tensor> special_inputs(const ir::Graph& g, std::mt19937& gen) {
 // arrays, parameters updated in place, tiled and gathered runs, one-element
 // operands and (read per segment, not compiled) per-row values, ending in
 // nothing, a row sum or a column sum, with NaN, infinities and signed zeros
-// among the operands, over lengths below a vector, not a multiple of a
-// vector, one chunk and many, on teams of 1, 2 and 3 threads.
+// among the operands in half the loops (a long sum of them is NaN), over
+// lengths below a vector, not a multiple of a vector, one chunk and many,
+// on teams of 1, 2 and 3 threads.
 TEST(FuseElementwise, CompiledLoopsGiveTheInterpretersBits) {
   ASSERT_TRUE(exec::compiled_loops()) << "this CPU has no AVX2: loops are not compiled";
   std::mt19937 gen(13);
@@ -438,14 +443,7 @@ TEST(FuseElementwise, CompiledLoopsGiveTheInterpretersBits) {
     const auto [n, loops] = count_loops(g, [](const exec::FusedLoop& l) { return l.compiled(); });
     compiled += n;
     kernels += loops;
-    const std::vector<Tensor> in = special_inputs(g, gen);
-    const int before = exec::num_threads();
-    for (int threads : {1, 2, 3}) {
-      SCOPED_TRACE(::testing::Message() << threads << " threads");
-      exec::set_num_threads(threads);
-      expect_same_everywhere(g, in);
-    }
-    exec::set_num_threads(before);
+    expect_same_on_every_team(g, special_inputs(g, gen, trial % 2 ? 5 : 0));
   }
   EXPECT_GE(compiled, 48) << "of " << kernels << " fused kernels";
   // The listing says which loops are compiled.
@@ -461,6 +459,50 @@ TEST(FuseElementwise, CompiledLoopsGiveTheInterpretersBits) {
   out user %6 "y"
 })"));
   EXPECT_NE(p.str().find(") : bool[64,32]  # compiled\n"), std::string::npos) << p.str();
+}
+
+// A mean over rows summed in f64 (BatchNorm's over NHWC rows): x times a
+// per-column run, widened, summed; the product written out too.
+std::string widened_mean(int64_t rows, int64_t cols) {
+  return fmt::format(R"(graph mean {{
+  %0 = input data "x" : f32[{0},{1}]
+  %1 = input data "col" : f32[{1}]
+  %2 = broadcast %1 {{dims=[1], shape=[{0},{1}]}} : f32[{0},{1}]
+  %3 = mul %0, %2 : f32[{0},{1}]
+  %4 = convert %3 {{dtype="f64"}} : f64[{0},{1}]
+  %5 = reduce_sum %4 {{axes=[0]}} : f64[{1}]
+  out user %3 "scaled"
+  out user %5 "sum"
+}})",
+                     rows, cols);
+}
+
+// A compiled loop's column sum is summed as the code computes each row,
+// into reduce_sum's lanes (ColumnFill), where the rows make a group of
+// blocks for each thread (on one thread, always): random loops ending in
+// a column sum, and means widened to f64, over rows below the lane count,
+// at it and past it, in one block, in several, and in so many blocks that
+// each group holds two (66000 rows), columns of 8 to 136 (more than one
+// tile of the column walk), operands with NaN, infinities and signed zeros
+// among them and (so that long columns' sums are not all NaN) without, on
+// teams of 1, 2 and 3 threads: the interpreter's bits.
+TEST(FuseElementwise, ColumnSumsOfCompiledLoopsGiveTheInterpretersBits) {
+  ASSERT_TRUE(exec::compiled_loops()) << "this CPU has no AVX2: loops are not compiled";
+  std::mt19937 gen(29);
+  const std::pair<int64_t, int64_t> shapes[] = {{2, 8},      {63, 16},   {64, 8},
+                                                {65, 24},    {1024, 8},  {1500, 40},
+                                                {3100, 136}, {4096, 16}, {66000, 8}};
+  int summed = 0;
+  for (int trial = 0; trial < 36; ++trial) {
+    const auto [rows, cols] = shapes[size_t(trial) % std::size(shapes)];
+    const std::string text =
+        trial % 4 >= 2 ? widened_mean(rows, cols) : random_compiled_loop(gen, rows, cols, false, 2);
+    SCOPED_TRACE(text);
+    const ir::Graph g = ir::parse(text);
+    summed += count_loops(g, [](const exec::FusedLoop& l) { return l.sums_compiled(); }).first;
+    expect_same_on_every_team(g, special_inputs(g, gen, trial % 2 ? 5 : 0));
+  }
+  EXPECT_GE(summed, 24);
 }
 
 // Column sums whose operand is one op over stored arrays are summed as they
