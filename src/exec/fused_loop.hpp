@@ -331,7 +331,7 @@ class FusedLoop {
   // column_sums_filled walks the blocks), where the rows make a group of
   // blocks for each thread (run_columns): the operand never stored, where a
   // ColumnStream read it back from the chunk's buffer. mobilenet_v2's
-  // loops alone (FusedLoop::run, median of 400, 2 threads, AMD EPYC Zen 3): the
+  // loops alone (benchmarks/fused_column_sums.cpp, 2 threads, AMD EPYC Zen 3): the
   // mean in f64 over [8192, 32] 80 -> 43 us, over [2048, 96] 54 -> 32; in
   // the step, ReLU6's gradient with its sum over [8, 32, 32, 96] 288 ->
   // 149 us, the variance over [8, 32, 32, 32] 79 -> 45.
