@@ -108,7 +108,7 @@ void run_shape(int64_t rows, int64_t cols, int reps) {
     for (auto& v : t) std::sort(v.begin(), v.end());
     std::printf("%-16s [%6ld x %4ld]  compiled %7.1f us (%s)  steps %7.1f us\n", c.name, rows, cols,
                 t[0][t[0].size() / 2],
-                loops[0].sums_compiled() && exec::column_fill_parts(rows) >= exec::num_threads()
+                loops[0].sums_compiled() && exec::column_groups(rows).groups >= exec::num_threads()
                     ? "sum as computed"
                     : "sum by another path",
                 t[1][t[1].size() / 2]);

@@ -146,17 +146,17 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     }
   }
   using namespace Xbyak;
-  // The code of the loop over n elements (column false), or of a column
-  // sum's rows (ColumnFill): n rows of the column walk (ptr[nv + 2]
-  // elements each), every array's base moving on by a row after each (a
-  // tiled run stays), and the sum's operand, where the loop would have
-  // stored it, added into lane r mod kSumLanes for row r (`first`: +0 +
-  // the operand into lane r, each lane's first row): the first lane at
-  // ptr[nv], one past the last at ptr[nv + 1], lanes ptr[nv + 3] bytes
-  // apart, all of them ptr[nv + 4] bytes. Arrays need a register each
-  // there.
+  // The code of the loop over n elements (column false), or of n rows of a
+  // column sum's walk (fill_rows): every array's base moving on by a row
+  // after each (a tiled run stays), and the sum's operand, where the loop
+  // would have stored it, added into lane r mod kSumLanes for row r
+  // (`first`: +0 + the operand into lane r, each lane's first row), the
+  // lanes a row of the walk apart from ptr[nv] to ptr[nv + 1]. Arrays need
+  // a register each there.
   const int64_t nv = int64_t(values_.size());
   const int32_t src = reductions_.empty() ? -1 : reductions_[0].src;
+  const int64_t cols = columns_ ? column_walk_[1] : 0;
+  const int64_t lane_bytes = columns_ ? cols * int64_t(dtype_size(reductions_[0].dtype)) : 0;
   auto emit = [&](bool column, bool first) -> std::shared_ptr<JitCode> {
     auto code = std::make_shared<JitCode>();
     JitCode& c = *code;
@@ -201,6 +201,18 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     };
     const Ymm zero = c.ymm15;
     c.vxorps(zero, zero, zero);
+    // Lane bytes [at, at + 32) += x, the lane first (reduce_sum's order of
+    // operands); +0 + x in a lane's first row.
+    auto accumulate = [&](const Ymm& x, int64_t at, bool f64) {
+      const Address l = c.yword[lane + i * (f64 ? 8 : 4) + at];
+      if (first) {
+        f64 ? c.vaddpd(c.ymm14, zero, x) : c.vaddps(c.ymm14, zero, x);
+      } else {
+        c.vmovups(c.ymm14, l);
+        f64 ? c.vaddpd(c.ymm14, c.ymm14, x) : c.vaddps(c.ymm14, c.ymm14, x);
+      }
+      c.vmovups(l, c.ymm14);
+    };
     Label row_top;
     if (column) {
       c.mov(lane, c.qword[ptr + 8 * nv]);
@@ -236,16 +248,8 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
           c.vmovupd(c.yword[at(st.out) + i * 8 + 32], c.ymm13);
           continue;
         }
-        for (int h = 0; h < 2; ++h) {
-          const Ymm half(12 + h);
-          if (first) {
-            c.vaddpd(c.ymm14, zero, half);
-          } else {
-            c.vmovupd(c.ymm14, c.yword[lane + i * 8 + 32 * h]);
-            c.vaddpd(c.ymm14, c.ymm14, half);
-          }
-          c.vmovupd(c.yword[lane + i * 8 + 32 * h], c.ymm14);
-        }
+        accumulate(c.ymm12, 0, true);
+        accumulate(c.ymm13, 32, true);
         continue;
       }
       switch (op) {
@@ -261,16 +265,8 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
         case Op::select: c.vblendvps(y, in[2], in[1], in[0]); break;
         default: c.vcmpps(y, in[0], in[1], uint8_t(predicate(op))); break;
       }
-      if (column && st.out == src) {
-        // lane += operand, the lane first (reduce_sum's order of operands),
-        // while the operand is in its register.
-        if (first) {
-          c.vaddps(c.ymm14, zero, y);
-        } else {
-          c.vmovups(c.ymm14, c.yword[lane + i * 4]);
-          c.vaddps(c.ymm14, c.ymm14, y);
-        }
-        c.vmovups(c.yword[lane + i * 4], c.ymm14);
+      if (column && st.out == src) {  // while the operand is in its register
+        accumulate(y, 0, false);
         if (values_[size_t(src)].kind != Kind::output) continue;
       }
       if (!stored[size_t(st.out)]) continue;
@@ -286,32 +282,25 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     }
     if (column && reg[size_t(src)] < 0) {  // an operand the loop reads
       c.vmovups(c.ymm13, c.yword[at(src) + i * 4]);
-      if (first) {
-        c.vaddps(c.ymm14, zero, c.ymm13);
-      } else {
-        c.vmovups(c.ymm14, c.yword[lane + i * 4]);
-        c.vaddps(c.ymm14, c.ymm14, c.ymm13);
-      }
-      c.vmovups(c.yword[lane + i * 4], c.ymm14);
+      accumulate(c.ymm13, 0, false);
     }
     c.add(i, 8);
     if (column)
-      c.cmp(i, c.qword[ptr + 8 * (nv + 2)]);
+      c.cmp(i, int32_t(cols));
     else
       c.cmp(i, count);
     c.jb(top);
     if (column) {
       // The next row: arrays move on by a row of the walk (tiled runs stay),
       // the lane pointer to the next lane, from the last back to the first.
-      const int64_t row = column_walk_[1];
       for (size_t v = 0; v < values_.size(); ++v)
         if (base[v] >= 0 && values_[v].kind != Kind::tiled)
-          c.add(bases[base[v]], int32_t(row * values_[v].esize));
-      c.add(lane, c.qword[ptr + 8 * (nv + 3)]);
+          c.add(bases[base[v]], int32_t(cols * values_[v].esize));
+      c.add(lane, int32_t(lane_bytes));
       Label same_round;
       c.cmp(lane, c.qword[ptr + 8 * (nv + 1)]);
       c.jb(same_round);
-      c.sub(lane, c.qword[ptr + 8 * (nv + 4)]);
+      c.sub(lane, int32_t(kSumLanes * lane_bytes));
       c.L(same_round);
       c.dec(count);
       c.jnz(row_top);
@@ -327,7 +316,8 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
   // A column sum (of a value the loop computes or reads, f32 or widened to
   // f64, over rows a multiple of 8 long, nothing gathered or copied out,
   // tiled runs a row of the walk long) is summed as the code computes it.
-  if (!columns_ || reductions_.size() != 1 || !copy_outs_.empty() || column_walk_[1] % 8 != 0)
+  if (!columns_ || reductions_.size() != 1 || !copy_outs_.empty() || cols % 8 != 0 ||
+      kSumLanes * lane_bytes > INT32_MAX)
     return;
   const Kind sk = values_[size_t(src)].kind;
   if (sk != Kind::input && sk != Kind::buffer && sk != Kind::output) return;
@@ -367,25 +357,23 @@ void FusedLoop::element_pointers(const void* const* ins, void* const* outs, int6
   }
 }
 
-// Rows [row0, row0 + n) of a column sum through the code, their operand
-// summed into the lanes (ColumnFill): the first row of each lane, then the
+// Rows [row0, row0 + n) of the column sum's walk (n <= kSumBlock, row0 a
+// block's first) through the code, their operand summed into `lanes` as
+// ColumnStream::add_filled takes them: each lane's first row, then the
 // rest.
-void FusedLoop::fill_columns(const void* ctx, int64_t row0, int64_t n, void* lanes) {
-  const auto& [loop, ins, outs] = *static_cast<const ColumnRun*>(ctx);
-  const size_t nv = loop->values_.size();
-  const int64_t cols = loop->column_walk_[1];
-  const int64_t lane_bytes = cols * int64_t(dtype_size(loop->reductions_[0].dtype));
-  const void* ptr[kMaxFusedValues + 5];
+void FusedLoop::fill_rows(const void* const* ins, void* const* outs, int64_t row0, int64_t n,
+                          void* lanes) const {
+  const size_t nv = values_.size();
+  const int64_t cols = column_walk_[1];
+  const void* ptr[kMaxFusedValues + 2];
   ptr[nv] = lanes;
-  ptr[nv + 1] = static_cast<std::byte*>(lanes) + kSumLanes * lane_bytes;
-  ptr[nv + 2] = reinterpret_cast<const void*>(cols);
-  ptr[nv + 3] = reinterpret_cast<const void*>(lane_bytes);
-  ptr[nv + 4] = reinterpret_cast<const void*>(kSumLanes * lane_bytes);
+  ptr[nv + 1] =
+      static_cast<std::byte*>(lanes) + kSumLanes * cols * int64_t(dtype_size(reductions_[0].dtype));
   for (int pass = 0; pass < 2; ++pass) {
     const int64_t r0 = pass == 0 ? 0 : kSumLanes, r1 = pass == 0 ? std::min(n, kSumLanes) : n;
     if (r1 <= r0) break;
-    loop->element_pointers(ins, outs, (row0 + r0) * cols, nullptr, ptr);
-    loop->column_fn_[pass](ptr, r1 - r0);
+    element_pointers(ins, outs, (row0 + r0) * cols, nullptr, ptr);
+    column_fn_[pass](ptr, r1 - r0);
   }
 }
 

@@ -49,8 +49,8 @@
 // aligned groups of rows (each a subtree of every column's carry tree)
 // combined in order; or in three phases, the loop writing the operand
 // (into its result when something reads it, else into the kernel's
-// scratch), reduce_sum summing its columns. A compiled loop (below) sums
-// its column sum's operand as it computes it, in the same order. Every way,
+// scratch), reduce_sum summing its columns. Streamed, a compiled loop
+// (below) sums its operand as it computes it, in the same order. Every way,
 // the epilogue then runs over runs of columns.
 //
 // A loop (nothing read per segment) whose steps are all f32 arithmetic,
@@ -325,24 +325,20 @@ class FusedLoop {
   void plan_jit(const std::vector<ir::Op>& step_ops, const std::vector<DType>& step_types);
   void run_compiled(const void* const* ins, void* const* outs) const;
   // The column sum of a compiled loop (f32, or f32 widened to f64; rows a
-  // multiple of 8 long, nothing gathered or copied out) is summed as the
-  // code computes its operand, row by row into reduce_sum's lanes
-  // (column_fn_[0] for each lane's first row, [1] for the rest;
-  // column_sums_filled walks the blocks), where the rows make a group of
-  // blocks for each thread (run_columns): the operand never stored, where a
-  // ColumnStream read it back from the chunk's buffer. mobilenet_v2's
-  // loops alone (benchmarks/fused_column_sums.cpp, 2 threads, AMD EPYC Zen 3): the
-  // mean in f64 over [8192, 32] 80 -> 43 us, over [2048, 96] 54 -> 32; in
-  // the step, ReLU6's gradient with its sum over [8, 32, 32, 96] 288 ->
-  // 149 us, the variance over [8, 32, 32, 32] 79 -> 45.
+  // multiple of 8 long, nothing gathered or copied out), streamed over
+  // whole rows (run_column_streams), is summed as the code computes its
+  // operand: a block of rows at a time into the ColumnStream's lanes
+  // (fill_rows; column_fn_[0] for each lane's first row, [1] for the rest),
+  // where the loop stored a chunk of it for the stream to read back.
+  // mobilenet_v2's loops alone (benchmarks/fused_column_sums.cpp, 2
+  // threads, AMD EPYC Zen 3): the mean in f64 over [8192, 32] 80 -> 43 us,
+  // over [2048, 96] 54 -> 32; in the step, ReLU6's gradient with its sum
+  // over [8, 32, 32, 96] 288 -> 149 us, the variance over [8, 32, 32, 32]
+  // 79 -> 45.
   std::shared_ptr<const JitCode> column_jit_[2];  // a lane's first row; the rest
   JitFn column_fn_[2] = {nullptr, nullptr};
-  struct ColumnRun {
-    const FusedLoop* loop;
-    const void* const* ins;
-    void* const* outs;
-  };
-  static void fill_columns(const void* ctx, int64_t row0, int64_t n, void* lanes);
+  void fill_rows(const void* const* ins, void* const* outs, int64_t row0, int64_t n,
+                 void* lanes) const;
   void element_pointers(const void* const* ins, void* const* outs, int64_t e, std::byte (*bufs)[64],
                         const void** ptr) const;
   void pair_steps(const std::vector<ir::Op>& step_ops, const std::vector<DType>& step_types);

@@ -95,28 +95,15 @@ void FusedLoop::run_epilogue(int64_t k0, int64_t n, const void* const* ins, void
 // 98.6), streaming only where each thread has a group won 3-9% (30.9, 37.1,
 // 95.9). Both ways give every column reduce_sum's bits. In place of phases,
 // a sum whose operand is one op over stored arrays reads them through the op
-// (column_load_). A compiled loop's sum, where the rows make a group per
-// thread, is summed as the code computes its operand (column_fn_); with
-// fewer rows, the tile of each thread's columns it would then walk ran
-// slower than the paths above (mobilenet_v2's sums over 128 and 512 rows
-// 1.1-2x, alone and in the step).
+// (column_load_). Streamed, a compiled loop's whole rows are summed as the
+// code computes them (column_fn_); with fewer rows, the tile of each
+// thread's columns the code would then walk ran slower than the paths
+// above (mobilenet_v2's sums over 128 and 512 rows 1.1-2x, alone and in
+// the step).
 void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scratch) const {
   WS_CHECK(scratch) << "fused loop: a column sum without scratch";
   std::byte* sc = static_cast<std::byte*>(scratch);
-  if (column_fn_[0] && column_groups_.groups >= team()) {
-    const ColumnRun run{this, ins, outs};
-    const int64_t cols = column_walk_[1];
-    auto sum = [&](auto zero) {
-      using T = decltype(zero);
-      column_sums_filled(column_walk_[0], cols, {fill_columns, &run},
-                         reinterpret_cast<T*>(sc + column_work_offset(cols, sizeof(T))),
-                         reinterpret_cast<T*>(sc));
-    };
-    if (reductions_[0].dtype == DType::f32)
-      sum(0.0f);
-    else
-      sum(0.0);
-  } else if (column_load_.on && column_groups_.groups < team())
+  if (column_load_.on && column_groups_.groups < team())
     run_column_load(ins, outs, sc);
   else if (column_groups_.groups >= team())
     run_column_streams(ins, outs, sc);
@@ -217,13 +204,23 @@ void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
             const int64_t w = std::min(width, cols - c0);
             const int64_t r0 = group * span, r1 = std::min(rows, r0 + span);
             ColumnStream<T> stream(w, state.data());
-            // Whole rows, several to a chunk, or one row's range at a time.
-            const int64_t per_chunk = w == cols ? std::max<int64_t>(1, kFusedChunk / cols) : 1;
-            for (int64_t i = r0; i < r1; i += per_chunk) {
-              const int64_t n = std::min(per_chunk, r1 - i), s = i * cols + c0;
-              run_chunk(s, n * w, ins, outs, bufs, ptr, sg);
-              stream.add(static_cast<const T*>(ptr[r.src]), n, w);
-              copy_out(s, n * w, ptr, outs);
+            if (column_fn_[0] && w == cols) {
+              // Whole rows a block at a time through the code, summed into
+              // the stream's lanes as they are computed.
+              for (int64_t i = r0; i < r1; i += kSumBlock) {
+                const int64_t n = std::min(kSumBlock, r1 - i);
+                fill_rows(ins, outs, i, n, stream.lanes());
+                stream.add_filled(n);
+              }
+            } else {
+              // Whole rows, several to a chunk, or one row's range at a time.
+              const int64_t per_chunk = w == cols ? std::max<int64_t>(1, kFusedChunk / cols) : 1;
+              for (int64_t i = r0; i < r1; i += per_chunk) {
+                const int64_t n = std::min(per_chunk, r1 - i), s = i * cols + c0;
+                run_chunk(s, n * w, ins, outs, bufs, ptr, sg);
+                stream.add(static_cast<const T*>(ptr[r.src]), n, w);
+                copy_out(s, n * w, ptr, outs);
+              }
             }
             stream.finish((cg.groups > 1 ? parts + group * cols : sums) + c0);
           }

@@ -84,6 +84,12 @@ class ColumnStream {
   ColumnStream(int64_t width, T* storage);
   // The next `rows` rows, row i's values at x + i * stride.
   void add(const T* x, int64_t rows, int64_t stride);
+  // A whole block (`rows` of them, kSumBlock but at the end), at the start
+  // of one, that the caller summed into lanes() as add() would have: lane j
+  // (width values at lanes() + j * width) +0 + row j, + row j + kSumLanes,
+  // ... (a compiled fused loop summing as it computes: fused_jit.cpp).
+  T* lanes() { return lanes_; }
+  void add_filled(int64_t rows);
   void push_sums(const T* sums, int64_t blocks);
   void finish(T* out);
 
@@ -110,23 +116,6 @@ enum class ColumnOperand : uint8_t { widened, square, product };
 template <class S, class T>
 void column_sums(ColumnOperand op, const Shape& shape, const std::vector<int64_t>& strides,
                  const S* x, const S* y, T* out);
-
-// The f32 or f64 column sums of a [rows, cols] operand (row-major) that a caller
-// computes a block of rows at a time (a compiled fused loop: fused_jit.cpp),
-// each column in the order above. fill(ctx, row0, n, lanes) computes rows
-// [row0, row0 + n) (row0 a multiple of kSumBlock, n <= kSumBlock; cols a
-// multiple of 8) and leaves in lane j (cols values at lanes + j * cols),
-// for j < min(n, kSumLanes): +0 + row row0 + j, + row row0 + j +
-// kSumLanes, ... in that order. Then each column gets reduce_sum's bits.
-// Aligned groups of blocks run in parallel, each over whole rows; `parts`
-// holds column_fill_parts(rows) values per column.
-struct ColumnFill {
-  void (*fn)(const void* ctx, int64_t row0, int64_t n, void* lanes);
-  const void* ctx;
-};
-int64_t column_fill_parts(int64_t rows);
-template <class T>
-void column_sums_filled(int64_t rows, int64_t cols, ColumnFill fill, T* parts, T* out);
 
 // The maximum of a sequence fed in pieces, as reduce_max gives it.
 template <class T>

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <new>
 #include <type_traits>
-#include <vector>
 
 #include "exec/reduce.hpp"
 #include "exec/reduce_walk.hpp"
@@ -360,6 +359,13 @@ void ColumnStream<T>::add(const T* x, int64_t rows, int64_t stride) {
   }
 }
 template <class T>
+void ColumnStream<T>::add_filled(int64_t rows) {
+  WS_CHECK(pos_ == 0 && rows > 0 && rows <= B)
+      << "ColumnStream: " << rows << " rows filled at " << pos_;
+  pos_ = rows;
+  flush();
+}
+template <class T>
 void ColumnStream<T>::flush() {
   carry_push(carry_, width_, size_, depth_, lane_tree(lanes_, width_, pos_, width_), 1, width_);
   pos_ = 0;
@@ -390,53 +396,6 @@ T SumStream<T>::finish() {
   return std::launder(reinterpret_cast<Stream<T>*>(state_))->finish();
 }
 
-int64_t column_fill_parts(int64_t rows) {
-  const int64_t blocks = std::max<int64_t>(1, (rows + B - 1) / B), g = group_blocks(blocks);
-  return (blocks + g - 1) / g;
-}
-
-template <class T>
-void column_sums_filled(int64_t rows, int64_t cols, ColumnFill fill, T* parts, T* out) {
-  WS_CHECK(rows >= 1 && cols % 8 == 0) << "column_sums_filled: [" << rows << ", " << cols << "]";
-  // Each aligned group of blocks (a subtree of every column's carry tree)
-  // is a task over whole rows, as the loops before and after split them;
-  // its lanes and carry tree (a row of each a column wide) are the
-  // thread's.
-  const int64_t blocks = (rows + B - 1) / B, g = group_blocks(blocks);
-  const int64_t groups = (blocks + g - 1) / g;
-  parallel_for(
-      groups, 1,
-      [&](int64_t begin, int64_t end) {
-        thread_local std::vector<T> state;
-        const size_t need = size_t((L + kMaxDepth) * cols);
-        if (state.size() < need) state.resize(need);
-        T* lanes = state.data();
-        T* entries = lanes + L * cols;
-        for (int64_t group = begin; group < end; ++group) {
-          int64_t size[kMaxDepth];
-          int depth = 0;
-          for (int64_t b = group * g; b < std::min(blocks, (group + 1) * g); ++b) {
-            const int64_t n = std::min(B, rows - b * B);
-            fill.fn(fill.ctx, b * B, n, lanes);
-            carry_push(entries, cols, size, depth, lane_tree(lanes, cols, n, cols), 1, cols);
-          }
-          carry_fold(entries, cols, depth, parts + group * cols, cols);
-        }
-      },
-      1);
-  // Each column's groups, in order.
-  for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-    const int64_t w = std::min(kTile, cols - c0);
-    Carry<T, kTile> carry;
-    alignas(64) T part[kTile];
-    for (int64_t group = 0; group < groups; ++group) {
-      std::copy_n(parts + group * cols + c0, w, part);
-      carry.push(part, std::min(blocks, (group + 1) * g) - group * g, w);
-    }
-    carry.fold(out + c0, w);
-  }
-}
-
 template <class S, class T>
 void column_sums(ColumnOperand op, const Shape& shape, const std::vector<int64_t>& strides,
                  const S* x, const S* y, T* out) {
@@ -461,8 +420,6 @@ template class SumStream<float>;
 template class SumStream<double>;
 template class ColumnStream<float>;
 template class ColumnStream<double>;
-template void column_sums_filled<float>(int64_t, int64_t, ColumnFill, float*, float*);
-template void column_sums_filled<double>(int64_t, int64_t, ColumnFill, double*, double*);
 template void column_sums<float, double>(ColumnOperand, const Shape&, const std::vector<int64_t>&,
                                          const float*, const float*, double*);
 template void column_sums<float, float>(ColumnOperand, const Shape&, const std::vector<int64_t>&,

@@ -478,7 +478,7 @@ std::string widened_mean(int64_t rows, int64_t cols) {
 }
 
 // A compiled loop's column sum is summed as the code computes each row,
-// into reduce_sum's lanes (ColumnFill), where the rows make a group of
+// into the ColumnStream's lanes (fill_rows), where the rows make a group of
 // blocks for each thread (on one thread, always): random loops ending in
 // a column sum, and means widened to f64, over rows below the lane count,
 // at it and past it, in one block, in several, and in so many blocks that
