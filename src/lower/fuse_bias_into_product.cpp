@@ -23,7 +23,10 @@ ir::Graph fuse_bias_into_product(const ir::Graph& g, bool* changed) {
       if (pn.op != Op::matmul || uses[size_t(p)] != 1 || g.type(pn.args[0]).numel() == 0 ||
           g.type(pn.args[1]).numel() == 0 || bn.op != Op::broadcast ||
           g.type(bn.args[0]).rank() != 1 ||
-          ir::attr<Op::broadcast, "dims">(bn) != std::vector<int64_t>{1})
+          ir::attr<Op::broadcast, "dims">(bn) != std::vector<int64_t>{1} ||
+          // A value per column, not one value broadcast along the row: the
+          // product's bias is read as n values.
+          g.type(bn.args[0]).shape[0] != n.type.shape[1])
         continue;
       product_of[size_t(v)] = p;
       bias_of[size_t(v)] = bn.args[0];
