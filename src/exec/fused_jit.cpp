@@ -155,8 +155,9 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
   // a register each there.
   const int64_t nv = int64_t(values_.size());
   const int32_t src = reductions_.empty() ? -1 : reductions_[0].src;
-  const int64_t cols = columns_ ? column_walk_[1] : 0;
-  const int64_t lane_bytes = columns_ ? cols * int64_t(dtype_size(reductions_[0].dtype)) : 0;
+  const int64_t cols = column_streamed_ ? col_width_ : 0;
+  const int64_t lane_bytes =
+      column_streamed_ ? cols * int64_t(dtype_size(reductions_[0].dtype)) : 0;
   auto emit = [&](bool column, bool first) -> std::shared_ptr<JitCode> {
     auto code = std::make_shared<JitCode>();
     JitCode& c = *code;
@@ -316,15 +317,14 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
   // A column sum (of a value the loop computes or reads, f32 or widened to
   // f64, over rows a multiple of 8 long, nothing gathered or copied out,
   // tiled runs a row of the walk long) is summed as the code computes it.
-  if (!columns_ || reductions_.size() != 1 || !copy_outs_.empty() || cols % 8 != 0 ||
+  if (!column_streamed_ || reductions_.size() != 1 || !copy_outs_.empty() || cols % 8 != 0 ||
       kSumLanes * lane_bytes > INT32_MAX)
     return;
   const Kind sk = values_[size_t(src)].kind;
   if (sk != Kind::input && sk != Kind::buffer && sk != Kind::output) return;
   if (values_[size_t(src)].esize != 4 && sk != Kind::buffer) return;  // f64: only widened
   for (const Value& val : values_)
-    if (val.kind == Kind::gather || (val.kind == Kind::tiled && row_len_ != column_walk_[1]))
-      return;
+    if (val.kind == Kind::gather || (val.kind == Kind::tiled && row_len_ != col_width_)) return;
   column_jit_[0] = emit(true, true);
   column_jit_[1] = emit(true, false);
   if (column_jit_[0] && column_jit_[1]) {
@@ -361,19 +361,22 @@ void FusedLoop::element_pointers(const void* const* ins, void* const* outs, int6
 // block's first) through the code, their operand summed into `lanes` as
 // ColumnStream::add_filled takes them: each lane's first row, then the
 // rest.
-void FusedLoop::fill_rows(const void* const* ins, void* const* outs, int64_t row0, int64_t n,
-                          void* lanes) const {
+void FusedLoop::fill_rows(const void* const* ins, void* const* outs, int64_t b, int64_t row0,
+                          int64_t n, void* lanes) const {
   const size_t nv = values_.size();
-  const int64_t cols = column_walk_[1];
+  const int64_t lane_bytes = col_width_ * int64_t(dtype_size(reductions_[0].dtype));
   const void* ptr[kMaxFusedValues + 2];
-  ptr[nv] = lanes;
-  ptr[nv + 1] =
-      static_cast<std::byte*>(lanes) + kSumLanes * cols * int64_t(dtype_size(reductions_[0].dtype));
-  for (int pass = 0; pass < 2; ++pass) {
-    const int64_t r0 = pass == 0 ? 0 : kSumLanes, r1 = pass == 0 ? std::min(n, kSumLanes) : n;
-    if (r1 <= r0) break;
-    element_pointers(ins, outs, (row0 + r0) * cols, nullptr, ptr);
-    column_fn_[pass](ptr, r1 - r0);
+  ptr[nv + 1] = static_cast<std::byte*>(lanes) + kSumLanes * lane_bytes;
+  // Pieces of contiguous rows: each lane's first rows, then the rest, cut
+  // where an image's rows of a blocked one end.
+  for (int64_t j = 0; j < n;) {
+    const int64_t m = row0 + j;
+    const int64_t k =
+        std::min({j < kSumLanes ? kSumLanes - j : n - j, n - j, col_inner_ - m % col_inner_});
+    ptr[nv] = static_cast<std::byte*>(lanes) + j % kSumLanes * lane_bytes;
+    element_pointers(ins, outs, column_row_at(b, m), nullptr, ptr);
+    column_fn_[j < kSumLanes ? 0 : 1](ptr, k);
+    j += k;
   }
 }
 

@@ -41,17 +41,19 @@
 // result's sequence, a run at a time, go through the loop in chunks and
 // into a SumStream or MaxStream (reduce.hpp), which give the bits
 // reduce_sum and reduce_max give; then the epilogue runs on the values of a
-// run of results, as arrays. A sum over the leading dims of its operand that
-// keeps the innermost (columns: a bias's gradient over [M, K], BatchNorm's
-// statistics of an NHWC image) gives each column reduce_sum's bits one of
-// two ways (fused_reduce.cpp says which when): streamed, chunks of whole
-// rows through the loop into a ColumnStream (reduce.hpp), threads taking
-// aligned groups of rows (each a subtree of every column's carry tree)
-// combined in order; or in three phases, the loop writing the operand
-// (into its result when something reads it, else into the kernel's
-// scratch), reduce_sum summing its columns. Streamed, a compiled loop
-// (below) sums its operand as it computes it, in the same order. Every way,
-// the epilogue then runs over runs of columns.
+// run of results, as arrays. A sum that keeps the operand's innermost dim
+// (columns: a bias's gradient over [M, K], BatchNorm's statistics of an
+// NHWC image [N*H*W, C], or of a blocked one [N, C/8, H*W, 8], each block
+// of 8 channels then a column sum over N*H*W rows) gives each column
+// reduce_sum's bits one of two ways (fused_reduce.cpp says which when):
+// streamed, chunks of whole rows through the loop into a ColumnStream
+// (reduce.hpp), threads taking aligned groups of a block's rows (each a
+// subtree of every column's carry tree) combined in order; or in three
+// phases, the loop writing the operand (into its result when something
+// reads it, else into the kernel's scratch), reduce_sum summing its
+// columns. Streamed, a compiled loop (below) sums its operand as it
+// computes it, in the same order. Every way, the epilogue then runs over
+// runs of columns.
 //
 // A loop (nothing read per segment) whose steps are all f32 arithmetic,
 // comparisons and selects runs as machine code made for it (fused_jit.cpp):
@@ -202,9 +204,20 @@ class FusedLoop {
   std::vector<int64_t> kept_stride_, red_stride_;  // their strides in the operand
   void run_reduce(const void* const* ins, void* const* outs) const;  // fused_reduce.cpp
   bool columns_ = false;                                             // a column sum (see above)
-  Shape column_walk_;                                                // [M, K]
-  ColumnGroups column_groups_;                                       // of its M rows
-  std::vector<int64_t> column_strides_ = {0, 1};
+  Shape column_walk_;  // the operand's walk (reduce_sum's), merged
+  // Its rows in blocks, when it has them (else it runs in phases, or read
+  // through its op): row m = r1 * col_inner_ + r2 of block b has its
+  // col_width_ columns at element ((r1 * col_blocks_ + b) * col_inner_ + r2)
+  // * col_width_. A sum over [M, K]'s M is one block of M rows; BatchNorm's
+  // statistics of blocked images [N, C/8, H*W, 8] are C/8 blocks of N*H*W
+  // rows of 8.
+  bool column_streamed_ = false;
+  int64_t col_outer_ = 1, col_blocks_ = 1, col_inner_ = 1, col_width_ = 1;
+  int64_t column_row_at(int64_t b, int64_t m) const {
+    return ((m / col_inner_ * col_blocks_ + b) * col_inner_ + m % col_inner_) * col_width_;
+  }
+  ColumnGroups column_groups_;                    // of a block's rows
+  std::vector<int64_t> column_strides_ = {0, 1};  // the sums' strides over column_walk_
   void run_columns(const void* const* ins, void* const* outs, void* scratch) const;
   // A column sum whose operand is one op over stored arrays of the loop's
   // shape (operands the loop does not overwrite, or results it writes): f32
@@ -337,7 +350,7 @@ class FusedLoop {
   // 79 -> 45.
   std::shared_ptr<const JitCode> column_jit_[2];  // a lane's first row; the rest
   JitFn column_fn_[2] = {nullptr, nullptr};
-  void fill_rows(const void* const* ins, void* const* outs, int64_t row0, int64_t n,
+  void fill_rows(const void* const* ins, void* const* outs, int64_t b, int64_t row0, int64_t n,
                  void* lanes) const;
   void element_pointers(const void* const* ins, void* const* outs, int64_t e, std::byte (*bufs)[64],
                         const void** ptr) const;

@@ -128,14 +128,32 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
     WS_CHECK(int64_t(std::max(kept_.size(), reduced_.size())) <= kMaxRank)
         << "fused loop: a reduction walk of rank " << kept_.size() + reduced_.size();
     columns_ = red_stride_.back() != 1;
-    WS_CHECK(!columns_ || (reductions_.size() == 1 && !reductions_[0].is_max &&
-                           reduced_.size() == 1 && kept_.size() == 1 && kept_stride_[0] == 1))
-        << "fused loop: a reduction keeping its operand's innermost dim that is not one sum "
-           "over leading dims";
+    WS_CHECK(!columns_ || (reductions_.size() == 1 && !reductions_[0].is_max))
+        << "fused loop: a reduction keeping its operand's innermost dim that is not one sum";
     results_ = ws::numel(kept_);
     if (columns_) {
-      column_walk_ = {reduced_[0], kept_[0]};
-      column_groups_ = column_groups(reduced_[0]);
+      // reduce_sum's walk of the operand, and the sums' strides over it.
+      const Shape& in = body.type(reductions_[0].src).shape;
+      std::vector<std::vector<int64_t>> st = {reduce_result_strides(
+          in, ir::attr<ir::kReduceOps, "axes">(body.node(reductions_[0].value)))};
+      column_walk_ = in;
+      merge_joint(column_walk_, st);
+      column_strides_ = st[0];
+      // Rows in blocks: [M, K] (one block), [B, R2, W] (a sum over a middle
+      // dim) or [R1, B, R2, W] (BatchNorm's statistics of blocked images
+      // [N, C/8, H*W, 8]).
+      const Shape& w = column_walk_;
+      const std::vector<int64_t>& cs = column_strides_;
+      const size_t r = w.size();
+      if (r == 2 && cs[0] == 0 && cs[1] == 1) {
+        column_streamed_ = true, col_inner_ = w[0], col_width_ = w[1];
+      } else if (r == 3 && cs[0] == w[2] && cs[1] == 0 && cs[2] == 1) {
+        column_streamed_ = true, col_blocks_ = w[0], col_inner_ = w[1], col_width_ = w[2];
+      } else if (r == 4 && cs[0] == 0 && cs[1] == w[3] && cs[2] == 0 && cs[3] == 1) {
+        column_streamed_ = true, col_outer_ = w[0], col_blocks_ = w[1], col_inner_ = w[2],
+        col_width_ = w[3];
+      }
+      column_groups_ = column_groups(col_outer_ * col_inner_);
     }
   }
   // Rows: the shape merged as far as every broadcast operand allows.
@@ -356,7 +374,7 @@ void FusedLoop::plan_column_load(const ir::Graph& body, const std::vector<int32_
                                  const std::vector<int32_t>& out_slots) {
   loop_writes_ = !copy_outs_.empty() || std::any_of(values_.begin(), values_.end(),
                                                     [](auto& v) { return v.kind == Kind::output; });
-  if (column_walk_[0] < 2 || column_walk_[1] < 2) return;
+  if (numel_ < 2 * results_ || column_walk_.back() < 2) return;
   const ir::Node& n = body.node(reductions_[0].src);
   if (n.op != Op::convert && n.op != Op::mul) return;
   // An operand, unless a result of the loop overwrites it (a parameter

@@ -179,8 +179,8 @@ bool fusible_reduction(const ir::Graph& g, ir::ValueId v) {
   std::vector<int64_t> ks, rs;
   split_reduction_walk(in, ir::attr<ir::kReduceOps, "axes">(n), kept, ks, reduced, rs);
   if (reduced.empty()) return false;
-  if (rs.back() == 1) return true;  // rows
-  return n.op == Op::reduce_sum && reduced.size() == 1 && kept.size() == 1 && ks[0] == 1;
+  if (rs.back() == 1) return true;                  // rows
+  return n.op == Op::reduce_sum && ks.back() == 1;  // columns
 }
 
 int64_t fused_scratch_bytes(const ir::Graph& body) {

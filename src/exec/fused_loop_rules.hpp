@@ -47,8 +47,8 @@ inline int64_t column_work_offset(int64_t cols, int64_t esize) {
 }
 
 // True when a fused loop computes reduction `n` of `g`: a sum or maximum of
-// f32 or f64 whose operand's innermost dim is reduced (rows), or a sum over
-// the leading dims that keeps the innermost (columns).
+// f32 or f64 whose operand's innermost dim is reduced (rows), or a sum that
+// keeps the innermost (columns).
 bool fusible_reduction(const ir::Graph& g, ir::ValueId n);
 
 // True when the fused loop kernel computes `n` (of graph `g`) in a loop body:

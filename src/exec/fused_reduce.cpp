@@ -103,9 +103,10 @@ void FusedLoop::run_epilogue(int64_t k0, int64_t n, const void* const* ins, void
 void FusedLoop::run_columns(const void* const* ins, void* const* outs, void* scratch) const {
   WS_CHECK(scratch) << "fused loop: a column sum without scratch";
   std::byte* sc = static_cast<std::byte*>(scratch);
-  if (column_load_.on && column_groups_.groups < team())
+  const bool streams = column_streamed_ && column_groups_.groups * col_blocks_ >= team();
+  if (column_load_.on && !streams)
     run_column_load(ins, outs, sc);
-  else if (column_groups_.groups >= team())
+  else if (streams)
     run_column_streams(ins, outs, sc);
   else
     run_column_phases(ins, outs, sc);
@@ -152,7 +153,7 @@ void FusedLoop::run_column_phases(const void* const* ins, void* const* outs,
                                   std::byte* scratch) const {
   const Reduction& r = reductions_[0];
   const Value& src = values_[size_t(r.src)];
-  const int64_t es = int64_t(dtype_size(r.dtype)), cols = kept_[0];
+  const int64_t es = int64_t(dtype_size(r.dtype)), cols = results_;
   WS_CHECK(src.kind == Kind::input || src.kind == Kind::output || src.kind == Kind::buffer ||
            src.kind == Kind::gather || src.kind == Kind::tiled)
       << "fused loop: a column sum of a value read as " << int(src.kind);
@@ -177,17 +178,18 @@ void FusedLoop::run_column_phases(const void* const* ins, void* const* outs,
 void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
                                    std::byte* scratch) const {
   const Reduction& r = reductions_[0];
-  const int64_t rows = reduced_[0], cols = kept_[0];
-  // Tasks: a group of rows and a range of columns that a chunk holds.
+  const int64_t rows = col_outer_ * col_inner_, cols = col_width_;
+  // Tasks: a group of a block's rows and a range of its columns that a
+  // chunk holds.
   const ColumnGroups& cg = column_groups_;
   const int64_t ranges = (cols + kFusedChunk - 1) / kFusedChunk;
   const int64_t width = (cols + ranges - 1) / ranges;
-  const int64_t tasks = cg.groups * ranges, span = cg.blocks * kSumBlock;
+  const int64_t tasks = cg.groups * col_blocks_ * ranges, span = cg.blocks * kSumBlock;
   const int64_t grain = std::max<int64_t>(1, grain_ * rows / std::max<int64_t>(1, numel_ / tasks));
   auto sum_columns = [&](auto zero) {
     using T = decltype(zero);
     T* sums = reinterpret_cast<T*>(scratch);
-    T* parts = reinterpret_cast<T*>(scratch + column_work_offset(cols, int64_t(sizeof(T))));
+    T* parts = reinterpret_cast<T*>(scratch + column_work_offset(results_, int64_t(sizeof(T))));
     parallel_for(
         tasks, grain,
         [&](int64_t begin, int64_t end) {
@@ -200,8 +202,8 @@ void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
           const size_t need = size_t(ColumnStream<T>::storage_size(width));
           if (state.size() < need) state.resize(need);
           for (int64_t q = begin; q < end; ++q) {
-            const int64_t group = q / ranges, c0 = q % ranges * width;
-            const int64_t w = std::min(width, cols - c0);
+            const int64_t group = q / (ranges * col_blocks_), b = q / ranges % col_blocks_;
+            const int64_t c0 = q % ranges * width, w = std::min(width, cols - c0);
             const int64_t r0 = group * span, r1 = std::min(rows, r0 + span);
             ColumnStream<T> stream(w, state.data());
             if (column_fn_[0] && w == cols) {
@@ -209,30 +211,33 @@ void FusedLoop::run_column_streams(const void* const* ins, void* const* outs,
               // the stream's lanes as they are computed.
               for (int64_t i = r0; i < r1; i += kSumBlock) {
                 const int64_t n = std::min(kSumBlock, r1 - i);
-                fill_rows(ins, outs, i, n, stream.lanes());
+                fill_rows(ins, outs, b, i, n, stream.lanes());
                 stream.add_filled(n);
               }
             } else {
-              // Whole rows, several to a chunk, or one row's range at a time.
+              // Whole rows, several to a chunk (up to the end of an image's
+              // rows of a blocked one), or one row's range at a time.
               const int64_t per_chunk = w == cols ? std::max<int64_t>(1, kFusedChunk / cols) : 1;
-              for (int64_t i = r0; i < r1; i += per_chunk) {
-                const int64_t n = std::min(per_chunk, r1 - i), s = i * cols + c0;
+              for (int64_t i = r0; i < r1;) {
+                const int64_t n = std::min({per_chunk, r1 - i, col_inner_ - i % col_inner_});
+                const int64_t s = column_row_at(b, i) + c0;
                 run_chunk(s, n * w, ins, outs, bufs, ptr, sg);
                 stream.add(static_cast<const T*>(ptr[r.src]), n, w);
                 copy_out(s, n * w, ptr, outs);
+                i += n;
               }
             }
-            stream.finish((cg.groups > 1 ? parts + group * cols : sums) + c0);
+            stream.finish((cg.groups > 1 ? parts + group * results_ : sums) + b * cols + c0);
           }
         },
         1);
     if (cg.groups > 1) {  // each column's groups, in order
       thread_local std::vector<T> state;
-      const size_t need = size_t(ColumnStream<T>::storage_size(cols));
+      const size_t need = size_t(ColumnStream<T>::storage_size(results_));
       if (state.size() < need) state.resize(need);
-      ColumnStream<T> stream(cols, state.data());
+      ColumnStream<T> stream(results_, state.data());
       for (int64_t g = 0; g < cg.groups; ++g)
-        stream.push_sums(parts + g * cols, std::min(cg.blocks, cg.all - g * cg.blocks));
+        stream.push_sums(parts + g * results_, std::min(cg.blocks, cg.all - g * cg.blocks));
       stream.finish(sums);
     }
   };

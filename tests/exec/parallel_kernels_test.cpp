@@ -13,13 +13,16 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "exec/fused_loop.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/kernels.hpp"
+#include "exec/loops.hpp"
 #include "exec/nn_kernels.hpp"
 #include "exec/parallel.hpp"
 #include "exec/program.hpp"
@@ -413,6 +416,55 @@ TEST(ParallelKernels, ReduceFusionsOverColumnsGiveTheSameBitsOnAnyThreadCount) {
     }
 }
 
+// Reduce fusions keeping dims between reduced ones (BatchNorm's statistics
+// and gradient sums of blocked images [N, C/8, H, W, 8], summed over N, H
+// and W): a computed operand written out too (f64; f32, summed as the code
+// computes it; f32 with a per-channel operand), and operands read through
+// their op (the mean widened to f64, a square, a product of two), each with
+// an epilogue; one fused kernel each, the same bits on every thread count
+// as interpreted. Blocks of rows of a block of channels cross images (7x7,
+// 2x2 maps) and span several aligned groups (30x40).
+TEST(ParallelKernels, ReduceFusionsOverBlockedChannelsGiveTheSameBitsOnAnyThreadCount) {
+  for (const Shape& shape : {Shape{2, 4, 3, 3, 8}, Shape{8, 2, 7, 7, 8}, Shape{3, 5, 30, 40, 8},
+                             Shape{64, 1, 2, 2, 16}, Shape{1, 3, 130, 9, 8}, Shape{40, 2, 5, 5, 8}})
+    for (int form = 0; form < 6; ++form) {
+      const DType dt = form == 0 ? DType::f64 : DType::f32;
+      ir::Graph g;
+      ir::Builder bl(g);
+      ValueId x = bl.input(ir::InputRole::data, "x", {dt, shape});
+      ValueId y = bl.input(ir::InputRole::data, "y", {dt, shape});
+      ValueId operand;
+      if (form == 0 || form == 4) {
+        operand = bl.binary(Op::mul, x, bl.unary(Op::neg, y));
+        output(g, operand, "product");
+      } else if (form == 5) {
+        const Shape per_channel = {1, shape[1], 1, 1, shape[4]};
+        ValueId m = bl.input(ir::InputRole::data, "m", {dt, per_channel});
+        operand = bl.binary(Op::mul, bl.binary(Op::sub, x, bl.broadcast_to(m, shape)), y);
+        output(g, operand, "centered");
+      } else if (form == 1) {
+        operand = bl.add(Op::convert, {x}, ir::Attrs{{"dtype", std::string("f64")}});
+      } else if (form == 2) {
+        operand = bl.binary(Op::mul, x, x);
+      } else {
+        operand = bl.binary(Op::mul, x, y);
+      }
+      ValueId sum = bl.reduce(Op::reduce_sum, operand, {0, 2, 3});
+      output(g, bl.binary(Op::mul, sum, sum), "squared_sum");
+      std::string what = std::string(dtype_name(dt)) + " form " + std::to_string(form) + " [";
+      for (int64_t d : shape) what += std::to_string(d) + ",";
+      exec::Executable e(lower::lower(g));
+      EXPECT_EQ(e.program().kernels.size(), 1u) << what << "]\n" << e.program().str();
+      if (form == 4 && exec::compiled_loops())  // summed as the code computes it
+        EXPECT_TRUE(e.program().kernels[0].loop && e.program().kernels[0].loop->sums_compiled())
+            << what << "]";
+      std::vector<Bytes> in = {mixed_values(numel(shape), dt, 15),
+                               mixed_values(numel(shape), dt, 16)};
+      if (form == 5) in.push_back(mixed_values(shape[1] * shape[4], dt, 17));
+      expect_same_bits_everywhere(g, in, what + "]");
+    }
+}
+
 // The documented order, transcribed directly: blocks of kSumBlock, lanes
 // j mod kSumLanes summed left to right from +0, the lane tree, the carry
 // tree, the fold from the top.
@@ -590,6 +642,54 @@ TEST(ReduceSum, EmptySumsAreZeroAndOneElementIsItself) {
   EXPECT_EQ(y[0], -2.5f);
   EXPECT_EQ(y[2], 3.0f);
   EXPECT_EQ(exec::sum<float>(x, 0), 0.0f);
+}
+
+// ---------------------------------------------------------------------------
+// Gathers.
+
+// strided_gather over any range of random walks, repeated runs (a stride-0
+// dim before a stride-1 last dim) among them, against the element's offset
+// computed from its index.
+TEST(StridedGather, EveryRangeOfEveryWalkReadsEachElementsOffset) {
+  std::mt19937 rng(7);
+  int repeated = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int rank = 1 + int(rng() % 5);
+    Shape shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(1 + int64_t(rng() % (d + 1 == rank ? 20 : 6)));
+    std::vector<int64_t> walk_strides(static_cast<size_t>(rank), 0);
+    int64_t span = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      const bool zero = rng() % 2 == 0 && d + 1 < rank;
+      walk_strides[size_t(d)] = zero ? 0 : span;
+      if (!zero) span *= shape[size_t(d)];
+    }
+    if (rank >= 2 && trial % 2 == 0) {  // a run repeated over the dim before it
+      walk_strides[size_t(rank - 1)] = 1;
+      walk_strides[size_t(rank - 2)] = 0;
+    }
+    repeated +=
+        rank >= 2 && walk_strides[size_t(rank - 1)] == 1 && walk_strides[size_t(rank - 2)] == 0;
+    std::vector<int64_t> x(size_t(span * 4 + 20));
+    std::iota(x.begin(), x.end(), 1000);
+    const int64_t n = numel(shape);
+    const int64_t begin = int64_t(rng() % uint64_t(n)),
+                  end = begin + int64_t(rng() % uint64_t(n - begin + 1));
+    std::vector<int64_t> y(size_t(end - begin), -1);
+    exec::strided_gather(shape, walk_strides, x.data(), y.data(), begin, end);
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t off = 0, rest = i;
+      for (int d = rank - 1; d >= 0; --d) {
+        off += rest % shape[size_t(d)] * walk_strides[size_t(d)];
+        rest /= shape[size_t(d)];
+      }
+      ASSERT_EQ(y[size_t(i - begin)], x[size_t(off)])
+          << "element " << i << " of [" << begin << ", " << end << ") over "
+          << ::testing::PrintToString(shape) << " walk_strides "
+          << ::testing::PrintToString(walk_strides);
+    }
+  }
+  EXPECT_GT(repeated, 150);
 }
 
 // ---------------------------------------------------------------------------
