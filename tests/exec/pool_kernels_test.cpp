@@ -121,6 +121,7 @@ void check_all() {
       geom(1, 2, 5, 600, 3, 3, 1, 1, 1, 1),   // rows of several chunks, stride 1
       geom(1, 2, 4, 1201, 3, 4, 1, 2, 1, 2),  // several chunks, stride 2
       geom(1, 1, 6, 7, 1, 3, 1, 3, 0, 1),     // one-row windows
+      geom(2, 300, 5, 6, 3, 3, 2, 2, 1, 1),   // channels past a run of them
   };
   uint32_t seed = 1;
   for (const Pool2dGeom& g : geoms)
