@@ -33,8 +33,9 @@ what the importer supports is generated.
 
 Each case is checked with wst.check's rule (float64 eager torch the truth,
 twice float32 eager torch's spread over batch orders the bound) in
-single_graph fused and unfused, three_graph, interpret, and one compiled
-mode without aliasing; single_graph and three_graph again on a float64
+single_graph fused and unfused, three_graph, interpret, one compiled mode
+without aliasing and one with its images stored in blocks of channels or
+NCHW (step option layouts); single_graph and three_graph again on a float64
 copy (trained by SGD with momentum where the spec has Adam), within twice
 float64 torch's spread (where a rounding to float32 or
 a formula off by float32's noise stands out); and single_graph must give
@@ -804,7 +805,8 @@ def gen_layer(r, shape, depth):
         op = r.choice(ops)
         if op == "conv":
             k = r.choice([1, 1, 3, 3, 5, 2])
-            out = r.choice([c, max(1, c // 2), c * 2, r.randint(1, 12)])
+            # 8 and 16: channels oneDNN's blocks divide (the blocked layouts)
+            out = r.choice([c, max(1, c // 2), c * 2, r.randint(1, 12), 8, 16])
             g = c if r.random() < 0.15 and c > 1 else 1
             if g > 1:
                 out = c * r.choice([1, 2])
@@ -1051,6 +1053,9 @@ def generate(seed):
     spec["warm"] = r.random() < 0.25
     spec["train"] = r.random() < 0.9
     spec["no_alias"] = r.choice(["single_graph", "three_graph"])
+    # Images stored in oneDNN's blocks of channels or NCHW in one compiled
+    # mode (channels_last is every other config's).
+    spec["layouts"] = [r.choice(["single_graph", "three_graph"]), r.choice(["blocked", "nchw"])]
     return spec
 
 
@@ -1058,7 +1063,9 @@ def generate(seed):
 
 
 def configs(spec):
-    return (CONFIGS + [(spec.get("no_alias", "single_graph"), {"aliasing": False})]
+    layouts = ([(spec["layouts"][0], {"layouts": spec["layouts"][1]})]
+               if "layouts" in spec else [])
+    return (CONFIGS + [(spec.get("no_alias", "single_graph"), {"aliasing": False})] + layouts
             + F64_CONFIGS)
 
 
