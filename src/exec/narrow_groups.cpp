@@ -61,15 +61,19 @@ class NarrowGroupWeightGrad final : public BackendOp {
     float* dw = static_cast<float*>(out);
     const int64_t blocks = (g_.o + kLanes - 1) / kLanes;
     // A task: a block of output channels and rows of the window, all of
-    // them where their sums fit and the blocks alone give every thread
-    // work, so each reads its channels of x and dy once (a row of x then
-    // serves the window rows of consecutive output rows from the cache)
-    // where a task per window row read them kh times. With the interior's
-    // sums in registers (below), mobilenet_v2's depthwise weight gradients
-    // alone ran 1.0-1.65x faster (AMD EPYC Zen 3, 2 threads: [8, 96, 32,
-    // 32] 733 -> 515 us, [8, 144, 32, 32] at stride 2 554 -> 390); in its
-    // step, its weight gradients 3.76 -> 3.30 ms.
-    const int64_t rows = g_.kh * g_.kw * cpg_ <= kMaxSums && blocks >= team() ? g_.kh : 1;
+    // them where their sums fit, the maps are large and the blocks alone
+    // give every thread work, so each reads its channels of x and dy once
+    // (a row of x then serves the window rows of consecutive output rows
+    // from the cache) where a task per window row read them kh times. With
+    // the interior's sums in registers (below) and a task's one window row
+    // compiled as one, the kernel alone (AMD EPYC Zen 3, 2 threads, the
+    // kernel before in the same run): mobilenet_v2's 3x3 depthwise weight
+    // gradients over [8, 96, 32, 32] 1.38-1.49x faster, [8, 144, 32, 32] at
+    // stride 2 1.19-1.25x, [8, 192, 8, 8] to [8, 960, 2, 2] 1.22-1.44x,
+    // [8, 144, 16, 16] 0.99-1.01x; mnasnet1_0's 5x5 over [8, 120, 16, 16]
+    // 1.12x, over 8x8 and 4x4 maps 0.94-0.98x.
+    const int64_t rows =
+        g_.oh * g_.ow >= 128 && g_.kh * g_.kw * cpg_ <= kMaxSums && blocks >= team() ? g_.kh : 1;
     const int64_t parts = g_.kh / rows;
     const int64_t per_task = g_.n * g_.oh * g_.ow * kLanes * cpg_ * g_.kw * rows;
     parallel_for(
@@ -78,14 +82,10 @@ class NarrowGroupWeightGrad final : public BackendOp {
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t o0 = t / parts * kLanes, ky0 = t % parts * rows;
             const int64_t width = std::min(kLanes, g_.o - o0);
-            switch (cpg_ * 8 + (cpg_ == 1 && (g_.kw == 3 || g_.kw == 5) ? g_.kw : 0)) {
-              case 1 * 8 + 3: task<1, 3>(x, dy, dw, o0, width, ky0, ky0 + rows); break;
-              case 1 * 8 + 5: task<1, 5>(x, dy, dw, o0, width, ky0, ky0 + rows); break;
-              case 1 * 8: task<1, 0>(x, dy, dw, o0, width, ky0, ky0 + rows); break;
-              case 2 * 8: task<2, 0>(x, dy, dw, o0, width, ky0, ky0 + rows); break;
-              case 4 * 8: task<4, 0>(x, dy, dw, o0, width, ky0, ky0 + rows); break;
-              default: task<8, 0>(x, dy, dw, o0, width, ky0, ky0 + rows); break;
-            }
+            if (rows > 1)
+              dispatch<true>(x, dy, dw, o0, width, ky0, ky0 + rows);
+            else
+              dispatch<false>(x, dy, dw, o0, width, ky0, ky0 + 1);
           }
         },
         1);
@@ -99,9 +99,25 @@ class NarrowGroupWeightGrad final : public BackendOp {
   // and 5: the taps of an output column inside the row then unroll,
   // 1.5-2x), else 0. Each weight's sum is the same whichever rows a task
   // takes: over output rows in order, each row's own sum added.
-  template <int64_t G, int64_t KW>
+  template <bool All>
+  void dispatch(const float* x, const float* dy, float* dw, int64_t o0, int64_t width, int64_t ky0,
+                int64_t ky1) const {
+    switch (cpg_ * 8 + (cpg_ == 1 && (g_.kw == 3 || g_.kw == 5) ? g_.kw : 0)) {
+      case 1 * 8 + 3: return task<1, 3, All>(x, dy, dw, o0, width, ky0, ky1);
+      case 1 * 8 + 5: return task<1, 5, All>(x, dy, dw, o0, width, ky0, ky1);
+      case 1 * 8: return task<1, 0, All>(x, dy, dw, o0, width, ky0, ky1);
+      case 2 * 8: return task<2, 0, All>(x, dy, dw, o0, width, ky0, ky1);
+      case 4 * 8: return task<4, 0, All>(x, dy, dw, o0, width, ky0, ky1);
+      default: return task<8, 0, All>(x, dy, dw, o0, width, ky0, ky1);
+    }
+  }
+
+  // All: rows [ky0, ky1), else the one row ky0 (its loop compiled away: a
+  // loop of unknown length around the row's cost small maps 5-10%).
+  template <int64_t G, int64_t KW, bool All>
   void task(const float* x, const float* dy, float* dw, int64_t o0, int64_t width, int64_t ky0,
-            int64_t ky1) const {
+            int64_t ky_end) const {
+    const int64_t ky1 = All ? ky_end : ky0 + 1;
     constexpr int64_t N = kLanes;
     const int64_t kw = KW ? KW : g_.kw, sums = kw * G;
     alignas(64) float total[kMaxSums][N] = {}, row[kMaxSums][N];
@@ -114,9 +130,7 @@ class NarrowGroupWeightGrad final : public BackendOp {
         for (int64_t ky = ky0; ky < ky1; ++ky) {
           const int64_t iy = oy * g_.sh - g_.ph + ky * g_.dh;
           if (iy < 0 || iy >= g_.h) continue;  // the row's taps all read padding
-          float(*rs)[N] = row;
-          float(*ts)[N] = total + (ky - ky0) * sums;
-          for (int64_t s = 0; s < sums; ++s) std::fill_n(rs[s], N, 0.0f);
+          for (int64_t s = 0; s < sums; ++s) std::fill_n(row[s], N, 0.0f);
           const float* xrow = x + (n * g_.h + iy) * g_.w * g_.c + o0;
           const float* drow = dy + (n * g_.oh + oy) * g_.ow * g_.o + o0;
           auto taps = [&](int64_t ox) {  // every tap, skipping those in the padding
@@ -126,7 +140,7 @@ class NarrowGroupWeightGrad final : public BackendOp {
               if (ix < 0 || ix >= g_.w) continue;
               const float* xp = xrow + ix * g_.c;
               for (int64_t i = 0; i < G; ++i) {
-                float* r = rs[kx * G + i];
+                float* r = row[kx * G + i];
                 if (width == N) {  // a trip count the compiler sees: vectorized
                   for (int64_t l = 0; l < N; ++l) r[l] += d[l] * xp[l / G * G + i];
                 } else {
@@ -136,13 +150,22 @@ class NarrowGroupWeightGrad final : public BackendOp {
             }
           };
           for (int64_t ox = 0; ox < lo; ++ox) taps(ox);
-          if (KW && width == N) {
-            // The interior's sums in a local array the compiler keeps in
-            // registers across the columns (in the row buffer, each sum
+          if (KW && width == N && hi - lo < 8) {
+            for (int64_t ox = lo; ox < hi; ++ox) {
+              const float* d = drow + ox * g_.o;
+              const float* xp = xrow + (ox * g_.sw - g_.pw) * g_.c;
+              for (int64_t kx = 0; kx < KW; ++kx)
+                for (int64_t i = 0; i < G; ++i)
+                  for (int64_t l = 0; l < N; ++l)
+                    row[kx * G + i][l] += d[l] * xp[kx * g_.dw * g_.c + l / G * G + i];
+            }
+          } else if (KW && width == N) {
+            // A longer interior's sums in a local array the compiler keeps
+            // in registers across the columns (in the row buffer, each sum
             // waited for its own store a column before).
             float acc[KW * G][N];
             for (int64_t k = 0; k < KW * G; ++k)
-              for (int64_t l = 0; l < N; ++l) acc[k][l] = rs[k][l];
+              for (int64_t l = 0; l < N; ++l) acc[k][l] = row[k][l];
             for (int64_t ox = lo; ox < hi; ++ox) {
               const float* d = drow + ox * g_.o;
               const float* xp = xrow + (ox * g_.sw - g_.pw) * g_.c;
@@ -152,13 +175,13 @@ class NarrowGroupWeightGrad final : public BackendOp {
                     acc[kx * G + i][l] += d[l] * xp[kx * g_.dw * g_.c + l / G * G + i];
             }
             for (int64_t k = 0; k < KW * G; ++k)
-              for (int64_t l = 0; l < N; ++l) rs[k][l] = acc[k][l];
+              for (int64_t l = 0; l < N; ++l) row[k][l] = acc[k][l];
           } else {
             for (int64_t ox = lo; ox < hi; ++ox) taps(ox);
           }
           for (int64_t ox = std::max(lo, hi); ox < g_.ow; ++ox) taps(ox);
           for (int64_t s = 0; s < sums; ++s)
-            for (int64_t l = 0; l < N; ++l) ts[s][l] += rs[s][l];
+            for (int64_t l = 0; l < N; ++l) total[(ky - ky0) * sums + s][l] += row[s][l];
         }
     // dw [o, G, kh, kw]
     for (int64_t ky = ky0; ky < ky1; ++ky)

@@ -400,8 +400,9 @@ void expect_on_every_team(Make make, const std::string& kind, const ir::Type& ou
 // The weight gradient of a convolution in narrow groups over NHWC images
 // runs as our kernel (depthwise, groups of 2, 4 and 8; channels filling
 // whole blocks of lanes and not; strides, padding, dilation, windows of 1 to
-// 7, maps down to 1x1 and rows whose taps all read padding): within float
-// rounding of the f64 reference, and the same bits on 1, 2 and 3 threads.
+// 7, maps down to 1x1 and rows whose taps all read padding, maps large
+// enough for a task to take every window row): within float rounding of the
+// f64 reference, and the same bits on 1, 2 and 3 threads.
 TEST(DnnlConv, NarrowGroupWeightGradientsMatchF64ReferenceAndGiveTheSameBitsOnAnyTeam) {
   std::mt19937 rng(9);
   for (const Conv2dGeom& g : {conv_geom(8, 960, 2, 2, 960, 3, 3, 1, 1, 1, 1, 1, 1, 960),
@@ -411,7 +412,13 @@ TEST(DnnlConv, NarrowGroupWeightGradientsMatchF64ReferenceAndGiveTheSameBitsOnAn
                               conv_geom(2, 36, 5, 6, 36, 3, 2, 2, 1, 1, 0, 1, 1, 18),
                               conv_geom(2, 64, 7, 7, 64, 7, 7, 1, 1, 3, 3, 1, 1, 8),
                               conv_geom(3, 20, 1, 1, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20),
-                              conv_geom(2, 16, 4, 4, 16, 1, 1, 1, 1, 0, 0, 1, 1, 4)}) {
+                              conv_geom(2, 16, 4, 4, 16, 1, 1, 1, 1, 0, 0, 1, 1, 4),
+                              // maps of 128 outputs and more: a task's window
+                              // rows all at once (every team here, and on 1
+                              // and 2 threads only)
+                              conv_geom(2, 40, 16, 12, 40, 3, 3, 1, 1, 1, 1, 1, 1, 40),
+                              conv_geom(2, 32, 18, 17, 32, 5, 5, 1, 1, 2, 2, 1, 1, 32),
+                              conv_geom(2, 48, 24, 24, 48, 3, 3, 2, 2, 1, 1, 1, 1, 12)}) {
     const auto l = ir::ImageLayout::nhwc;
     const ConvTypes t = conv_types(Op::conv2d_weight_grad, g);
     const Vec x = random_vec(t.in[0].numel(), rng), dy = random_vec(t.in[1].numel(), rng);
