@@ -372,7 +372,7 @@ void FusedLoop::fill_rows(const void* const* ins, void* const* outs, int64_t b, 
   for (int64_t j = 0; j < n;) {
     const int64_t m = row0 + j;
     const int64_t k =
-        std::min({j < kSumLanes ? kSumLanes - j : n - j, n - j, col_inner_ - m % col_inner_});
+        std::min({n - j, j < kSumLanes ? kSumLanes - j : n, col_inner_ - m % col_inner_});
     ptr[nv] = static_cast<std::byte*>(lanes) + j % kSumLanes * lane_bytes;
     element_pointers(ins, outs, column_row_at(b, m), nullptr, ptr);
     column_fn_[j < kSumLanes ? 0 : 1](ptr, k);

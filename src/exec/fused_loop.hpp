@@ -222,8 +222,9 @@ class FusedLoop {
   // A column sum whose operand is one op over stored arrays of the loop's
   // shape (operands the loop does not overwrite, or results it writes): f32
   // converted to f64 (a mean summed in double), a square or a product of
-  // two (a variance's sum, a gradient's sum of dy x). Where the rows make
-  // fewer groups than threads (run_columns would run in phases), it is
+  // two (a variance's sum, a gradient's sum of dy x). Where it is not
+  // streamed (fewer groups of a block's rows than threads, or a walk
+  // without rows in blocks: run_columns would run in phases), it is
   // summed as it is read (column_sums), after the loop if the loop writes
   // results: the operand read once, where in phases the loop wrote it to
   // scratch and reduce_sum read it back (8 more bytes an element of a mean

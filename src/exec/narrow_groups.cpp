@@ -162,7 +162,9 @@ class NarrowGroupWeightGrad final : public BackendOp {
           } else if (KW && width == N) {
             // A longer interior's sums in a local array the compiler keeps
             // in registers across the columns (in the row buffer, each sum
-            // waited for its own store a column before).
+            // waited for its own store a column before). The same loop as
+            // the short interior's above, written out: one lambda for both
+            // ran the 5x5 windows over small maps at 0.6x.
             float acc[KW * G][N];
             for (int64_t k = 0; k < KW * G; ++k)
               for (int64_t l = 0; l < N; ++l) acc[k][l] = row[k][l];
