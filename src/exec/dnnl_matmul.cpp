@@ -8,6 +8,7 @@
 
 #include "exec/dnnl_op.hpp"
 #include "exec/dnnl_teams.hpp"
+#include "exec/short_products.hpp"
 #include "exec/threads.hpp"
 #include "ir/attr.hpp"
 
@@ -311,6 +312,19 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                              const std::vector<int64_t>& out_strides,
                                              bool accumulate, bool bias, bool residual) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
+  if (!accumulate && short_contraction(d)) {
+    const size_t r = out.shape.size();
+    const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
+                               sb = full_strides(in[1].shape, strides, 1),
+                               so =
+                                   out_strides.empty() ? row_major_strides(out.shape) : out_strides;
+    ShortProduct p;
+    p.m = d.m, p.n = d.n, p.k = d.k;
+    p.a_m = sa[r - 2 + d.ta], p.a_k = sa[r - 1 - d.ta];
+    p.b_k = sb[r - 2 + d.tb], p.b_n = sb[r - 1 - d.tb];
+    return make_short_product(p, batch_offsets(in[0].shape, sa), batch_offsets(in[1].shape, sb),
+                              batch_offsets(out.shape, so), so[r - 2], so[r - 1], bias, residual);
+  }
   auto in_parts = [&](DenseA dense, bool stage_b) {
     return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
                                 dense, stage_b);

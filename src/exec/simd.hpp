@@ -47,6 +47,10 @@ inline F set(float a) { return _mm512_set1_ps(a); }
 inline I seti(int32_t a) { return _mm512_set1_epi32(a); }
 inline F loadu(const float* p) { return _mm512_loadu_ps(p); }
 inline void storeu(float* p, F a) { _mm512_storeu_ps(p, a); }
+// A store to memory past the caches, p aligned to the vector (stream_fence
+// below): for results far larger than the caches, which a store through
+// them would read first.
+inline void stream(float* p, F a) { _mm512_stream_ps(p, a); }
 inline F add(F a, F b) { return _mm512_add_ps(a, b); }
 inline F sub(F a, F b) { return _mm512_sub_ps(a, b); }
 inline F mul(F a, F b) { return _mm512_mul_ps(a, b); }
@@ -113,6 +117,7 @@ inline F set(float a) { return _mm256_set1_ps(a); }
 inline I seti(int32_t a) { return _mm256_set1_epi32(a); }
 inline F loadu(const float* p) { return _mm256_loadu_ps(p); }
 inline void storeu(float* p, F a) { _mm256_storeu_ps(p, a); }
+inline void stream(float* p, F a) { _mm256_stream_ps(p, a); }
 inline F add(F a, F b) { return _mm256_add_ps(a, b); }
 inline F sub(F a, F b) { return _mm256_sub_ps(a, b); }
 inline F mul(F a, F b) { return _mm256_mul_ps(a, b); }
@@ -170,6 +175,7 @@ inline F set(float a) { return _mm_set1_ps(a); }
 inline I seti(int32_t a) { return _mm_set1_epi32(a); }
 inline F loadu(const float* p) { return _mm_loadu_ps(p); }
 inline void storeu(float* p, F a) { _mm_storeu_ps(p, a); }
+inline void stream(float* p, F a) { _mm_stream_ps(p, a); }
 inline F add(F a, F b) { return _mm_add_ps(a, b); }
 inline F sub(F a, F b) { return _mm_sub_ps(a, b); }
 inline F mul(F a, F b) { return _mm_mul_ps(a, b); }
@@ -226,6 +232,7 @@ inline F set(float a) { return a; }
 inline I seti(int32_t a) { return a; }
 inline F loadu(const float* p) { return *p; }
 inline void storeu(float* p, F a) { *p = a; }
+inline void stream(float* p, F a) { *p = a; }
 inline F add(F a, F b) { return a + b; }
 inline F sub(F a, F b) { return a - b; }
 inline F mul(F a, F b) { return a * b; }
@@ -270,6 +277,14 @@ inline F to_float(I a) { return F(a); }
 inline F rsqrt_f64(F x) { return F(1.0 / std::sqrt(double(x))); }
 
 #endif
+
+// Orders a thread's stream() stores before its later stores, so that what
+// it wrote is there for any thread that sees those.
+inline void stream_fence() {
+#if defined(__SSE2__) || defined(_M_X64)
+  _mm_sfence();
+#endif
+}
 
 #if !defined(__AVX512F__)
 // y[i] = f(x[i]); the tail goes through a zero-padded register.
