@@ -91,61 +91,65 @@ void FusedLoop::plan_blocks(const std::vector<ir::Op>& step_ops,
 // into blocks on the stack, results written straight into their storage or
 // (copy_outs_) copied there once the block is done.
 void FusedLoop::run_blocks(const void* const* ins, void* const* outs) const {
-  parallel_for(numel_, grain_, [&](int64_t begin, int64_t end) {
-    alignas(64) float tmp[kMaxFusedBuffers][kFusedBlock];
-    const float* at[kMaxFusedValues];
-    for (size_t v = 0; v < values_.size(); ++v) {
-      const Value& val = values_[v];
-      if (val.kind == Kind::scalar)
-        at[v] = static_cast<const float*>(ins[val.index]);
-      else if (val.kind == Kind::constant)
-        at[v] = reinterpret_cast<const float*>(&constants_[size_t(val.index)]);
-      else if (val.kind == Kind::buffer)
-        at[v] = tmp[val.buf];
+  parallel_for(numel_, grain_,
+               [&](int64_t begin, int64_t end) { blocks_range(ins, outs, begin, end); });
+}
+
+void FusedLoop::blocks_range(const void* const* ins, void* const* outs, int64_t begin,
+                             int64_t end) const {
+  alignas(64) float tmp[kMaxFusedBuffers][kFusedBlock];
+  const float* at[kMaxFusedValues];
+  for (size_t v = 0; v < values_.size(); ++v) {
+    const Value& val = values_[v];
+    if (val.kind == Kind::scalar)
+      at[v] = static_cast<const float*>(ins[val.index]);
+    else if (val.kind == Kind::constant)
+      at[v] = reinterpret_cast<const float*>(&constants_[size_t(val.index)]);
+    else if (val.kind == Kind::buffer)
+      at[v] = tmp[val.buf];
+  }
+  for (int64_t s = begin; s < end; s += kFusedBlock) {
+    const int64_t n = std::min(kFusedBlock, end - s);
+    for (int32_t v : moving_) {
+      const Value& val = values_[size_t(v)];
+      at[v] = val.kind == Kind::input ? static_cast<const float*>(ins[val.index]) + s
+                                      : static_cast<const float*>(outs[val.index]) + s;
     }
-    for (int64_t s = begin; s < end; s += kFusedBlock) {
-      const int64_t n = std::min(kFusedBlock, end - s);
-      for (int32_t v : moving_) {
-        const Value& val = values_[size_t(v)];
-        at[v] = val.kind == Kind::input ? static_cast<const float*>(ins[val.index]) + s
-                                        : static_cast<const float*>(outs[val.index]) + s;
+    for (const BlockStep& st : block_steps_) {
+      const float* a = at[st.a];
+      const float* b = st.b >= 0 ? at[st.b] : nullptr;
+      float* y = const_cast<float*>(at[st.y]);
+      const bool sa = st.scalars & 1, sb = st.scalars & 2;
+      switch (st.op) {
+        case kAdd:
+          block_binary(
+              a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::add(u, w); },
+              binary_value<ir::Op::add, float>);
+          break;
+        case kSub:
+          block_binary(
+              a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::sub(u, w); },
+              binary_value<ir::Op::sub, float>);
+          break;
+        case kMul:
+          block_binary(
+              a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::mul(u, w); },
+              binary_value<ir::Op::mul, float>);
+          break;
+        case kDiv:
+          block_binary(
+              a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::div(u, w); },
+              binary_value<ir::Op::div, float>);
+          break;
+        default:  // kSqrt
+          block_binary(
+              a, a, y, n, sa, sa, [](simd::F u, simd::F) { return simd::sqrt(u); },
+              [](float u, float) { return std::sqrt(u); });
       }
-      for (const BlockStep& st : block_steps_) {
-        const float* a = at[st.a];
-        const float* b = st.b >= 0 ? at[st.b] : nullptr;
-        float* y = const_cast<float*>(at[st.y]);
-        const bool sa = st.scalars & 1, sb = st.scalars & 2;
-        switch (st.op) {
-          case kAdd:
-            block_binary(
-                a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::add(u, w); },
-                binary_value<ir::Op::add, float>);
-            break;
-          case kSub:
-            block_binary(
-                a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::sub(u, w); },
-                binary_value<ir::Op::sub, float>);
-            break;
-          case kMul:
-            block_binary(
-                a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::mul(u, w); },
-                binary_value<ir::Op::mul, float>);
-            break;
-          case kDiv:
-            block_binary(
-                a, b, y, n, sa, sb, [](simd::F u, simd::F w) { return simd::div(u, w); },
-                binary_value<ir::Op::div, float>);
-            break;
-          default:  // kSqrt
-            block_binary(
-                a, a, y, n, sa, sa, [](simd::F u, simd::F) { return simd::sqrt(u); },
-                [](float u, float) { return std::sqrt(u); });
-        }
-      }
-      for (auto [v, j] : copy_outs_)
-        std::memcpy(static_cast<float*>(outs[j]) + s, at[v], size_t(n) * sizeof(float));
     }
-  });
+    for (auto [v, j] : copy_outs_)
+      std::memcpy(static_cast<float*>(outs[j]) + s, at[v], size_t(n) * sizeof(float));
+  }
 }
 
 }  // namespace ws::exec

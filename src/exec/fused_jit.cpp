@@ -384,18 +384,21 @@ void FusedLoop::fill_rows(const void* const* ins, void* const* outs, int64_t b, 
 // result written straight into its storage: each thread's range in one
 // call, its last elements past a multiple of eight through the steps.
 void FusedLoop::run_compiled(const void* const* ins, void* const* outs) const {
-  parallel_for(numel_, grain_, [&](int64_t begin, int64_t end) {
-    alignas(64) std::byte bufs[kMaxFusedBuffers][8 * 8];
-    const void* ptr[kMaxFusedValues];
-    auto point = [&](int64_t s) { element_pointers(ins, outs, s, bufs, ptr); };
-    const int64_t whole = (end - begin) / 8 * 8;
-    point(begin);
-    if (whole > 0) jit_fn_(ptr, whole);
-    if (begin + whole == end) return;
-    point(begin + whole);
-    run_steps(steps_.data(), steps_.data() + steps_.size(), ptr, end - begin - whole,
-              begin + whole);
-  });
+  parallel_for(numel_, grain_,
+               [&](int64_t begin, int64_t end) { compiled_range(ins, outs, begin, end); });
+}
+
+void FusedLoop::compiled_range(const void* const* ins, void* const* outs, int64_t begin,
+                               int64_t end) const {
+  alignas(64) std::byte bufs[kMaxFusedBuffers][8 * 8];
+  const void* ptr[kMaxFusedValues];
+  auto point = [&](int64_t s) { element_pointers(ins, outs, s, bufs, ptr); };
+  const int64_t whole = (end - begin) / 8 * 8;
+  point(begin);
+  if (whole > 0) jit_fn_(ptr, whole);
+  if (begin + whole == end) return;
+  point(begin + whole);
+  run_steps(steps_.data(), steps_.data() + steps_.size(), ptr, end - begin - whole, begin + whole);
 }
 
 }  // namespace ws::exec

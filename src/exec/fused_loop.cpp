@@ -183,6 +183,7 @@ void FusedLoop::copy_out(int64_t s, int64_t len, const void* const* ptr, void* c
 }
 
 void FusedLoop::run(const void* const* ins, void* const* outs, void* scratch) const {
+  if (product_.k > 0) return run_product(ins, outs, scratch);
   if (columns_) return run_columns(ins, outs, scratch);
   if (!reductions_.empty()) return run_reduce(ins, outs);
   if (!block_steps_.empty()) return run_blocks(ins, outs);
@@ -194,24 +195,34 @@ void FusedLoop::run_loop(const void* const* ins, void* const* outs, int64_t grai
                          std::byte* kept) const {
   parallel_for(
       numel_, grain,
-      [&](int64_t begin, int64_t end) {
-        alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
-        const void* ptr[kMaxFusedValues];
-        Segments sg;
-        fixed_pointers(ins, bufs, ptr);
-        for (int64_t s = begin; s < end;) {
-          const int64_t len = std::min(s + chunk_, end) - s;
-          if (!streams_.empty()) prefetch(s + len, std::min(s + len + chunk_, end), ins, outs);
-          run_chunk(s, len, ins, outs, bufs, ptr, sg);
-          copy_out(s, len, ptr, outs);
-          if (kept) {
-            const int64_t es = values_[size_t(keep)].esize;
-            std::memcpy(kept + s * es, ptr[keep], size_t(len * es));
-          }
-          s += len;
-        }
-      },
-      1);
+      [&](int64_t begin, int64_t end) { loop_range(ins, outs, begin, end, keep, kept); }, 1);
+}
+
+void FusedLoop::loop_range(const void* const* ins, void* const* outs, int64_t begin, int64_t end,
+                           int32_t keep, std::byte* kept) const {
+  alignas(64) std::byte bufs[kMaxFusedBuffers][kFusedChunk * 8];
+  const void* ptr[kMaxFusedValues];
+  Segments sg;
+  fixed_pointers(ins, bufs, ptr);
+  for (int64_t s = begin; s < end;) {
+    const int64_t len = std::min(s + chunk_, end) - s;
+    if (!streams_.empty()) prefetch(s + len, std::min(s + len + chunk_, end), ins, outs);
+    run_chunk(s, len, ins, outs, bufs, ptr, sg);
+    copy_out(s, len, ptr, outs);
+    if (kept) {
+      const int64_t es = values_[size_t(keep)].esize;
+      std::memcpy(kept + s * es, ptr[keep], size_t(len * es));
+    }
+    s += len;
+  }
+}
+
+void FusedLoop::run_range(const void* const* ins, void* const* outs, int64_t begin,
+                          int64_t end) const {
+  WS_CHECK(streaming()) << "fused loop: a range of a loop that is not streaming";
+  if (!block_steps_.empty()) return blocks_range(ins, outs, begin, end);
+  if (jit_fn_ && copy_outs_.empty()) return compiled_range(ins, outs, begin, end);
+  loop_range(ins, outs, begin, end, -1, nullptr);
 }
 
 namespace {

@@ -80,6 +80,7 @@
 #include "exec/fused_loop_rules.hpp"
 #include "exec/program.hpp"
 #include "exec/reduce.hpp"
+#include "exec/short_products.hpp"
 #include "exec/strided_walk.hpp"
 #include "ir/graph.hpp"
 
@@ -117,6 +118,10 @@ class FusedLoop {
   // ins[i]: operand i; outs[j]: result j (null when unused); scratch:
   // scratch_bytes() of the kernel's temporaries.
   void run(const void* const* ins, void* const* outs, void* scratch = nullptr) const;
+  // A streaming loop (neither broadcast operand nor reduction, no random
+  // draw): elements [begin, end) on the calling thread.
+  void run_range(const void* const* ins, void* const* outs, int64_t begin, int64_t end) const;
+  bool streaming() const { return reductions_.empty() && broadcasts_.empty() && !draws_; }
 
   // "fused(mul,add,sqrt,div,+3)": the ops, for listings and profiles.
   const std::string& name() const { return name_; }
@@ -184,6 +189,26 @@ class FusedLoop {
   };
 
  private:
+  // The plan of a loop body (fused_loop_plan.cpp).
+  void plan(const ir::Graph& body, const std::vector<int32_t>& in_slots,
+            const std::vector<int32_t>& out_slots);
+  // A product loop (fusion kind "product", fused_product.cpp): its body's
+  // first two operands' matrix product over a short contraction
+  // (short_products.hpp), read by a streaming loop of its shape (an
+  // optimizer's update of the weight whose gradient it is). The kernel
+  // stages B in the scratch, then each thread computes the product a tile
+  // (kProductRows rows by kProductCols columns, or whole rows) at a time,
+  // and runs the loop over the tile before the next: the product is never
+  // stored. The loop is planned as the body with the product an operand
+  // (its first), read from the tile.
+  static constexpr int64_t kProductRows = 4, kProductCols = 2048;
+  ShortProduct product_;  // k 0: not a product loop
+  // Bytes an element of the loop's operands (0: one value) and results take.
+  std::vector<int64_t> operand_bytes_, result_bytes_;
+  void plan_product(const ir::Graph& body, ir::ValueId product,
+                    const std::vector<int32_t>& in_slots, const std::vector<int32_t>& out_slots);
+  void run_product(const void* const* ins, void* const* outs, void* scratch) const;
+  bool draws_ = false;  // the loop draws random numbers (where depends on the element)
   int64_t numel_ = 0;
   Shape walk_;           // the result shape, merged
   int64_t row_len_ = 1;  // walk_'s last dim
@@ -249,6 +274,11 @@ class FusedLoop {
   // `keep` of each chunk is copied there too (at its element offset).
   void run_loop(const void* const* ins, void* const* outs, int64_t grain, int32_t keep,
                 std::byte* kept) const;
+  // One thread's range [begin, end) of run_loop, run_blocks, run_compiled.
+  void loop_range(const void* const* ins, void* const* outs, int64_t begin, int64_t end,
+                  int32_t keep, std::byte* kept) const;
+  void blocks_range(const void* const* ins, void* const* outs, int64_t begin, int64_t end) const;
+  void compiled_range(const void* const* ins, void* const* outs, int64_t begin, int64_t end) const;
   // Results whose epilogue runs as one: each epilogue value is an array of
   // them.
   static constexpr int64_t kEpilogueRun = 128;

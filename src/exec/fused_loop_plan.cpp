@@ -20,6 +20,16 @@ using Kind = FusedLoop::Kind;
 
 FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots,
                      const std::vector<int32_t>& out_slots) {
+  for (ir::ValueId v = 0; v < body.size(); ++v)
+    if (ir::kMatmulOps.contains(body.node(v).op)) {
+      plan_product(body, v, in_slots, out_slots);
+      return;
+    }
+  plan(body, in_slots, out_slots);
+}
+
+void FusedLoop::plan(const ir::Graph& body, const std::vector<int32_t>& in_slots,
+                     const std::vector<int32_t>& out_slots) {
   WS_CHECK(!body.outputs.empty()) << "a fusion body without results";
   WS_CHECK(in_slots.size() == body.inputs.size() && out_slots.size() == body.outputs.size())
       << "fused loop: slots do not match the body";
@@ -95,6 +105,7 @@ FusedLoop::FusedLoop(const ir::Graph& body, const std::vector<int32_t>& in_slots
       Step st;
       if (n.op == Op::random_uniform) {
         WS_CHECK(loop) << "fused loop: a random draw after a reduction";
+        draws_ = true;
         st.draw = fused_draw_fn(n.type.dtype);
         st.skip = ir::attr<Op::random_uniform, "skip">(n);
       } else {

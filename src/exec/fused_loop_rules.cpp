@@ -1,5 +1,7 @@
 #include "exec/fused_loop_rules.hpp"
 
+#include "exec/short_products.hpp"
+
 #include <algorithm>
 
 #include "exec/elementwise.hpp"
@@ -7,6 +9,7 @@
 #include "exec/philox.hpp"
 #include "exec/reduce.hpp"
 #include "exec/reference.hpp"
+#include "exec/short_products.hpp"
 #include "ir/attr.hpp"
 
 namespace ws::exec {
@@ -186,6 +189,8 @@ bool fusible_reduction(const ir::Graph& g, ir::ValueId v) {
 int64_t fused_scratch_bytes(const ir::Graph& body) {
   for (ir::ValueId v = 0; v < body.size(); ++v) {
     const ir::Node& n = body.node(v);
+    if (n.op == Op::matmul)  // a product loop: B staged (short_products.hpp)
+      return short_product_of(body.type(n.args[0]), body.type(n.args[1]), n.attrs).staged_bytes();
     if (n.op != Op::reduce_sum && n.op != Op::reduce_max) continue;
     Shape kept, reduced;
     std::vector<int64_t> ks, rs;

@@ -28,7 +28,8 @@ constexpr int64_t kMinSegment = 16;
 int fused_buffers_needed(const ir::Graph& body);
 
 // Bytes of scratch the kernel for `body` needs (a column sum's sums, and
-// its groups' partial sums; 0 for every other fusion).
+// its groups' partial sums; a product loop's staged operand; 0 for every
+// other fusion).
 int64_t fused_scratch_bytes(const ir::Graph& body);
 
 // A column sum's rows (of [M, K], summed over M) in aligned groups of

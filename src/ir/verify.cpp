@@ -75,6 +75,15 @@ void check_source(const Graph& g, ValueId id) {
   }
 }
 
+// Body node v of fusion `id` has the fusion's shape.
+void check_fusion_shape(const Graph& g, ValueId id, ValueId v) {
+  const Shape &body = g.node(id).body->type(v).shape, &fusion = g.type(id).shape;
+  if (body != fusion)
+    fail_node(g, id,
+              fmt::format("body node %{} has shape {}, not the fusion's {}", v, shape_str(body),
+                          shape_str(fusion)));
+}
+
 // A loop fusion computes one element of every result from the same element
 // of its full-size operands (broadcast operands read through strides):
 // its body holds inputs, fulls, broadcasts of inputs, elementwise ops and
@@ -93,10 +102,58 @@ void check_loop_body(const Graph& g, ValueId id) {
                 fmt::format("body node %{} is a {}: a loop body holds only inputs, fulls, "
                             "broadcasts of inputs, elementwise ops and random draws",
                             v, op_name(m.op)));
-    if (m.type.shape != n.type.shape)
+    check_fusion_shape(g, id, v);
+  }
+}
+
+// A product fusion computes the matrix product of its first two operands
+// (2-d, f32) and a loop body over it, at the product's shape: the body's
+// other nodes are what a loop body holds, less random draws, broadcasts
+// only of one-element inputs (the loop reads its full-size operands and
+// the product element by element), and only the product reads those two
+// operands.
+void check_product_body(const Graph& g, ValueId id) {
+  const Node& n = g.node(id);
+  const Graph& b = *n.body;
+  ValueId product = kNoValue;
+  for (ValueId v = 0; v < b.size(); ++v)
+    if (b.node(v).op != Op::input) {
+      product = v;
+      break;
+    }
+  if (product == kNoValue || b.inputs.size() < 2 || b.node(product).op != Op::matmul ||
+      b.node(product).args != std::vector<ValueId>{b.inputs[0], b.inputs[1]} ||
+      b.type(product).dtype != DType::f32 || b.type(product).rank() != 2 ||
+      b.type(b.inputs[0]).rank() != 2)
+    fail_node(g, id,
+              "a product fusion's body starts with a matmul of its first two inputs (2-d, f32)");
+  if (b.type(product).shape != n.type.shape)
+    fail_node(g, id,
+              fmt::format("its product has shape {}, not the fusion's {}",
+                          shape_str(b.type(product).shape), shape_str(n.type.shape)));
+  for (ValueId v = product + 1; v < b.size(); ++v) {
+    const Node& m = b.node(v);
+    for (ValueId a : m.args)
+      if (a == b.inputs[0] || a == b.inputs[1])
+        fail_node(g, id, fmt::format("body node %{} reads an operand of the product", v));
+    if (m.op == Op::input || m.op == Op::full) continue;
+    if (m.op == Op::broadcast && b.node(m.args[0]).op == Op::input &&
+        b.type(m.args[0]).numel() == 1)
+      continue;
+    if (op_info(m.op).category != OpCategory::elementwise)
       fail_node(g, id,
-                fmt::format("body node %{} has shape {}, not the fusion's {}", v,
-                            shape_str(m.type.shape), shape_str(n.type.shape)));
+                fmt::format("body node %{} is a {}: after its product, a product body holds only "
+                            "fulls, broadcasts of one-element inputs and elementwise ops",
+                            v, op_name(m.op)));
+    check_fusion_shape(g, id, v);
+  }
+  for (size_t i = 2; i < b.inputs.size(); ++i) {
+    const Type& t = b.type(b.inputs[i]);
+    if (t.numel() != 1 && t.shape != n.type.shape)
+      fail_node(g, id,
+                fmt::format("operand {} is {}: a product body's operands after the product's "
+                            "two have its shape or one element",
+                            i, t.str()));
   }
 }
 
@@ -160,12 +217,15 @@ void check_fusion(const Graph& g, ValueId id) {
               fmt::format("the type differs from its body's result 0, {}",
                           b.type(b.outputs[0].value).str()));
   const std::string& kind = attr<Op::fusion, "kind">(n);
-  if (kind != "loop" && kind != "reduce")
-    fail_node(g, id, "a fusion needs a string attribute 'kind' (\"loop\" or \"reduce\")");
   if (kind == "loop")
     check_loop_body(g, id);
-  else
+  else if (kind == "reduce")
     check_reduce_body(g, id);
+  else if (kind == "product")
+    check_product_body(g, id);
+  else
+    fail_node(g, id,
+              "a fusion needs a string attribute 'kind' (\"loop\", \"reduce\" or \"product\")");
 }
 
 void check_fusion_result(const Graph& g, ValueId id) {

@@ -46,6 +46,7 @@ bool fused_result_may_overwrite(const ir::Graph& body, size_t in, size_t out) {
   const bool per_result = red && yt.shape != body.type(red->args[0]).shape;
   for (const ir::Node& n : body.nodes) {
     if (std::find(n.args.begin(), n.args.end(), x) == n.args.end()) continue;
+    if (ir::kMatmulOps.contains(n.op)) return false;  // a product loop's operand: read whole
     if (n.op == ir::Op::broadcast ? !per_result || !reads_its_result(body, n, xt.shape, *red)
                                   : xt.shape != yt.shape)
       return false;

@@ -16,7 +16,8 @@
 // row's loop, which runs before that row's result is written). Any other
 // read through a broadcast reads an element at other positions too, and a
 // read at another shape (the loop against a per-result value) at other
-// times: a result element could land before it.
+// times: a result element could land before it. A product loop's product
+// reads its operands whole.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ir/attr.hpp"
+#include "lower/fuse_product_into_loop.hpp"
 #include "lower/simplify.hpp"
 
 namespace ws::lower {
@@ -45,7 +46,11 @@ ir::Graph fuse_update_into_product(const ir::Graph& g, bool* changed) {
   const std::vector<int> uses = ir::use_counts(g);
   std::map<ValueId, Match> at_update;  // update value -> what it absorbs
   std::vector<bool> absorbed(g.nodes.size(), false);
-  auto product = [&](ValueId p) { return g.node(p).op == Op::matmul && uses[size_t(p)] == 1; };
+  // A product over a short contraction goes into its update's loop
+  // instead (fuse_product_into_loop): one pass over the weight, not two.
+  auto product = [&](ValueId p) {
+    return g.node(p).op == Op::matmul && uses[size_t(p)] == 1 && !product_fits_a_loop(g, p);
+  };
   for (const ir::Output& o : g.outputs) {
     if (o.role != ir::OutputRole::update || o.value == o.aliased_input) continue;
     const ir::Node& u = g.node(o.value);

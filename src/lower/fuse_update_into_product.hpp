@@ -23,8 +23,9 @@
 // (dnnl_backend.cpp's AccumulateOp): one pass over W or the buffer, none
 // over a gradient, and no primitive made per step.
 //
-// The rewrite applies where the product is f32 and read only by the
-// scaling, whose result is read only by the update, and the update is an
+// The rewrite applies where the product is f32 over a contraction too long
+// for fuse_product_into_loop (which takes the update's whole loop), read
+// only by the scaling, whose result is read only by the update, and the update is an
 // output that overwrites its input. SGD with both momentum and weight decay
 // (its buffer takes g + W * wd, a second array beside the product) stays a
 // product plus one fused update loop.

@@ -7,6 +7,7 @@
 #include "lower/fuse_activation_into_product.hpp"
 #include "lower/fuse_bias_into_product.hpp"
 #include "lower/fuse_elementwise.hpp"
+#include "lower/fuse_product_into_loop.hpp"
 #include "lower/fuse_residual_into_product.hpp"
 #include "lower/fuse_update_into_product.hpp"
 #include "lower/merge_padded_sums.hpp"
@@ -31,6 +32,7 @@ const std::vector<Pass>& all_passes() {
       {"merge_padded_sums", merge_padded_sums},
       {"move_reshapes", move_reshapes},
       {"fuse", fuse_elementwise},
+      {"product_into_loop", fuse_product_into_loop},
       // Last, where lowering folded constants before it was a pass: only
       // what no fused loop computes.
       {"fold_constants", fold_constants},

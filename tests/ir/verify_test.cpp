@@ -448,3 +448,72 @@ TEST(IrVerify, RejectsABodyOnAnyOtherOp) {
 
 }  // namespace
 }  // namespace ws::ir
+
+namespace ws::ir {
+namespace {
+
+// A product fusion (a weight's gradient and its SGD update in one kernel),
+// then each of its rules broken on purpose.
+Graph ProductGraph() {
+  return parse(R"(graph g {
+  %0 = input param "w" : f32[4,32]
+  %1 = input hyper "lr" : f32[]
+  %2 = input data "x" : f32[8,32]
+  %3 = input data "dy" : f32[8,4]
+  %4 = fusion %3, %2, %1, %0 {kind="product"} : f32[4,32] {
+    %0 = input data "a0" : f32[8,4]
+    %1 = input data "a1" : f32[8,32]
+    %2 = matmul %0, %1 {transpose_a=1} : f32[4,32]
+    %3 = input data "a2" : f32[]
+    %4 = input data "a3" : f32[4,32]
+    %5 = broadcast %3 {dims=[], shape=[4,32]} : f32[4,32]
+    %6 = mul %2, %5 : f32[4,32]
+    %7 = sub %4, %6 : f32[4,32]
+    out user %7 "r0"
+  }
+  out update %4 -> %0 "w"
+})");
+}
+
+TEST(IrVerify, AcceptsAProductFusion) { verify(ProductGraph()); }
+
+TEST(IrVerify, RejectsAProductBodyWhoseLoopReadsTheProductsOperands) {
+  Graph g = ProductGraph();
+  auto body = std::make_shared<Graph>(*g.nodes[4].body);
+  Builder bb(*body);
+  const ValueId r = bb.add(Op::neg, {1});
+  body->outputs.push_back({OutputRole::user, r, kNoValue, "r1"});
+  g.nodes[4].body = body;
+  EXPECT_TRUE(Contains(VerifyError(g), "body node %8 reads an operand of the product"))
+      << VerifyError(g);
+}
+
+TEST(IrVerify, RejectsAProductBodyWhoseProductIsNotOfItsFirstTwoInputs) {
+  // The same body with its inputs listed x, dy: the product is dy @ x.
+  Graph g = ProductGraph();
+  auto body = std::make_shared<Graph>(*g.nodes[4].body);
+  body->inputs = {1, 0, 3, 4};
+  g.nodes[4].body = body;
+  g.nodes[4].args = {2, 3, 1, 0};
+  EXPECT_TRUE(Contains(VerifyError(g), "starts with a matmul of its first two inputs"))
+      << VerifyError(g);
+}
+
+TEST(IrVerify, RejectsAProductBodyReadingARowThroughABroadcast) {
+  Graph g = ProductGraph();
+  auto body = std::make_shared<Graph>(*g.nodes[4].body);
+  body->nodes[3].type = Type{DType::f32, {32}};
+  body->nodes[5].attrs.set("dims", std::vector<int64_t>{1});
+  g.nodes[4].body = body;
+  g.nodes[1].type = Type{DType::f32, {32}};
+  EXPECT_TRUE(Contains(VerifyError(g), "broadcasts of one-element inputs")) << VerifyError(g);
+}
+
+TEST(IrVerify, RejectsAnUnknownFusionKind) {
+  Graph g = ProductGraph();
+  g.nodes[4].attrs.set("kind", std::string("products"));
+  EXPECT_TRUE(Contains(VerifyError(g), "\"loop\", \"reduce\" or \"product\"")) << VerifyError(g);
+}
+
+}  // namespace
+}  // namespace ws::ir
