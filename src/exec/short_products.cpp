@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "exec/parallel.hpp"
-#include "exec/simd.hpp"  // last: no contraction of a * b + c below
+#include "exec/simd.hpp"  // contraction off from here: the chain's fma() is explicit
 #include "ir/attr.hpp"
 #include "wholestep/error.hpp"
 
