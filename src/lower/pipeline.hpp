@@ -9,13 +9,13 @@
 // merge_padded_sums.cpp
 // (zero-padded pieces summed as one concatenation), move_reshapes.cpp
 // (elementwise ops before the reshapes they read), fuse_elementwise.cpp
-// (loop and reduce fusions), fold_constants.cpp (small values of constants
-// alone computed once, as constants). Each pass says whether it changed the
-// graph. The driver runs them from one list, verifies the graph after each
-// that changed it (with a print/parse round trip) when verification is on,
-// and writes it with WS_DUMP as "<NNN>-<graph>.<pass>.ir" (an unchanged
-// graph as "<NNN>-<graph>.<pass>.unchanged.ir"). What follows the passes
-// turns the final graph into a Program (lower.cpp): operands read in place,
+// (loop and reduce fusions), fuse_product_into_loop.cpp (a product over a
+// short contraction into the loop that reads it), fold_constants.cpp
+// (small values of constants alone computed once, as constants). Each pass
+// says whether it changed the graph. The driver runs them from one list, verifies the graph after
+// each that changed it (with a print/parse round trip) when verification is on, and writes it with
+// WS_DUMP as "<NNN>-<graph>.<pass>.ir" (an unchanged graph as "<NNN>-<graph>.<pass>.unchanged.ir").
+// What follows the passes turns the final graph into a Program (lower.cpp): operands read in place,
 // kernels, in-place updates, the memory plan.
 #pragma once
 
