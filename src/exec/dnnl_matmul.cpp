@@ -318,12 +318,9 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                sb = full_strides(in[1].shape, strides, 1),
                                so =
                                    out_strides.empty() ? row_major_strides(out.shape) : out_strides;
-    ShortProduct p;
-    p.m = d.m, p.n = d.n, p.k = d.k;
-    p.a_m = sa[r - 2 + d.ta], p.a_k = sa[r - 1 - d.ta];
-    p.b_k = sb[r - 2 + d.tb], p.b_n = sb[r - 1 - d.tb];
-    return make_short_product(p, batch_offsets(in[0].shape, sa), batch_offsets(in[1].shape, sb),
-                              batch_offsets(out.shape, so), so[r - 2], so[r - 1], bias, residual);
+    return make_short_product(short_product_of(d, sa, sb), batch_offsets(in[0].shape, sa),
+                              batch_offsets(in[1].shape, sb), batch_offsets(out.shape, so),
+                              so[r - 2], so[r - 1], bias, residual);
   }
   auto in_parts = [&](DenseA dense, bool stage_b) {
     return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,

@@ -104,15 +104,22 @@ int64_t ShortProduct::staged_row() const {
   return row;
 }
 
-ShortProduct short_product_of(const ir::Type& a, const ir::Type& b, const ir::Attrs& attrs) {
-  const MatmulDims d = matmul_dims(a.shape, b.shape, attrs);
-  WS_CHECK(d.batch == 1 && a.rank() == 2 && b.rank() == 2) << "short product of a batch";
+ShortProduct short_product_of(const MatmulDims& d, const std::vector<int64_t>& sa,
+                              const std::vector<int64_t>& sb) {
+  const size_t r = sa.size();
   ShortProduct p;
   p.m = d.m, p.n = d.n, p.k = d.k;
-  // Row-major [m, k] or, transposed, [k, m]; [k, n] or [n, k].
-  p.a_m = d.ta ? 1 : d.k, p.a_k = d.ta ? d.m : 1;
-  p.b_k = d.tb ? 1 : d.n, p.b_n = d.tb ? d.k : 1;
+  // A's rows along its dim r - 2 ([m, k]) or, transposed, r - 1 ([k, m]);
+  // B's likewise.
+  p.a_m = sa[r - 2 + d.ta], p.a_k = sa[r - 1 - d.ta];
+  p.b_k = sb[r - 2 + d.tb], p.b_n = sb[r - 1 - d.tb];
   return p;
+}
+
+ShortProduct short_product_of(const ir::Type& a, const ir::Type& b, const ir::Attrs& attrs) {
+  WS_CHECK(a.rank() == 2 && b.rank() == 2) << "short product of a batch";
+  return short_product_of(matmul_dims(a.shape, b.shape, attrs), row_major_strides(a.shape),
+                          row_major_strides(b.shape));
 }
 
 void stage_short_b(const ShortProduct& p, const float* b, int64_t q0, int64_t q1, float* staged) {

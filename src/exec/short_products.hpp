@@ -53,6 +53,10 @@ struct ShortProduct {
   int64_t staged_bytes() const { return k * staged_row() * 4; }
 };
 
+// One matrix of the product d of operands read at element strides sa and sb
+// over their shapes (the last two dims are the matrix).
+ShortProduct short_product_of(const MatmulDims& d, const std::vector<int64_t>& sa,
+                              const std::vector<int64_t>& sb);
 // The product of row-major operands of types a and b (attrs: transpose_a,
 // transpose_b), one matrix (no batch dims).
 ShortProduct short_product_of(const ir::Type& a, const ir::Type& b, const ir::Attrs& attrs);
