@@ -69,8 +69,14 @@ struct FusedLoop::JitCode : Xbyak::CodeGenerator {
 
 // Computed values live in ymm0-ymm11 for the iteration; ymm12-ymm14 hold
 // operands read from memory, ymm15 zero.
+//
+// Operands that move along rows (row_scalar: one value a row, row_array: a
+// run along it) are read where the row piece the code runs over reads them:
+// a chunk's segments are each one call (compiled_segments), the row's value
+// held in a register as a one-element operand's is. The column code, which
+// walks whole rows, loads a row's value at the start of each.
 void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DType>& step_types) {
-  if (per_segment_ || steps_.empty() || !compiled_loops()) return;
+  if (steps_.empty() || !compiled_loops()) return;
   constexpr int kValueRegs = 12;
   const size_t n = steps_.size();
   // What each step reads, checked: f32 values, a select's condition and a
@@ -98,9 +104,11 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
       switch (val.kind) {
         case Kind::input:
         case Kind::tiled:
-        case Kind::gather: break;
+        case Kind::gather:
+        case Kind::row_array: break;
         case Kind::scalar:
         case Kind::constant:
+        case Kind::row_scalar:
           if (want != 4) return;
           break;
         case Kind::buffer:
@@ -123,12 +131,14 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
   // One-element operands each take a register for the whole loop (from
   // ymm11 down), the computed values the rest, each from its step to its
   // last read; arrays take a general register for their base.
+  auto one_value = [&](int32_t a) {
+    const Kind k = values_[size_t(a)].kind;
+    return k == Kind::scalar || k == Kind::constant || k == Kind::row_scalar;
+  };
   std::vector<int32_t> scalars;
   for (const Step& st : steps_)
     for (int32_t a : st.args)
-      if (a >= 0 &&
-          (values_[size_t(a)].kind == Kind::scalar || values_[size_t(a)].kind == Kind::constant) &&
-          std::find(scalars.begin(), scalars.end(), a) == scalars.end())
+      if (a >= 0 && one_value(a) && std::find(scalars.begin(), scalars.end(), a) == scalars.end())
         scalars.push_back(a);
   std::vector<int> reg(values_.size(), -1);
   if (int(scalars.size()) >= kValueRegs) return;
@@ -176,6 +186,10 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
       else
         all_based = false;
     };
+    // In the column code a row's value is loaded from its base each row.
+    if (column)
+      for (int32_t a : scalars)
+        if (values_[size_t(a)].kind == Kind::row_scalar) array_base(a);
     for (const Step& st : steps_) {
       for (int32_t a : st.args)
         if (a >= 0 && reg[size_t(a)] < 0) array_base(a);
@@ -191,6 +205,7 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     for (size_t v = 0; v < values_.size(); ++v)
       if (base[v] >= 0) c.mov(bases[base[v]], c.qword[ptr + 8 * int64_t(v)]);
     for (int32_t a : scalars) {
+      if (base[size_t(a)] >= 0) continue;  // a row's value, loaded at the row's start
       c.mov(p, c.qword[ptr + 8 * a]);
       c.vbroadcastss(Ymm(reg[size_t(a)]), c.dword[p]);
     }
@@ -218,6 +233,9 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     if (column) {
       c.mov(lane, c.qword[ptr + 8 * nv]);
       c.L(row_top);
+      for (int32_t a : scalars)
+        if (base[size_t(a)] >= 0)
+          c.vbroadcastss(Ymm(reg[size_t(a)]), c.dword[bases[base[size_t(a)]]]);
     }
     c.xor_(i, i);
     Label top;
@@ -294,8 +312,12 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
     if (column) {
       // The next row: arrays move on by a row of the walk (tiled runs stay),
       // the lane pointer to the next lane, from the last back to the first.
+      // A row's value moves on by its row stride (the walk is [rows,
+      // cols]: fill_rows).
       for (size_t v = 0; v < values_.size(); ++v)
-        if (base[v] >= 0 && values_[v].kind != Kind::tiled)
+        if (base[v] >= 0 && values_[v].kind == Kind::row_scalar)
+          c.add(bases[base[v]], int32_t(values_[v].strides[0] * values_[v].esize));
+        else if (base[v] >= 0 && values_[v].kind != Kind::tiled)
           c.add(bases[base[v]], int32_t(cols * values_[v].esize));
       c.add(lane, int32_t(lane_bytes));
       Label same_round;
@@ -323,8 +345,16 @@ void FusedLoop::plan_jit(const std::vector<Op>& step_ops, const std::vector<DTyp
   const Kind sk = values_[size_t(src)].kind;
   if (sk != Kind::input && sk != Kind::buffer && sk != Kind::output) return;
   if (values_[size_t(src)].esize != 4 && sk != Kind::buffer) return;  // f64: only widened
+  // Operands that move along rows: one value a row, the rows of the sum's
+  // walk [rows, cols] the loop's own.
+  const bool rows_are_walks =
+      walk_.size() == 2 && walk_[1] == col_width_ && col_outer_ == 1 && col_blocks_ == 1;
   for (const Value& val : values_)
-    if (val.kind == Kind::gather || (val.kind == Kind::tiled && row_len_ != col_width_)) return;
+    if (val.kind == Kind::gather || (val.kind == Kind::tiled && row_len_ != col_width_) ||
+        val.kind == Kind::row_array ||
+        (val.kind == Kind::row_scalar &&
+         (!rows_are_walks || val.strides[0] * val.esize > INT32_MAX)))
+      return;
   column_jit_[0] = emit(true, true);
   column_jit_[1] = emit(true, false);
   if (column_jit_[0] && column_jit_[1]) {
@@ -352,6 +382,16 @@ void FusedLoop::element_pointers(const void* const* ins, void* const* outs, int6
         ptr[v] = static_cast<const std::byte*>(outs[val.index]) + e * val.esize;
         break;
       case Kind::tiled: ptr[v] = ins[val.index]; break;
+      case Kind::row_scalar:
+      case Kind::row_array: {
+        int64_t at = 0;  // the broadcast operand's element read at element e
+        for (size_t d = walk_.size(), rest = size_t(e); d-- > 0;) {
+          at += int64_t(rest) % walk_[d] * val.strides[d];
+          rest = size_t(int64_t(rest) / walk_[d]);
+        }
+        ptr[v] = static_cast<const std::byte*>(ins[val.index]) + at * val.esize;
+        break;
+      }
       default: ptr[v] = nullptr;
     }
   }
@@ -399,6 +439,44 @@ void FusedLoop::compiled_range(const void* const* ins, void* const* outs, int64_
   if (begin + whole == end) return;
   point(begin + whole);
   run_steps(steps_.data(), steps_.data() + steps_.size(), ptr, end - begin - whole, begin + whole);
+}
+
+// The chunk [s, s + len) a segment at a time: every array from the
+// segment's start, an operand moving along rows where the segment reads it,
+// the segment's last elements past a multiple of eight through the steps.
+void FusedLoop::compiled_segments(int64_t s, int64_t len, const void* const* ins,
+                                  const void* const* ptr, Segments& sg) const {
+  segments(s, len, ins, sg);
+  const void* seg[kMaxFusedValues];
+  for (int64_t k = 0; k < sg.n; ++k) {
+    const int64_t n = sg.len[k], whole = n / 8 * 8;
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 0 && whole == 0) continue;
+      if (pass == 1 && whole == n) break;
+      const int64_t from = sg.start[k] + (pass == 0 ? 0 : whole);
+      for (size_t v = 0; v < values_.size(); ++v) {
+        const Value& val = values_[v];
+        switch (val.kind) {
+          case Kind::row_scalar: seg[v] = sg.at[val.slot][k]; break;
+          case Kind::row_array:
+            seg[v] = sg.at[val.slot][k] + (pass == 0 ? 0 : whole) * val.esize;
+            break;
+          case Kind::input:
+          case Kind::output:
+          case Kind::tiled:
+          case Kind::gather:
+          case Kind::buffer:
+            seg[v] = static_cast<const std::byte*>(ptr[v]) + from * val.esize;
+            break;
+          default: seg[v] = ptr[v];
+        }
+      }
+      if (pass == 0)
+        jit_fn_(seg, whole);
+      else
+        run_steps(steps_.data(), steps_.data() + steps_.size(), seg, n - whole, s + from);
+    }
+  }
 }
 
 }  // namespace ws::exec

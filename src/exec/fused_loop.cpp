@@ -126,6 +126,7 @@ void FusedLoop::run_chunk(int64_t s, int64_t len, const void* const* ins, void* 
                           Segments& sg) const {
   chunk_pointers(s, len, ins, outs, bufs, ptr);
   const Step* steps = steps_.data();
+  if (jit_fn_ && per_segment_) return compiled_segments(s, len, ins, ptr, sg);
   if (jit_fn_) {
     const int64_t whole = len / 8 * 8;
     if (whole > 0) jit_fn_(ptr, whole);

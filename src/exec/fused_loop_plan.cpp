@@ -301,6 +301,7 @@ void FusedLoop::plan(const ir::Graph& body, const std::vector<int32_t>& in_slots
     SlotWalk w{val.index, {}};
     for (size_t d = 0; d < walk_.size(); ++d) w.stride[d] = val.strides[d] * val.esize;
     slot_of[size_t(v)] = int8_t(slots_.size());
+    values_[size_t(v)].slot = int8_t(slots_.size());
     slots_.push_back(w);
   }
   for (Step& st : steps_) {

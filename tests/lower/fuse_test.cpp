@@ -425,11 +425,10 @@ std::vector<Tensor> special_inputs(const ir::Graph& g, std::mt19937& gen, unsign
 // Loops of f32 arithmetic, comparisons and selects run as machine code made
 // for them and give the interpreter's bits: random loops over arrays, bool
 // arrays, parameters updated in place, tiled and gathered runs, one-element
-// operands and (read per segment, not compiled) per-row values, ending in
-// nothing, a row sum or a column sum, with NaN, infinities and signed zeros
-// among the operands in half the loops (a long sum of them is NaN), over
-// lengths below a vector, not a multiple of a vector, one chunk and many,
-// on teams of 1, 2 and 3 threads.
+// operands and per-row values (the code called once per row piece, the
+// row's value in a register), ending in nothing, a row sum or a column sum, with NaN, infinities
+// and signed zeros among the operands in half the loops (a long sum of them is NaN), over lengths
+// below a vector, not a multiple of a vector, one chunk and many, on teams of 1, 2 and 3 threads.
 TEST(FuseElementwise, CompiledLoopsGiveTheInterpretersBits) {
   ASSERT_TRUE(exec::compiled_loops()) << "this CPU has no AVX2: loops are not compiled";
   std::mt19937 gen(13);
@@ -481,8 +480,9 @@ std::string widened_mean(int64_t rows, int64_t cols) {
 // A compiled loop's column sum is summed as the code computes each row,
 // into the ColumnStream's lanes (fill_rows), where the rows make a group of
 // blocks for each thread (on one thread, always): random loops ending in
-// a column sum, and means widened to f64, over rows below the lane count,
-// at it and past it, in one block, in several, and in so many blocks that
+// a column sum (a quarter of them reading one value per row, loaded as
+// the code starts each row), and means widened to f64, over rows below the
+// lane count, at it and past it, in one block, in several, and in so many blocks that
 // each group holds two (66000 rows), columns of 8 to 136 (more than one
 // tile of the column walk), operands with NaN, infinities and signed zeros
 // among them and (so that long columns' sums are not all NaN) without, on
@@ -493,17 +493,70 @@ TEST(FuseElementwise, ColumnSumsOfCompiledLoopsGiveTheInterpretersBits) {
   const std::pair<int64_t, int64_t> shapes[] = {{2, 8},      {63, 16},   {64, 8},
                                                 {65, 24},    {1024, 8},  {1500, 40},
                                                 {3100, 136}, {4096, 16}, {66000, 8}};
-  int summed = 0;
+  int summed = 0, summed_per_row = 0;
   for (int trial = 0; trial < 36; ++trial) {
     const auto [rows, cols] = shapes[size_t(trial) % std::size(shapes)];
-    const std::string text =
-        trial % 4 >= 2 ? widened_mean(rows, cols) : random_compiled_loop(gen, rows, cols, false, 2);
+    const bool per_row = trial % 4 == 1;
+    const std::string text = trial % 4 >= 2 ? widened_mean(rows, cols)
+                                            : random_compiled_loop(gen, rows, cols, per_row, 2);
     SCOPED_TRACE(text);
     const ir::Graph g = ir::parse(text);
-    summed += count_loops(g, [](const exec::FusedLoop& l) { return l.sums_compiled(); }).first;
+    const int n = count_loops(g, [](const exec::FusedLoop& l) { return l.sums_compiled(); }).first;
+    summed += n;
+    // Rows of 16 or more read a per-row value where it lies (narrower ones
+    // gather it).
+    if (per_row && cols >= 16 && text.find("%10") != text.rfind("%10")) summed_per_row += n;
     expect_same_on_every_team(g, special_inputs(g, gen, trial % 2 ? 5 : 0));
   }
   EXPECT_GE(summed, 24);
+  EXPECT_GE(summed_per_row, 2);
+}
+
+// Loops over [a, b, c] reading a run along each row that moves with the
+// rows' first dim ([a, c] broadcast over b) and one value per row ([a, b]
+// broadcast over c) run as machine code called once per row piece: random
+// chains over rows shorter than a vector, not a multiple of one, and
+// longer than a chunk, ending in nothing or a row sum, on teams of 1, 2 and
+// 3 threads: the interpreter's bits.
+TEST(FuseElementwise, CompiledLoopsReadRunsAndValuesThatMoveAlongRows) {
+  ASSERT_TRUE(exec::compiled_loops()) << "this CPU has no AVX2: loops are not compiled";
+  std::mt19937 gen(31);
+  auto pick = [&gen](int64_t k) { return int64_t(gen() % uint64_t(k)); };
+  const int64_t shapes[][3] = {{3, 5, 16}, {2, 7, 21}, {5, 3, 64}, {2, 2, 2500}, {4, 9, 40}};
+  int compiled = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const auto& d = shapes[size_t(trial) % std::size(shapes)];
+    const std::string f = fmt::format("f32[{},{},{}]", d[0], d[1], d[2]);
+    std::string text = fmt::format(R"(graph rows {{
+  %0 = input data "x" : {0}
+  %1 = input data "run" : f32[{1},{3}]
+  %2 = broadcast %1 {{dims=[0,2], shape=[{1},{2},{3}]}} : {0}
+  %3 = input data "row" : f32[{1},{2}]
+  %4 = broadcast %3 {{dims=[0,1], shape=[{1},{2},{3}]}} : {0}
+)",
+                                   f, d[0], d[1], d[2]);
+    const char* ops[] = {"add", "sub", "mul", "div"};
+    std::vector<int64_t> values = {0, 2, 4};
+    int64_t next = 5;
+    for (int64_t k = 0, n = 2 + pick(6); k < n; ++k, ++next) {
+      text += fmt::format("  %{} = {} %{}, %{} : {}\n", next, ops[pick(4)],
+                          values[size_t(pick(int64_t(values.size())))],
+                          values[size_t(pick(int64_t(values.size())))], f);
+      values.push_back(next);
+    }
+    std::string outs = fmt::format("  out user %{} \"y\"\n", next - 1);
+    if (trial % 2) {
+      text += fmt::format("  %{} = reduce_sum %{} {{axes=[2]}} : f32[{},{}]\n", next, next - 1,
+                          d[0], d[1]);
+      outs += fmt::format("  out user %{} \"sum\"\n", next);
+    }
+    text += outs + "}";
+    SCOPED_TRACE(text);
+    const ir::Graph g = ir::parse(text);
+    compiled += count_loops(g, [](const exec::FusedLoop& l) { return l.compiled(); }).first;
+    expect_same_on_every_team(g, special_inputs(g, gen, trial % 3 ? 0 : 5));
+  }
+  EXPECT_GE(compiled, 20);
 }
 
 // Column sums whose operand is one op over stored arrays are summed as they
