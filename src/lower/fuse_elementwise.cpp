@@ -9,6 +9,7 @@
 #include "exec/reference.hpp"
 #include "ir/attr.hpp"
 #include "ir/builder.hpp"
+#include "lower/simplify.hpp"
 #include "lower/unit_order.hpp"
 
 namespace ws::lower {
@@ -403,7 +404,17 @@ class Fuser {
           reads.push_back(r);
       }
     std::vector<ValueId> local(n_, ir::kNoValue);  // outer value -> body value
-    auto add = [&](ir::Node node) {
+    // A node equal to one the body has is that node: constants cloned for
+    // each operand that reads them, and a copy the backward recomputes that
+    // lands in the group of the value it copies (it reads the same
+    // operands). The body computes it once, and its readers read the one
+    // result. gelu's output in bert's forward was written twice, one copy
+    // kept for the weight gradient: the copy's purpose, reading its
+    // operands in the backward, is lost once it runs in the forward. A
+    // graph output is never merged into another.
+    auto add = [&](ir::Node node, bool merge = true) {
+      for (ValueId b = 0; merge && b < body->size(); ++b)
+        if (same_value_but_copy(body->node(b), node)) return b;
       body->nodes.push_back(std::move(node));
       return ValueId(body->nodes.size() - 1);
     };
@@ -439,11 +450,19 @@ class Fuser {
         }
         a = local_op[size_t(a)];
       }
-      local[size_t(m)] = add(std::move(node));
+      local[size_t(m)] = add(std::move(node), !is_output_[size_t(m)]);
     }
     std::vector<ValueId> results;
+    std::vector<std::pair<ValueId, ValueId>> same;  // (member, the result that gives its value)
     for (ValueId m : gr.members)
       if (outside_uses[size_t(m)] > 0) {
+        const auto it = std::find_if(results.begin(), results.end(), [&](ValueId r) {
+          return local[size_t(r)] == local[size_t(m)];
+        });
+        if (it != results.end()) {
+          same.emplace_back(m, *it);
+          continue;
+        }
         body->outputs.push_back({ir::OutputRole::user, local[size_t(m)], ir::kNoValue,
                                  fmt::format("r{}", results.size())});
         results.push_back(m);
@@ -471,6 +490,7 @@ class Fuser {
                                    nullptr});
       map[size_t(results[j])] = ValueId(out.nodes.size() - 1);
     }
+    for (auto [m, r] : same) map[size_t(m)] = map[size_t(r)];
   }
 
   const ir::Graph& g_;

@@ -117,6 +117,18 @@ ir::Graph without_dead(const ir::Graph& g, const std::vector<bool>& live) {
   return out;
 }
 
+bool same_value_but_copy(const ir::Node& a, const ir::Node& b) {
+  if (a.op == ir::Op::input || a.body || b.op == ir::Op::input || b.body) return false;
+  auto key = [](const ir::Node& n) {
+    std::vector<std::pair<std::string, ir::AttrValue>> kept;
+    for (const auto& kv : n.attrs.items())
+      if (kv.first != "recompute") kept.push_back(kv);
+    return CseKey{n.op, n.args, ir::Attrs::from_sorted(std::move(kept)), n.type};
+  };
+  const CseKey ka = key(a), kb = key(b);
+  return !(ka < kb) && !(kb < ka);
+}
+
 ir::Graph simplify(const ir::Graph& g, bool* changed) {
   std::vector<bool> live = live_nodes(g);
   ir::Graph out;

@@ -10,4 +10,10 @@ namespace ws::lower {
 
 ir::Graph simplify(const ir::Graph& g, bool* changed = nullptr);
 
+// Whether nodes a and b (neither an input nor a fusion) compute one value:
+// equal but for the number a copy the backward recomputes carries
+// (`recompute`, which keeps simplify from merging it with the forward's
+// value).
+bool same_value_but_copy(const ir::Node& a, const ir::Node& b);
+
 }  // namespace ws::lower
