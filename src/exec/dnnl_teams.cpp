@@ -222,6 +222,8 @@ class WeightPartsOp final : public BackendOp {
 };
 
 #if defined(__AVX__)
+constexpr int64_t kLongRowsApart = 1024;  // floats: 4 KiB, a page
+
 // y[c * sy + r] = x[r * sx + c] for r, c < 8: an 8x8 block transposed in
 // registers.
 void transpose8x8(const float* x, int64_t sx, float* y, int64_t sy) {
@@ -246,12 +248,39 @@ void transpose8x8(const float* x, int64_t sx, float* y, int64_t sy) {
 
 // y[m * k + j] = x[j * sk + m * sm] for m < rows, j < k: a [k, rows] matrix
 // at strides (sk, sm) transposed into a dense [rows, k] one. Rows of x
-// (sm = 1) in blocks of 16 (a cache line of each row of x), 8x8 blocks
-// through registers where the target has AVX; the rest in tiles that stay in
-// L1 on both sides. A copy: the same bits either way.
+// (sm = 1) in blocks of 16 (a cache line of each row of x), or of up to 256
+// where they lie a page or more apart, 8x8 blocks through registers where
+// the target has AVX; the rest in tiles that stay in L1 on both sides. A
+// copy: the same bits either way.
 void transpose_tiles(const float* x, int64_t k, int64_t rows, int64_t sk, int64_t sm, float* y) {
   int64_t done = 0;  // rows of y written
 #if defined(__AVX__)
+  if (sm == 1 && sk >= kLongRowsApart && rows >= 8) {
+    // Rows of x far apart (a page or more): blocks of up to kBlockRows rows
+    // of y by 16 of its columns through a tile in L1, each row of x read
+    // kBlockRows floats at a time and each line of y written whole. bert's
+    // [1024 x 8192]^T (its vocabulary's weight gradient), in four parts on
+    // two threads of an AMD EPYC Zen 3: 8.7 ms against 15.1 in rows of 16
+    // alone, its product 1.05-1.09x faster in the step (same run,
+    // alternating); A's rows 1024 floats apart [1024 x 256]^T parts 1.07x
+    // alone.
+    constexpr int64_t kBlockRows = 256, kBlockCols = 16;
+    alignas(64) float tile[kBlockRows * kBlockCols];
+    const int64_t rows8 = rows / 8 * 8, cols16 = k / kBlockCols * kBlockCols;
+    for (int64_t m0 = 0; m0 < rows8; m0 += kBlockRows) {
+      const int64_t bm = std::min(kBlockRows, rows8 - m0);
+      for (int64_t j0 = 0; j0 < cols16; j0 += kBlockCols) {
+        for (int64_t j = 0; j < kBlockCols; j += 8)
+          for (int64_t m = 0; m < bm; m += 8)
+            transpose8x8(x + (j0 + j) * sk + m0 + m, sk, tile + m * kBlockCols + j, kBlockCols);
+        for (int64_t m = 0; m < bm; ++m)
+          std::memcpy(y + (m0 + m) * k + j0, tile + m * kBlockCols, size_t(kBlockCols) * 4);
+      }
+      for (int64_t m = m0; m < m0 + bm; ++m)
+        for (int64_t j = cols16; j < k; ++j) y[m * k + j] = x[j * sk + m];
+    }
+    done = rows8;
+  }
   if (sm == 1)
     for (; done + 16 <= rows; done += 16) {
       const int64_t m0 = done;

@@ -869,18 +869,27 @@ TEST(DnnlBackend, WideProductsInColumnPartsGiveTheSameBitsOnAnyTeam) {
 
 // Parts that read A transposed into their scratch (gemm:jit's products with
 // a transposed A, dnnl_matmul.cpp): uneven parts of the rows, over a K and
-// row counts that end mid-tile, A read at padded strides either way round.
+// row counts that end mid-tile, A read at padded strides either way round,
+// and with its rows a page or more apart (copied in blocks of up to 256
+// rows): parts of more and fewer rows than a block, K not a multiple of 16.
 TEST(DnnlBackend, MatrixPartsTransposeTheirRowsOfAIntoTheScratch) {
   std::mt19937 rng(13);
   // Parts of 10, 27, 23 and 17 rows over K = 45: whole blocks of 16 rows and
   // 8 of K, and the rows and K that end mid-block.
-  const int64_t m = 77, k = 45, n = 6;
-  for (const auto& [sk, sm] : {std::pair<int64_t, int64_t>{m + 3, 1}, {1, k + 2}}) {
+  struct Case {
+    int64_t m, k, sk, sm;
+    std::vector<int64_t> starts;
+  };
+  const Case cases[] = {{77, 45, 80, 1, {0, 10, 37, 60, 77}},
+                        {77, 45, 1, 47, {0, 10, 37, 60, 77}},
+                        {300, 45, 1030, 1, {0, 10, 275, 293, 300}},
+                        {64, 48, 1024, 1, {0, 16, 32, 64}}};
+  const int64_t n = 6;
+  for (const auto& [m, k, sk, sm, starts] : cases) {
     const int64_t stored = std::max((k - 1) * sk + (m - 1) * sm + 1, int64_t(0));
     const Vec a = random_vec(stored, rng), b = random_vec(k * n, rng);
     std::vector<MatrixPart> parts;
-    const int64_t starts[] = {0, 10, 37, 60, m};
-    for (size_t i = 0; i + 1 < std::size(starts); ++i) {
+    for (size_t i = 0; i + 1 < starts.size(); ++i) {
       const int64_t m0 = starts[i], rows = starts[i + 1] - m0;
       MatrixPart p;
       TeamScope one(1);  // a part runs on one thread
