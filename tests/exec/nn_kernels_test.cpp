@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/conv_cases.hpp"
+#include "exec/threads.hpp"
 #include "test_util.hpp"
 
 namespace ws::exec {
@@ -357,6 +359,37 @@ TEST(GatherScatter, ScatterIsAdjointOfGather) {
   gather_rows(table.data(), rows, width, idx.data(), n, y.data(), kLoc);
   scatter_add_rows(dy.data(), width, idx.data(), n, rows, dt.data(), kLoc);
   EXPECT_NEAR(dot(y, dy), dot(table, dt), 1e-12);
+}
+
+// Many rows, few contributions (a cross-entropy's gradient over a
+// vocabulary, written serially), and enough to be split by rows: every
+// element is written, zeros where no index points, the contributions of a
+// repeated index summed in order, on any team.
+TEST(GatherScatter, ScatterOfFewIndicesIntoManyRowsWritesEveryRow) {
+  std::mt19937 rng(12);
+  struct Case {
+    int64_t rows, n, width;
+  };
+  for (const auto& [rows, n, width] :
+       {Case{100003, 300, 1}, Case{100003, 300, 3}, Case{2000, 1500, 200}}) {
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    for (int64_t& i : idx) i = int64_t(rng() % uint32_t(rows / 25)) * 25;  // repeats
+    std::vector<float> src(static_cast<size_t>(n * width));
+    for (float& v : src) v = float(rng() % 1000) / 7.0f;
+    std::vector<float> want(size_t(rows * width), 0.0f);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < width; ++j)
+        want[size_t(idx[size_t(i)] * width + j)] += src[size_t(i * width + j)];
+    const int saved = num_threads();
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      std::vector<float> out(size_t(rows * width), std::nanf(""));
+      scatter_add_rows(src.data(), width, idx.data(), n, rows, out.data(), kLoc);
+      EXPECT_TRUE(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)) == 0)
+          << "width " << width << ", " << threads << " threads";
+    }
+    set_num_threads(saved);
+  }
 }
 
 // ---------------------------------------------------------------------------
