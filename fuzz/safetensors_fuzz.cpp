@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ws::Error&) {
     return 0;
   }
-  const std::string again = "/tmp/ws_fuzz_again_" + std::to_string(::getpid());
+  static const ws::fuzz::OwnFile written("again");
+  const std::string& again = written.path;
   try {
     ws::write_safetensors(again, f.tensors, f.metadata);
   } catch (const ws::Error&) {

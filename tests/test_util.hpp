@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,12 +40,24 @@ inline ::testing::AssertionResult Contains(const std::string& s, const std::stri
 }
 
 // A fresh empty directory under the system's temporary directory, named
-// after `name` and this process.
+// after `name` and this process, and removed with everything in it when the
+// process that made it exits (a child forked from it removes nothing).
 inline std::string temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
+  struct Made {
+    pid_t owner = ::getpid();
+    std::set<fs::path> dirs;
+    ~Made() {
+      if (::getpid() != owner) return;
+      std::error_code ec;
+      for (const fs::path& d : dirs) fs::remove_all(d, ec);
+    }
+  };
+  static Made made;
   const fs::path p = fs::temp_directory_path() / fmt::format("ws_{}_{}", name, ::getpid());
   fs::remove_all(p);
   fs::create_directories(p);
+  made.dirs.insert(p);
   return p.string();
 }
 
