@@ -514,6 +514,10 @@ class _WithoutDictTags:
     def module_dicts(modules, names):
         return None
 
+    @staticmethod
+    def dict_version(d):
+        return None
+
     def __getattr__(self, name):
         return getattr(_C, name)
 
@@ -553,6 +557,52 @@ def test_a_module_change_after_calls_that_skipped_the_walk_is_seen_as_eager_sees
         assert walked[:3] == [0, 1, 3]
     else:
         assert walked == [0, 1, 2, 3, 4]
+
+
+def _load_changed_state(opt):
+    saved = copy.deepcopy(opt.state_dict())  # its state dicts are the optimizer's
+    for st in saved["state"].values():
+        st["momentum_buffer"] = st["momentum_buffer"] * 0.5
+    opt.load_state_dict(saved)
+
+
+def _replace_state_dict(opt):
+    p = opt.param_groups[0]["params"][0]
+    opt.state[p] = {"momentum_buffer": torch.full_like(p, 0.5)}
+
+
+OPTIMIZER_STATE_CHANGES = {
+    "slot": lambda opt: opt.state[opt.param_groups[0]["params"][1]].__setitem__(
+        "momentum_buffer", torch.full_like(opt.param_groups[0]["params"][1], -0.25)),
+    "slot_in_place": lambda opt: opt.state[opt.param_groups[0]["params"][2]][
+        "momentum_buffer"].mul_(3.0),
+    "parameter_state": _replace_state_dict,
+    "deleted": lambda opt: opt.state.pop(opt.param_groups[0]["params"][3]),
+    "load_state_dict": _load_changed_state,
+}
+
+
+@pytest.mark.parametrize("tags", [True, False], ids=["dict_tags", "no_dict_tags"])
+@pytest.mark.parametrize("change", OPTIMIZER_STATE_CHANGES.values(),
+                         ids=OPTIMIZER_STATE_CHANGES.keys())
+def test_optimizer_state_changed_after_calls_is_what_the_next_step_reads_as_eager(
+        change, tags, monkeypatch):
+    """The state tensors a call binds are found again from the state dicts
+    the last call found while opt.state is unchanged (its version tag);
+    any change of the optimizer's state between calls, of a slot, of a
+    parameter's whole state, or all of it, is what the next step reads,
+    as eager's optimizer.step() would."""
+    from wholestep import _optim
+    if not tags:
+        monkeypatch.setattr(_optim, "_C", _WithoutDictTags())
+
+    def each(model, opt, i):
+        if i == 3:
+            change(opt)
+
+    eager, compiled = run_both(mlp, lambda m: torch.optim.SGD(m.parameters(), lr=0.1,
+                                                             momentum=0.9), steps=5, each=each)
+    assert_same_state(eager, compiled)
 
 
 def test_a_compiled_forward_sees_each_module_change_after_calls_that_skipped_the_walk():

@@ -55,6 +55,17 @@ py::object module_dicts(const py::list& modules, const py::tuple& names) {
 #endif
 }
 
+// A dict's version tag (which every change of it replaces); None where
+// dicts keep no tags.
+py::object dict_version(const py::handle& d) {
+  if (!PyDict_Check(d.ptr())) throw py::type_error("dict_version: not a dict");
+#if WS_DICT_VERSION_TAGS
+  return py::int_(reinterpret_cast<PyDictObject*>(d.ptr())->ma_version_tag);
+#else
+  return py::none();
+#endif
+}
+
 }  // namespace
 
 void bind_guards(py::module_& m) {
@@ -62,6 +73,9 @@ void bind_guards(py::module_& m) {
         "The state of each module's __dict__ and of the dicts `names` in it, as bytes equal "
         "from call to call only while none of them changed; None where Python keeps no "
         "version tags on dicts (other than 3.11) or a module lacks one of the dicts");
+  m.def("dict_version", &dict_version, py::arg("d"),
+        "The version tag of dict `d`, which every change of it replaces (a dict and its tag "
+        "name one state of it while the dict lives); None where Python keeps no tags");
 }
 
 }  // namespace ws::frontend::torch
