@@ -145,6 +145,19 @@ def _perturbed_outputs(output, gen):
 
 
 @contextlib.contextmanager
+def _leaf_forward_hooks(model, hook):
+    """`hook` a forward hook of every leaf module of `model` while the
+    block runs."""
+    hooks = [m.register_forward_hook(hook)
+             for m in model.modules() if not any(True for _ in m.children())]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+@contextlib.contextmanager
 def perturbed_activations(model, gen):
     """Every leaf module's floating-point outputs multiplied by 1 + u, |u|
     within ACTIVATION_ROUNDINGS roundings (_perturb), while the block runs:
@@ -152,13 +165,40 @@ def perturbed_activations(model, gen):
     where batch orders and perturbed parameters do not reach (a BatchNorm
     over a channel of equal values leaves a noise whose sign one summation
     order fixes, and a max beside padding zeros then picks by it)."""
-    hooks = [m.register_forward_hook(lambda _m, _i, out: _perturbed_outputs(out, gen))
-             for m in model.modules() if not any(True for _ in m.children())]
-    try:
+    with _leaf_forward_hooks(model, lambda _m, _i, out: _perturbed_outputs(out, gen)):
         yield
-    finally:
-        for h in hooks:
-            h.remove()
+
+
+def _moved_by_its_largest(g, gen):
+    """`g` plus u times its largest magnitude, u uniform within
+    ACTIVATION_ROUNDINGS roundings of its dtype, elementwise."""
+    if not g.is_floating_point() or not g.numel():
+        return g
+    unit = ACTIVATION_ROUNDINGS * (2.0 ** -53 if g.dtype == torch.float64 else 2.0 ** -24)
+    u = (torch.rand(g.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
+    return (g.double() + u * g.abs().max().double()).to(g.dtype)
+
+
+@contextlib.contextmanager
+def perturbed_gradients(model, gen):
+    """The gradient of every leaf module's floating-point outputs moved, as
+    the backward reaches it, by a few roundings of its largest element
+    (_moved_by_its_largest), while the block runs: a sound backward sums a
+    layer's gradients in another order, whose rounding is relative to the
+    largest term, not to each result. Where the terms cancel, only this
+    shows how far another order lands: x less its median along the tokens,
+    then normalized, leaves the median's token exactly 0, its gradient
+    1/eps times the others', which the median's backward subtracts again;
+    float64 torch's value keeps 1e-4 of rounding there that batch orders,
+    perturbed inputs and perturbed outputs (which leave an exact 0 as it
+    is) all keep alike."""
+    def hook(_m, _i, out):
+        for t in out if isinstance(out, tuple) else (out,):
+            if torch.is_tensor(t) and t.requires_grad:
+                t.register_hook(lambda g: _moved_by_its_largest(g, gen))
+
+    with _leaf_forward_hooks(model, hook):
+        yield
 
 
 def _as(model, opt, dtype):
@@ -175,10 +215,11 @@ def _as(model, opt, dtype):
 
 
 def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, perturb=None,
-               loop=None, activations=None):
+               loop=None, activations=None, gradients=None):
     """One eager step on copies; `perturb`: a generator moving the state and
     batch by one rounding first; `activations`: one moving every leaf
-    module's outputs (perturbed_activations)."""
+    module's outputs (perturbed_activations); `gradients`: one moving the
+    gradients of those outputs (perturbed_gradients)."""
     m, o = _as(model, opt, dtype)
     batch = _copy_batch(batch, dtype, perm)
     if perturb is not None:
@@ -188,6 +229,8 @@ def _eager_run(model, opt, loss_fn, batch, num_inputs, dtype=None, perm=None, pe
     exact = _float_dtype(m) == torch.float64
     with exact_float64_gradients() if exact else contextlib.nullcontext(), \
             perturbed_activations(m, activations) if activations is not None \
+            else contextlib.nullcontext(), \
+            perturbed_gradients(m, gradients) if gradients is not None \
             else contextlib.nullcontext():
         loss = eager_step(m, o, float64_operands(loss_fn) if exact else loss_fn, batch,
                           num_inputs, loop)

@@ -1224,13 +1224,14 @@ def _float32_chaos(checked, ref):
 
 def _rounding_spread(case, ref, loop):
     """{tensor: how far float64 eager torch's value moves from ref's truth
-    over DECIDED_RUNS runs whose state and batch move by one rounding and
-    whose layers' outputs by a few}."""
+    over DECIDED_RUNS runs whose state and batch move by one rounding,
+    whose layers' outputs by a few, and the gradients of those outputs by a
+    few of their largest element}."""
     gen = torch.Generator().manual_seed(DECIDED_SEED)
     spread = dict.fromkeys(ref.truth, 0.0)
     for _ in range(DECIDED_RUNS):
         snap = _check_runs._eager_run(*case, 1, torch.float64, perturb=gen, loop=loop,
-                                      activations=gen)
+                                      activations=gen, gradients=gen)
         for name, d in _check.distances(snap, ref.truth, ref.scales).items():
             spread[name] = max(spread[name], d)
     return spread
