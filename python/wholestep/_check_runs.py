@@ -110,13 +110,18 @@ def eager_step(model, opt, loss_fn, batch, num_inputs, loop=None):
     return loss.detach()
 
 
-def _perturb(t, gen, roundings=1):
-    """`t` times (1 + u), u uniform within `roundings` roundings of its
+def _roundings(t, gen, roundings):
+    """Float64 u of t's shape, uniform within `roundings` roundings of t's
     dtype (|u| <= 2^-24 each for float32, 2^-53 for float64)."""
+    unit = roundings * (2.0 ** -53 if t.dtype == torch.float64 else 2.0 ** -24)
+    return (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
+
+
+def _perturb(t, gen, roundings=1):
+    """`t` times (1 + u), u within `roundings` roundings (_roundings)."""
     if not t.is_floating_point() or not t.numel():
         return t
-    unit = roundings * (2.0 ** -53 if t.dtype == torch.float64 else 2.0 ** -24)
-    u = (torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
+    u = _roundings(t, gen, roundings)
     if t.dtype == torch.float64:  # t + t u, one rounding from t
         return t + t * u
     return (t.double() * (1 + u)).to(t.dtype)
@@ -170,12 +175,11 @@ def perturbed_activations(model, gen):
 
 
 def _moved_by_its_largest(g, gen):
-    """`g` plus u times its largest magnitude, u uniform within
-    ACTIVATION_ROUNDINGS roundings of its dtype, elementwise."""
+    """`g` plus u times its largest magnitude, u within
+    ACTIVATION_ROUNDINGS roundings (_roundings), elementwise."""
     if not g.is_floating_point() or not g.numel():
         return g
-    unit = ACTIVATION_ROUNDINGS * (2.0 ** -53 if g.dtype == torch.float64 else 2.0 ** -24)
-    u = (torch.rand(g.shape, generator=gen, dtype=torch.float64) * 2 - 1) * unit
+    u = _roundings(g, gen, ACTIVATION_ROUNDINGS)
     return (g.double() + u * g.abs().max().double()).to(g.dtype)
 
 
