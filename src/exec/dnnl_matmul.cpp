@@ -8,6 +8,7 @@
 
 #include "exec/dnnl_op.hpp"
 #include "exec/dnnl_teams.hpp"
+#include "exec/few_row_products.hpp"
 #include "exec/short_products.hpp"
 #include "exec/threads.hpp"
 #include "ir/attr.hpp"
@@ -266,9 +267,11 @@ std::shared_ptr<const BackendOp> make_matmul_in_parts(std::span<const ir::Type> 
 
 }  // namespace
 
-// A product whose primitive runs on one thread (gemm:jit, DnnlOp) runs in
-// parts on the pool; one with a transposed A and a long K in parts, its
-// parts' A dense; any other as oneDNN's one primitive.
+// A product over a short contraction or of few rows over a large B runs as
+// our own loops (short_products.hpp, few_row_products.hpp); one whose
+// primitive runs on one thread (gemm:jit, DnnlOp) in parts on the pool; one
+// with a transposed A and a long K in parts, its parts' A dense; any other
+// as oneDNN's one primitive.
 //
 // gemm:jit (oneDNN's products on CPUs without AVX-512) is slow with a
 // transposed A when it cannot split the output's columns (as many rows as
@@ -312,16 +315,16 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
                                              const std::vector<int64_t>& out_strides,
                                              bool accumulate, bool bias, bool residual) {
   const MatmulDims d = matmul_dims(in[0].shape, in[1].shape, attrs);
-  if (!accumulate && short_contraction(d)) {
-    const size_t r = out.shape.size();
-    const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
-                               sb = full_strides(in[1].shape, strides, 1),
-                               so =
-                                   out_strides.empty() ? row_major_strides(out.shape) : out_strides;
+  const size_t r = out.shape.size();
+  const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
+                             sb = full_strides(in[1].shape, strides, 1),
+                             so = out_strides.empty() ? row_major_strides(out.shape) : out_strides;
+  if (!accumulate && short_contraction(d))
     return make_short_product(short_product_of(d, sa, sb), batch_offsets(in[0].shape, sa),
                               batch_offsets(in[1].shape, sb), batch_offsets(out.shape, so),
                               so[r - 2], so[r - 1], bias, residual);
-  }
+  if (FewRowProduct few; !accumulate && few_row_product_of(d, sa, sb, so, few))
+    return make_few_row_product(few, bias, residual);
   auto in_parts = [&](DenseA dense, bool stage_b) {
     return make_matmul_in_parts(in, out, attrs, strides, out_strides, accumulate, bias, residual,
                                 dense, stage_b);
@@ -329,9 +332,6 @@ std::shared_ptr<const BackendOp> make_matmul(std::span<const ir::Type> in, const
   auto whole =
       make_matmul_primitive(in, out, attrs, strides, out_strides, accumulate, bias, residual);
   if (whole->on_one_thread()) {
-    const size_t r = out.shape.size();
-    const std::vector<int64_t> sa = full_strides(in[0].shape, strides, 0),
-                               sb = full_strides(in[1].shape, strides, 1);
     const bool dense =
         d.ta && d.n <= d.m && (d.k >= kTransposedAK || sa[r - 2] % kAliasingStride == 0);
     const bool stage_b = d.batch == 1 && !d.tb && d.m >= kStagedBRows && sb[r - 1] == 1 &&

@@ -466,9 +466,16 @@ OpSpec random_op(Gen& g, const std::vector<Tensor>& pool) {
       o.ints = {g.coin() ? 1 : 0, kh, kw, g.of({1, 2, 2, 3, 4}), g.of({0, 0, 1})};
       break;
     }
-    case OpKind::linear:
-      o.ints = {g.of({1, 2, 3, 5, 7, 8, 16, 17, 32}), g.coin(0.6) ? 1 : 0};
+    case OpKind::linear: {
+      // Now and then a weight of 512 KiB or more, which over a few rows is
+      // a product of our own (exec/few_row_products.hpp) in both
+      // directions; kept when its value stays small.
+      const int64_t d = std::max<int64_t>(s.empty() ? 1 : s.back(), 1);
+      const int64_t out = g.coin(0.15) ? (int64_t(1) << 17) / d + 1 + g.pick(40)
+                                       : g.of({1, 2, 3, 5, 7, 8, 16, 17, 32});
+      o.ints = {out, g.coin(0.6) ? 1 : 0};
       break;
+    }
     case OpKind::transpose: {
       std::vector<int64_t> perm(size_t(std::max<int64_t>(r, 1)));
       for (size_t d = 0; d < perm.size(); ++d) perm[d] = int64_t(d);

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "exec/product_checks.hpp"
 #include "exec/threads.hpp"
 #include "ir/attr.hpp"
 
@@ -25,19 +26,7 @@ namespace ws::exec {
 namespace {
 
 using ir::Op;
-
-std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
+using namespace product_checks;
 
 // One case: `batch` products [m x k] x [k x n], A stored [k, m] when ta, B
 // [n, k] when tb, C written row-major or transposed ([n, m] per matrix).
@@ -85,35 +74,6 @@ std::shared_ptr<const BackendOp> op_for(const Case& c) {
   }
   return make_short_product(p, oa, ob, oo, c.c_transposed ? 1 : c.n, c.c_transposed ? c.m : 1,
                             c.bias, c.residual);
-}
-
-// Runs the op with its scratch followed by a guard it must not touch.
-std::vector<float> run(const BackendOp& op, const std::vector<float>& a,
-                       const std::vector<float>& b, const std::vector<float>& bias,
-                       std::vector<float> y, const std::string& what) {
-  constexpr size_t kGuard = 256;
-  const size_t bytes = size_t(op.scratch_bytes());
-  auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, (bytes + kGuard + 63) / 64 * 64));
-  std::memset(raw, 0x5a, bytes + kGuard);
-  op.run(a.data(), b.data(), y.data(), raw, bias.data());
-  for (size_t i = 0; i < kGuard; ++i)
-    if (raw[bytes + i] != std::byte{0x5a}) {
-      ADD_FAILURE() << what << ": scratch overrun at byte " << bytes + i;
-      break;
-    }
-  std::free(raw);
-  return y;
-}
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (bits_of(got[i]) != bits_of(want[i])) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the chain gives "
-                    << want[i];
-      return;
-    }
 }
 
 TEST(ShortProducts, EachElementIsTheChainOfItsTermsOnAnyTeam) {

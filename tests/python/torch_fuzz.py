@@ -958,7 +958,11 @@ def gen_layer(r, shape, depth):
             ops += ["res", "cat"]
         op = r.choice(ops)
         if op == "linear":
-            return {"op": "linear", "out": r.choice([f, r.randint(2, 32)]),
+            # Now and then a weight of 512 KiB or more, which over a small
+            # batch is a product of wholestep's own in both directions.
+            wide = (1 << 17) // f + r.randint(1, 40)
+            out = wide if f >= 32 and wide <= 4100 and r.random() < 0.15 else None
+            return {"op": "linear", "out": out or r.choice([f, r.randint(2, 32)]),
                     "bias": r.random() < 0.8}
         if op in ("ln", "bn", "softmax"):
             return {"op": op}
