@@ -89,26 +89,25 @@ void plain_column(const float* a, int64_t lda, const float* b, int64_t ldb, int6
   }
 }
 
+// fn.template operator()<R>() for R = rows, 1 <= rows <= Max: the
+// register blocks instantiated only up to the block's rows.
+template <int Max, class Fn>
+void with_rows(int64_t rows, Fn&& fn) {
+  if constexpr (Max > 1)
+    if (rows < Max) return with_rows<Max - 1>(rows, fn);
+  fn.template operator()<Max>();
+}
+
 void plain_columns(const FewRowProduct& p, const float* a, int64_t lda, const float* b, float* acc,
                    int64_t ldacc, int64_t j0, int64_t j1) {
   const int64_t tiles_end = j0 + (j1 - j0) / kPlainCols * kPlainCols;
   for (int64_t q0 = 0; q0 < p.k; q0 += kPlainDepth) {
     const int64_t q1 = std::min(p.k, q0 + kPlainDepth);
     for (int64_t j = j0; j < tiles_end; j += kPlainCols)
-      for (int64_t g = 0; g < p.m; g += kPlainRows) {
-        const float* ag = a + g * lda;
-        float* accg = acc + g * ldacc;
-        switch (std::min<int64_t>(kPlainRows, p.m - g)) {
-          case 8: plain_tile<8>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          case 7: plain_tile<7>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          case 6: plain_tile<6>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          case 5: plain_tile<5>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          case 4: plain_tile<4>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          case 3: plain_tile<3>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          case 2: plain_tile<2>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-          default: plain_tile<1>(ag, lda, b, p.ldb, q0, q1, accg, ldacc, j, q0 == 0); break;
-        }
-      }
+      for (int64_t g = 0; g < p.m; g += kPlainRows)
+        with_rows<kPlainRows>(std::min<int64_t>(kPlainRows, p.m - g), [&]<int R>() {
+          plain_tile<R>(a + g * lda, lda, b, p.ldb, q0, q1, acc + g * ldacc, ldacc, j, q0 == 0);
+        });
     for (int64_t j = tiles_end; j < j1; ++j)
       plain_column(a, lda, b, p.ldb, q0, q1, acc, ldacc, j, p.m, q0 == 0);
   }
@@ -187,17 +186,6 @@ void tb_dot(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t le
     for (int c = 0; c < J; ++c) sums[r * J + c] = lane_sum(s[r][c]);
 }
 
-template <int J>
-void tb_group(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t len, int64_t rows,
-              float* sums) {
-  switch (rows) {
-    case 4: return tb_dot<4, J>(a, lda, b, ldb, len, sums);
-    case 3: return tb_dot<3, J>(a, lda, b, ldb, len, sums);
-    case 2: return tb_dot<2, J>(a, lda, b, ldb, len, sums);
-    default: return tb_dot<1, J>(a, lda, b, ldb, len, sums);
-  }
-}
-
 void tb_columns(const FewRowProduct& p, const float* a, int64_t lda, const float* b, float* acc,
                 int64_t ldacc, int64_t j0, int64_t j1) {
   for (int64_t j = j0; j < j1; j += kTbCols) {
@@ -209,10 +197,12 @@ void tb_columns(const FewRowProduct& p, const float* a, int64_t lda, const float
         float sums[kTbRows * kTbCols];
         const int64_t rows = std::min<int64_t>(kTbRows, p.m - g);
         const float* ag = a + g * lda + c0;
-        if (cols == 2)
-          tb_group<2>(ag, lda, bj, p.ldb, len, rows, sums);
-        else
-          tb_group<1>(ag, lda, bj, p.ldb, len, rows, sums);
+        with_rows<kTbRows>(rows, [&]<int R>() {
+          if (cols == 2)
+            tb_dot<R, 2>(ag, lda, bj, p.ldb, len, sums);
+          else
+            tb_dot<R, 1>(ag, lda, bj, p.ldb, len, sums);
+        });
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) {
             float& x = acc[(g + r) * ldacc + j + c];

@@ -109,10 +109,11 @@ std::vector<float> expected(const Case& c, const Operands& o) {
 TEST(FewRowProducts, EachElementIsSummedInTheDefinedOrderOnAnyTeam) {
   std::mt19937 rng(5);
   std::vector<Case> cases;
-  // Rows around the register blocks (4, and 8 with AVX-512); K around the
+  // Rows around the register blocks (4, and 8 with AVX-512), every
+  // remainder of 4; K around the
   // vector steps, the lines of 16 and the chunks of 512; columns around the
   // tiles of two vectors and a thread's range.
-  for (int64_t m : {1, 3, 4, 5, 9, 16})
+  for (int64_t m : {1, 3, 4, 5, 6, 9, 16})
     for (int64_t k : {1, 7, 16, 37, 512, 1030})
       for (int64_t n : {1, 15, 17, 33, 100, 257}) {
         const int pick = int(rng() % 64);
